@@ -1,0 +1,30 @@
+"""Findings: what schema validation and lint rules report. Data, not exceptions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule_id: str  # "KG012", or "schema" for JSON-schema errors
+    severity: Severity
+    message: str  # one line, says how to fix it
+    file: str
+    line: int = 0
+    column: int = 0
+    path: str = ""  # field path, e.g. spec.template.spec.containers[0].env[3].value
+    kind: str = ""
+    name: str = ""
+
+    def text(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
+        field = f" [{self.path}]" if self.path else ""
+        return f"{where}: {self.rule_id} {self.severity.value}: {self.message}{field}"

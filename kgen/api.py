@@ -1,0 +1,96 @@
+"""What the CLI and Python users call: ``render`` and (re-exported) ``lint``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kgen import presets as presets_mod
+from kgen.errors import RenderError, UsageError
+from kgen.layering import Layers
+from kgen.resources import entrypoint_path
+from kgen.spec import DEFAULT_K8S, TrainingSpec, build_spec, parse_k8s_version
+
+
+@dataclass
+class RenderRequest:
+    preset: str | None = None
+    values_files: Sequence[str] = ()
+    sets: Sequence[str] = ()
+    flags: dict[str, str] = field(default_factory=dict)  # values key -> flag value, e.g. {"nodes": "4"}
+    env: Sequence[str] = ()  # KEY=VALUE from --env
+    command: Sequence[str] = ()  # after "--"
+    kubernetes_version: str | None = None
+    output_format: str = "yaml"
+    lint: bool = True
+
+
+FLAG_NAMES = {"nodes": "--nodes", "gpus": "--gpus", "kind": "--kind", "name": "--name",
+              "namespace": "--namespace", "image": "--image"}
+
+
+def build(request: RenderRequest) -> TrainingSpec:
+    """Layer the values (defaults < preset < -f files < --set < flags) and build the spec."""
+    minor = parse_k8s_version(request.kubernetes_version) if request.kubernetes_version else DEFAULT_K8S
+    layers = Layers()
+    preset = presets_mod.load(request.preset or presets_mod.DEFAULT_PRESET)
+    raw, typed = preset.mapping()
+    layers.apply_mapping(raw, typed, f"preset {preset.name}")
+    for path in request.values_files:
+        layers.apply_file(path)
+    for assignment in request.sets:
+        layers.apply_set(assignment)
+    for key, value in request.flags.items():
+        if value is not None:
+            layers.apply_flag(key, value, FLAG_NAMES[key])
+    env: dict[str, str] = {}
+    for item in request.env:
+        if "=" not in item or not item.split("=", 1)[0]:
+            raise UsageError(f'expected KEY=VALUE, got "{item}"', option="--env",
+                             hint="for example --env NCCL_DEBUG_SUBSYS=INIT")
+        key, value = item.split("=", 1)
+        env[key] = value
+    if env:
+        layers.apply("env", env, "--env")
+    if request.command:
+        layers.apply("command", list(request.command), "-- COMMAND")
+    values, origins = layers.result()
+    return build_spec(values, origins, minor)
+
+
+def render_documents(spec: TrainingSpec) -> list[dict]:
+    from kgen.templating import render_text
+    from kgen.yamlio import parse_documents
+
+    source = entrypoint_path().read_text(encoding="utf-8")
+    return parse_documents(render_text(spec, source))
+
+
+def render(request: RenderRequest) -> str:
+    """The manifest text kgen prints; raises KgenError (nothing printed) on any problem."""
+    from kgen.yamlio import dump_json, dump_yaml
+
+    if request.output_format not in ("yaml", "json"):
+        raise UsageError(f'must be yaml or json, got "{request.output_format}"', option="--format")
+    spec = build(request)
+    docs = render_documents(spec)
+    text = dump_yaml(docs)
+    if request.lint:
+        check_rendered(text, spec)
+    return text if request.output_format == "yaml" else dump_json(docs)
+
+
+def check_rendered(text: str, spec: TrainingSpec) -> None:
+    """Run kgen lint (schema + rules) on what render is about to print."""
+    try:
+        from kgen.lint.api import LintOptions, lint_text
+    except ImportError:  # TODO(render): remove once kgen lint has landed
+        return
+    result = lint_text(text, "<render>", LintOptions(kubernetes_version=f"1.{spec.k8s.minor}"))
+    errors = [f for f in result.findings if f.severity.value == "error"]
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise RenderError(f"the rendered manifest fails {first.rule_id}: {first.message} "
+                          f"[{first.kind}/{first.name} {first.path}]{more}",
+                          hint="check the values named in that field")

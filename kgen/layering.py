@@ -1,0 +1,227 @@
+"""Values layering: built-in defaults < preset < values files (in order) < --set < explicit flags.
+
+Every value remembers the layer it came from (``origins``), so an error can name the option or
+the file and line. Values files are read with every scalar as a string and then converted by the
+key's declared type (``kgen.spec.VALUES``): `on`, `010` or `1e3` stay exactly what was written in
+string fields, and nothing depends on YAML 1.1 vs 1.2 guessing.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kgen.errors import InputError, UsageError
+from kgen.spec import VALUES
+
+_PREFIXES = {k.rsplit(".", 1)[0] for k in VALUES if "." in k}
+_NULLS = {"", "~", "null", "Null", "NULL"}
+_TRUE = {"true", "True", "TRUE"}
+_FALSE = {"false", "False", "FALSE"}
+
+
+def defaults() -> tuple[dict[str, Any], dict[str, str]]:
+    values = {k: copy.deepcopy(default) for k, (_, default, _) in VALUES.items()}
+    return values, {k: "default" for k in values}
+
+
+def suggest(key: str) -> str | None:
+    match = difflib.get_close_matches(key, list(VALUES), n=1, cutoff=0.6)
+    if not match:  # try the last segment alone: "debug" -> "nccl.debug"
+        tails = {k.rsplit(".", 1)[-1]: k for k in VALUES}
+        near = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(tails), n=1, cutoff=0.75)
+        match = [tails[near[0]]] if near else []
+    return match[0] if match else None
+
+
+def unknown_key(key: str, where: str) -> UsageError:
+    near = suggest(key)
+    hint = f'did you mean "{near}"?' if near else "see `kgen render --help` for the values reference"
+    return UsageError(f'unknown key "{key}"', option=where, hint=hint)
+
+
+def convert(key: str, raw: Any, typed: Any, where: str) -> Any:
+    """Convert a raw value (strings from the loader, or typed for passthrough keys) to key's type."""
+    kind = VALUES[key][0]
+
+    def bad(expected: str) -> UsageError:
+        return UsageError(f'must be {expected}, got "{_show(raw)}"', option=where)
+
+    if kind in ("int", "int?"):
+        if kind == "int?" and isinstance(raw, str) and raw in _NULLS:
+            return None
+        if raw is None and kind == "int?":
+            return None
+        if isinstance(raw, str) and re.fullmatch(r"[+-]?\d+", raw.strip()):
+            return int(raw.strip())
+        raise bad("an integer")
+    if kind in ("bool", "bool?"):
+        if kind == "bool?" and (raw is None or (isinstance(raw, str) and raw in _NULLS)):
+            return None
+        if raw in _TRUE:
+            return True
+        if raw in _FALSE:
+            return False
+        raise bad("true or false")
+    if kind == "str":
+        if raw is None:
+            return ""
+        if not isinstance(raw, str):
+            raise bad("a string")
+        return raw
+    if kind == "list[str]":
+        if raw is None or raw == "":
+            return []
+        if isinstance(raw, str):
+            return [raw]
+        if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+            raise bad("a list of strings")
+        return list(raw)
+    if kind == "dict[str,str]":
+        if raw is None or raw == "":
+            return {}
+        if not isinstance(raw, dict) or not all(isinstance(x, str) for x in raw.values()):
+            raise bad("a mapping of strings")
+        return {str(k): v for k, v in raw.items()}
+    if kind == "list[dict]":
+        if typed is None or typed == "":
+            return []
+        if not isinstance(typed, list) or not all(isinstance(x, dict) for x in typed):
+            raise bad("a list of mappings")
+        return typed
+    if kind == "dict":
+        if typed is None or typed == "":
+            return {}
+        if not isinstance(typed, dict):
+            raise bad("a mapping")
+        return typed
+    raise AssertionError(kind)
+
+
+def _show(raw: Any) -> str:
+    return raw if isinstance(raw, str) else str(raw)
+
+
+# ----------------------------------------------------------------------------- values files
+class _StringLoader(yaml.BaseLoader):
+    """Every scalar a string; duplicate keys are an error (kubectl rejects them too)."""
+
+
+class _TypedLoader(yaml.SafeLoader):
+    """YAML 1.1 types, as kubectl reads manifests: for pass-through Kubernetes fields."""
+
+
+def _no_duplicates(loader: yaml.BaseLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = key_node.value
+        if key in seen:
+            raise yaml.MarkedYAMLError("while reading a mapping", node.start_mark,
+                                       f'duplicate key "{key}"', key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StringLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+_TypedLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def load_values_text(text: str, where: str) -> tuple[dict, dict]:
+    """Parse a values document twice: strings-only (for typed conversion) and YAML-1.1 typed."""
+    try:
+        raw = yaml.load(text, Loader=_StringLoader)  # noqa: S506 - BaseLoader builds no objects
+        typed = yaml.load(text, Loader=_TypedLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        raise InputError(f"{where}{line}: {exc.problem or exc.context}",
+                         hint="fix the YAML syntax") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{where}: {str(exc).splitlines()[0]}", hint="fix the YAML syntax") from None
+    if raw is None:
+        return {}, {}
+    if not isinstance(raw, dict):
+        raise InputError(f"{where}: must be a mapping of values (key: value), got a {type(typed).__name__}")
+    return raw, typed
+
+
+def flatten(raw: dict, typed: dict, where: str, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """Nested mapping -> {dotted key: (raw, typed)}; unknown keys are errors with a suggestion."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for key, val in raw.items():
+        dotted = f"{prefix}{key}"
+        typed_val = typed.get(key) if isinstance(typed, dict) else None
+        if dotted in VALUES:
+            out[dotted] = (val, typed_val)
+        elif dotted in _PREFIXES and isinstance(val, dict):
+            out.update(flatten(val, typed_val or {}, where, prefix=f"{dotted}."))
+        else:
+            raise unknown_key(dotted, where)
+    return out
+
+
+class Layers:
+    """Accumulates the layers in order; ``result()`` gives (values, origins)."""
+
+    def __init__(self) -> None:
+        self.values, self.origins = defaults()
+
+    def apply(self, key: str, value: Any, origin: str, merge: bool = True) -> None:
+        if merge and VALUES[key][0] == "dict[str,str]":
+            merged = dict(self.values[key])
+            merged.update(value)
+            value = merged
+        self.values[key] = value
+        self.origins[key] = origin
+
+    def apply_mapping(self, raw: dict, typed: dict, where: str) -> None:
+        for key, (r, t) in flatten(raw, typed, where).items():
+            origin = f"{where}: {key}"
+            self.apply(key, convert(key, r, t, origin), origin)
+
+    def apply_file(self, path: str) -> None:
+        where = path
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror}", option="-f/--values") from None
+        except UnicodeDecodeError:
+            raise InputError(f"{path} is not UTF-8 text", option="-f/--values") from None
+        raw, typed = load_values_text(text, path)
+        self.apply_mapping(raw, typed, where)
+
+    def apply_flag(self, key: str, value: Any, flag: str) -> None:
+        """An explicit flag (--nodes 4): strings converted by the key's type, like --set."""
+        self.apply(key, convert(key, value, value, flag), flag)
+
+    def apply_set(self, assignment: str) -> None:
+        if "=" not in assignment:
+            raise UsageError(f'expected KEY=VALUE, got "{assignment}"', option="--set",
+                             hint="for example --set nccl.debug=INFO")
+        key, value = assignment.split("=", 1)
+        where = f"--set {key.strip()}"
+        parts = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", key.strip())]
+        dotted = ".".join(parts)
+        if dotted in VALUES:
+            kind = VALUES[dotted][0]
+            if kind in ("list[str]", "list[dict]", "dict", "dict[str,str]") and value.strip().startswith(("[", "{")):
+                raw, typed = load_values_text(f"v: {value}", where)
+                self.apply(dotted, convert(dotted, raw["v"], typed["v"], where), where, merge=False)
+            else:
+                self.apply(dotted, convert(dotted, value, value, where), where)
+            return
+        # dict[str,str] entry: env.FOO=bar, labels.team=ml, nodeSelector.pool=a100
+        for n in range(len(parts) - 1, 0, -1):
+            head = ".".join(parts[:n])
+            if head in VALUES and VALUES[head][0] == "dict[str,str]":
+                self.apply(head, {".".join(parts[n:]): value}, where)
+                return
+        raise unknown_key(dotted, "--set")
+
+    def result(self) -> tuple[dict[str, Any], dict[str, str]]:
+        return self.values, self.origins

@@ -1,0 +1,343 @@
+"""The typed training spec: every value kgen renders, and everything derived from it.
+
+Values arrive as a nested mapping (see ``kgen.layering``); ``build_spec`` checks each one and
+derives names, MASTER_ADDR, world size and label sets, so templates only place values.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kgen.errors import UsageError
+
+# ---------------------------------------------------------------------------------------------
+# The values reference. One entry per key: (type, default, one-line doc). Nested keys are dotted.
+# Types: int, str, bool, "int?" (int or null), "bool?", "list[str]", "dict[str,str]", "list[dict]",
+# "dict".  The README's values table is generated from this (and a test keeps them in sync).
+# ---------------------------------------------------------------------------------------------
+VALUES: dict[str, tuple[str, Any, str]] = {
+    "description": ("str", "", "One line about the preset (shown by `kgen presets list`; not rendered)."),
+    "name": ("str", "kgen-train", "Name of the Job/StatefulSet and the Service; pods are `<name>-<index>`."),
+    "namespace": ("str", "", "Namespace of every object; empty = kubectl's current namespace."),
+    "kind": ("str", "job", "`job` (Indexed Job) or `statefulset`."),
+    "nodes": ("int", 2, "Number of nodes (pods). One Job/StatefulSet object whatever the count."),
+    "gpus": ("int", 8, "`nvidia.com/gpu` per node (requests = limits); 0 renders a CPU job (gloo)."),
+    "nprocPerNode": ("int", 0, "Processes per node; 0 = auto (= gpus, or 1 for CPU jobs)."),
+    "image": ("str", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "Container image (needs python3 and torch)."),
+    "imagePullPolicy": ("str", "IfNotPresent", "Always, IfNotPresent or Never."),
+    "python": ("str", "python3", "Interpreter in the image that runs the entrypoint."),
+    "command": ("list[str]", [], "Training script and arguments torchrun runs on every worker; empty = smoke test."),
+    "port": ("int", 29500, "Rendezvous port (torchrun MASTER_PORT) on pod 0."),
+    "livenessPort": ("int", 29501, "Port of the entrypoint's peer-liveness channel on pod 0."),
+    "shmSize": ("str", "16Gi", "Size limit of the memory-backed /dev/shm."),
+    "env": ("dict[str,str]", {}, "Extra environment variables (values stay strings)."),
+    "resources.requests": ("dict[str,str]", {}, "Extra resource requests, e.g. cpu: \"32\", memory: 256Gi."),
+    "resources.limits": ("dict[str,str]", {}, "Extra resource limits (GPUs are set from `gpus`)."),
+    "nodeSelector": ("dict[str,str]", {}, "Pod nodeSelector."),
+    "tolerations": ("list[dict]", [], "Pod tolerations (Kubernetes form)."),
+    "affinity": ("dict", {}, "Pod affinity (Kubernetes form)."),
+    "priorityClassName": ("str", "", "Pod priorityClassName."),
+    "imagePullSecrets": ("list[str]", [], "Names of image pull Secrets."),
+    "serviceAccountName": ("str", "", "Pod service account (its token is still not mounted)."),
+    "labels": ("dict[str,str]", {}, "Extra labels on every object and on the pods."),
+    "annotations": ("dict[str,str]", {}, "Extra annotations on every object and on the pods."),
+    "nccl.debug": ("str", "WARN", "NCCL_DEBUG (empty = not set)."),
+    "nccl.socketIfname": ("str", "", "NCCL_SOCKET_IFNAME (empty = not set)."),
+    "nccl.ibDisable": ("bool?", None, "NCCL_IB_DISABLE: true on plain-Ethernet clusters; null = not set."),
+    "gloo.socketIfname": ("str", "", "GLOO_SOCKET_IFNAME (empty = not set)."),
+    "timeouts.masterWait": ("int", 600, "Seconds a node waits for pod 0 to be reachable before it fails."),
+    "timeouts.rendezvous": ("int", 300, "Seconds the rendezvous waits for every node (torchrun static timeout)."),
+    "timeouts.heartbeat": ("int", 5, "Seconds of silence after which a peer counts as dead (fail-stop)."),
+    "timeouts.heartbeatInterval": ("int", 1, "Seconds between liveness heartbeats."),
+    "maxRestarts": ("int", 0, "torchrun --max-restarts (0: fail-stop; the Job/StatefulSet restarts the group)."),
+    "terminationGracePeriodSeconds": ("int", 30, "Pod grace period on deletion."),
+    "activeDeadlineSeconds": ("int?", None, "Job: hard wall-clock limit in seconds; null = none."),
+    "ttlSecondsAfterFinished": ("int?", None, "Job: delete the finished Job after this many seconds; null = keep."),
+    "rdma": ("bool", False, "Opt-in for RDMA/InfiniBand: adds the IPC_LOCK capability (never privileged)."),
+}
+
+KINDS = ("job", "statefulset")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+MIN_K8S, MAX_K8S, DEFAULT_K8S = 27, 37, 27
+
+# Environment variables kgen sets itself: user env may not override them.
+RESERVED_ENV = {
+    "NNODES": "--nodes",
+    "NPROC_PER_NODE": "--gpus or nprocPerNode",
+    "MASTER_ADDR": "derived from --name",
+    "MASTER_PORT": "port",
+    "WORLD_SIZE": "derived by torchrun (nodes x processes per node)",
+    "RANK": "derived by torchrun",
+    "LOCAL_RANK": "derived by torchrun",
+    "NODE_RANK": "derived from the pod index",
+    "JOB_COMPLETION_INDEX": "set by Kubernetes",
+    "NCCL_DEBUG": "nccl.debug",
+    "NCCL_SOCKET_IFNAME": "nccl.socketIfname",
+    "NCCL_IB_DISABLE": "nccl.ibDisable",
+    "GLOO_SOCKET_IFNAME": "gloo.socketIfname",
+}
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+QUANTITY = re.compile(
+    r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
+)
+
+
+def parse_k8s_version(text: str, option: str = "--kubernetes-version") -> int:
+    """'1.31', 'v1.31', '1.31.2' -> 31 (the minor version); 1.27 ... 1.37 supported."""
+    m = re.fullmatch(r"v?1\.(\d+)(\.\d+)?", str(text).strip())
+    if not m:
+        raise UsageError(f'must look like 1.31, got "{text}"', option=option)
+    minor = int(m.group(1))
+    if not MIN_K8S <= minor <= MAX_K8S:
+        raise UsageError(
+            f'supported versions are 1.{MIN_K8S} to 1.{MAX_K8S}, got "{text}"', option=option
+        )
+    return minor
+
+
+@dataclass(frozen=True)
+class Features:
+    """Kubernetes features the output may use, from the oldest cluster it must run on."""
+
+    minor: int
+
+    @property
+    def pod_failure_policy(self) -> bool:  # GA 1.31
+        return self.minor >= 31
+
+    @property
+    def pod_replacement_policy(self) -> bool:  # GA 1.34
+        return self.minor >= 34
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str | None = None
+    field_path: str | None = None  # downward API fieldRef
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    values: dict[str, Any]
+    origins: dict[str, str]
+    k8s: Features
+    name: str
+    namespace: str
+    kind: str
+    nodes: int
+    gpus: int
+    nproc_per_node: int
+    image: str
+    command: tuple[str, ...]
+    port: int
+    liveness_port: int
+    env: tuple[EnvVar, ...] = field(default=())
+
+    # ---- derived names --------------------------------------------------------------------
+    @property
+    def service_name(self) -> str:
+        return self.name
+
+    @property
+    def configmap_name(self) -> str:
+        return f"{self.name}-entrypoint"
+
+    @property
+    def master_addr(self) -> str:
+        """Pod 0's own DNS name: <name>-0.<service> (Job subdomain / StatefulSet serviceName)."""
+        return f"{self.name}-0.{self.service_name}"
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    @property
+    def is_job(self) -> bool:
+        return self.kind == "job"
+
+    @property
+    def selector_labels(self) -> dict[str, str]:
+        return {"app.kubernetes.io/instance": self.name, "kgen.dev/role": "trainer"}
+
+    @property
+    def object_labels(self) -> dict[str, str]:
+        labels = {
+            "app.kubernetes.io/name": "kgen",
+            "app.kubernetes.io/instance": self.name,
+            "app.kubernetes.io/managed-by": "kgen",
+        }
+        labels.update(self.values["labels"])
+        return labels
+
+    @property
+    def pod_labels(self) -> dict[str, str]:
+        labels = dict(self.object_labels)
+        labels.update(self.selector_labels)
+        return labels
+
+    @property
+    def entrypoint_args(self) -> list[str]:
+        return ["--", *self.command] if self.command else ["--smoke-test"]
+
+    @property
+    def gpu_resources(self) -> dict[str, dict[str, Any]]:
+        requests: dict[str, Any] = dict(self.values["resources.requests"])
+        limits: dict[str, Any] = dict(self.values["resources.limits"])
+        if self.gpus:
+            requests["nvidia.com/gpu"] = self.gpus
+            limits["nvidia.com/gpu"] = self.gpus
+        out: dict[str, dict[str, Any]] = {}
+        if requests:
+            out["requests"] = requests
+        if limits:
+            out["limits"] = limits
+        return out
+
+    def v(self, key: str) -> Any:
+        return self.values[key]
+
+
+# ---------------------------------------------------------------------------------------------
+def _fail(origins: dict[str, str], key: str, message: str, hint: str | None = None) -> UsageError:
+    return UsageError(message, option=origins.get(key, key), hint=hint)
+
+
+def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int = DEFAULT_K8S) -> TrainingSpec:
+    """Check every value (naming the option or file it came from) and derive the spec."""
+    o = origins
+    v = values
+
+    def integer(key: str, low: int, high: int | None = None) -> int:
+        val = v[key]
+        if isinstance(val, bool) or not isinstance(val, int):
+            raise _fail(o, key, f'must be an integer, got "{val}"')
+        if val < low or (high is not None and val > high):
+            bound = f">= {low}" if high is None else f"between {low} and {high}"
+            raise _fail(o, key, f'must be an integer {bound}, got "{val}"')
+        return val
+
+    def text(key: str) -> str:
+        val = v[key]
+        if not isinstance(val, str):
+            raise _fail(o, key, f'must be a string, got "{val}"')
+        return val
+
+    kind = text("kind")
+    if kind not in KINDS:
+        raise _fail(o, "kind", f'must be job or statefulset, got "{kind}"')
+    nodes = integer("nodes", 1, 100_000)
+    gpus = integer("gpus", 0, 1024)
+    nproc = integer("nprocPerNode", 0, 1024)
+    if nproc == 0:
+        nproc = gpus if gpus else 1
+    elif gpus and nproc != gpus:
+        raise _fail(
+            o, "nprocPerNode", f"is {nproc} but gpus is {gpus}: one process per GPU",
+            hint="leave nprocPerNode at 0 (auto) for GPU jobs",
+        )
+
+    name = text("name")
+    if not DNS_LABEL.match(name) or len(name) > 63:
+        raise _fail(o, "name", f'must be a DNS label (lower-case letters, digits, "-"), got "{name}"',
+                    hint="for example --name llama-pretrain")
+    if k8s_minor < 36 and not DNS_1035.match(name):
+        raise _fail(o, "name", f'must start with a letter (it names the Service), got "{name}"',
+                    hint="Kubernetes before 1.36 rejects Service names starting with a digit")
+    longest_host = f"{name}-{nodes - 1}"
+    if len(longest_host) > 63:
+        raise _fail(o, "name", f'is too long: pod hostname "{longest_host}" has {len(longest_host)} '
+                    "characters, the limit is 63", hint=f"use at most {63 - 1 - len(str(nodes - 1))} characters")
+    if kind == "statefulset" and len(name) > 52:
+        raise _fail(o, "name", f"is {len(name)} characters: StatefulSet names must stay <= 52 "
+                    "(the controller appends a revision hash to a 63-character label)")
+    namespace = text("namespace")
+    if namespace and (not DNS_LABEL.match(namespace) or len(namespace) > 63):
+        raise _fail(o, "namespace", f'must be a DNS label, got "{namespace}"')
+
+    image = text("image")
+    if not image.strip() or any(c.isspace() for c in image):
+        raise _fail(o, "image", f'must be a non-empty image reference without spaces, got "{image}"')
+    if text("imagePullPolicy") not in PULL_POLICIES:
+        raise _fail(o, "imagePullPolicy", f'must be one of {", ".join(PULL_POLICIES)}, got "{v["imagePullPolicy"]}"')
+    if not text("python").strip():
+        raise _fail(o, "python", "must name the interpreter in the image, e.g. python3")
+    port = integer("port", 1, 65535)
+    liveness = integer("livenessPort", 1, 65535)
+    if port == liveness:
+        raise _fail(o, "livenessPort", f"must differ from port ({port})")
+    shm = text("shmSize")
+    if not QUANTITY.match(shm):
+        raise _fail(o, "shmSize", f'must be a Kubernetes quantity such as 16Gi, got "{shm}"')
+    for key in ("resources.requests", "resources.limits"):
+        for res, qty in v[key].items():
+            if not QUANTITY.match(str(qty)):
+                raise _fail(o, key, f'{res}: must be a Kubernetes quantity such as 8 or 64Gi, got "{qty}"')
+            if res == "nvidia.com/gpu":
+                raise _fail(o, key, "nvidia.com/gpu is set from gpus", hint="use --gpus")
+    for key in ("timeouts.masterWait", "timeouts.rendezvous", "timeouts.heartbeat", "timeouts.heartbeatInterval"):
+        integer(key, 1)
+    if v["timeouts.heartbeat"] <= v["timeouts.heartbeatInterval"]:
+        raise _fail(o, "timeouts.heartbeat", "must be larger than timeouts.heartbeatInterval")
+    integer("maxRestarts", 0, 100)
+    integer("terminationGracePeriodSeconds", 0)
+    for key in ("activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+        if v[key] is not None:
+            integer(key, 0)
+
+    user_env: list[EnvVar] = []
+    for key, val in v["env"].items():
+        if not ENV_NAME.match(key):
+            raise _fail(o, "env", f'"{key}" is not a valid environment variable name',
+                        hint="use letters, digits, _ . - and no leading digit")
+        if key in RESERVED_ENV or key.startswith("KGEN_"):
+            where = RESERVED_ENV.get(key, "kgen's entrypoint")
+            raise _fail(o, "env", f"{key} is set by kgen ({where}); do not set it by hand")
+        user_env.append(EnvVar(key, str(val)))
+
+    features = Features(k8s_minor)
+    env = _kgen_env(v, kind, name, nodes, nproc, port, liveness, f"{name}-0.{name}") + user_env
+    return TrainingSpec(
+        values=v, origins=o, k8s=features, name=name, namespace=namespace, kind=kind, nodes=nodes,
+        gpus=gpus, nproc_per_node=nproc, image=image, command=tuple(v["command"]), port=port,
+        liveness_port=liveness, env=tuple(env),
+    )
+
+
+def _kgen_env(v: dict[str, Any], kind: str, name: str, nodes: int, nproc: int, port: int,
+              liveness: int, master: str) -> list[EnvVar]:
+    env = [
+        EnvVar("NNODES", str(nodes)),
+        EnvVar("NPROC_PER_NODE", str(nproc)),
+        EnvVar("MASTER_ADDR", master),
+        EnvVar("MASTER_PORT", str(port)),
+        EnvVar("KGEN_LIVENESS_PORT", str(liveness)),
+        EnvVar("KGEN_JOB_NAME", name),
+        EnvVar("KGEN_KIND", kind),
+    ]
+    if kind == "job":
+        env.append(EnvVar("KGEN_RUN_ID", field_path="metadata.labels['batch.kubernetes.io/controller-uid']"))
+    else:
+        env.append(EnvVar("KGEN_RUN_ID", field_path="metadata.labels['controller-revision-hash']"))
+        env.append(EnvVar("KGEN_POD_INDEX", field_path="metadata.labels['apps.kubernetes.io/pod-index']"))
+    env += [
+        EnvVar("KGEN_MASTER_WAIT_TIMEOUT", str(v["timeouts.masterWait"])),
+        EnvVar("KGEN_RDZV_TIMEOUT", str(v["timeouts.rendezvous"])),
+        EnvVar("KGEN_HEARTBEAT_INTERVAL", str(v["timeouts.heartbeatInterval"])),
+        EnvVar("KGEN_HEARTBEAT_TIMEOUT", str(v["timeouts.heartbeat"])),
+        EnvVar("KGEN_MAX_RESTARTS", str(v["maxRestarts"])),
+    ]
+    if v["nccl.debug"]:
+        env.append(EnvVar("NCCL_DEBUG", v["nccl.debug"]))
+    if v["nccl.socketIfname"]:
+        env.append(EnvVar("NCCL_SOCKET_IFNAME", v["nccl.socketIfname"]))
+    if v["gloo.socketIfname"]:
+        env.append(EnvVar("GLOO_SOCKET_IFNAME", v["gloo.socketIfname"]))
+    if v["nccl.ibDisable"] is not None:
+        env.append(EnvVar("NCCL_IB_DISABLE", "1" if v["nccl.ibDisable"] else "0"))
+    return env

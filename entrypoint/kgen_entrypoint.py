@@ -1,0 +1,1229 @@
+#!/usr/bin/env python3
+"""kgen in-pod entrypoint: node rank, readiness, torchrun, diagnostics and fail-stop.
+
+Usage (what `kgen render` puts in the pod; also works by hand on bare metal):
+
+    python3 kgen_entrypoint.py -- train.py --lr 3e-4     # a script, passed to torchrun as is
+    python3 kgen_entrypoint.py -- -m pkg.module args     # a module (torchrun -m)
+    python3 kgen_entrypoint.py -- ./run.sh args          # anything else: torchrun --no-python
+    python3 kgen_entrypoint.py --smoke-test              # all-reduce check instead of training
+    python3 kgen_entrypoint.py --diagnose                # one PASS/FAIL line per check
+
+Environment (docs/design.md is the contract): NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT,
+node rank from NODE_RANK > JOB_COMPLETION_INDEX > KGEN_POD_INDEX > HOSTNAME ordinal, optional
+KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID,
+KGEN_MASTER_WAIT_TIMEOUT, KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT,
+KGEN_MAX_RESTARTS.
+
+Exit codes: 0 success; 2 bad environment or usage; 3 node 0 never became reachable within
+KGEN_MASTER_WAIT_TIMEOUT; 75 stopped because a peer died, froze, was cut off or never joined
+(fail-stop); otherwise torchrun's exit code; 128+N after signal N.
+
+Standard library only in the supervising parent; torch is imported by the smoke-test worker and
+by the GPU check of --diagnose. How it works and what was measured: docs/entrypoint.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+EXIT_MASTER_UNREACHABLE = 3
+EXIT_PEER_LOST = 75
+
+# Fixed tuning (documented in docs/entrypoint.md).
+ABORT_GRACE = 3.0  # fail-stop: SIGTERM to the local tree, then SIGKILL after this many seconds
+SIGNAL_GRACE = 20.0  # SIGTERM/SIGINT received: torchrun gets this long before SIGKILL (k8s: 30 s)
+PROGRESS_EVERY = 10.0  # a progress line while waiting for node 0
+BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0  # master wait: exponential backoff with jitter
+HANDSHAKE_TIMEOUT = 5.0  # node 0 must answer a hello within this
+PROTOCOL = 1
+
+DEFAULTS = {
+    "KGEN_MASTER_WAIT_TIMEOUT": 600.0,
+    "KGEN_RDZV_TIMEOUT": 300,
+    "KGEN_HEARTBEAT_INTERVAL": 1.0,
+    "KGEN_HEARTBEAT_TIMEOUT": 5.0,
+    "KGEN_MAX_RESTARTS": 0,
+}
+
+_TAG = "kgen"
+_T0 = time.monotonic()
+
+
+def log(msg: str) -> None:
+    stamp = time.strftime("%H:%M:%S", time.gmtime())
+    try:
+        sys.stderr.write(f"[{_TAG} {stamp} +{time.monotonic() - _T0:.1f}s] {msg}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def fatal(code: int, lines: list[str] | str) -> None:
+    for line in [lines] if isinstance(lines, str) else lines:
+        sys.stderr.write(f"kgen-entrypoint: error: {line}\n")
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+
+
+class Config:
+    """Validated settings. Built by load_config(); `problems` lists what is wrong."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.nnodes = self.nproc = self.master_port = self.liveness_port = None
+        self.master_addr = ""
+        self.node_rank: int | None = None
+        self.rank_source = ""
+        self.rank_looked_at: list[str] = []
+        self.job_name = self.kind = self.run_id = ""
+        self.master_wait = self.hb_interval = self.hb_timeout = 0.0
+        self.rdzv_timeout = self.max_restarts = 0
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc
+
+    @property
+    def rdzv_id(self) -> str:
+        return f"{self.job_name or 'kgen'}-{self.run_id or 'local'}"
+
+    @property
+    def is_master(self) -> bool:
+        return self.node_rank == 0
+
+    def summary(self) -> str:
+        return (
+            f"node {self.node_rank}/{self.nnodes} (rank from {self.rank_source}), "
+            f"{self.nproc} process(es) per node, world size {self.world_size}; "
+            f"master {self.master_addr}:{self.master_port}, liveness port {self.liveness_port}; "
+            f"rendezvous static id={self.rdzv_id} timeout={self.rdzv_timeout}s; "
+            f"master wait {self.master_wait:g}s; heartbeat every {self.hb_interval:g}s, "
+            f"peer lost after {self.hb_timeout:g}s of silence"
+        )
+
+
+def _raw(env: dict, name: str) -> str | None:
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+def _number(env, name, problems, kind, default=None, lo=None, hi=None, fix=""):
+    raw = _raw(env, name)
+    if raw is None:
+        if default is None:
+            problems.append(f"{name} is not set: {fix}")
+        return default
+    try:
+        value = kind(raw)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        problems.append(f"{name}={raw!r} is not {what}: {fix}")
+        return None
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = f">= {lo}" if hi is None else f"between {lo} and {hi}"
+        problems.append(f"{name}={raw!r} must be {bounds}: {fix}")
+        return None
+    return value
+
+
+def derive_rank(env: dict, nnodes: int | None, cfg: Config) -> None:
+    """Node rank: NODE_RANK, JOB_COMPLETION_INDEX, KGEN_POD_INDEX, then the hostname ordinal."""
+    looked = cfg.rank_looked_at
+    for name in ("NODE_RANK", "JOB_COMPLETION_INDEX", "KGEN_POD_INDEX"):
+        raw = env.get(name)
+        if raw is None or raw.strip() == "":
+            looked.append(f"{name} ({'unset' if raw is None else 'empty'})")
+            continue
+        try:
+            rank = int(raw.strip())
+        except ValueError:
+            cfg.problems.append(
+                f"{name}={raw!r} is not an integer node rank: set it to a number in "
+                f"[0, NNODES) or unset it"
+            )
+            return
+        cfg.rank_source = f"{name}={raw.strip()}"
+        break
+    else:
+        host = env.get("HOSTNAME") or socket.gethostname()
+        job = (env.get("KGEN_JOB_NAME") or "").strip()
+        match = None
+        if job and host.startswith(job + "-") and host[len(job) + 1 :].isdigit():
+            match = host[len(job) + 1 :]
+        else:
+            found = re.search(r"-(\d+)$", host)
+            match = found.group(1) if found else None
+        if match is None:
+            looked.append(f"HOSTNAME={host!r} (no -<n> ordinal suffix)")
+            cfg.problems.append(
+                "cannot derive the node rank: looked at " + ", ".join(looked) + "; set "
+                "NODE_RANK=<0..NNODES-1> (bare metal) or run as an Indexed Job / StatefulSet pod"
+            )
+            return
+        rank = int(match)
+        cfg.rank_source = f"HOSTNAME={host}"
+    if nnodes is not None and not 0 <= rank < nnodes:
+        cfg.problems.append(
+            f"node rank {rank} (from {cfg.rank_source}) is outside [0, NNODES={nnodes}): make "
+            f"NNODES equal to the Job's completions / StatefulSet's replicas, or fix the rank"
+        )
+        return
+    cfg.node_rank = rank
+
+
+def load_config(env: dict) -> Config:
+    cfg = Config()
+    p = cfg.problems
+    cfg.nnodes = _number(env, "NNODES", p, int, lo=1, fix="set NNODES to the number of nodes (pods), e.g. NNODES=4")
+    cfg.nproc = _number(
+        env, "NPROC_PER_NODE", p, int, lo=1,
+        fix="set NPROC_PER_NODE to the processes per node (GPUs per node; CPU jobs: e.g. 1)",
+    )
+    addr = _raw(env, "MASTER_ADDR")
+    if addr is None:
+        p.append("MASTER_ADDR is not set: set it to node 0's address, e.g. <name>-0.<service> or an IP")
+    elif "://" in addr or any(c.isspace() for c in addr) or (addr.count(":") == 1):
+        p.append(
+            f"MASTER_ADDR={addr!r} is not a bare host name or IP: give the host only "
+            f"(the port goes in MASTER_PORT), e.g. MASTER_ADDR=job-0.job"
+        )
+    else:
+        cfg.master_addr = addr
+    cfg.master_port = _number(
+        env, "MASTER_PORT", p, int, lo=1, hi=65535,
+        fix="set MASTER_PORT to node 0's rendezvous port, e.g. 29500",
+    )
+    default_live = cfg.master_port + 1 if cfg.master_port and cfg.master_port < 65535 else None
+    if default_live is None and _raw(env, "KGEN_LIVENESS_PORT") is None and cfg.master_port is None:
+        default_live = 0  # MASTER_PORT is already reported; do not repeat it as a liveness problem
+    cfg.liveness_port = _number(
+        env, "KGEN_LIVENESS_PORT", p, int, default=default_live, lo=1, hi=65535,
+        fix="set KGEN_LIVENESS_PORT to a free TCP port on node 0 (default MASTER_PORT+1)",
+    )
+    if cfg.liveness_port is not None and cfg.liveness_port == cfg.master_port:
+        p.append(
+            f"KGEN_LIVENESS_PORT={cfg.liveness_port} equals MASTER_PORT: the liveness channel "
+            f"needs its own port, e.g. MASTER_PORT+1"
+        )
+    cfg.job_name = (env.get("KGEN_JOB_NAME") or "").strip()
+    cfg.run_id = (env.get("KGEN_RUN_ID") or "").strip()
+    kind = (env.get("KGEN_KIND") or "").strip()
+    if kind not in ("", "job", "statefulset"):
+        p.append(f"KGEN_KIND={kind!r} is not 'job' or 'statefulset': re-render with kgen render")
+    cfg.kind = kind
+    d = DEFAULTS
+    cfg.master_wait = _number(
+        env, "KGEN_MASTER_WAIT_TIMEOUT", p, float, default=d["KGEN_MASTER_WAIT_TIMEOUT"], lo=1,
+        fix="seconds a node waits for node 0 (values timeouts.masterWait), e.g. 600",
+    )
+    cfg.rdzv_timeout = _number(
+        env, "KGEN_RDZV_TIMEOUT", p, int, default=d["KGEN_RDZV_TIMEOUT"], lo=1,
+        fix="whole seconds node 0 waits for all nodes (values timeouts.rendezvous), e.g. 300",
+    )
+    cfg.hb_interval = _number(
+        env, "KGEN_HEARTBEAT_INTERVAL", p, float, default=d["KGEN_HEARTBEAT_INTERVAL"], lo=0.05, hi=60,
+        fix="seconds between heartbeats (values timeouts.heartbeatInterval), e.g. 1",
+    )
+    cfg.hb_timeout = _number(
+        env, "KGEN_HEARTBEAT_TIMEOUT", p, float, default=d["KGEN_HEARTBEAT_TIMEOUT"], lo=0.2, hi=3600,
+        fix="seconds of silence after which a peer is lost (values timeouts.heartbeat), e.g. 5",
+    )
+    if cfg.hb_interval and cfg.hb_timeout and cfg.hb_timeout < 2 * cfg.hb_interval:
+        p.append(
+            f"KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g} is less than twice "
+            f"KGEN_HEARTBEAT_INTERVAL={cfg.hb_interval:g}: one late heartbeat would stop the job; "
+            f"use at least 3 x the interval (defaults 5 and 1)"
+        )
+    cfg.max_restarts = _number(
+        env, "KGEN_MAX_RESTARTS", p, int, default=d["KGEN_MAX_RESTARTS"], lo=0,
+        fix="torchrun restarts (values maxRestarts); kgen supports 0",
+    )
+    if cfg.max_restarts:
+        p.append(
+            f"KGEN_MAX_RESTARTS={cfg.max_restarts}: in-place torchrun restarts are not supported "
+            f"(with static rendezvous, torch 2.13's restarted workers read stale peer addresses and "
+            f"hang); set maxRestarts: 0 and let the Job's backoffLimit restart the whole group"
+        )
+    derive_rank(env, cfg.nnodes, cfg)
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------
+# Local process tree
+# --------------------------------------------------------------------------------------------
+
+
+def set_child_subreaper() -> bool:
+    """Orphans (workers whose torchrun died) are re-parented to us, so we can still kill them."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except Exception:
+        return False
+
+
+def descendants(root: int | None = None) -> list[int]:
+    root = os.getpid() if root is None else root
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read().decode("ascii", "replace")
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def signal_tree(sig: int, extra_pgid: int | None = None) -> int:
+    pids = descendants()
+    if extra_pgid:
+        try:
+            os.killpg(extra_pgid, sig)
+        except OSError:
+            pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+    return len(pids)
+
+
+class Child:
+    """torchrun, started in its own session; reaped by us (we may be a subreaper or PID 1)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(argv, start_new_session=True)
+        self.pid = self.proc.pid
+        self.rc: int | None = None
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.pid:
+                code = os.waitstatus_to_exitcode(status)
+                self.rc = 128 - code if code < 0 else code
+                self.proc.returncode = self.rc
+
+    def kill_tree(self, grace: float, first: int = signal.SIGTERM) -> None:
+        """Signal everything below us, wait up to `grace` seconds, then SIGKILL what is left."""
+        if signal_tree(first, self.pid if self.rc is None else None) == 0:
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            self.reap()
+            if not descendants():
+                return
+            time.sleep(0.05)
+        left = signal_tree(signal.SIGKILL, self.pid if self.rc is None else None)
+        if left:
+            log(f"{left} process(es) did not stop within {grace:g}s of SIGTERM: SIGKILLed")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and descendants():
+            self.reap()
+            time.sleep(0.05)
+        self.reap()
+
+
+# --------------------------------------------------------------------------------------------
+# Liveness channel: newline-delimited JSON over TCP, node 0 is the hub
+# --------------------------------------------------------------------------------------------
+
+
+class Conn:
+    def __init__(self, sock: socket.socket, addr=None) -> None:
+        sock.setblocking(False)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+        self.sock, self.addr = sock, addr
+        self.inbuf = b""
+        self.outbuf = b""
+        self.last_rx = self.last_tx = time.monotonic()
+        self.closed = False
+        self.rank: int | None = None
+        self.done = False
+        self.since = time.monotonic()
+
+    def send(self, msg: dict) -> None:
+        if self.closed:
+            return
+        self.outbuf += (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        self.last_tx = time.monotonic()
+        self.flush()
+
+    def flush(self, block_for: float = 0.0) -> None:
+        deadline = time.monotonic() + block_for
+        while self.outbuf and not self.closed:
+            try:
+                n = self.sock.send(self.outbuf)
+                self.outbuf = self.outbuf[n:]
+            except (BlockingIOError, InterruptedError):
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(0.01)
+            except OSError:
+                self.close()
+                return
+
+    def read(self) -> list[dict] | None:
+        """Messages received so far; None when the peer closed the connection or reset it."""
+        try:
+            data = self.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError:
+            return None
+        if not data:
+            return None
+        self.last_rx = time.monotonic()
+        self.inbuf += data
+        msgs = []
+        while b"\n" in self.inbuf:
+            line, self.inbuf = self.inbuf.split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(msg, dict):
+                msgs.append(msg)
+        return msgs
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+
+def resolve(host: str, port: int) -> list[tuple]:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [info[4] for info in infos]
+
+
+class MasterUnreachable(Exception):
+    pass
+
+
+class Rejected(Exception):
+    def __init__(self, reason: str, fatal: bool) -> None:
+        super().__init__(reason)
+        self.fatal = fatal
+
+
+def handshake(cfg: Config, sock: socket.socket, hello: dict) -> dict:
+    sock.settimeout(HANDSHAKE_TIMEOUT)
+    sock.sendall((json.dumps(hello) + "\n").encode())
+    buf = b""
+    deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+    while b"\n" not in buf:
+        if time.monotonic() > deadline:
+            raise socket.timeout("no answer")
+        data = sock.recv(4096)
+        if not data:
+            raise ConnectionResetError("closed during handshake")
+        buf += data
+    return json.loads(buf.split(b"\n", 1)[0])
+
+
+def connect_once(cfg: Config, hello: dict, timeout: float) -> tuple[socket.socket, dict]:
+    """One attempt: resolve, connect, handshake. Raises socket.gaierror / OSError / Rejected."""
+    addrs = resolve(cfg.master_addr, cfg.liveness_port)
+    last: Exception = OSError("no address")
+    for addr in addrs:
+        family = socket.AF_INET6 if len(addr) == 4 else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(addr)
+            answer = handshake(cfg, sock, hello)
+        except (OSError, ValueError) as exc:
+            sock.close()
+            last = exc
+            continue
+        if answer.get("t") == "welcome":
+            return sock, answer
+        sock.close()
+        raise Rejected(str(answer.get("reason", answer)), bool(answer.get("fatal")))
+    raise last
+
+
+class Signals:
+    """Signal handlers that only record the signal and wake the event loop."""
+
+    def __init__(self) -> None:
+        self.rfd, self.wfd = os.pipe()
+        os.set_blocking(self.rfd, False)
+        os.set_blocking(self.wfd, False)
+        self.pending: list[int] = []
+        signal.set_wakeup_fd(self.wfd, warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(sig, self._on)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def _on(self, signum, _frame) -> None:
+        self.pending.append(signum)
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.rfd, 512):
+                pass
+        except OSError:
+            pass
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, but wake up at once when a signal arrives."""
+        if seconds > 0 and not self.pending:
+            try:
+                sel = selectors.DefaultSelector()
+                sel.register(self.rfd, selectors.EVENT_READ)
+                sel.select(seconds)
+                sel.close()
+            except (OSError, ValueError):
+                time.sleep(min(seconds, 0.1))
+        self.drain()
+
+
+def wait_for_master(cfg: Config, sigs: Signals) -> Conn:
+    """Active, bounded wait for node 0's entrypoint (DNS, then TCP, then a hello/welcome)."""
+    hello = {
+        "t": "hello", "v": PROTOCOL, "rank": cfg.node_rank, "id": cfg.rdzv_id, "nnodes": cfg.nnodes,
+        "nproc": cfg.nproc, "host": socket.gethostname(),
+    }
+    start = time.monotonic()
+    deadline = start + cfg.master_wait
+    next_progress = start + PROGRESS_EVERY
+    backoff = BACKOFF_FIRST
+    attempts = 0
+    dns_ok_ever = False
+    state = "not tried"
+    target = f"{cfg.master_addr}:{cfg.liveness_port}"
+    log(f"waiting for node 0 at {target} (liveness port; bound {cfg.master_wait:g}s)")
+    while True:
+        if sigs.pending:
+            sig = sigs.pending[0]
+            log(f"received {signal.Signals(sig).name} while waiting for node 0: exiting")
+            sys.exit(128 + sig)
+        attempts += 1
+        now = time.monotonic()
+        try:
+            sock, _ = connect_once(cfg, hello, timeout=max(0.2, min(5.0, deadline - now)))
+            log(f"node 0 reachable after {time.monotonic() - start:.1f}s ({attempts} attempt(s))")
+            return Conn(sock)
+        except socket.gaierror as exc:
+            state = f"DNS: {cfg.master_addr!r} does not resolve ({exc.strerror or exc})"
+        except Rejected as exc:
+            if exc.fatal:
+                fatal(EXIT_CONFIG, f"node 0 refused this node: {exc}")
+            state = f"node 0 answered but is not ready for this run: {exc}"
+            dns_ok_ever = True
+        except (OSError, ValueError) as exc:
+            dns_ok_ever = True
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            state = f"port: {target} resolved but not accepting ({reason})"
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        if now >= next_progress:
+            log(f"still waiting for node 0 ({now - start:.0f}s of {cfg.master_wait:g}s): {state}")
+            next_progress = now + PROGRESS_EVERY
+        delay = min(backoff, BACKOFF_MAX) * random.uniform(0.5, 1.0)
+        backoff *= 2
+        sigs.sleep(min(delay, max(0.0, deadline - now)))
+    if state.startswith("DNS"):
+        hint = (
+            "the name never resolved: is pod 0 scheduled and running? Does the headless Service "
+            "exist with publishNotReadyAddresses: true, and does the pod set subdomain/serviceName "
+            "to it? (kubectl get pods,svc; kubectl describe pod <name>-0)"
+        )
+    else:
+        hint = (
+            "the name resolved but nothing answered on the liveness port: is pod 0 running the kgen "
+            "entrypoint (kubectl logs <name>-0), is KGEN_LIVENESS_PORT the same on every pod, does "
+            "a NetworkPolicy block it?"
+        )
+    fatal(
+        EXIT_MASTER_UNREACHABLE,
+        f"node 0 not reachable within KGEN_MASTER_WAIT_TIMEOUT={cfg.master_wait:g}s after "
+        f"{attempts} attempts; last: {state}; {hint}",
+    )
+    raise AssertionError  # unreachable
+
+
+class Hub:
+    """Node 0's side: accepts every other node, watches them, tells them to stop."""
+
+    def __init__(self, cfg: Config, sel: selectors.BaseSelector) -> None:
+        self.cfg, self.sel = cfg, sel
+        self.listeners: list[socket.socket] = []
+        self.pending: list[Conn] = []
+        self.peers: dict[int, Conn] = {}
+        self.expected = set(range(1, cfg.nnodes))
+        self.started = time.monotonic()
+        self.all_joined_at: float | None = None
+        self.aborting = False
+        self.own_done = False
+        self.last_beat = 0.0
+        self.lost: str | None = None
+
+    def listen(self) -> None:
+        errors = []
+        for family, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+            except OSError:
+                continue
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind((host, self.cfg.liveness_port))
+                sock.listen(max(16, self.cfg.nnodes))
+                sock.setblocking(False)
+            except OSError as exc:
+                sock.close()
+                errors.append((family, exc))
+                continue
+            self.listeners.append(sock)
+            self.sel.register(sock, selectors.EVENT_READ, ("listen", sock))
+        if not self.listeners or any(f == socket.AF_INET for f, _ in errors):
+            exc = errors[0][1] if errors else OSError("no socket")
+            fatal(
+                EXIT_CONFIG,
+                f"KGEN_LIVENESS_PORT={self.cfg.liveness_port}: cannot listen ({exc}): pick a free "
+                f"port (values livenessPort) that differs from MASTER_PORT",
+            )
+
+    def close_listeners(self) -> None:
+        for sock in self.listeners:
+            try:
+                self.sel.unregister(sock)
+            except (KeyError, ValueError):
+                pass
+            sock.close()
+        self.listeners = []
+
+    def on_event(self, data) -> None:
+        kind, obj = data
+        if kind == "listen":
+            try:
+                sock, addr = obj.accept()
+            except OSError:
+                return
+            conn = Conn(sock, addr)
+            self.pending.append(conn)
+            self.sel.register(sock, selectors.EVENT_READ, ("conn", conn))
+            return
+        conn: Conn = obj
+        msgs = conn.read()
+        if msgs is None:
+            self._drop(conn)
+            if conn.rank is not None and not conn.done and not self.aborting:
+                self.lose(f"node {conn.rank} closed its liveness connection (pod died, was "
+                          f"deleted or its entrypoint was killed)")
+            return
+        for msg in msgs:
+            self._message(conn, msg)
+
+    def _message(self, conn: Conn, msg: dict) -> None:
+        t = msg.get("t")
+        if conn.rank is None:
+            if t == "probe":
+                conn.send({"t": "status", "joined": sorted(self.peers), "nnodes": self.cfg.nnodes,
+                           "id": self.cfg.rdzv_id})
+                conn.flush(0.5)
+                self._drop(conn)
+                return
+            if t != "hello":
+                self._drop(conn)
+                return
+            self._hello(conn, msg)
+            return
+        if t == "done":
+            conn.done = True
+            log(f"node {conn.rank} finished successfully")
+        elif t == "fail":
+            conn.done = True
+            if not self.aborting:
+                self.lose(f"node {conn.rank} failed: {msg.get('reason', 'unknown')}")
+
+    def _reject(self, conn: Conn, reason: str, fatal_: bool) -> None:
+        conn.send({"t": "reject", "reason": reason, "fatal": fatal_})
+        conn.flush(0.5)
+        self._drop(conn)
+
+    def _hello(self, conn: Conn, msg: dict) -> None:
+        rank = msg.get("rank")
+        cfg = self.cfg
+        if self.aborting or self.own_done:
+            return self._reject(conn, "node 0 is shutting down this run", False)
+        if msg.get("id") != cfg.rdzv_id:
+            return self._reject(
+                conn, f"rendezvous id {msg.get('id')!r} differs from node 0's {cfg.rdzv_id!r} "
+                f"(pods of two different runs?)", False)
+        if msg.get("nnodes") != cfg.nnodes or msg.get("nproc") != cfg.nproc:
+            return self._reject(
+                conn, f"NNODES/NPROC_PER_NODE {msg.get('nnodes')}/{msg.get('nproc')} differ from "
+                f"node 0's {cfg.nnodes}/{cfg.nproc}: render every pod from the same manifest", True)
+        if not isinstance(rank, int) or rank not in self.expected:
+            return self._reject(conn, f"node rank {rank!r} is not in 1..{cfg.nnodes - 1}", True)
+        if rank in self.peers:
+            return self._reject(
+                conn, f"node rank {rank} already joined from {msg.get('host')}: two pods derived "
+                f"the same node rank", True)
+        self.pending.remove(conn)
+        conn.rank = rank
+        self.peers[rank] = conn
+        conn.send({"t": "welcome", "v": PROTOCOL, "hb": cfg.hb_interval})
+        joined = len(self.peers)
+        log(f"node {rank} joined the liveness channel ({joined}/{cfg.nnodes - 1} peers, "
+            f"host {msg.get('host')})")
+        if joined == len(self.expected):
+            self.all_joined_at = time.monotonic()
+            log(f"all {cfg.nnodes} nodes connected after {self.all_joined_at - self.started:.1f}s")
+
+    def _drop(self, conn: Conn) -> None:
+        try:
+            self.sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        if conn in self.pending:
+            self.pending.remove(conn)
+        conn.close()
+
+    def lose(self, reason: str) -> None:
+        if self.lost is None:
+            self.lost = reason
+
+    def tick(self, now: float) -> None:
+        cfg = self.cfg
+        if now - self.last_beat >= cfg.hb_interval:
+            self.last_beat = now
+            for conn in list(self.peers.values()):
+                if not conn.closed:
+                    conn.send({"t": "hb"})
+        else:
+            for conn in self.peers.values():
+                conn.flush()
+        for conn in list(self.pending):
+            if now - conn.since > HANDSHAKE_TIMEOUT:
+                self._drop(conn)
+        if self.aborting:
+            return
+        for rank, conn in sorted(self.peers.items()):
+            if not conn.done and not conn.closed and now - conn.last_rx > cfg.hb_timeout:
+                self.lose(f"node {rank} silent for {now - conn.last_rx:.1f}s (> "
+                          f"KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): frozen or cut off")
+                return
+        if self.all_joined_at is None and now - self.started > cfg.rdzv_timeout:
+            missing = sorted(self.expected - set(self.peers))
+            self.lose(f"node rank(s) {missing} did not connect within KGEN_RDZV_TIMEOUT="
+                      f"{cfg.rdzv_timeout}s: are those pods scheduled and running "
+                      f"(kubectl get pods -o wide; kubectl describe pod)?")
+
+    def abort_all(self, reason: str) -> None:
+        self.aborting = True
+        self.close_listeners()
+        for conn in self.peers.values():
+            if not conn.done:
+                conn.send({"t": "abort", "reason": reason})
+        for conn in self.peers.values():
+            conn.flush(0.2)
+
+    def finish(self) -> None:
+        """Own torchrun succeeded: tell the others; keep watching until they are done."""
+        self.own_done = True
+        self.close_listeners()
+        for conn in self.peers.values():
+            conn.send({"t": "done"})
+
+    def all_done(self) -> bool:
+        return all(conn.done or conn.closed for conn in self.peers.values())
+
+    def close(self) -> None:
+        for conn in list(self.peers.values()) + list(self.pending):
+            conn.flush(0.2)
+            self._drop(conn)
+        self.close_listeners()
+
+
+class Spoke:
+    """Every other node's side: one connection to node 0."""
+
+    def __init__(self, cfg: Config, sel: selectors.BaseSelector, conn: Conn) -> None:
+        self.cfg, self.sel, self.conn = cfg, sel, conn
+        self.master_done = False
+        self.lost: str | None = None
+        self.aborting = False
+        sel.register(conn.sock, selectors.EVENT_READ, ("conn", conn))
+
+    def on_event(self, data) -> None:
+        msgs = self.conn.read()
+        if msgs is None:
+            self._unregister()
+            if not self.master_done:
+                self.lose("the liveness connection to node 0 closed (node 0 died, was deleted or "
+                          "its entrypoint was killed)")
+            return
+        for msg in msgs:
+            t = msg.get("t")
+            if t == "abort":
+                self.lose(f"node 0 stopped the job: {msg.get('reason', 'unknown')}")
+            elif t == "done":
+                self.master_done = True
+                log("node 0 finished successfully")
+
+    def _unregister(self) -> None:
+        try:
+            self.sel.unregister(self.conn.sock)
+        except (KeyError, ValueError):
+            pass
+        self.conn.close()
+
+    def lose(self, reason: str) -> None:
+        if self.lost is None:
+            self.lost = reason
+
+    def tick(self, now: float) -> None:
+        conn = self.conn
+        if conn.closed:
+            return
+        if now - conn.last_tx >= self.cfg.hb_interval:
+            conn.send({"t": "hb"})
+        else:
+            conn.flush()
+        if not self.master_done and now - conn.last_rx > self.cfg.hb_timeout:
+            self.lose(f"node 0 silent for {now - conn.last_rx:.1f}s (> KGEN_HEARTBEAT_TIMEOUT="
+                      f"{self.cfg.hb_timeout:g}s): frozen or cut off")
+
+    def report(self, rc: int, reason: str) -> None:
+        self.conn.send({"t": "done"} if rc == 0 else {"t": "fail", "rc": rc, "reason": reason})
+        self.conn.flush(1.0)
+        self._unregister()
+
+    def abort_all(self, reason: str) -> None:
+        self.report(EXIT_PEER_LOST, reason)
+
+
+# --------------------------------------------------------------------------------------------
+# torchrun
+# --------------------------------------------------------------------------------------------
+
+
+def torchrun_argv(cfg: Config, command: list[str]) -> list[str]:
+    argv = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nnodes={cfg.nnodes}", f"--nproc-per-node={cfg.nproc}",
+        "--rdzv-backend=static", f"--master-addr={cfg.master_addr}",
+        f"--master-port={cfg.master_port}", f"--node-rank={cfg.node_rank}",
+        f"--rdzv-id={cfg.rdzv_id}", f"--rdzv-conf=timeout={cfg.rdzv_timeout}",
+        "--max-restarts=0", "--monitor-interval=0.1",
+    ]
+    if command[0] == "-m":
+        return argv + command
+    if command[0].endswith(".py"):
+        return argv + command
+    return argv + ["--no-python"] + command
+
+
+def check_command(command: list[str]) -> None:
+    if not command:
+        fatal(EXIT_CONFIG, "no command after '--': give the training command, e.g. "
+                           "-- train.py --lr 3e-4, or use --smoke-test / --diagnose")
+    head = command[0]
+    if head == "-m":
+        if len(command) < 2 or command[1].startswith("-"):
+            fatal(EXIT_CONFIG, "'-m' needs a module name: -- -m package.module [args]")
+    elif head.startswith("-"):
+        fatal(EXIT_CONFIG, f"command starts with the option {head!r}: give a script, "
+                           f"'-m module' or a program after '--'")
+    elif head.endswith(".py") and not os.path.isfile(head):
+        fatal(EXIT_CONFIG, f"training script {head!r} not found (working directory "
+                           f"{os.getcwd()}): check the path, the image and workingDir")
+
+
+def run(cfg: Config, command: list[str]) -> int:
+    """Wait for node 0 (non-masters), start torchrun, supervise it and the liveness channel."""
+    sigs = Signals()
+    sel = selectors.DefaultSelector()
+    sel.register(sigs.rfd, selectors.EVENT_READ, ("signal", None))
+    link: Hub | Spoke | None = None
+    if cfg.nnodes > 1:
+        if cfg.is_master:
+            link = Hub(cfg, sel)
+            link.listen()
+            log(f"liveness channel listening on port {cfg.liveness_port}; waiting for "
+                f"{cfg.nnodes - 1} node(s), bound KGEN_RDZV_TIMEOUT={cfg.rdzv_timeout}s")
+        else:
+            link = Spoke(cfg, sel, wait_for_master(cfg, sigs))
+    set_child_subreaper()
+    argv = torchrun_argv(cfg, command)
+    log("starting: " + " ".join(argv[1:]))
+    try:
+        child = Child(argv)
+    except OSError as exc:
+        if link is not None:
+            link.abort_all(f"node {cfg.node_rank} could not start torchrun: {exc}")
+        fatal(EXIT_CONFIG, f"cannot start torchrun with {sys.executable}: {exc}")
+    got_signal: int | None = None
+    signal_deadline = 0.0
+    lingering = False
+    while True:
+        for key, _ in sel.select(timeout=0.1):
+            kind = key.data[0]
+            if kind == "signal":
+                sigs.drain()
+            elif link is not None:
+                link.on_event(key.data)
+        child.reap()
+        now = time.monotonic()
+        # 1. signals from outside (pod deletion, Ctrl+C)
+        while sigs.pending:
+            sig = sigs.pending.pop(0)
+            name = signal.Signals(sig).name
+            if got_signal is None:
+                got_signal = sig
+                signal_deadline = now + SIGNAL_GRACE
+                log(f"received {name}: stopping torchrun (SIGKILL after {SIGNAL_GRACE:g}s)")
+                if link is not None and not lingering:
+                    link.abort_all(f"node {cfg.node_rank} received {name} (pod deleted or stopped)")
+                if child.rc is None:
+                    try:
+                        os.killpg(child.pid, sig)
+                    except OSError:
+                        pass
+            else:
+                log(f"received {name} again: killing the local process tree now")
+                signal_deadline = now
+        if got_signal is not None:
+            if child.rc is not None or now >= signal_deadline:
+                child.kill_tree(0.0 if now >= signal_deadline else 2.0,
+                                signal.SIGKILL if now >= signal_deadline else signal.SIGTERM)
+                if link is not None:
+                    link.close() if isinstance(link, Hub) else None
+                log(f"stopped after {signal.Signals(got_signal).name} (torchrun exit code "
+                    f"{child.rc})")
+                return 128 + got_signal
+            continue
+        # 2. own torchrun finished
+        if child.rc is not None and not lingering:
+            rc = child.rc
+            child.kill_tree(2.0)
+            if rc != 0:
+                log(f"torchrun exited with code {rc}")
+                if link is not None:
+                    link.abort_all(f"node {cfg.node_rank}'s torchrun exited with code {rc}")
+                    if isinstance(link, Hub):
+                        link.close()
+                return rc
+            log("torchrun finished successfully")
+            if link is None:
+                return 0
+            if isinstance(link, Spoke):
+                link.report(0, "")
+                return 0
+            link.finish()
+            lingering = True
+            log("waiting for the other nodes to finish")
+        # 3. liveness
+        if link is not None:
+            link.tick(now)
+            if link.lost is not None:
+                reason = link.lost
+                log(f"FAIL-STOP: {reason}")
+                if lingering:
+                    link.abort_all(reason)
+                    link.close()
+                    log("this node had already finished successfully: exit 0")
+                    return 0
+                link.abort_all(reason)
+                child.kill_tree(ABORT_GRACE)
+                if isinstance(link, Hub):
+                    link.close()
+                log(f"local process tree stopped; exit {EXIT_PEER_LOST}")
+                return EXIT_PEER_LOST
+            if lingering and link.all_done():
+                link.close()
+                log("all nodes finished")
+                return 0
+
+
+# --------------------------------------------------------------------------------------------
+# --smoke-test worker (run by torchrun on every rank)
+# --------------------------------------------------------------------------------------------
+
+
+def smoke_worker() -> int:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local)
+        device, backend = torch.device("cuda", local), "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    tag = f"[smoke rank {rank}/{world}]"
+    t0 = time.monotonic()
+    dist.init_process_group(backend, timeout=timedelta(seconds=120))
+    t_init = time.monotonic() - t0
+    numel = (64 << 20 if cuda else 4 << 20) // 4
+    x = torch.full((numel,), float(rank + 1), dtype=torch.float32, device=device)
+    expected = world * (world + 1) / 2
+    dist.all_reduce(x)  # warm-up and correctness
+    if cuda:
+        torch.cuda.synchronize()
+    bad = (x != expected).sum().item()
+    if bad:
+        sys.stderr.write(f"{tag} FAIL: all-reduce sum wrong in {bad} of {numel} elements: got "
+                         f"{x[0].item()} expected {expected}\n")
+        return 1
+    iters = 5
+    times = []
+    for _ in range(iters):
+        x.fill_(float(rank + 1))
+        if cuda:
+            torch.cuda.synchronize()
+        t = time.monotonic()
+        dist.all_reduce(x)
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.monotonic() - t)
+        if x[0].item() != expected or x[-1].item() != expected:
+            sys.stderr.write(f"{tag} FAIL: all-reduce sum {x[0].item()} != {expected}\n")
+            return 1
+    best = min(times)
+    size = numel * 4
+    algbw = size / best / 1e9
+    busbw = algbw * 2 * (world - 1) / world if world > 1 else algbw
+    timing = torch.tensor([best], dtype=torch.float64, device=device)
+    dist.all_reduce(timing, op=dist.ReduceOp.MAX)
+    print(f"{tag} ok: backend {backend}, init {t_init:.2f}s, sum {expected:g} correct", flush=True)
+    if rank == 0:
+        slow = timing.item()
+        print(
+            f"kgen smoke-test: PASS world_size={world} backend={backend} "
+            f"all-reduce {size >> 20} MiB: {slow * 1e3:.1f} ms (slowest rank), "
+            f"algbw {size / slow / 1e9:.3f} GB/s, busbw "
+            f"{size / slow / 1e9 * 2 * (world - 1) / max(world, 1):.3f} GB/s "
+            f"(rank 0: {algbw:.3f}/{busbw:.3f})",
+            flush=True,
+        )
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# --diagnose
+# --------------------------------------------------------------------------------------------
+
+
+def _iface_check(var: str, value: str | None) -> tuple[bool, str]:
+    if not value:
+        return True, f"{var} not set: the library picks an interface itself"
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError as exc:
+        return False, f"{var}={value}: cannot list interfaces ({exc})"
+    spec = value
+    exclude = spec.startswith("^")
+    exact = spec.lstrip("^").startswith("=")
+    wanted = [w for w in spec.lstrip("^").lstrip("=").split(",") if w]
+    if exclude:
+        left = [n for n in names if not any((n == w) if exact else n.startswith(w) for w in wanted)]
+        if left:
+            return True, f"{var}={value}: usable {', '.join(left)}"
+        return False, f"{var}={value} excludes every interface ({', '.join(names)})"
+    missing = [w for w in wanted if not any((n == w) if exact else n.startswith(w) for n in names)]
+    if missing:
+        return False, (f"{var}={value}: no interface matches {', '.join(missing)} (have "
+                       f"{', '.join(names)}); set it to the pod network interface, e.g. eth0")
+    return True, f"{var}={value}: present"
+
+
+def diagnose(env: dict) -> int:
+    results: list[tuple[bool, str, str]] = []
+
+    def check(ok: bool, name: str, detail: str) -> None:
+        results.append((ok, name, detail))
+        print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
+
+    cfg = load_config(env)
+    rank_problems = [p for p in cfg.problems if "rank" in p and "NNODES is not" not in p]
+    env_problems = [p for p in cfg.problems if p not in rank_problems]
+    if env_problems:
+        for p in env_problems:
+            check(False, "environment", p)
+    else:
+        check(True, "environment", f"NNODES={cfg.nnodes} NPROC_PER_NODE={cfg.nproc} MASTER_ADDR="
+                                   f"{cfg.master_addr} MASTER_PORT={cfg.master_port} liveness port "
+                                   f"{cfg.liveness_port}")
+    if rank_problems:
+        for p in rank_problems:
+            check(False, "node rank", p)
+    elif cfg.node_rank is not None:
+        check(True, "node rank", f"{cfg.node_rank} (from {cfg.rank_source}; looked at "
+                                 f"{', '.join(cfg.rank_looked_at) or 'nothing else'})")
+    if cfg.master_addr:
+        try:
+            addrs = sorted({a[0] for a in resolve(cfg.master_addr, cfg.master_port or 0)})
+            check(True, "master DNS", f"{cfg.master_addr} -> {', '.join(addrs)}")
+        except socket.gaierror as exc:
+            addrs = []
+            check(False, "master DNS", f"{cfg.master_addr} does not resolve ({exc.strerror}): pod "
+                                       f"0 must exist and the headless Service must publish "
+                                       f"not-ready addresses; check subdomain/serviceName")
+        if addrs and cfg.master_port and cfg.liveness_port:
+            if cfg.node_rank == 0:
+                for label, port in (("rendezvous", cfg.master_port), ("liveness", cfg.liveness_port)):
+                    s = socket.socket()
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    try:
+                        s.bind(("0.0.0.0", port))
+                        check(True, f"master {label} port", f"{port} is free on node 0")
+                    except OSError as exc:
+                        check(False, f"master {label} port",
+                              f"{port} cannot be bound on node 0 ({exc.strerror}): another process "
+                              f"holds it (a running job? then this is expected) or pick another port")
+                    finally:
+                        s.close()
+            else:
+                for label, port in (("liveness", cfg.liveness_port), ("rendezvous", cfg.master_port)):
+                    try:
+                        socket.create_connection((cfg.master_addr, port), timeout=3).close()
+                        check(True, f"master {label} port", f"{cfg.master_addr}:{port} accepts")
+                    except OSError as exc:
+                        check(False, f"master {label} port",
+                              f"{cfg.master_addr}:{port} does not accept ({exc.strerror or exc}): "
+                              f"node 0's entrypoint/torchrun must be running; check its logs, the "
+                              f"container ports and NetworkPolicies")
+    try:
+        st = os.statvfs("/dev/shm")
+        size = st.f_frsize * st.f_blocks
+        mib = size >> 20
+        if mib < 1024:
+            check(False, "/dev/shm", f"{mib} MiB: NCCL and DataLoader workers need more; mount a "
+                                     f"memory-backed emptyDir at /dev/shm (values shmSize, >= 1Gi)")
+        else:
+            check(True, "/dev/shm", f"{mib} MiB")
+    except OSError as exc:
+        check(False, "/dev/shm", f"not available ({exc}): mount a memory-backed emptyDir there")
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus == 0:
+            check(True, "GPUs", f"none visible: CPU job, gloo backend, NPROC_PER_NODE={cfg.nproc}")
+        elif cfg.nproc and cfg.nproc > gpus:
+            check(False, "GPUs", f"{gpus} visible but NPROC_PER_NODE={cfg.nproc}: request "
+                                 f"{cfg.nproc} GPUs per pod or lower NPROC_PER_NODE")
+        else:
+            extra = f" ({gpus - cfg.nproc} idle)" if cfg.nproc and gpus > cfg.nproc else ""
+            check(True, "GPUs", f"{gpus} visible, NPROC_PER_NODE={cfg.nproc}{extra}")
+    except Exception as exc:  # noqa: BLE001 - any import failure is the finding
+        check(False, "GPUs", f"cannot import torch with {sys.executable} ({exc}): use an image "
+                             f"with torch installed")
+    for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        ok, detail = _iface_check(var, env.get(var))
+        check(ok, "interface", detail)
+    failed = sum(1 for ok, _, _ in results if not ok)
+    print(f"{'PASS' if not failed else 'FAIL'} summary: {len(results) - failed} passed, "
+          f"{failed} failed", flush=True)
+    return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------------------------
+
+USAGE = (
+    "usage: kgen_entrypoint.py [--diagnose | --smoke-test | -- COMMAND [ARGS...]]\n"
+    "  -- train.py ARGS      run a script on every worker through torchrun\n"
+    "  -- -m pkg.mod ARGS    run a module\n"
+    "  -- PROGRAM ARGS       run any program (torchrun --no-python)\n"
+    "  --smoke-test          all-reduce check instead of training\n"
+    "  --diagnose            environment and network checks, one PASS/FAIL line each\n"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _TAG
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--smoke-worker"]:
+        return smoke_worker()
+    if args[:1] in (["-h"], ["--help"]):
+        sys.stdout.write(USAGE)
+        return 0
+    if args[:1] == ["--diagnose"]:
+        if len(args) > 1:
+            fatal(EXIT_CONFIG, "--diagnose takes no arguments")
+        return diagnose(dict(os.environ))
+    if args[:1] == ["--smoke-test"]:
+        if len(args) > 1:
+            fatal(EXIT_CONFIG, "--smoke-test takes no arguments")
+        command = [os.path.abspath(__file__), "--smoke-worker"]
+    elif args[:1] == ["--"]:
+        command = args[1:]
+        check_command(command)
+    elif args and not args[0].startswith("-"):
+        command = args
+        check_command(command)
+    else:
+        sys.stderr.write(USAGE)
+        fatal(EXIT_CONFIG, f"unknown option {args[0]!r}" if args else "no command given")
+    cfg = load_config(dict(os.environ))
+    if cfg.problems:
+        fatal(EXIT_CONFIG, cfg.problems)
+    _TAG = f"kgen node {cfg.node_rank}"
+    log(cfg.summary())
+    return run(cfg, command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -528,7 +528,7 @@ def wait_for_master(cfg: Config, sigs: Signals) -> Conn:
     """Active, bounded wait for node 0's entrypoint (DNS, then TCP, then a hello/welcome)."""
     hello = {
         "t": "hello", "v": PROTOCOL, "rank": cfg.node_rank, "id": cfg.rdzv_id, "nnodes": cfg.nnodes,
-        "nproc": cfg.nproc, "host": socket.gethostname(),
+        "nproc": cfg.nproc, "host": os.environ.get("HOSTNAME") or socket.gethostname(),
     }
     start = time.monotonic()
     deadline = start + cfg.master_wait

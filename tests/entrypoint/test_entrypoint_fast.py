@@ -1,0 +1,245 @@
+"""Entrypoint behaviour that needs no torch: configuration, rank, command line, master wait."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ENTRYPOINT = Path(__file__).resolve().parents[2] / "entrypoint" / "kgen_entrypoint.py"
+
+spec = importlib.util.spec_from_file_location("kgen_entrypoint", ENTRYPOINT)
+ep = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ep)
+
+BASE = {"NNODES": "4", "NPROC_PER_NODE": "2", "MASTER_ADDR": "job-0.job", "MASTER_PORT": "29500"}
+
+
+def run_ep(env: dict, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    full = {"PATH": "/usr/bin:/bin", "HOSTNAME": "somehost", **env}
+    return subprocess.run([sys.executable, str(ENTRYPOINT), *args], env=full, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# -- node rank ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "env, rank, source",
+    [
+        ({"NODE_RANK": "3", "JOB_COMPLETION_INDEX": "1", "KGEN_POD_INDEX": "2"}, 3, "NODE_RANK"),
+        ({"JOB_COMPLETION_INDEX": "1", "KGEN_POD_INDEX": "2", "HOSTNAME": "x-3"}, 1, "JOB_COMPLETION_INDEX"),
+        ({"KGEN_POD_INDEX": "2", "HOSTNAME": "x-3"}, 2, "KGEN_POD_INDEX"),
+        # StatefulSet on Kubernetes < 1.28: the pod-index label is missing, the fieldRef is empty
+        ({"KGEN_POD_INDEX": "", "HOSTNAME": "train-3", "KGEN_JOB_NAME": "train"}, 3, "HOSTNAME"),
+        ({"HOSTNAME": "my-job-name-2", "KGEN_JOB_NAME": "my-job-name"}, 2, "HOSTNAME"),
+        ({"HOSTNAME": "other-1"}, 1, "HOSTNAME"),
+        ({"NODE_RANK": " 0 ", "HOSTNAME": "x-3"}, 0, "NODE_RANK"),
+    ],
+)
+def test_rank_order(env, rank, source):
+    cfg = ep.load_config({**BASE, **env})
+    assert cfg.problems == []
+    assert cfg.node_rank == rank
+    assert cfg.rank_source.startswith(source)
+
+
+def test_rank_missing_names_everything_it_looked_at():
+    cfg = ep.load_config({**BASE, "KGEN_POD_INDEX": "", "HOSTNAME": "gpu"})
+    (problem,) = cfg.problems
+    for looked in ("NODE_RANK (unset)", "JOB_COMPLETION_INDEX (unset)", "KGEN_POD_INDEX (empty)",
+                   "HOSTNAME='gpu'"):
+        assert looked in problem
+    assert "set NODE_RANK" in problem
+
+
+# -- bad environment: exit 2, one line per problem, no traceback ------------------------------
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"NNODES": None}, "NNODES is not set"),
+        ({"NNODES": "two"}, "NNODES='two' is not an integer"),
+        ({"NNODES": "0"}, "NNODES='0' must be >= 1"),
+        ({"NODE_RANK": "4"}, "node rank 4 (from NODE_RANK=4) is outside [0, NNODES=4)"),
+        ({"NODE_RANK": "-1"}, "node rank -1 (from NODE_RANK=-1) is outside"),
+        ({"NODE_RANK": "1.5"}, "NODE_RANK='1.5' is not an integer node rank"),
+        ({"NODE_RANK": None, "JOB_COMPLETION_INDEX": "7"}, "(from JOB_COMPLETION_INDEX=7) is outside"),
+        ({"NPROC_PER_NODE": "auto"}, "NPROC_PER_NODE='auto' is not an integer"),
+        ({"MASTER_PORT": "http"}, "MASTER_PORT='http' is not an integer"),
+        ({"MASTER_PORT": "70000"}, "MASTER_PORT='70000' must be between 1 and 65535"),
+        ({"MASTER_ADDR": None}, "MASTER_ADDR is not set"),
+        ({"MASTER_ADDR": "job-0.job:29500"}, "is not a bare host name or IP"),
+        ({"KGEN_LIVENESS_PORT": "29500"}, "KGEN_LIVENESS_PORT=29500 equals MASTER_PORT"),
+        ({"KGEN_HEARTBEAT_TIMEOUT": "1", "KGEN_HEARTBEAT_INTERVAL": "1"}, "less than twice"),
+        ({"KGEN_HEARTBEAT_TIMEOUT": "soon"}, "KGEN_HEARTBEAT_TIMEOUT='soon' is not a number"),
+        ({"KGEN_MASTER_WAIT_TIMEOUT": "-5"}, "KGEN_MASTER_WAIT_TIMEOUT='-5' must be >= 1"),
+        ({"KGEN_RDZV_TIMEOUT": "1.5"}, "KGEN_RDZV_TIMEOUT='1.5' is not an integer"),
+        ({"KGEN_KIND": "deployment"}, "KGEN_KIND='deployment' is not 'job' or 'statefulset'"),
+        ({"KGEN_MAX_RESTARTS": "3"}, "KGEN_MAX_RESTARTS=3: in-place torchrun restarts are not supported"),
+    ],
+)
+def test_bad_environment_exits_2_with_message(env, expected):
+    full = {**BASE, "NODE_RANK": "1"}
+    for key, value in env.items():
+        if value is None:
+            full.pop(key, None)
+        else:
+            full[key] = value
+    res = run_ep(full, "--", "/bin/true")
+    assert res.returncode == 2, res.stderr
+    assert expected in res.stderr
+    assert "Traceback" not in res.stderr
+    assert res.stderr.startswith("kgen-entrypoint: error: ")
+
+
+def test_all_problems_reported_at_once():
+    res = run_ep({"NNODES": "x", "NPROC_PER_NODE": "0", "MASTER_PORT": "1", "NODE_RANK": "0"},
+                 "--", "/bin/true")
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert any("NNODES='x'" in line for line in lines)
+    assert any("NPROC_PER_NODE='0'" in line for line in lines)
+    assert any("MASTER_ADDR is not set" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        ([], "no command given"),
+        (["--bogus"], "unknown option '--bogus'"),
+        (["--"], "no command after '--'"),
+        (["--", "-x"], "command starts with the option '-x'"),
+        (["--", "-m"], "'-m' needs a module name"),
+        (["--", "missing_train.py"], "training script 'missing_train.py' not found"),
+        (["--smoke-test", "extra"], "--smoke-test takes no arguments"),
+    ],
+)
+def test_bad_command_line(args, expected):
+    res = run_ep({**BASE, "NODE_RANK": "0"}, *args)
+    assert res.returncode == 2
+    assert expected in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+# -- torchrun command ------------------------------------------------------------------------
+
+
+def test_torchrun_argv_is_one_static_configuration():
+    cfg = ep.load_config({**BASE, "JOB_COMPLETION_INDEX": "2", "KGEN_JOB_NAME": "llm",
+                          "KGEN_RUN_ID": "uid-1", "KGEN_RDZV_TIMEOUT": "120"})
+    argv = ep.torchrun_argv(cfg, ["train.py", "--lr", "3e-4"])
+    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    flags = argv[3:-3]
+    assert flags == [
+        "--nnodes=4", "--nproc-per-node=2", "--rdzv-backend=static", "--master-addr=job-0.job",
+        "--master-port=29500", "--node-rank=2", "--rdzv-id=llm-uid-1", "--rdzv-conf=timeout=120",
+        "--max-restarts=0", "--monitor-interval=0.1",
+    ]
+    assert not any("rdzv-endpoint" in f or "c10d" in f for f in argv)
+    assert argv[-3:] == ["train.py", "--lr", "3e-4"]
+    assert ep.torchrun_argv(cfg, ["-m", "pkg.mod", "a"])[-3:] == ["-m", "pkg.mod", "a"]
+    assert ep.torchrun_argv(cfg, ["bash", "run.sh"])[-3:] == ["--no-python", "bash", "run.sh"]
+
+
+def test_bare_metal_defaults():
+    cfg = ep.load_config({**BASE, "NODE_RANK": "0"})
+    assert cfg.problems == []
+    assert cfg.liveness_port == 29501
+    assert (cfg.master_wait, cfg.rdzv_timeout, cfg.hb_interval, cfg.hb_timeout) == (600, 300, 1, 5)
+    assert cfg.rdzv_id == "kgen-local"
+    assert "node 0/4" in cfg.summary() and "world size 8" in cfg.summary()
+
+
+def test_supervisor_does_not_import_torch():
+    code = (
+        "import importlib.util, sys;"
+        f"s = importlib.util.spec_from_file_location('e', {str(ENTRYPOINT)!r});"
+        "m = importlib.util.module_from_spec(s); s.loader.exec_module(m);"
+        "m.load_config({'NNODES': '2', 'NPROC_PER_NODE': '1', 'MASTER_ADDR': 'a',"
+        " 'MASTER_PORT': '1000', 'NODE_RANK': '0'});"
+        "print('torch' in sys.modules)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert res.stdout.strip() == "False"
+
+
+# -- waiting for node 0 (no torch: node 0 is never reached) -----------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_master_dns_never_resolves_exits_3_with_diagnosis():
+    t = time.monotonic()
+    res = run_ep({**BASE, "MASTER_ADDR": "nobody.invalid", "NODE_RANK": "1",
+                  "KGEN_MASTER_WAIT_TIMEOUT": "3"}, "--", "/bin/true")
+    elapsed = time.monotonic() - t
+    assert res.returncode == 3, res.stderr
+    assert "not reachable within KGEN_MASTER_WAIT_TIMEOUT=3s" in res.stderr
+    assert "does not resolve" in res.stderr and "never resolved" in res.stderr
+    assert 2.5 < elapsed < 15
+
+
+def test_master_port_closed_exits_3_with_diagnosis():
+    port = _free_port()
+    t = time.monotonic()
+    res = run_ep({**BASE, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port - 1),
+                  "KGEN_LIVENESS_PORT": str(port), "NODE_RANK": "2",
+                  "KGEN_MASTER_WAIT_TIMEOUT": "3"}, "--", "/bin/true")
+    elapsed = time.monotonic() - t
+    assert res.returncode == 3
+    assert "resolved but not accepting" in res.stderr
+    assert "nothing answered on the liveness port" in res.stderr
+    assert 2.5 < elapsed < 15
+
+
+def test_master_wait_prints_progress_about_every_10s():
+    res = run_ep({**BASE, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "KGEN_LIVENESS_PORT":
+                  str(_free_port()), "NODE_RANK": "1", "KGEN_MASTER_WAIT_TIMEOUT": "12"},
+                 "--", "/bin/true", timeout=40)
+    assert res.returncode == 3
+    progress = [line for line in res.stderr.splitlines() if "still waiting for node 0" in line]
+    assert len(progress) == 1, res.stderr
+
+
+def test_sigterm_while_waiting_exits_promptly():
+    proc = subprocess.Popen(
+        [sys.executable, str(ENTRYPOINT), "--", "/bin/true"],
+        env={"PATH": "/usr/bin:/bin", **BASE, "MASTER_ADDR": "127.0.0.1", "NODE_RANK": "1",
+             "MASTER_PORT": "1", "KGEN_LIVENESS_PORT": str(_free_port())},
+        stderr=subprocess.PIPE, text=True,
+    )
+    time.sleep(1.0)
+    t = time.monotonic()
+    proc.terminate()
+    try:
+        rc = proc.wait(10)
+    finally:
+        proc.kill()
+    assert rc == 128 + 15
+    assert time.monotonic() - t < 3
+
+
+def test_diagnose_bad_environment_lists_failures():
+    res = run_ep({"NNODES": "2", "NPROC_PER_NODE": "1", "MASTER_ADDR": "nobody.invalid",
+                  "MASTER_PORT": "29500", "GLOO_SOCKET_IFNAME": "nosuchif0"}, "--diagnose",
+                 timeout=60)
+    assert res.returncode == 1
+    out = res.stdout
+    assert "FAIL node rank: cannot derive the node rank" in out
+    assert "FAIL master DNS: nobody.invalid does not resolve" in out
+    assert "FAIL interface: GLOO_SOCKET_IFNAME=nosuchif0: no interface matches nosuchif0" in out
+    assert "PASS interface: NCCL_SOCKET_IFNAME not set" in out
+    assert "PASS environment:" in out
+    for line in out.strip().splitlines():
+        assert line.startswith(("PASS ", "FAIL ")), line

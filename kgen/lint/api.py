@@ -1,0 +1,249 @@
+"""kgen lint's library API: what the CLI and ``kgen render`` call.
+
+    opts = LintOptions(kubernetes_version="1.37")
+    result = lint_paths(["manifests/", "-"], opts)     # '-' = stdin; folders recursive
+    result = lint_text(text, "<render>", opts)
+    result.findings, result.exit_code                   # 0 clean, 1 error findings
+
+Unreadable files, YAML syntax errors, an unknown version or engine, a missing kubeconform binary
+raise ``kgen.errors.InputError`` / ``UsageError`` (exit 2 in the CLI).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from kgen.errors import InputError, UsageError
+from kgen.findings import Finding, Severity
+from kgen.lint.parse import YAML11_BOOLS, Document, format_path, parse_stream
+
+SKIP_ANNOTATION = "kgen.dev/lint-skip"
+ENGINES = ("builtin", "kubeconform")
+
+
+@dataclass(frozen=True)
+class LintOptions:
+    kubernetes_version: str = "1.37"
+    skip: frozenset = frozenset()
+    engine: str = "builtin"
+    schema_location: str | None = None
+    strict: bool = True  # strict schemas reject unknown fields
+
+
+@dataclass(frozen=True)
+class DocumentRef:
+    file: str
+    line: int
+    kind: str
+    name: str
+
+
+@dataclass
+class LintResult:
+    findings: list[Finding] = field(default_factory=list)
+    documents: list[DocumentRef] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(f.severity is Severity.ERROR for f in self.findings) else 0
+
+    def count(self, severity: Severity) -> int:
+        return sum(1 for f in self.findings if f.severity is severity)
+
+
+class _Prepared:
+    """Options checked once: version, engine, skip ids, schema stores."""
+
+    def __init__(self, opts: LintOptions):
+        from kgen import schema
+        from kgen.lint.registry import Context, load_rules
+
+        self.opts = opts
+        self.version = schema.normalize_version(opts.kubernetes_version)
+        if opts.engine not in ENGINES:
+            raise UsageError(f"unknown engine {opts.engine!r}; use builtin or kubeconform", option="--engine")
+        self.rules = load_rules()
+        unknown = sorted(s for s in opts.skip if s not in self.rules)
+        if unknown:
+            raise UsageError(f"unknown rule id {', '.join(unknown)}; see docs/lint.md for the list", option="--skip")
+        self.ctx = Context(self.version)
+        self.schemas = schema.bundled(self.version, opts.strict)
+        self.user = schema.UserSchemas(opts.schema_location, self.version, opts.strict) if opts.schema_location else None
+        self.kubeconform = None
+        if opts.engine == "kubeconform":
+            from kgen.lint import kubeconform
+
+            self.kubeconform = kubeconform.Runner(self.version, opts.strict, opts.schema_location)
+        self.doc_rules = [r for r in self.rules.values() if r.scope == "document" and r.id not in opts.skip]
+        self.stream_rules = [r for r in self.rules.values() if r.scope == "stream" and r.id not in opts.skip]
+
+
+def lint_text(text: str, filename: str, opts: LintOptions) -> LintResult:
+    """Lint one YAML stream (what ``kgen render`` runs on its own output)."""
+    prepared = _Prepared(opts)
+    result = LintResult(files=[filename])
+    _lint_stream(text, filename, prepared, result)
+    if prepared.kubeconform is not None:
+        prepared.kubeconform.run(result, prepared)
+    _finish(result)
+    return result
+
+
+def lint_paths(paths: Iterable[str], opts: LintOptions, stdin: Any = None) -> LintResult:
+    """Lint files, folders (recursively: *.yaml, *.yml) and '-' (stdin)."""
+    prepared = _Prepared(opts)
+    result = LintResult()
+    for name, text in _read_inputs(list(paths), stdin):
+        result.files.append(name)
+        _lint_stream(text, name, prepared, result)
+    if prepared.kubeconform is not None:
+        prepared.kubeconform.run(result, prepared)
+    _finish(result)
+    return result
+
+
+def _read_inputs(paths: list[str], stdin: Any) -> Iterable[tuple[str, str]]:
+    if not paths:
+        raise UsageError("no input given; pass files, folders or '-' for stdin")
+    for path in paths:
+        if path == "-":
+            stream = stdin if stdin is not None else sys.stdin
+            try:
+                yield "<stdin>", stream.read()
+            except UnicodeDecodeError as err:
+                raise InputError(f"<stdin>: not UTF-8 text ({err.reason})") from None
+            continue
+        if os.path.isdir(path):
+            files = _yaml_files(path)
+            if not files:
+                raise InputError(f"{path}: no *.yaml or *.yml files in this folder")
+            for f in files:
+                yield f, _read(f)
+        else:
+            yield path, _read(path)
+
+
+def _yaml_files(folder: str) -> list[str]:
+    out = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for f in sorted(files):
+            if f.endswith((".yaml", ".yml")):
+                out.append(os.path.join(root, f))
+    return out
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file or directory") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory") from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text ({err.reason})") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror})") from None
+
+
+def _skips(doc: Document) -> frozenset:
+    ann = doc.metadata.get("annotations")
+    value = ann.get(SKIP_ANNOTATION) if isinstance(ann, dict) else None
+    if not isinstance(value, str):
+        return frozenset()
+    return frozenset(s.strip() for s in value.split(",") if s.strip())
+
+
+def _lint_stream(text: str, filename: str, p: _Prepared, result: LintResult) -> None:
+    docs = parse_stream(text, filename)
+    objects: list[Document] = []
+    per_doc: dict[int, list[Finding]] = {}
+    for doc in docs:
+        found = per_doc.setdefault(id(doc), [])
+        found.extend(doc.findings)
+        result.documents.append(DocumentRef(filename, doc.line, doc.kind, doc.name))
+        data = doc.data
+        if not isinstance(data, dict):
+            found.append(doc.finding("KG003", Severity.ERROR,
+                                     f"document is a {type(data).__name__}, not a Kubernetes object; delete it or fix the indentation"))
+            continue
+        missing = [k for k in ("apiVersion", "kind") if not isinstance(data.get(k), str) or not data.get(k)]
+        if missing:
+            found.append(doc.finding("KG003", Severity.ERROR,
+                                     f"document has no {' or '.join(missing)}; every Kubernetes object needs both"))
+            continue
+        objects.append(doc)
+        if p.kubeconform is None:
+            found.extend(_schema_findings(doc, p))
+        else:
+            p.kubeconform.add(doc, text, _has_schema(doc, p))
+        kind = doc.kind
+        for r in p.doc_rules:
+            if r.kinds is None or kind in r.kinds:
+                for path, message in r.fn(doc, p.ctx):
+                    found.append(doc.finding(r.id, r.severity, message, path))
+    for r in p.stream_rules:
+        for doc, path, message in r.fn(objects, p.ctx):
+            per_doc.setdefault(id(doc), []).append(doc.finding(r.id, r.severity, message, path))
+    for doc in docs:
+        skip = p.opts.skip | _skips(doc)
+        for f in per_doc.get(id(doc), []):
+            if f.rule_id not in skip and "all" not in skip:
+                result.findings.append(f)
+
+
+def _has_schema(doc: Document, p: _Prepared) -> bool:
+    if p.schemas.validator(doc.api_version, doc.kind) is not None:
+        return True
+    return p.user is not None and p.user.validator(doc.api_version, doc.kind) is not None
+
+
+def _schema_findings(doc: Document, p: _Prepared) -> list[Finding]:
+    from kgen import schema
+
+    api, kind = doc.api_version, doc.kind
+    v = p.schemas.validator(api, kind)
+    if v is not None:
+        return schema_errors_to_findings(doc, v.validate(doc.data), p.version)
+    if p.user is not None:
+        uv = p.user.validator(api, kind)
+        if uv is not None:
+            return schema_errors_to_findings(doc, p.user.errors(uv[1], doc.data))
+    if schema.is_builtin_group(api):
+        return [doc.finding("KG012", Severity.ERROR,
+                            f"Kubernetes {p.version} serves no {api} {kind}; check apiVersion and kind "
+                            "(e.g. batch/v1 Job, apps/v1 StatefulSet, policy/v1 PodDisruptionBudget)", ("kind",))]
+    return [doc.finding("KG011", Severity.INFO,
+                        f"no schema for {api} {kind}: schema validation skipped (pass --schema-location to validate it)",
+                        ("kind",))]
+
+
+def schema_errors_to_findings(doc: Document, errors: list, version: str = "") -> list[Finding]:
+    out = []
+    for path, message in errors:
+        rule_id = "KG010"
+        node = doc.scalar_at(path) if message.startswith("expected string") else None
+        if node is not None and node.style == "" and node.tag == "!kgen-plain":
+            if node.value in YAML11_BOOLS:
+                rule_id = "KG002"
+                message = (f"unquoted {node.value} is a boolean for kubectl (YAML 1.1) but this field is a string; "
+                           f'quote it: "{node.value}"')
+            else:
+                message = f'{message}; quote it: "{node.value}"'
+        elif version and (message.startswith("unknown field") or message.startswith("missing required")):
+            message = f"{message} ({doc.kind} schema, Kubernetes {version})"
+        out.append(doc.finding(rule_id, Severity.ERROR, message, path))
+    return out
+
+
+def _finish(result: LintResult) -> None:
+    order = {name: i for i, name in enumerate(result.files)}
+    result.findings.sort(key=lambda f: (order.get(f.file, len(order)), f.line, f.column, f.rule_id, f.path))
+
+
+__all__ = ["LintOptions", "LintResult", "DocumentRef", "lint_paths", "lint_text", "format_path"]

@@ -1,0 +1,211 @@
+"""Kubernetes helpers shared by the rules: name syntax, quantities, pod templates."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any, Iterator
+
+# util/validation/validation.go
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+IANA_SVC_NAME = re.compile(r"^[-a-z0-9]+$")
+ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def is_dns_label(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 63 and bool(DNS1123_LABEL.match(value))
+
+
+def is_dns_subdomain(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 253 and bool(DNS1123_SUBDOMAIN.match(value))
+
+
+def is_dns1035_label(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 63 and bool(DNS1035_LABEL.match(value))
+
+
+def qualified_name_problem(key: Any) -> str | None:
+    """Why ``key`` is not a valid label/annotation key (``[prefix/]name``), or None."""
+    if not isinstance(key, str) or not key:
+        return "must be a non-empty string"
+    prefix, slash, name = key.rpartition("/")
+    if slash and not prefix:
+        return "prefix before '/' must not be empty"
+    if prefix and not is_dns_subdomain(prefix):
+        return f"prefix {prefix!r} must be a DNS subdomain (lower case, digits, '-', '.', at most 253)"
+    if "/" in prefix:
+        return "may contain at most one '/'"
+    if len(name) > 63:
+        return f"name part is {len(name)} characters, at most 63 allowed"
+    if not QUALIFIED_NAME.match(name):
+        return "name part must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+    return None
+
+
+def label_value_problem(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return None  # the schema reports the type
+    if len(value) > 63:
+        return f"is {len(value)} characters, at most 63 allowed"
+    if not LABEL_VALUE.match(value):
+        return "must be empty or alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+    return None
+
+
+def iana_port_name_problem(name: str) -> str | None:
+    """util/validation IsValidPortName: <=15, [-a-z0-9], >=1 letter, no '--', no edge '-'."""
+    if len(name) > 15:
+        return f"is {len(name)} characters, at most 15 allowed"
+    if not IANA_SVC_NAME.match(name):
+        return "may contain only lower-case letters, digits and '-'"
+    if not re.search(r"[a-z]", name):
+        return "must contain at least one letter"
+    if "--" in name:
+        return "must not contain '--'"
+    if name.startswith("-") or name.endswith("-"):
+        return "must not begin or end with '-'"
+    return None
+
+
+# --- quantities (apimachinery resource.Quantity) ---------------------------------------------
+
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$")
+_SUFFIX = {
+    None: Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal(10**3),
+    "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18),
+    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40), "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+}
+
+
+def parse_quantity(value: Any) -> Decimal | None:
+    """The quantity's value, or None if the syntax is invalid (``512GB``, ``1.5 Gi``)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        try:
+            return Decimal(str(value))
+        except InvalidOperation:
+            return None
+    if not isinstance(value, str):
+        return None
+    m = _QUANTITY.match(value)
+    if not m:
+        return None
+    number, suffix = m.group(1), m.group(2)
+    try:
+        base = Decimal(number)
+        if suffix and suffix[0] in "eE":
+            return base * (Decimal(10) ** int(suffix[1:]))
+        return base * _SUFFIX[suffix]
+    except (InvalidOperation, OverflowError):
+        return None
+
+
+# --- objects ----------------------------------------------------------------------------------
+
+POD_TEMPLATE_PATHS = {
+    "Job": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "Deployment": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+    "PodTemplate": ("template",),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+
+
+def get(data: Any, *path: Any) -> Any:
+    for step in path:
+        if isinstance(step, int):
+            if not isinstance(data, list) or not -len(data) <= step < len(data):
+                return None
+        elif not isinstance(data, dict):
+            return None
+        data = data[step] if isinstance(step, int) else data.get(step)
+    return data
+
+
+def pod_template(doc: Any) -> tuple[dict, tuple] | None:
+    """(pod template dict, its path) of a workload, or (the Pod itself, ()) for a Pod."""
+    data = doc.data
+    if doc.kind == "Pod":
+        return (data, ()) if isinstance(data, dict) else None
+    path = POD_TEMPLATE_PATHS.get(doc.kind)
+    if path is None:
+        return None
+    tpl = get(data, *path)
+    return (tpl, path) if isinstance(tpl, dict) else None
+
+
+def pod_spec(doc: Any) -> tuple[dict, tuple] | None:
+    found = pod_template(doc)
+    if found is None:
+        return None
+    tpl, path = found
+    spec = tpl.get("spec")
+    return (spec, path + ("spec",)) if isinstance(spec, dict) else None
+
+
+def containers(spec: dict, base: tuple, init: bool = True) -> Iterator[tuple[dict, tuple]]:
+    keys = ("initContainers", "containers") if init else ("containers",)
+    for key in keys:
+        items = spec.get(key)
+        if isinstance(items, list):
+            for i, c in enumerate(items):
+                if isinstance(c, dict):
+                    yield c, base + (key, i)
+
+
+def template_labels(doc: Any) -> dict:
+    found = pod_template(doc)
+    if found is None:
+        return {}
+    labels = get(found[0], "metadata", "labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+def selector_matches(selector: dict, labels: dict) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def gpu_limit(container: dict) -> int:
+    """GPUs (any ``*/gpu`` extended resource) a container asks for: limit, else request."""
+    res = container.get("resources")
+    if not isinstance(res, dict):
+        return 0
+    total = 0
+    for section in ("limits", "requests"):
+        values = res.get(section)
+        if isinstance(values, dict):
+            found = 0
+            for name, value in values.items():
+                if isinstance(name, str) and name.endswith("/gpu"):
+                    q = parse_quantity(value)
+                    if q is not None:
+                        found += int(q)
+            if found:
+                return found
+    return total
+
+
+def env_list(container: dict) -> list:
+    env = container.get("env")
+    return env if isinstance(env, list) else []
+
+
+def env_value(container: dict, name: str) -> tuple[int, Any] | None:
+    """(index, literal value) of the last env entry ``name`` (value None when valueFrom)."""
+    found = None
+    for i, e in enumerate(env_list(container)):
+        if isinstance(e, dict) and e.get("name") == name:
+            found = (i, e.get("value"))
+    return found

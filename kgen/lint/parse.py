@@ -1,0 +1,311 @@
+"""Parse Kubernetes YAML the way kubectl does, keeping the node tree for line numbers.
+
+PyYAML's C composer (libyaml) builds the node tree; ``_convert`` turns nodes into plain Python
+values with kubectl's resolution rules (``sigs.k8s.io/yaml`` -> goyaml.v2), which differ from
+PyYAML's SafeConstructor:
+
+- ``y Y n N`` are booleans (PyYAML: strings); timestamps stay strings (PyYAML: datetime);
+- ``0o17`` and Go-style numbers such as ``1e3`` are numbers; ``1:30`` (sexagesimal) is a string;
+- a duplicate mapping key is an error (kubectl strict field validation), recorded as KG001.
+
+Whether a boolean came from an unquoted ``yes``/``on``/... is read back from the node tree when a
+schema error needs it (``Document.scalar_at``), so the happy path records nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+from kgen.errors import InputError
+from kgen.findings import Finding, Severity
+
+_PLAIN = "!kgen-plain"  # our tag for untagged plain scalars; resolved by _plain() below
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+
+try:  # libyaml; PyYAML wheels ship it, the pure-Python fallback is ~8x slower
+    _Base: type = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - depends on the PyYAML build
+    _Base = yaml.SafeLoader
+
+
+class _Loader(_Base):  # type: ignore[misc, valid-type]
+    """Skips PyYAML's YAML-1.1 regex resolver: plain scalars are resolved kubectl's way later."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        if kind is ScalarNode:
+            return _PLAIN if implicit[0] else _STR
+        return _MAP if kind is MappingNode else _SEQ
+
+_STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_BOOL = "tag:yaml.org,2002:bool"
+_NULL = "tag:yaml.org,2002:null"
+_MERGE = "tag:yaml.org,2002:merge"
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+
+# goyaml.v2 resolve.go: every plain scalar that decodes as a boolean.
+YAML11_BOOLS: dict[str, bool] = {
+    **dict.fromkeys(("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), True),
+    **dict.fromkeys(("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), False),
+}
+_EXPLICIT_NONSTR = frozenset((_INT, _FLOAT, _BOOL, _NULL))
+_NULLS = frozenset(("", "~", "null", "Null", "NULL"))
+_GO_NUMBER = re.compile(r"[-+]?(?:0[xXoObB][0-9a-fA-F_]+|[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?)$")
+
+
+@dataclass
+class Document:
+    """One YAML document of a stream: its value, node tree and where it came from."""
+
+    file: str
+    index: int  # 0-based position in the stream (empty documents not counted)
+    node: Any  # yaml root node
+    data: Any
+    findings: list[Finding] = field(default_factory=list)  # parse findings (duplicate keys)
+
+    @property
+    def line(self) -> int:
+        return self.node.start_mark.line + 1
+
+    @property
+    def kind(self) -> str:
+        v = self.data.get("kind") if isinstance(self.data, dict) else None
+        return v if isinstance(v, str) else ""
+
+    @property
+    def api_version(self) -> str:
+        v = self.data.get("apiVersion") if isinstance(self.data, dict) else None
+        return v if isinstance(v, str) else ""
+
+    @property
+    def metadata(self) -> dict:
+        m = self.data.get("metadata") if isinstance(self.data, dict) else None
+        return m if isinstance(m, dict) else {}
+
+    @property
+    def name(self) -> str:
+        v = self.metadata.get("name")
+        return v if isinstance(v, str) else ""
+
+    @property
+    def namespace(self) -> str:
+        v = self.metadata.get("namespace")
+        return v if isinstance(v, str) else ""
+
+    def locate(self, path: tuple) -> tuple[int, int]:
+        """1-based (line, column) of ``path`` (keys and list indexes), or of its deepest existing
+        ancestor. A mapping entry is located at its key."""
+        node = self.node
+        mark = node.start_mark
+        for step in path:
+            nxt = None
+            if isinstance(node, MappingNode):
+                for k, v in node.value:  # last wins, like the decoded value
+                    if isinstance(k, ScalarNode) and k.value == step:
+                        nxt, mark = v, k.start_mark
+            elif isinstance(node, SequenceNode) and isinstance(step, int) and 0 <= step < len(node.value):
+                nxt = node.value[step]
+                mark = nxt.start_mark
+            if nxt is None:
+                break
+            node = nxt
+        return mark.line + 1, mark.column + 1
+
+    def scalar_at(self, path: tuple) -> ScalarNode | None:
+        node = self.node
+        for step in path:
+            nxt = None
+            if isinstance(node, MappingNode):
+                for k, v in node.value:
+                    if isinstance(k, ScalarNode) and k.value == step:
+                        nxt = v
+            elif isinstance(node, SequenceNode) and isinstance(step, int) and 0 <= step < len(node.value):
+                nxt = node.value[step]
+            if nxt is None:
+                return None
+            node = nxt
+        return node if isinstance(node, ScalarNode) else None
+
+    def finding(self, rule_id: str, severity: Severity, message: str, path: tuple = ()) -> Finding:
+        line, col = self.locate(path)
+        return Finding(rule_id, severity, message, self.file, line, col, format_path(path), self.kind, self.name)
+
+
+_SIMPLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def format_path(path: tuple) -> str:
+    out = []
+    for step in path:
+        if isinstance(step, int):
+            out.append(f"[{step}]")
+        elif _SIMPLE_KEY.match(step):
+            out.append(f".{step}" if out else step)
+        else:
+            out.append(f'["{step}"]')
+    return "".join(out)
+
+
+def _go_int(text: str) -> int | None:
+    s = text.replace("_", "")
+    sign = -1 if s[:1] == "-" else 1
+    if s[:1] in "+-":
+        s = s[1:]
+    try:
+        low = s[:2].lower()
+        if low in ("0x", "0o", "0b"):
+            return sign * int(s, 0)
+        if len(s) > 1 and s[0] == "0":
+            return sign * int(s, 8)
+        return sign * int(s, 10)
+    except ValueError:
+        return None
+
+
+def _plain(node: ScalarNode) -> Any:
+    """kubectl's value for a plain (unquoted) scalar."""
+    value = node.value
+    b = YAML11_BOOLS.get(value)
+    if b is not None:
+        return b
+    if value in _NULLS:
+        return None
+    c = value[0]
+    if c in "0123456789+-." and ":" not in value:
+        low = value.lower()
+        if low in (".inf", "+.inf"):
+            return math.inf
+        if low == "-.inf":
+            return -math.inf
+        if low == ".nan":
+            return math.nan
+        if _GO_NUMBER.match(value):
+            i = _go_int(value)
+            if i is not None:
+                return i
+            try:
+                return float(value.replace("_", ""))
+            except ValueError:
+                return value
+    return value
+
+
+class _Converter:
+    __slots__ = ("dups", "memo")
+
+    def __init__(self) -> None:
+        self.dups: list[tuple[MappingNode, ScalarNode]] = []
+        self.memo: dict[int, Any] = {}
+
+    def convert(self, node: Any) -> Any:
+        cls = node.__class__
+        if cls is ScalarNode:
+            tag = node.tag
+            if tag == _PLAIN:
+                return _plain(node)
+            if tag in _EXPLICIT_NONSTR:  # e.g. !!int "5"
+                return _plain(node)
+            return node.value  # quoted, block, !!str or a custom tag: a string
+        memo = self.memo
+        got = memo.get(id(node))
+        if got is not None:  # an alias: same node object
+            return got
+        if cls is MappingNode:
+            out: dict = {}
+            memo[id(node)] = out
+            convert = self.convert
+            for knode, vnode in node.value:
+                if knode.tag == _PLAIN and knode.value == "<<" or knode.tag == _MERGE:
+                    self._merge(out, vnode)
+                    continue
+                key = convert(knode)
+                if not isinstance(key, str):
+                    key = _key_string(key)
+                if key in out:
+                    self.dups.append((node, knode))
+                out[key] = convert(vnode)
+            return out
+        if cls is SequenceNode:
+            seq: list = []
+            memo[id(node)] = seq
+            seq.extend(self.convert(v) for v in node.value)
+            return seq
+        raise InputError(f"unsupported YAML node {node!r}")  # pragma: no cover
+
+    def _merge(self, out: dict, vnode: Any) -> None:
+        sources = vnode.value if isinstance(vnode, SequenceNode) else [vnode]
+        for src in sources:
+            value = self.convert(src)
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    out.setdefault(k, v)
+
+
+def _key_string(key: Any) -> str:
+    if key is True:
+        return "true"
+    if key is False:
+        return "false"
+    if key is None:
+        return "null"
+    return str(key)
+
+
+def _node_path(root: Any, target: Any) -> tuple | None:
+    """Path of the node ``target`` below ``root`` (used only for rare findings)."""
+    stack: list[tuple[Any, tuple]] = [(root, ())]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return path
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, MappingNode):
+            for k, v in node.value:
+                stack.append((v, path + (k.value if isinstance(k, ScalarNode) else str(k),)))
+        elif isinstance(node, SequenceNode):
+            for i, v in enumerate(node.value):
+                stack.append((v, path + (i,)))
+    return None
+
+
+def parse_stream(text: str, file: str) -> list[Document]:
+    """All non-empty documents of a YAML stream. Raises InputError on a syntax error."""
+    try:
+        nodes = list(yaml.compose_all(text, Loader=_Loader))
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else file
+        problem = " ".join(str(err.problem or err.context or "invalid YAML").split())
+        raise InputError(f"{where}: YAML syntax error: {problem}") from None
+    except yaml.YAMLError as err:
+        raise InputError(f"{file}: YAML error: {' '.join(str(err).split())}") from None
+    docs: list[Document] = []
+    for node in nodes:
+        if node is None:
+            continue
+        conv = _Converter()
+        data = conv.convert(node)
+        if data is None:
+            continue  # empty document (only comments or `---`)
+        doc = Document(file, len(docs), node, data)
+        for mapping, knode in conv.dups:
+            parent = _node_path(node, mapping) or ()
+            path = parent + (knode.value,)
+            doc.findings.append(Finding(
+                "KG001", Severity.ERROR,
+                f"duplicate key {knode.value!r}: kubectl rejects it (strict field validation); keep one",
+                file, knode.start_mark.line + 1, knode.start_mark.column + 1, format_path(path),
+                doc.kind, doc.name))
+        docs.append(doc)
+    return docs

@@ -1,0 +1,68 @@
+"""The rule registry: every rule is a small function registered with a stable id and severity.
+
+Document rules get one ``Document`` and yield ``(path, message)``; stream rules get all documents
+of one file (or stdin, or a render) and yield ``(document, path, message)``. Paths are tuples of
+keys and list indexes; the registry turns them into Findings with file, line and column.
+Ids that are produced by the parser or the schema engine are registered as ``builtin`` rules
+(no function) so ``--skip``, the docs and the tests know about them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from kgen.findings import Severity
+
+
+@dataclass(frozen=True)
+class Context:
+    kubernetes_version: str  # "1.37"
+
+    @property
+    def minor(self) -> int:
+        return int(self.kubernetes_version.split(".")[1])
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: Severity
+    summary: str  # one sentence for the docs
+    fix: str  # one sentence: how to fix it
+    kinds: frozenset[str] | None = None  # None: every kind
+    scope: str = "document"  # document | stream | builtin
+    fn: Callable[..., Iterable[Any]] | None = field(default=None, compare=False)
+
+
+RULES: dict[str, Rule] = {}
+
+
+def _add(rule: Rule) -> None:
+    if rule.id in RULES:
+        raise ValueError(f"duplicate rule id {rule.id}")
+    RULES[rule.id] = rule
+
+
+def rule(rule_id: str, severity: Severity, summary: str, fix: str, kinds: Iterable[str] | None = None,
+         scope: str = "document") -> Callable:
+    """Decorator: register a document (or stream) rule."""
+
+    def wrap(fn: Callable) -> Callable:
+        _add(Rule(rule_id, severity, summary, fix, frozenset(kinds) if kinds else None, scope, fn))
+        fn.rule_id = rule_id  # type: ignore[attr-defined]
+        return fn
+
+    return wrap
+
+
+def builtin(rule_id: str, severity: Severity, summary: str, fix: str) -> None:
+    """Register an id reported by the parser or the schema engine."""
+    _add(Rule(rule_id, severity, summary, fix, None, "builtin", None))
+
+
+def load_rules() -> dict[str, Rule]:
+    """Import every rule module (registration happens at import) and return the registry."""
+    from kgen.lint import rules_meta, rules_pod, rules_service, rules_training, rules_workload  # noqa: F401
+
+    return RULES

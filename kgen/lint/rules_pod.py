@@ -1,0 +1,314 @@
+"""Pod template rules the schemas miss (validation.md §D rows 13-32)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+from kgen.findings import Severity
+from kgen.lint import k8s
+from kgen.lint.registry import Context, rule
+
+E, W = Severity.ERROR, Severity.WARNING
+_STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "storage"}
+_FIELD_PATHS = {"metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName", "spec.serviceAccountName",
+                "status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs"}
+_FIELD_PATH_MAP = re.compile(r"^metadata\.(labels|annotations)\['[^']+'\]$")
+_MEDIUMS = re.compile(r"^(|Memory|HugePages|HugePages-.+)$")
+
+
+def _pod(doc: Any) -> Iterator[tuple[dict, tuple]]:
+    ps = k8s.pod_spec(doc)
+    if ps:
+        yield ps
+
+
+@rule("KG040", E, "Container names are DNS-1123 labels and unique within the pod.",
+      "Use lower case, digits and '-' (e.g. 'trainer').")
+def container_names(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        seen: set = set()
+        for c, path in k8s.containers(spec, base):
+            name = c.get("name")
+            if not isinstance(name, str):
+                continue
+            if not k8s.is_dns_label(name):
+                yield path + ("name",), f"container name {name!r} must be a DNS-1123 label (lower case, digits, '-')"
+            if name in seen:
+                yield path + ("name",), f"duplicate container name {name!r}"
+            seen.add(name)
+
+
+@rule("KG041", E, "Every container needs a non-empty image (the schema has it optional).", "Set image.")
+def container_image(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        for c, path in k8s.containers(spec, base):
+            if not c.get("image"):
+                yield path, f"container {c.get('name', '?')!r} has no image; set image"
+
+
+@rule("KG042", E, "Container port names are IANA service names: at most 15 characters, lower case, digits and "
+      "'-', at least one letter, no '--'; unique per container.", "Shorten the name, e.g. 'c10d' or 'rdzv'.")
+def container_port_names(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        for c, path in k8s.containers(spec, base):
+            ports = c.get("ports")
+            if not isinstance(ports, list):
+                continue
+            seen: set = set()
+            for i, p in enumerate(ports):
+                name = p.get("name") if isinstance(p, dict) else None
+                if not isinstance(name, str):
+                    continue
+                problem = k8s.iana_port_name_problem(name)
+                if problem:
+                    yield path + ("ports", i, "name"), f"port name {name!r} {problem}"
+                if name in seen:
+                    yield path + ("ports", i, "name"), f"duplicate port name {name!r} in this container"
+                seen.add(name)
+
+
+@rule("KG043", E, "Env var names: printable ASCII without '=' (Kubernetes >= 1.32); before 1.32 they must "
+      "match [-._a-zA-Z][-._a-zA-Z0-9]*.", "Rename the variable (e.g. NCCL_DEBUG, not NCCL=DEBUG).")
+def env_names(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        for c, path in k8s.containers(spec, base):
+            for i, e in enumerate(k8s.env_list(c)):
+                name = e.get("name") if isinstance(e, dict) else None
+                if not isinstance(name, str):
+                    continue
+                p = path + ("env", i, "name")
+                if ctx.minor >= 32:
+                    if not name or "=" in name or any(not 32 <= ord(ch) <= 126 for ch in name):
+                        yield p, f"env var name {name!r} must be printable ASCII without '='"
+                elif not k8s.ENV_VAR_NAME.match(name):
+                    yield p, (f"env var name {name!r} must match [-._a-zA-Z][-._a-zA-Z0-9]* on Kubernetes "
+                              f"{ctx.kubernetes_version} (no leading digit)")
+
+
+@rule("KG044", W, "The same env var name twice in one container: the later one silently wins.",
+      "Delete one of them.")
+def env_duplicates(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        for c, path in k8s.containers(spec, base):
+            seen: set = set()
+            for i, e in enumerate(k8s.env_list(c)):
+                name = e.get("name") if isinstance(e, dict) else None
+                if isinstance(name, str):
+                    if name in seen:
+                        yield path + ("env", i, "name"), f"env var {name!r} is set twice; the later one hides the first"
+                    seen.add(name)
+
+
+@rule("KG045", E, "env valueFrom.fieldRef.fieldPath must be one the API server supports (metadata.name, "
+      "metadata.labels['k'], status.podIP, ...).", "Use a supported field path, e.g. metadata.name.")
+def field_ref(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        for c, path in k8s.containers(spec, base):
+            for i, e in enumerate(k8s.env_list(c)):
+                fp = k8s.get(e, "valueFrom", "fieldRef", "fieldPath")
+                if isinstance(fp, str) and fp not in _FIELD_PATHS and not _FIELD_PATH_MAP.match(fp):
+                    yield path + ("env", i, "valueFrom", "fieldRef", "fieldPath"), \
+                        f"fieldPath {fp!r} is not supported; use metadata.name, metadata.labels['...'], status.podIP, ..."
+
+
+def _resources(doc: Any) -> Iterator[tuple[dict, tuple]]:
+    for spec, base in _pod(doc):
+        for c, path in k8s.containers(spec, base):
+            res = c.get("resources")
+            if isinstance(res, dict):
+                yield res, path + ("resources",)
+
+
+def _is_extended(name: str) -> bool:
+    return "/" in name and not name.startswith("kubernetes.io/") and not name.startswith("requests.")
+
+
+@rule("KG046", E, "Resource names are cpu, memory, ephemeral-storage, hugepages-<size> or domain-qualified "
+      "(nvidia.com/gpu).", "Use nvidia.com/gpu, not gpu.")
+def resource_names(doc: Any, ctx: Context) -> Iterator:
+    for res, path in _resources(doc):
+        for section in ("limits", "requests"):
+            values = res.get(section)
+            if not isinstance(values, dict):
+                continue
+            for name in values:
+                if name in _STANDARD_RESOURCES or name.startswith("hugepages-") or "/" in name:
+                    if "/" in name and k8s.qualified_name_problem(name):
+                        yield path + (section, name), f"resource name {name!r} is not a valid qualified name"
+                    continue
+                yield path + (section, name), (f"resource name {name!r} is not a standard resource; use a "
+                                               "domain-qualified name such as nvidia.com/gpu")
+
+
+@rule("KG047", E, "Resource quantities must parse (e.g. 512Gi, 500m, 2); '512GB' or '1.5 Gi' are rejected "
+      "while decoding.", "Use a Kubernetes quantity: binary suffixes Ki Mi Gi Ti, decimal k M G T, or m.")
+def quantities(doc: Any, ctx: Context) -> Iterator:
+    for res, path in _resources(doc):
+        for section in ("limits", "requests"):
+            values = res.get(section)
+            if isinstance(values, dict):
+                for name, value in values.items():
+                    if isinstance(value, (str, int, float)) and not isinstance(value, bool) \
+                            and k8s.parse_quantity(value) is None:
+                        yield path + (section, name), f"{value!r} is not a Kubernetes quantity (e.g. 512Gi, 500m, 8)"
+    for spec, base in _pod(doc):
+        for i, v in enumerate(spec.get("volumes") or []):
+            size = k8s.get(v, "emptyDir", "sizeLimit")
+            if isinstance(size, (str, int, float)) and not isinstance(size, bool) and k8s.parse_quantity(size) is None:
+                yield base + ("volumes", i, "emptyDir", "sizeLimit"), f"{size!r} is not a Kubernetes quantity (e.g. 64Gi)"
+
+
+@rule("KG048", E, "A resource request must not exceed its limit.", "Lower the request or raise the limit.")
+def requests_le_limits(doc: Any, ctx: Context) -> Iterator:
+    for res, path in _resources(doc):
+        req, lim = res.get("requests"), res.get("limits")
+        if not isinstance(req, dict) or not isinstance(lim, dict):
+            continue
+        for name, rv in req.items():
+            if name in lim:
+                r, m = k8s.parse_quantity(rv), k8s.parse_quantity(lim[name])
+                if r is not None and m is not None and r > m:
+                    yield path + ("requests", name), f"request {rv} for {name} exceeds the limit {lim[name]}"
+
+
+@rule("KG049", E, "Extended resources (nvidia.com/gpu) cannot be overcommitted: a request needs a limit and "
+      "must equal it.", "Set nvidia.com/gpu in limits (requests may be left out) to the same number.")
+def extended_request_equals_limit(doc: Any, ctx: Context) -> Iterator:
+    for res, path in _resources(doc):
+        req = res.get("requests") if isinstance(res.get("requests"), dict) else {}
+        lim = res.get("limits") if isinstance(res.get("limits"), dict) else {}
+        for name, rv in req.items():
+            if not _is_extended(name):
+                continue
+            if name not in lim:
+                yield path + ("requests", name), f"{name} is requested without a limit; set limits.{name}: {rv}"
+                continue
+            r, m = k8s.parse_quantity(rv), k8s.parse_quantity(lim[name])
+            if r is not None and m is not None and r != m:
+                yield path + ("requests", name), f"{name} request {rv} must equal the limit {lim[name]}"
+
+
+@rule("KG050", E, "Extended resources are whole numbers (nvidia.com/gpu: 0.5 is rejected).",
+      "Request whole GPUs (or use MIG/time-slicing resource names).")
+def extended_whole_numbers(doc: Any, ctx: Context) -> Iterator:
+    for res, path in _resources(doc):
+        for section in ("limits", "requests"):
+            values = res.get(section)
+            if isinstance(values, dict):
+                for name, value in values.items():
+                    q = k8s.parse_quantity(value)
+                    if _is_extended(name) and q is not None and q != q.to_integral_value():
+                        yield path + (section, name), f"{name}: {value} must be a whole number"
+
+
+@rule("KG051", E, "Volume names are DNS-1123 labels and unique.", "Use lower case, digits and '-' (dshm, not dshm_vol).")
+def volume_names(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        vols = spec.get("volumes")
+        if not isinstance(vols, list):
+            continue
+        seen: set = set()
+        for i, v in enumerate(vols):
+            name = v.get("name") if isinstance(v, dict) else None
+            if not isinstance(name, str):
+                continue
+            if not k8s.is_dns_label(name):
+                yield base + ("volumes", i, "name"), f"volume name {name!r} must be a DNS-1123 label (lower case, digits, '-')"
+            if name in seen:
+                yield base + ("volumes", i, "name"), f"duplicate volume name {name!r}"
+            seen.add(name)
+
+
+@rule("KG052", E, "Every volumeMount names a volume of the pod, and mountPaths are unique per container.",
+      "Add the volume, or fix the mount's name.")
+def volume_mounts(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        vols = {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, dict)}
+        for c, path in k8s.containers(spec, base):
+            mounts = c.get("volumeMounts")
+            if not isinstance(mounts, list):
+                continue
+            seen: set = set()
+            for i, m in enumerate(mounts):
+                if not isinstance(m, dict):
+                    continue
+                if m.get("name") not in vols:
+                    yield path + ("volumeMounts", i, "name"), f"volumeMount {m.get('name')!r} names no volume of the pod"
+                mp = m.get("mountPath")
+                if mp in seen:
+                    yield path + ("volumeMounts", i, "mountPath"), f"mountPath {mp!r} is used twice in this container"
+                seen.add(mp)
+
+
+@rule("KG053", E, "emptyDir medium must be \"\" or \"Memory\" (or HugePages); the API server accepts 'memory' but "
+      "the kubelet then fails to mount it.", "Write medium: Memory (capital M).")
+def empty_dir_medium(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        for i, v in enumerate(spec.get("volumes") or []):
+            medium = k8s.get(v, "emptyDir", "medium")
+            if isinstance(medium, str) and not _MEDIUMS.match(medium):
+                yield base + ("volumes", i, "emptyDir", "medium"), \
+                    f"emptyDir medium {medium!r} is unknown to the kubelet; use \"Memory\" or leave it empty"
+
+
+@rule("KG054", E, "restartPolicy is Always, OnFailure or Never; imagePullPolicy is Always, IfNotPresent or Never; "
+      "dnsPolicy is ClusterFirst, ClusterFirstWithHostNet, Default or None.", "Use one of the listed values.")
+def pod_enums(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        rp = spec.get("restartPolicy")
+        if isinstance(rp, str) and rp not in ("Always", "OnFailure", "Never"):
+            yield base + ("restartPolicy",), f"restartPolicy {rp!r} must be Always, OnFailure or Never"
+        dp = spec.get("dnsPolicy")
+        if isinstance(dp, str) and dp not in ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"):
+            yield base + ("dnsPolicy",), f"dnsPolicy {dp!r} must be ClusterFirst, ClusterFirstWithHostNet, Default or None"
+        for c, path in k8s.containers(spec, base):
+            pp = c.get("imagePullPolicy")
+            if isinstance(pp, str) and pp not in ("Always", "IfNotPresent", "Never"):
+                yield path + ("imagePullPolicy",), f"imagePullPolicy {pp!r} must be Always, IfNotPresent or Never"
+
+
+@rule("KG055", E, "Pod hostname and subdomain are DNS-1123 labels (at most 63, no dots).",
+      "Use the Service's name (a label) as subdomain.")
+def hostname_subdomain(doc: Any, ctx: Context) -> Iterator:
+    if doc.kind == "StatefulSet":
+        return  # the controller overwrites both
+    for spec, base in _pod(doc):
+        for key in ("hostname", "subdomain"):
+            v = spec.get(key)
+            if isinstance(v, str) and v and not k8s.is_dns_label(v):
+                yield base + (key,), f"{key} {v!r} must be a DNS-1123 label (no dots, at most 63)"
+
+
+@rule("KG056", E, "Tolerations: key has label-key syntax; operator Exists means no value; an empty key needs "
+      "Exists; tolerationSeconds needs effect NoExecute.", "Fix the toleration as the message says.")
+def tolerations(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        tols = spec.get("tolerations")
+        if not isinstance(tols, list):
+            continue
+        for i, t in enumerate(tols):
+            if not isinstance(t, dict):
+                continue
+            p = base + ("tolerations", i)
+            key, op = t.get("key"), t.get("operator", "Equal")
+            if key:
+                problem = k8s.qualified_name_problem(key)
+                if problem:
+                    yield p + ("key",), f"toleration key {key!r} {problem}"
+            elif op != "Exists":
+                yield p, "a toleration without key must use operator: Exists"
+            if op not in ("Equal", "Exists"):
+                yield p + ("operator",), f"operator {op!r} must be Equal or Exists"
+            if op == "Exists" and t.get("value"):
+                yield p + ("value",), "operator Exists must not have a value"
+            if t.get("tolerationSeconds") is not None and t.get("effect") != "NoExecute":
+                yield p + ("tolerationSeconds",), "tolerationSeconds requires effect: NoExecute"
+
+
+@rule("KG057", E, "activeDeadlineSeconds of a pod is 1 ... 2^31-1.", "Use a positive number of seconds.")
+def pod_deadline(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        ads = spec.get("activeDeadlineSeconds")
+        if isinstance(ads, int) and not isinstance(ads, bool) and not 1 <= ads <= 2**31 - 1:
+            yield base + ("activeDeadlineSeconds",), f"activeDeadlineSeconds {ads} must be in 1 ... 2147483647"

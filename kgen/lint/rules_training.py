@@ -1,0 +1,470 @@
+"""Distributed-training rules, across the documents of one file or stream.
+
+A *training workload* is a Job or StatefulSet whose containers launch torchrun (see torchcmd.py).
+Its *rendezvous Service* is the Service named by the Job's ``subdomain`` / StatefulSet's
+``serviceName``, or else a Service in the stream whose selector matches the pod template.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from kgen.findings import Severity
+from kgen.lint import k8s
+from kgen.lint.registry import Context, rule
+from kgen.lint.torchcmd import Launch, find_launches, host_of, resolve
+
+E, W = Severity.ERROR, Severity.WARNING
+_MASTERISH = {"master", "leader", "head", "chief", "rank0", "rank-0", "main", "driver", "coordinator"}
+_HAND_SET = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+_ENV_REF = re.compile(r"\$\((\w+)\)")
+
+
+@dataclass
+class Workload:
+    doc: Any
+    spec: dict  # pod spec
+    base: tuple  # path of the pod spec
+    nodes: int | None
+    launches: list[tuple[dict, tuple, list[Launch]]] = field(default_factory=list)  # (container, path, launches)
+
+    @property
+    def name(self) -> str:
+        return self.doc.name
+
+    @property
+    def dns_field(self) -> tuple[str | None, tuple]:
+        if self.doc.kind == "Job":
+            v = self.spec.get("subdomain")
+            return (v if isinstance(v, str) and v else None), self.base + ("subdomain",)
+        v = k8s.get(self.doc.data, "spec", "serviceName")
+        return (v if isinstance(v, str) and v else None), ("spec", "serviceName")
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _literal_env(container: dict) -> dict[str, Any]:
+    env: dict[str, Any] = {}
+    for e in k8s.env_list(container):
+        if isinstance(e, dict) and isinstance(e.get("name"), str):
+            env[e["name"]] = e.get("value") if "value" in e else None
+    return env
+
+
+def workloads(docs: list) -> list[Workload]:
+    out = []
+    for doc in docs:
+        if doc.kind not in ("Job", "StatefulSet"):
+            continue
+        ps = k8s.pod_spec(doc)
+        if not ps:
+            continue
+        spec = k8s.get(doc.data, "spec") or {}
+        if doc.kind == "Job":
+            nodes = _int(spec.get("completions"))
+            if nodes is None:
+                nodes = _int(spec.get("parallelism"))
+        else:
+            nodes = _int(spec.get("replicas"))
+            if nodes is None and "replicas" not in spec:
+                nodes = 1
+        w = Workload(doc, ps[0], ps[1], nodes)
+        for c, path in k8s.containers(ps[0], ps[1], init=False):
+            launches = find_launches(c)
+            if launches:
+                w.launches.append((c, path, launches))
+        if w.launches:
+            out.append(w)
+    return out
+
+
+def services(docs: list) -> dict[str, Any]:
+    return {d.name: d for d in docs if d.kind == "Service" and d.name}
+
+
+def _selector(svc: Any) -> dict:
+    sel = k8s.get(svc.data, "spec", "selector")
+    return sel if isinstance(sel, dict) else {}
+
+
+def rendezvous_service(w: Workload, svcs: dict) -> Any:
+    named, _ = w.dns_field
+    if named:
+        return svcs.get(named)
+    labels = k8s.template_labels(w.doc)
+    for svc in svcs.values():
+        if k8s.selector_matches(_selector(svc), labels):
+            return svc
+    return None
+
+
+def _multi(w: Workload) -> bool:
+    if w.nodes is not None and w.nodes > 1:
+        return True
+    for c, _, launches in w.launches:
+        env = _literal_env(c)
+        for launch in launches:
+            n = _nnodes_values(launch, env)
+            if any(v > 1 for v, _ in n):
+                return True
+    return False
+
+
+def _nnodes_values(launch: Launch, env: dict) -> list[tuple[int, str]]:
+    """(max nodes, where) pairs stated by a launch: --nnodes and/or NNODES."""
+    out = []
+    raw = resolve(launch.flag("nnodes"), env) if launch.has("nnodes") else None
+    if raw:
+        top = raw.split(":")[-1]
+        if top.isdigit():
+            out.append((int(top), f"--nnodes={raw}"))
+    nn = env.get("NNODES")
+    if isinstance(nn, str) and nn.isdigit() and (launch.form == "kgen" or "NNODES" in (launch.flag("nnodes") or "")):
+        out.append((int(nn), f"NNODES={nn}"))
+    return out
+
+
+def _nproc_values(launch: Launch, env: dict) -> list[tuple[int, str]]:
+    out = []
+    for key in ("nproc_per_node",):
+        raw = resolve(launch.flag(key), env) if launch.has(key) else None
+        if raw and raw.isdigit():
+            out.append((int(raw), f"--nproc-per-node={raw}"))
+    nn = env.get("NPROC_PER_NODE")
+    if isinstance(nn, str) and nn.isdigit() and (launch.form == "kgen" or "NPROC_PER_NODE" in (launch.flag("nproc_per_node") or "")):
+        out.append((int(nn), f"NPROC_PER_NODE={nn}"))
+    return out
+
+
+def _env_path(container_path: tuple, container: dict, name: str) -> tuple:
+    found = k8s.env_value(container, name)
+    return container_path + ("env", found[0], "value") if found else container_path
+
+
+def _launch_path(container_path: tuple, container: dict) -> tuple:
+    command, args = container.get("command"), container.get("args")
+    if args and (not command or (isinstance(command, list) and command and command[-1] == "-c")):
+        return container_path + ("args",)
+    return container_path + ("command",) if command else container_path
+
+
+# --- Service wiring ---------------------------------------------------------------------------
+
+@rule("KG100", W, "A multi-node training Job/StatefulSet has no Service in the same file/stream that its pods' "
+      "DNS names come from (subdomain/serviceName names none, or none selects its pods).",
+      "Add a headless Service (clusterIP: None) selecting the pods, named like the subdomain/serviceName.",
+      kinds=["Job", "StatefulSet"], scope="stream")
+def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
+    svcs = services(docs)
+    for w in workloads(docs):
+        if not _multi(w):
+            continue
+        named, path = w.dns_field
+        if named and named not in svcs:
+            yield w.doc, path, f"names Service {named!r}, which is not in this file; add it (headless, selecting the pods)"
+        elif not named and rendezvous_service(w, svcs) is None:
+            yield w.doc, ("metadata", "name"), ("no headless Service in this file selects the pods; pods get no DNS "
+                                                "names for rendezvous")
+
+
+@rule("KG101", E, "The rendezvous Service of a training workload must be headless (clusterIP: None) so that "
+      "every pod gets its own DNS name.", "Set spec.clusterIP: None.", kinds=["Service"], scope="stream")
+def rendezvous_headless(docs: list, ctx: Context) -> Iterator:
+    svcs = services(docs)
+    done = set()
+    for w in workloads(docs):
+        svc = rendezvous_service(w, svcs)
+        if svc is not None and id(svc) not in done and k8s.get(svc.data, "spec", "clusterIP") != "None":
+            done.add(id(svc))
+            yield svc, ("spec",), f"Service {svc.name!r} is the rendezvous Service of {w.doc.kind} {w.name!r}; make it headless: clusterIP: None"
+
+
+@rule("KG102", W, "The rendezvous Service should publish not-ready addresses, so pod DNS names resolve before "
+      "the pods are Ready (training pods have no readiness to report).",
+      "Set spec.publishNotReadyAddresses: true.", kinds=["Service"], scope="stream")
+def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
+    svcs = services(docs)
+    done = set()
+    for w in workloads(docs):
+        svc = rendezvous_service(w, svcs)
+        if svc is not None and id(svc) not in done and k8s.get(svc.data, "spec", "publishNotReadyAddresses") is not True:
+            done.add(id(svc))
+            yield svc, ("spec",), (f"set publishNotReadyAddresses: true so {w.name}-N.{svc.name} resolves before the pods "
+                                   "are Ready")
+
+
+@rule("KG103", E, "The rendezvous Service's selector must match exactly the training pods: all of them (not "
+      "none, not a 'role: master' label every pod carries) and no pods of other workloads.",
+      "Select the pods by their instance label (e.g. app.kubernetes.io/instance: <name>) and use "
+      "<name>-0.<service> as MASTER_ADDR.", kinds=["Service"], scope="stream")
+def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
+    svcs = services(docs)
+    wls = workloads(docs)
+    all_workloads = [d for d in docs if k8s.pod_template(d) and d.kind != "Pod"]
+    for svc in svcs.values():
+        sel = _selector(svc)
+        if not sel:
+            continue
+        for w in wls:
+            labels = k8s.template_labels(w.doc)
+            named, _ = w.dns_field
+            shared = {k for k, v in sel.items() if labels.get(k) == v}
+            if k8s.selector_matches(sel, labels):
+                for k, v in sel.items():
+                    if isinstance(v, str) and (v.lower() in _MASTERISH or k.lower() in _MASTERISH) and w.nodes != 1:
+                        yield svc, ("spec", "selector", k), (
+                            f"selector {k}={v} looks like it picks the master, but every pod of {w.doc.kind} "
+                            f"{w.name!r} carries it (one pod template), so {svc.name!r} resolves to any pod; select the "
+                            f"job's pods and use {w.name}-0.{svc.name} for MASTER_ADDR")
+                others = [d for d in all_workloads if d is not w.doc and k8s.selector_matches(sel, k8s.template_labels(d))]
+                for other in others:
+                    yield svc, ("spec", "selector"), (f"selector also matches the pods of {other.kind} {other.name!r}; "
+                                                      "add a label unique to the training pods")
+            elif named == svc.name or (shared and k8s.get(svc.data, "spec", "clusterIP") == "None"):
+                missing = ", ".join(f"{k}={v}" for k, v in sel.items() if labels.get(k) != v)
+                yield svc, ("spec", "selector"), (f"selector selects none of the pods of {w.doc.kind} {w.name!r}: the pod "
+                                                  f"template lacks {missing}")
+
+
+@rule("KG104", E, "A multi-node training Job's pods need spec.template.spec.subdomain naming the headless "
+      "Service (a StatefulSet's serviceName likewise), or pod DNS names such as <job>-0.<service> do not exist.",
+      "Set subdomain (Job) or serviceName (StatefulSet) to the rendezvous Service's name.",
+      kinds=["Job", "StatefulSet"], scope="stream")
+def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
+    svcs = services(docs)
+    for w in workloads(docs):
+        if not _multi(w):
+            continue
+        named, path = w.dns_field
+        labels = k8s.template_labels(w.doc)
+        selecting = [s for s in svcs.values() if k8s.selector_matches(_selector(s), labels)
+                     and k8s.get(s.data, "spec", "clusterIP") == "None"]
+        field_name = "subdomain" if w.doc.kind == "Job" else "serviceName"
+        if not named:
+            hint = f" (e.g. {selecting[0].name!r})" if selecting else ""
+            yield w.doc, path[:-1], f"{field_name} is not set, so the pods get no DNS names; set {field_name} to the headless Service{hint}"
+        elif named in svcs and selecting and svcs[named] not in selecting:
+            yield w.doc, path, f"{field_name} {named!r} names a Service that does not select these pods; use {selecting[0].name!r}"
+
+
+_POD0 = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
+
+
+@rule("KG105", E, "MASTER_ADDR (and --master-addr / --rdzv-endpoint) must name pod 0 of this workload "
+      "(<name>-0.<service>[.<namespace>.svc...]), not the Service, which resolves to any pod.",
+      "Set MASTER_ADDR to <name>-0.<service>.", kinds=["Job", "StatefulSet"], scope="stream")
+def master_addr(docs: list, ctx: Context) -> Iterator:
+    svcs = services(docs)
+    for w in workloads(docs):
+        if not _multi(w):
+            continue
+        svc = rendezvous_service(w, svcs)
+        named, _ = w.dns_field
+        svc_name = svc.name if svc is not None else named
+        for c, cpath, launches in w.launches:
+            env = _literal_env(c)
+            checks: list[tuple[str, str, tuple]] = []
+            ma = env.get("MASTER_ADDR")
+            if isinstance(ma, str):
+                checks.append(("MASTER_ADDR", ma, _env_path(cpath, c, "MASTER_ADDR")))
+            for launch in launches:
+                for key in ("master_addr", "rdzv_endpoint"):
+                    raw = launch.flag(key)
+                    if raw and not raw.startswith("$"):
+                        checks.append((f"--{key.replace('_', '-')}", host_of(raw), _launch_path(cpath, c)))
+            for what, value, path in checks:
+                if "$" in value or not value:
+                    continue
+                msg = _master_problem(value, w.name, svc_name, set(svcs))
+                if msg:
+                    yield w.doc, path, f"{what}={value} {msg}"
+
+
+def _master_problem(value: str, name: str, svc: str | None, all_services: set) -> str | None:
+    want = f"{name}-0.{svc}" if svc else f"{name}-0.<headless service>"
+    host = value.lower().rstrip(".")
+    first = host.split(".")[0]
+    if first == svc or first in all_services:
+        return f"names the Service, which resolves to any pod; use pod 0's name {want}"
+    m = _POD0.match(host)
+    if m and m.group("pod") == name and (svc is None or m.group("svc") == svc):
+        return None
+    if host in ("localhost", "127.0.0.1", "::1"):
+        return f"is the pod itself, so every node starts its own world; use {want}"
+    return f"is not pod 0 of {name!r}; use {want}"
+
+
+# --- world size arithmetic ----------------------------------------------------------------------
+
+@rule("KG106", E, "NNODES / --nnodes must equal the number of pods: Job completions (= parallelism) or "
+      "StatefulSet replicas.", "Make them equal (kgen render derives both from --nodes).",
+      kinds=["Job", "StatefulSet"], scope="stream")
+def nnodes_agree(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        if w.nodes is None:
+            continue
+        what = "completions" if w.doc.kind == "Job" else "replicas"
+        for c, cpath, launches in w.launches:
+            env = _literal_env(c)
+            for launch in launches:
+                for value, where in _nnodes_values(launch, env):
+                    if value != w.nodes:
+                        path = _env_path(cpath, c, "NNODES") if where.startswith("NNODES") else _launch_path(cpath, c)
+                        yield w.doc, path, f"{where} but {what} is {w.nodes}; the world never completes. Make them equal"
+
+
+@rule("KG107", E, "NPROC_PER_NODE / --nproc-per-node must equal the GPUs per pod (nvidia.com/gpu limit) for "
+      "GPU pods.", "Set it to the GPU limit, or to 'gpu'.", kinds=["Job", "StatefulSet"], scope="stream")
+def nproc_agree(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        for c, cpath, launches in w.launches:
+            gpus = k8s.gpu_limit(c)
+            if not gpus:
+                continue
+            env = _literal_env(c)
+            for launch in launches:
+                for value, where in _nproc_values(launch, env):
+                    if value != gpus:
+                        path = _env_path(cpath, c, "NPROC_PER_NODE") if where.startswith("NPROC") else _launch_path(cpath, c)
+                        yield w.doc, path, f"{where} but the container has {gpus} GPUs; use {gpus}"
+
+
+@rule("KG108", E, "A literal WORLD_SIZE must equal nodes x processes per node.",
+      "Delete WORLD_SIZE (torchrun sets it) or fix it.", kinds=["Job", "StatefulSet"], scope="stream")
+def world_size_agree(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        if w.nodes is None:
+            continue
+        for c, cpath, launches in w.launches:
+            env = _literal_env(c)
+            ws = env.get("WORLD_SIZE")
+            if not (isinstance(ws, str) and ws.isdigit()):
+                continue
+            nprocs = [v for launch in launches for v, _ in _nproc_values(launch, env)] or \
+                ([k8s.gpu_limit(c)] if k8s.gpu_limit(c) else [])
+            if nprocs and int(ws) != w.nodes * nprocs[0]:
+                yield w.doc, _env_path(cpath, c, "WORLD_SIZE"), \
+                    f"WORLD_SIZE={ws} but {w.nodes} nodes x {nprocs[0]} processes = {w.nodes * nprocs[0]}"
+
+
+@rule("KG109", W, "RANK, LOCAL_RANK and WORLD_SIZE are set by torchrun for every worker; hand-set values next "
+      "to torchrun are ignored and mislead.", "Delete them; use NODE_RANK / --node-rank for the node.",
+      kinds=["Job", "StatefulSet"], scope="stream")
+def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        for c, cpath, launches in w.launches:
+            if all(launch.form == "kgen" for launch in launches):
+                continue
+            env = {e.get("name"): i for i, e in enumerate(k8s.env_list(c)) if isinstance(e, dict)}
+            for var in _HAND_SET:
+                if var in env:
+                    yield w.doc, cpath + ("env", env[var], "name"), f"{var} is set by hand but torchrun sets it per worker; delete it"
+            exported = {v for launch in launches for v in launch.exports}
+            for var in _HAND_SET:
+                if var in exported:
+                    yield w.doc, _launch_path(cpath, c), f"the script exports {var}, which torchrun overrides per worker; delete it"
+
+
+# --- pod shape ----------------------------------------------------------------------------------
+
+@rule("KG110", E, "GPU training pods need a memory-backed /dev/shm (emptyDir medium: Memory); the default 64 MiB "
+      "makes NCCL and DataLoader workers crash.", "Mount an emptyDir {medium: Memory, sizeLimit: ...} at /dev/shm.",
+      kinds=["Job", "StatefulSet"], scope="stream")
+def dev_shm(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        mem_vols = {v.get("name") for v in w.spec.get("volumes") or []
+                    if isinstance(v, dict) and k8s.get(v, "emptyDir", "medium") == "Memory"}
+        for c, cpath, _ in w.launches:
+            if not k8s.gpu_limit(c):
+                continue
+            mounts = [m for m in c.get("volumeMounts") or [] if isinstance(m, dict) and
+                      str(m.get("mountPath", "")).rstrip("/") == "/dev/shm"]
+            if not any(m.get("name") in mem_vols for m in mounts):
+                yield w.doc, cpath, "GPU container has no memory-backed /dev/shm; mount an emptyDir with medium: Memory at /dev/shm"
+
+
+@rule("KG111", W, "A fixed or random `sleep` before torchrun staggers start-up: it wastes time on every start and "
+      "grows with the node count, and it does not make the master ready.",
+      "Delete the sleep; torchrun's rendezvous (or kgen's entrypoint) waits actively with a timeout.",
+      kinds=["Job", "StatefulSet"], scope="stream")
+def sleep_stagger(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        for c, cpath, launches in w.launches:
+            sleeps = {s for launch in launches for s in launch.sleeps}
+            for s in sorted(sleeps):
+                yield w.doc, _launch_path(cpath, c), f"`{s}` staggers start-up; delete it (rendezvous waits actively)"
+
+
+@rule("KG112", E, "Do not mix c10d rendezvous flags (--rdzv-backend=c10d, --rdzv-endpoint) with static ones "
+      "(--master-addr, --master-port, --node-rank): torchrun ignores one set and ranks are not what you expect.",
+      "Use either c10d (rdzv flags, no node rank) or static (master addr/port + node rank).",
+      kinds=["Job", "StatefulSet"], scope="stream")
+def mixed_rendezvous(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        for c, cpath, launches in w.launches:
+            for launch in launches:
+                backend = (launch.flag("rdzv_backend") or "").lower()
+                dynamic = backend in ("c10d", "etcd", "etcd-v2") or (launch.has("rdzv_endpoint") and backend != "static")
+                static = [f"--{k.replace('_', '-')}" for k in ("master_addr", "master_port", "node_rank") if launch.has(k)]
+                if dynamic and static:
+                    yield w.doc, _launch_path(cpath, c), (f"c10d rendezvous mixed with static flags {', '.join(static)}; "
+                                                          "drop the static ones (or the rdzv ones)")
+
+
+@rule("KG113", W, "A training StatefulSet should use podManagementPolicy: Parallel; OrderedReady starts pod N+1 "
+      "only when pod N is Ready, which delays or deadlocks the rendezvous.", "Set podManagementPolicy: Parallel.",
+      kinds=["StatefulSet"], scope="stream")
+def statefulset_parallel(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        if w.doc.kind == "StatefulSet" and _multi(w) and k8s.get(w.doc.data, "spec", "podManagementPolicy") != "Parallel":
+            yield w.doc, ("spec",), "podManagementPolicy is OrderedReady (default); set podManagementPolicy: Parallel"
+
+
+@rule("KG114", E, "$(VAR) in an env value expands only variables defined earlier in the same env list; "
+      "$(JOB_COMPLETION_INDEX) is added by the Job controller after yours and is never expanded.",
+      "Read the variable in the command instead (e.g. $JOB_COMPLETION_INDEX in the shell), or use a fieldRef.")
+def env_refs(doc: Any, ctx: Context) -> Iterator:
+    ps = k8s.pod_spec(doc)
+    if not ps:
+        return
+    for c, cpath in k8s.containers(*ps):
+        defined: set = set()
+        for i, e in enumerate(k8s.env_list(c)):
+            if not isinstance(e, dict):
+                continue
+            value = e.get("value")
+            if isinstance(value, str) and "$(" in value:
+                for m in _ENV_REF.finditer(value):
+                    var = m.group(1)
+                    start = m.start()
+                    if start > 0 and value[start - 1] == "$":
+                        continue  # $$(VAR) is an escape
+                    if var not in defined:
+                        why = ("the Job controller adds it after your variables" if var == "JOB_COMPLETION_INDEX"
+                               else "it is not defined earlier in this env list")
+                        yield cpath + ("env", i, "value"), f"$({var}) stays literal: {why}"
+            if isinstance(e.get("name"), str):
+                defined.add(e["name"])
+
+
+@rule("KG115", E, "A multi-node training Job must be Indexed (completionMode: Indexed): only then do pods get "
+      "a completion index and stable hostnames <job>-<index>.", "Set completionMode: Indexed.",
+      kinds=["Job"], scope="stream")
+def training_job_indexed(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        if w.doc.kind == "Job" and _multi(w) and k8s.get(w.doc.data, "spec", "completionMode") != "Indexed":
+            yield w.doc, ("spec",), "multi-node training needs completionMode: Indexed (stable hostnames, node ranks)"
+
+
+@rule("KG116", E, "A training Job's parallelism must equal completions: every node must run at the same time.",
+      "Set parallelism = completions = nodes.", kinds=["Job"], scope="stream")
+def training_job_gang(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        spec = k8s.get(w.doc.data, "spec") or {}
+        par, comp = _int(spec.get("parallelism")), _int(spec.get("completions"))
+        if w.doc.kind == "Job" and _multi(w) and comp is not None and (par if par is not None else 1) != comp:
+            yield w.doc, ("spec", "parallelism"), f"parallelism {par if par is not None else '1 (default)'} != completions {comp}; the world never forms"

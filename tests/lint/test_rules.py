@@ -1,0 +1,223 @@
+"""Every rule: a failing case that reports it and a passing case that does not.
+
+Cases mutate realistic, valid manifests (conftest.BASES); each base alone lints clean.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import BASES, lint_docs, rule_ids
+from kgen.findings import Severity
+from kgen.lint.registry import load_rules
+
+
+def _set(path, value):
+    """Mutation: set docs[path[0]]...[path[-1]] = value (create dicts on the way)."""
+    def mutate(docs):
+        node = docs
+        for step in path[:-1]:
+            if isinstance(node, dict) and step not in node:
+                node[step] = {}
+            node = node[step]
+        node[path[-1]] = value
+    return mutate
+
+
+def _del(path):
+    def mutate(docs):
+        node = docs
+        for step in path[:-1]:
+            node = node[step]
+        del node[path[-1]]
+    return mutate
+
+
+def _all(*fns):
+    def mutate(docs):
+        for fn in fns:
+            fn(docs)
+    return mutate
+
+
+def _append(path, value):
+    def mutate(docs):
+        node = docs
+        for step in path:
+            node = node[step]
+        node.append(value)
+    return mutate
+
+
+J = (1,)  # the Job / StatefulSet document in the "job" / "sts" bases
+POD = (1, "spec", "template", "spec")
+C0 = POD + ("containers", 0)
+ENV = C0 + ("env",)
+RES = C0 + ("resources",)
+SVC = (0,)
+
+
+# (rule, base, mutation, kubernetes version) -- every case must report `rule`
+FAILING = [
+    ("KG020", "cm", _del((0, "metadata", "name")), "1.37"),
+    ("KG021", "cm", _set((0, "metadata", "name"), "Train_Config"), "1.37"),
+    ("KG021", "sts", _set(J + ("metadata", "name"), "train.llama"), "1.37"),
+    ("KG022", "job", _set(SVC + ("metadata", "name"), "7b-train"), "1.35"),
+    ("KG022", "job", _set(SVC + ("metadata", "name"), "train.llama"), "1.37"),
+    ("KG023", "cm", _set((0, "metadata", "namespace"), "ML_Team"), "1.37"),
+    ("KG024", "cm", _set((0, "metadata", "labels"), {"model": "llama/3"}), "1.37"),
+    ("KG024", "cm", _set((0, "metadata", "labels"), {"bad key": "x"}), "1.37"),
+    ("KG024", "job", _set(POD + ("nodeSelector",), {"gpu": "NVIDIA H100 80GB HBM3"}), "1.37"),
+    ("KG025", "cm", _set((0, "metadata", "annotations"), {"a/b/c": "x"}), "1.37"),
+    ("KG025", "cm", _set((0, "metadata", "annotations"), {"big": "x" * (257 * 1024)}), "1.37"),
+    ("KG026", "cm", _set((0, "data", "blob"), "x" * (300 * 1024)), "1.37"),
+    ("KG030", "job", _all(_set(SVC + ("spec", "clusterIP"), "10.0.0.1"), _del(SVC + ("spec", "ports"))), "1.37"),
+    ("KG031", "job", _append(SVC + ("spec", "ports"), {"port": 29501}), "1.37"),
+    ("KG031", "job", _set(SVC + ("spec", "ports", 0, "name"), "C10D_port"), "1.37"),
+    ("KG032", "job", _set(SVC + ("spec", "ports", 0, "port"), 70000), "1.37"),
+    ("KG032", "job", _set(C0 + ("ports", 0, "protocol"), "tcp"), "1.37"),
+    ("KG033", "job", _set(SVC + ("spec", "ports", 0, "targetPort"), "c10d-rendezvous-port"), "1.37"),
+    ("KG034", "job", _set(SVC + ("spec", "type"), "NodePort"), "1.37"),
+    ("KG040", "job", _set(C0 + ("name",), "Trainer_0"), "1.37"),
+    ("KG041", "job", _del(C0 + ("image",)), "1.37"),
+    ("KG042", "job", _set(C0 + ("ports", 0, "name"), "c10d-rendezvous1"), "1.37"),
+    ("KG042", "job", _set(C0 + ("ports", 0, "name"), "29500"), "1.37"),
+    ("KG043", "job", _append(ENV, {"name": "NCCL=DEBUG", "value": "1"}), "1.37"),
+    ("KG043", "job", _append(ENV, {"name": "1GPU", "value": "1"}), "1.31"),
+    ("KG044", "job", _append(ENV, {"name": "NCCL_DEBUG", "value": "INFO"}), "1.37"),
+    ("KG045", "job", _set(ENV + (0, "valueFrom", "fieldRef", "fieldPath"), "spec.hostname"), "1.37"),
+    ("KG046", "job", _set(RES + ("limits", "gpu"), 8), "1.37"),
+    ("KG047", "job", _set(RES + ("limits", "memory"), "512GB"), "1.37"),
+    ("KG047", "job", _set(POD + ("volumes", 0, "emptyDir", "sizeLimit"), "64 Gi"), "1.37"),
+    ("KG048", "job", _set(RES + ("requests", "memory"), "300Gi"), "1.37"),
+    ("KG049", "job", _set(RES + ("requests", "nvidia.com/gpu"), 4), "1.37"),
+    ("KG049", "job", _del(RES + ("limits", "nvidia.com/gpu")), "1.37"),
+    ("KG050", "job", _all(_set(RES + ("limits", "nvidia.com/gpu"), 0.5), _set(RES + ("requests", "nvidia.com/gpu"), 0.5)), "1.37"),
+    ("KG051", "job", _all(_set(POD + ("volumes", 0, "name"), "dshm_vol"), _set(C0 + ("volumeMounts", 0, "name"), "dshm_vol")), "1.37"),
+    ("KG052", "job", _set(C0 + ("volumeMounts", 0, "name"), "shm"), "1.37"),
+    ("KG053", "job", _set(POD + ("volumes", 0, "emptyDir", "medium"), "memory"), "1.37"),
+    ("KG054", "job", _set(C0 + ("imagePullPolicy",), "Sometimes"), "1.37"),
+    ("KG054", "job", _set(POD + ("restartPolicy",), "Sometimes"), "1.37"),
+    ("KG055", "job", _set(POD + ("hostname",), "train.llama"), "1.37"),
+    ("KG056", "job", _set(POD + ("tolerations",), [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]), "1.37"),
+    ("KG057", "job", _set(POD + ("activeDeadlineSeconds",), 0), "1.37"),
+    ("KG060", "job", _del(POD + ("restartPolicy",)), "1.37"),
+    ("KG060", "job", _set(POD + ("restartPolicy",), "Always"), "1.37"),
+    ("KG061", "job", _all(_set(POD + ("restartPolicy",), "OnFailure"),
+                          _set(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}}]})), "1.37"),
+    ("KG062", "job", _del(J + ("spec", "completions")), "1.37"),
+    ("KG063", "job", _set(J + ("metadata", "name"), "a" * 64), "1.37"),
+    ("KG063", "job", _all(_set(J + ("metadata", "name"), "a" * 60), _set(J + ("spec", "completions"), 1000),
+                          _set(J + ("spec", "parallelism"), 1000)), "1.37"),
+    ("KG064", "job", _set(J + ("spec", "completionMode"), "indexed"), "1.37"),
+    ("KG064", "job", _set(J + ("spec", "parallelism"), 100001), "1.37"),
+    ("KG065", "job", _all(_del(J + ("spec", "completionMode")), _set(J + ("spec", "backoffLimitPerIndex"), 1)), "1.37"),
+    ("KG065", "job", _set(J + ("spec", "maxFailedIndexes"), 1), "1.37"),
+    ("KG066", "job", _set(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [0, 1]}}]}), "1.37"),
+    ("KG066", "job", _set(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "FailJob", "onExitCodes": {"containerName": "nope", "operator": "In", "values": [3, 1]}}]}), "1.37"),
+    ("KG067", "job", _set(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}), "1.37"),
+    ("KG068", "job", _all(_del(J + ("spec", "completionMode")), _set(J + ("spec", "successPolicy"), {"rules": [{"succeededCount": 1}]})), "1.37"),
+    ("KG069", "job", _set(J + ("spec", "selector"), {"matchLabels": {"a": "b"}}), "1.37"),
+    ("KG070", "job", _set(J + ("spec", "backoffLimit"), -1), "1.37"),
+    ("KG080", "sts", _all(_set(J + ("metadata", "name"), "a" * 53)), "1.37"),
+    ("KG081", "sts", _set(POD + ("restartPolicy",), "Never"), "1.37"),
+    ("KG082", "sts", _set(J + ("spec", "selector", "matchLabels", "kgen.dev/role"), "master"), "1.37"),
+    ("KG082", "sts", _set(J + ("spec", "selector"), {}), "1.37"),
+    ("KG083", "sts", _set(J + ("spec", "podManagementPolicy"), "parallel"), "1.37"),
+    ("KG083", "sts", _set(J + ("spec", "serviceName"), "train.llama"), "1.37"),
+    ("KG085", "cm", _set((0, "data", "my file.yaml"), "x"), "1.37"),
+    ("KG085", "cm", _set((0, "binaryData"), {"ENABLE": "eWVz"}), "1.37"),
+    ("KG090", "pdb", _set((0, "spec", "maxUnavailable"), 1), "1.37"),
+    ("KG090", "pdb", _set((0, "spec", "minAvailable"), "150%"), "1.37"),
+    ("KG100", "job", _set(POD + ("subdomain",), "other"), "1.37"),
+    ("KG101", "job", _set(SVC + ("spec", "clusterIP"), "10.0.0.9"), "1.37"),
+    ("KG102", "job", _del(SVC + ("spec", "publishNotReadyAddresses")), "1.37"),
+    ("KG103", "job", _all(_set(SVC + ("spec", "selector", "role"), "master"),
+                          _set(POD[:-1] + ("metadata", "labels", "role"), "master")), "1.37"),
+    ("KG103", "job", _set(SVC + ("spec", "selector", "role"), "master"), "1.37"),
+    ("KG104", "job", _del(POD + ("subdomain",)), "1.37"),
+    ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=llama.ml.svc.cluster.local"), "1.37"),
+    ("KG105", "job", _append(ENV, {"name": "MASTER_ADDR", "value": "llama"}), "1.37"),
+    ("KG106", "job", _set(C0 + ("args", 0), "--nnodes=2"), "1.37"),
+    ("KG106", "sts", _set(J + ("spec", "replicas"), 8), "1.37"),
+    ("KG107", "job", _set(C0 + ("args", 1), "--nproc_per_node=4"), "1.37"),
+    ("KG108", "job", _append(ENV, {"name": "WORLD_SIZE", "value": "16"}), "1.37"),
+    ("KG109", "job", _append(ENV, {"name": "LOCAL_RANK", "value": "0"}), "1.37"),
+    ("KG110", "job", _set(POD + ("volumes", 0, "emptyDir"), {}), "1.37"),
+    ("KG111", "job", _all(_set(C0 + ("command",), ["bash", "-c"]),
+                          _set(C0 + ("args",), ["sleep 30\nexec torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$NODE_RANK --master-addr=llama-0.llama train.py"])), "1.37"),
+    ("KG112", "job", _set(C0 + ("command",), ["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=llama-0.llama:29400"]), "1.37"),
+    ("KG113", "sts", _del(J + ("spec", "podManagementPolicy")), "1.37"),
+    ("KG114", "job", _append(ENV, {"name": "RANK_OF_NODE", "value": "$(JOB_COMPLETION_INDEX)"}), "1.37"),
+    ("KG115", "job", _del(J + ("spec", "completionMode")), "1.37"),
+    ("KG116", "job", _set(J + ("spec", "parallelism"), 2), "1.37"),
+]
+
+# (rule, base, mutation, version) -- near-misses that must NOT report `rule`
+PASSING = [
+    ("KG022", "job", _set(SVC + ("metadata", "name"), "7b-train"), "1.36"),  # RelaxedServiceNameValidation
+    ("KG021", "sts", _set(J + ("metadata", "name"), "train.llama"), "1.26"),  # subdomain before 1.27
+    ("KG043", "job", _append(ENV, {"name": "1GPU", "value": "1"}), "1.32"),  # relaxed env names
+    ("KG042", "job", _set(C0 + ("ports", 0, "name"), "c10d-rendezvous"), "1.37"),  # 15 characters
+    ("KG049", "job", _del(RES + ("requests", "nvidia.com/gpu")), "1.37"),  # limit alone is fine
+    ("KG053", "job", _set(POD + ("volumes", 0, "emptyDir", "medium"), ""), "1.37"),
+    ("KG060", "job", _set(POD + ("restartPolicy",), "OnFailure"), "1.37"),
+    ("KG063", "job", _set(J + ("metadata", "name"), "a" * 61), "1.37"),  # a{61}-3 is 63
+    ("KG080", "sts", _set(J + ("metadata", "name"), "a" * 52), "1.37"),
+    ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local"), "1.37"),
+    ("KG107", "job", _set(C0 + ("args", 1), "--nproc-per-node=gpu"), "1.37"),
+    ("KG114", "job", _append(ENV, {"name": "ADDR", "value": "$(NCCL_DEBUG)-x"}), "1.37"),  # defined earlier
+    ("KG114", "job", _append(ENV, {"name": "LITERAL", "value": "$$(JOB_COMPLETION_INDEX)"}), "1.37"),  # escaped
+    ("KG103", "job", _all(_set(SVC + ("spec", "selector", "role"), "master"),
+                          _set(POD[:-1] + ("metadata", "labels", "role"), "master"),
+                          _set(J + ("spec", "completions"), 1), _set(J + ("spec", "parallelism"), 1),
+                          _set(C0 + ("args", 0), "--nnodes=1")), "1.37"),  # one node: nothing to pick
+]
+
+
+def _case_id(case):
+    return f"{case[0]}-{case[1]}-{case[3]}"
+
+
+@pytest.mark.parametrize("case", FAILING, ids=[_case_id(c) for c in FAILING])
+def test_rule_fails(case):
+    rule_id, base, mutate, version = case
+    docs = BASES[base]()
+    mutate(docs)
+    result = lint_docs(docs, version)
+    assert rule_id in rule_ids(result), [f.text() for f in result.findings]
+    finding = next(f for f in result.findings if f.rule_id == rule_id)
+    assert finding.line > 0 and finding.column > 0 and finding.file == "test.yaml"
+    assert finding.severity is load_rules()[rule_id].severity
+
+
+@pytest.mark.parametrize("case", PASSING, ids=[_case_id(c) for c in PASSING])
+def test_rule_near_miss_passes(case):
+    rule_id, base, mutate, version = case
+    docs = BASES[base]()
+    mutate(docs)
+    result = lint_docs(docs, version)
+    assert rule_id not in rule_ids(result), [f.text() for f in result.findings]
+
+
+@pytest.mark.parametrize("base", sorted(BASES))
+@pytest.mark.parametrize("version", ["1.25", "1.30", "1.34", "1.37"])
+def test_realistic_bases_are_clean(base, version):
+    result = lint_docs(BASES[base](), version)
+    assert result.findings == [], [f.text() for f in result.findings]
+    assert result.exit_code == 0
+
+
+def test_every_registered_rule_has_a_failing_case():
+    tested = {c[0] for c in FAILING} | {"KG001", "KG002", "KG003", "KG010", "KG011", "KG012"}  # test_parse/test_schema
+    assert set(load_rules()) - tested == set()
+
+
+def test_error_findings_set_exit_code_and_warnings_do_not():
+    docs = BASES["job"]()
+    _del(SVC + ("spec", "publishNotReadyAddresses"))(docs)  # KG102 is a warning
+    result = lint_docs(docs)
+    assert [f.severity for f in result.findings] == [Severity.WARNING]
+    assert result.exit_code == 0
+    _set(RES + ("limits", "memory"), "512GB")(docs)
+    assert lint_docs(docs).exit_code == 1

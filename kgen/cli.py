@@ -53,7 +53,27 @@ def write_atomic(path: str, text: str) -> None:
         raise KgenError(f"cannot write {path}: {exc.strerror}", option="-o/--output") from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class KgenGroup(click.Group):
+    """Maps every error to one line on stderr and an exit code (also under click's CliRunner)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args=args, prog_name=prog_name or "kgen", complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except KgenError as exc:
+            _fail(exc.one_line(), exc.exit_code)
+        except click.exceptions.Abort:
+            _fail("aborted", 130)
+        except click.exceptions.ClickException as exc:
+            cmd = getattr(getattr(exc, "ctx", None), "command_path", None) or "kgen"
+            _fail(f"{exc.format_message()} (see `{cmd} --help`)", 2)
+        except BrokenPipeError:
+            sys.stderr.close()
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=KgenGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="kgen", message="%(prog)s %(version)s")
 def cli() -> None:
     """kgen renders, lints and runs multi-node PyTorch (torchrun) training on Kubernetes.
@@ -111,8 +131,11 @@ def render(preset, nodes, gpus, kind, name, namespace, image, env, values_files,
               help="Output format.")
 @click.option("--engine", default="builtin", show_default=True, metavar="builtin|kubeconform",
               help="Schema engine; kubeconform must be on PATH.")
-@click.option("--schema-location", metavar="DIR", help="Extra schemas for CRDs (a folder or kubeconform template).")
-def lint(paths, kubernetes_version, skip, output_format, engine, schema_location) -> None:
+@click.option("--schema-location", metavar="DIR|TEMPLATE",
+              help="Schemas for CRDs: a folder, or a kubeconform-style template such as "
+                   "'schemas/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json'.")
+@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE (atomically) instead of stdout.")
+def lint(paths, kubernetes_version, skip, output_format, engine, schema_location, output) -> None:
     """Check manifests offline: Kubernetes JSON schemas plus the rules schemas miss.
 
     \b
@@ -120,8 +143,12 @@ def lint(paths, kubernetes_version, skip, output_format, engine, schema_location
       kgen lint deploy/                 # every *.yaml / *.yml below deploy/
       kgen render --preset 4x8 | kgen lint -
       kgen lint --format junit -o report.xml manifests/   (CI)
+      kgen lint --skip KG102,KG111 manifests/
+    Rules: docs/lint.md. Per object: annotation kgen.dev/lint-skip: "KG102,KG111".
     Exit 0 clean, 1 on error findings, 2 on usage or parse errors.
     """
+    import io
+
     from kgen.lint.api import LintOptions, lint_paths
     from kgen.output import write_findings
 
@@ -131,7 +158,12 @@ def lint(paths, kubernetes_version, skip, output_format, engine, schema_location
     opts = LintOptions(kubernetes_version=kubernetes_version, skip=skipped, engine=engine,
                        schema_location=schema_location)
     result = lint_paths(list(paths) or ["-"], opts)
-    write_findings(result, output_format, sys.stdout)
+    buf = io.StringIO()
+    write_findings(result, output_format, buf)
+    if output:
+        write_atomic(output, buf.getvalue())
+    else:
+        click.echo(buf.getvalue(), nl=False)
     sys.exit(result.exit_code)
 
 
@@ -161,18 +193,7 @@ def presets_show(name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
-        cli.main(args=argv, prog_name="kgen", standalone_mode=False)
-    except KgenError as exc:
-        _fail(exc.one_line(), exc.exit_code)
-    except click.exceptions.Abort:
-        _fail("aborted", 130)
-    except click.exceptions.ClickException as exc:
-        ctx_cmd = getattr(getattr(exc, "ctx", None), "command_path", "kgen")
-        _fail(f"{exc.format_message()} (see `{ctx_cmd} --help`)", 2)
-    except BrokenPipeError:
-        sys.stderr.close()
-        sys.exit(1)
+    cli.main(args=argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,98 @@
+"""Parsing like kubectl: YAML 1.1 resolution, duplicate keys, positions, syntax errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kgen.errors import InputError
+from kgen.lint.api import LintOptions, lint_text
+from kgen.lint.parse import parse_stream
+
+JOB_HEAD = """\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: llama
+spec:
+  completions: 1
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: ghcr.io/acme/train:1.4
+"""
+
+
+def test_values_resolve_like_kubectl_not_like_pyyaml():
+    doc = parse_stream(
+        "a: y\nb: N\nc: 'yes'\nd: 2024-01-02\ne: 0o17\nf: 017\ng: 1e3\nh: 1:30\ni: ~\nj: .inf\nk: 0x1F\n"
+        "l: !!str 5\nm: 3e-4\nnum: 1_000\ny: key\n", "x.yaml")[0].data
+    assert doc["a"] is True and doc["b"] is False and doc["c"] == "yes"
+    assert doc["d"] == "2024-01-02"  # kubectl keeps timestamps as strings
+    assert doc["e"] == 15 and doc["f"] == 15 and doc["k"] == 31 and doc["num"] == 1000
+    assert doc["g"] == 1000.0 and doc["m"] == 0.0003
+    assert doc["h"] == "1:30"  # no sexagesimal in goyaml.v2
+    assert doc["i"] is None and doc["j"] == math.inf and doc["l"] == "5"
+    assert doc["true"] == "key"  # a `y:` key is the boolean true, which sigs.k8s.io/yaml turns into "true"
+
+
+def test_multi_document_stream_skips_empty_documents_and_keeps_lines():
+    docs = parse_stream("---\n# only a comment\n---\nkind: A\n---\n---\nkind: B\n", "x.yaml")
+    assert [d.kind for d in docs] == ["A", "B"]
+    assert [d.line for d in docs] == [4, 7]
+
+
+def test_anchors_and_merge_keys():
+    doc = parse_stream("base: &b {x: 1, z: 2}\nother:\n  <<: *b\n  z: 3\n", "x.yaml")[0].data
+    assert doc["other"] == {"x": 1, "z": 3}
+
+
+def test_duplicate_key_is_KG001_with_position_and_path():
+    text = JOB_HEAD + "        env:\n        - name: A\n          value: '1'\n          value: '2'\n"
+    result = lint_text(text, "dup.yaml", LintOptions())
+    dups = [f for f in result.findings if f.rule_id == "KG001"]
+    assert len(dups) == 1
+    f = dups[0]
+    assert (f.file, f.line, f.column) == ("dup.yaml", 16, 11)
+    assert f.path == "spec.template.spec.containers[0].env[0].value"
+    assert result.exit_code == 1
+
+
+@pytest.mark.parametrize("word", ["on", "yes", "y", "off", "no", "N", "True"])
+def test_unquoted_yaml11_boolean_in_string_field_is_KG002(word):
+    text = JOB_HEAD + f"        env:\n        - name: FLAG\n          value: {word}\n"
+    result = lint_text(text, "b.yaml", LintOptions())
+    found = [f for f in result.findings if f.rule_id == "KG002"]
+    assert len(found) == 1, [f.text() for f in result.findings]
+    assert (found[0].line, found[0].column) == (15, 11)
+    assert f'"{word}"' in found[0].message
+    assert found[0].path == "spec.template.spec.containers[0].env[0].value"
+
+
+def test_quoted_boolean_words_and_booleans_in_boolean_fields_are_fine():
+    text = JOB_HEAD.replace("  template:\n", "  suspend: yes\n  template:\n") + \
+        "        env:\n        - name: FLAG\n          value: \"on\"\n"
+    result = lint_text(text, "b.yaml", LintOptions())
+    assert result.findings == [], [f.text() for f in result.findings]
+
+
+def test_unquoted_number_in_string_field_says_quote_it():
+    text = JOB_HEAD + "        env:\n        - name: PORT\n          value: 29500\n"
+    f = lint_text(text, "n.yaml", LintOptions()).findings[0]
+    assert f.rule_id == "KG010" and 'quote it: "29500"' in f.message and f.line == 15
+
+
+def test_yaml_syntax_error_raises_input_error_with_file_and_line():
+    with pytest.raises(InputError) as err:
+        lint_text("kind: Job\nmetadata:\n  name: [unclosed\n", "broken.yaml", LintOptions())
+    msg = str(err.value)
+    assert msg.startswith("broken.yaml:4:") and "YAML syntax error" in msg and "\n" not in msg
+
+
+def test_non_object_documents_are_KG003():
+    result = lint_text("- a\n- b\n---\nmetadata: {name: x}\n", "x.yaml", LintOptions())
+    assert [f.rule_id for f in result.findings] == ["KG003", "KG003"]
+    assert [f.line for f in result.findings] == [1, 4]

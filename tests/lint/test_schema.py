@@ -1,0 +1,210 @@
+"""The subset JSON-schema validator: keyword coverage of every bundled schema, agreement with
+jsonschema, the compile cache, versions, CRDs and --schema-location."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from conftest import BASES, dump, lint_docs, rule_ids
+from kgen import schema
+from kgen.errors import UsageError
+from kgen.lint.api import LintOptions, lint_text
+
+
+def _version_dirs():
+    root = schema.schema_root()
+    return sorted(d for d in os.listdir(root) if d.startswith("v"))
+
+
+def test_supported_versions_are_1_25_to_1_37():
+    versions = schema.supported_versions()
+    assert versions[0] == "1.25" and versions[-1] == "1.37" and len(versions) == 13
+
+
+@pytest.mark.parametrize("value,expected", [("1.33", "1.33"), ("1.33.0", "1.33"), ("v1.33", "1.33"), ("v1.25.4", "1.25")])
+def test_version_spellings(value, expected):
+    assert schema.normalize_version(value) == expected
+
+
+@pytest.mark.parametrize("value", ["1.24", "1.38", "latest", "2", ""])
+def test_bad_versions_are_usage_errors_naming_the_option(value):
+    with pytest.raises(UsageError) as err:
+        schema.normalize_version(value)
+    assert str(err.value).startswith("--kubernetes-version:") and "1.25" in str(err.value)
+
+
+def test_every_bundled_definition_uses_only_the_supported_keywords():
+    """compact() raises SchemaError on any keyword the validator does not implement."""
+    root = schema.schema_root()
+    count = 0
+    for d in _version_dirs():
+        with open(root / d / "_definitions.json", encoding="utf-8") as fh:
+            defs = json.load(fh)["$defs"]
+        for sub in defs.values():
+            schema.compact(sub)
+        count += len(defs)
+    assert count > 10_000
+
+
+def test_every_bundled_kind_file_uses_only_the_supported_keywords():
+    root = schema.schema_root()
+    count = 0
+    for d in _version_dirs():
+        for name in os.listdir(root / d):
+            if name.startswith("_") or name == "all.json":
+                continue
+            with open(root / d / name, encoding="utf-8") as fh:
+                schema.compact(json.load(fh))
+            count += 1
+    assert count > 10_000
+
+
+def test_unknown_keyword_fails_loudly():
+    with pytest.raises(schema.SchemaError, match="pattern"):
+        schema.compact({"type": "string", "pattern": "^a$"})
+
+
+INVALID = [
+    ("spec", "completions", "four"),
+    ("spec", "bogusField", 1),
+    ("metadata", "labels", {"a": True}),
+    ("spec", "template", "spec", "containers", 0, "resources", "limits", {"cpu": True}),
+    ("spec", "template", "spec", "containers", 0, "ports", [{"name": "x"}]),  # containerPort required
+    ("spec", "template", "spec", "containers", 0, "env", "not-a-list"),
+    ("apiVersion", "batch/v2"),
+]
+
+
+def _mutated_job(mutation):
+    doc = BASES["job"]()[1]
+    node = doc
+    *path, last = mutation
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = last
+    return doc
+
+
+def _jsonschema_paths(doc, version="1.37"):
+    import jsonschema
+    from referencing import Registry, Resource
+
+    folder = schema.schema_root() / f"v{version}.0-local-strict"
+    kind = json.loads((folder / "job-batch-v1.json").read_text())
+    defs = json.loads((folder / "_definitions.json").read_text())
+    registry = Resource.from_contents(defs) @ (Resource.from_contents(kind) @ Registry())
+    validator = jsonschema.Draft202012Validator(kind, registry=registry)
+    return {tuple(e.absolute_path) for e in validator.iter_errors(doc)}
+
+
+@pytest.mark.parametrize("mutation", INVALID, ids=[str(m[-2]) for m in INVALID])
+def test_errors_agree_with_jsonschema(mutation):
+    doc = _mutated_job(mutation)
+    ours = schema.bundled("1.37").validator("batch/v1", "Job").validate(doc)
+    assert ours
+    # jsonschema reports unknown fields and missing fields at the parent object
+    ours_paths = {p[:-1] if m.startswith("unknown field") else p for p, m in ours}
+    assert ours_paths == _jsonschema_paths(doc)
+
+
+def test_valid_job_agrees_with_jsonschema():
+    doc = BASES["job"]()[1]
+    assert schema.bundled("1.37").validator("batch/v1", "Job").validate(doc) == []
+    assert _jsonschema_paths(doc) == set()
+
+
+def test_unknown_field_suggests_the_spelling():
+    doc = _mutated_job(("spec", "completion", 4))
+    [(path, message)] = schema.bundled("1.37").validator("batch/v1", "Job").validate(doc)
+    assert path == ("spec", "completion") and "did you mean 'completions'" in message
+
+
+def test_compiled_kind_is_cached_on_disk_and_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
+    first = schema.BundledSchemas("1.30")
+    assert first.validator("batch/v1", "Job") is not None
+    assert (first.compiled_from_json, first.loaded_from_cache) == (1, 0)
+    files = list(tmp_path.rglob("job-batch-v1-*.marshal"))
+    assert len(files) == 1 and not list(tmp_path.rglob(".tmp-*"))
+    second = schema.BundledSchemas("1.30")
+    v = second.validator("batch/v1", "Job")
+    assert (second.compiled_from_json, second.loaded_from_cache) == (0, 1)
+    assert second._definitions is None  # the 1.8 MB definitions file was not read
+    assert v.validate({"apiVersion": "batch/v1", "kind": "Job", "spec": {"completions": "x"}})
+
+
+def test_unwritable_cache_is_silently_skipped(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(blocker / "sub"))
+    b = schema.BundledSchemas("1.31")
+    assert b.validator("v1", "Service") is not None and b.compiled_from_json == 1
+
+
+def test_crd_without_schema_is_skipped_with_info():
+    crd = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "x"}, "spec": {}}
+    result = lint_docs([crd])
+    assert [(f.rule_id, f.severity.value) for f in result.findings] == [("KG011", "info")]
+    assert result.exit_code == 0
+
+
+def test_crd_shadowing_a_builtin_file_name_is_not_validated_as_builtin():
+    doc = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "x"}, "spec": {"tasks": []}}
+    assert rule_ids(lint_docs([doc])) == {"KG011"}
+
+
+def test_builtin_group_version_not_served_is_KG012():
+    doc = BASES["job"]()[1]
+    doc["apiVersion"] = "batch/v1beta1"
+    assert "KG012" in rule_ids(lint_docs([doc]))
+
+
+def _crd_schema_folder(tmp_path):
+    folder = tmp_path / "schemas" / "kubeflow.org"
+    folder.mkdir(parents=True)
+    (folder / "pytorchjob_v1.json").write_text(json.dumps({
+        "type": "object",
+        "properties": {"spec": {"type": "object", "properties": {
+            "nprocPerNode": {"type": "string", "pattern": "^(auto|gpu|[0-9]+)$"}}}},
+    }))
+    return tmp_path / "schemas"
+
+
+def test_schema_location_folder_validates_crds(tmp_path):
+    folder = _crd_schema_folder(tmp_path)
+    bad = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "x"},
+           "spec": {"nprocPerNode": "eight"}}
+    result = lint_text(dump([bad]), "crd.yaml", LintOptions(schema_location=str(folder)))
+    [f] = result.findings
+    assert f.rule_id == "KG010" and f.path == "spec.nprocPerNode" and f.line == 6
+    bad["spec"]["nprocPerNode"] = "8"
+    assert lint_text(dump([bad]), "crd.yaml", LintOptions(schema_location=str(folder))).findings == []
+
+
+def test_schema_location_template(tmp_path):
+    folder = _crd_schema_folder(tmp_path)
+    tpl = str(folder) + "/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json"
+    bad = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "x"},
+           "spec": {"nprocPerNode": "eight"}}
+    assert rule_ids(lint_text(dump([bad]), "crd.yaml", LintOptions(schema_location=tpl))) == {"KG010"}
+
+
+def test_remote_schema_location_is_refused():
+    with pytest.raises(UsageError, match="--schema-location"):
+        lint_text("", "x", LintOptions(schema_location="https://example.com/{{ .ResourceKind }}.json"))
+
+
+def test_render_path_does_not_import_jsonschema():
+    import subprocess
+    import sys
+
+    code = ("import sys; from kgen.lint.api import lint_text, LintOptions; "
+            "import yaml; r = lint_text(open(sys.argv[1]).read(), 'x', LintOptions()); "
+            "assert r.findings == [], r.findings; "
+            "bad = [m for m in ('jsonschema', 'kubernetes_validate', 'click', 'ruamel') if m in sys.modules]; "
+            "assert not bad, bad")
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "valid-job.yaml")
+    subprocess.run([sys.executable, "-c", code, path], check=True, timeout=60)

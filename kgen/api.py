@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 from kgen import presets as presets_mod
 from kgen.errors import RenderError, UsageError
 from kgen.layering import Layers
-from kgen.resources import entrypoint_path
+from kgen.resources import ENTRYPOINT_FILE, entrypoint_path
 from kgen.spec import DEFAULT_K8S, TrainingSpec, build_spec, parse_k8s_version
+
+
+ENTRYPOINT_PLACEHOLDER = "@kgen-entrypoint-source@"
 
 
 @dataclass
@@ -33,9 +36,13 @@ def build(request: RenderRequest) -> TrainingSpec:
     """Layer the values (defaults < preset < -f files < --set < flags) and build the spec."""
     minor = parse_k8s_version(request.kubernetes_version) if request.kubernetes_version else DEFAULT_K8S
     layers = Layers()
-    preset = presets_mod.load(request.preset or presets_mod.DEFAULT_PRESET)
-    raw, typed = preset.mapping()
-    layers.apply_mapping(raw, typed, f"preset {preset.name}")
+    # Without --preset the 2node-test preset is the base, unless values files are given: then
+    # they build on the built-in defaults alone (a values file is a complete description).
+    name = request.preset or (None if request.values_files else presets_mod.DEFAULT_PRESET)
+    if name:
+        preset = presets_mod.load(name)
+        raw, typed = preset.mapping()
+        layers.apply_mapping(raw, typed, f"preset {preset.name}")
     for path in request.values_files:
         layers.apply_file(path)
     for assignment in request.sets:
@@ -58,12 +65,21 @@ def build(request: RenderRequest) -> TrainingSpec:
     return build_spec(values, origins, minor)
 
 
-def render_documents(spec: TrainingSpec) -> list[dict]:
+def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -> list[dict]:
+    """The parsed documents; ``entrypoint_source`` overrides the bundled script (golden tests)."""
     from kgen.templating import render_text
     from kgen.yamlio import parse_documents
 
-    source = entrypoint_path().read_text(encoding="utf-8")
-    return parse_documents(render_text(spec, source))
+    if entrypoint_source is None:
+        entrypoint_source = entrypoint_path().read_text(encoding="utf-8")
+    # The script is kgen's own file, not user input: it is placed into the parsed ConfigMap after
+    # the re-parse, so the parser never scans 50 KB of escaped text.
+    docs = parse_documents(render_text(spec, ENTRYPOINT_PLACEHOLDER))
+    configmap = docs[0]
+    if configmap["data"].get(ENTRYPOINT_FILE) != ENTRYPOINT_PLACEHOLDER:
+        raise RenderError("the ConfigMap template lost the entrypoint placeholder")
+    configmap["data"][ENTRYPOINT_FILE] = entrypoint_source
+    return docs
 
 
 def render(request: RenderRequest) -> str:

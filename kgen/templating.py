@@ -16,11 +16,47 @@ from kgen.resources import templates_dir
 from kgen.spec import TrainingSpec
 
 
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def quote_string(text: str) -> str:
+    """A YAML double-quoted scalar: printable ASCII as is, everything else escaped by code point
+    (so U+2028, U+0085 or a non-BMP character can never be read as a line break or mangled)."""
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif 0x20 <= code < 0x7F:
+            out.append(ch)
+        elif code <= 0xFF:
+            out.append(f"\\x{code:02x}")
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
 def quote(value: Any) -> str:
+    """Every ``{{ }}`` in a template goes through here: a YAML flow scalar or collection."""
     if isinstance(value, jinja2.Undefined):  # pragma: no cover - StrictUndefined raises first
         raise jinja2.UndefinedError("undefined value in template")
-    if isinstance(value, bool) or value is None or isinstance(value, (int, float, str, list, dict, tuple)):
-        return json.dumps(value, ensure_ascii=False)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return quote_string(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{quote_string(str(k))}: {quote(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(quote(v) for v in value) + "]"
     raise TypeError(f"template value of type {type(value).__name__} cannot be placed in YAML")
 
 

@@ -1,0 +1,123 @@
+"""`kgen lint` through click's CliRunner: exact text output, formats, exit codes, suppression."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import BASES, FIXTURES, dump
+from kgen.cli import cli
+
+
+def run(args, input=None):
+    result = CliRunner().invoke(cli, ["lint", *args], input=input)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def bad_file(tmp_path):
+    docs = BASES["job"]()
+    docs[1]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = "512GB"
+    docs[0]["spec"].pop("publishNotReadyAddresses")
+    path = tmp_path / "bad.yaml"
+    path.write_text(dump(docs))
+    return path
+
+
+def test_clean_file_exits_0_with_no_output():
+    code, out, err = run([str(FIXTURES / "valid-job.yaml")])
+    assert (code, out, err) == (0, "", "")
+
+
+def test_text_format_is_exact(bad_file):
+    code, out, err = run([str(bad_file)])
+    assert code == 1 and err == ""
+    assert out.splitlines() == [
+        f"{bad_file}:9:1: KG102 warning: set publishNotReadyAddresses: true so llama-N.llama resolves before the "
+        "pods are Ready [spec]",
+        f"{bad_file}:70:13: KG047 error: '512GB' is not a Kubernetes quantity (e.g. 512Gi, 500m, 8) "
+        "[spec.template.spec.containers[0].resources.limits.memory]",
+    ]
+
+
+def test_json_format(bad_file):
+    code, out, _ = run(["--format", "json", str(bad_file)])
+    payload = json.loads(out)
+    assert code == 1
+    assert payload["summary"] == {"files": 1, "documents": 2, "errors": 1, "warnings": 1, "info": 0, "exitCode": 1}
+    assert payload["findings"][1] == {
+        "rule": "KG047", "severity": "error", "message": "'512GB' is not a Kubernetes quantity (e.g. 512Gi, 500m, 8)",
+        "file": str(bad_file), "line": 70, "column": 13,
+        "path": "spec.template.spec.containers[0].resources.limits.memory", "kind": "Job", "name": "llama"}
+
+
+def test_junit_format(bad_file, tmp_path):
+    report = tmp_path / "report.xml"
+    code, out, _ = run(["--format", "junit", "-o", str(report), str(bad_file)])
+    assert code == 1 and out == ""
+    root = ET.parse(report).getroot()
+    assert root.tag == "testsuites" and root.get("tests") == "2" and root.get("failures") == "1"
+    cases = root.findall("./testsuite/testcase")
+    assert [c.get("name") for c in cases] == ["Service/llama (line 1)", "Job/llama (line 19)"]
+    [failure] = cases[1].findall("failure")
+    assert failure.get("type") == "KG047"
+    assert "KG102 warning" in cases[0].find("system-out").text
+
+
+def test_stdin_and_folders_recursively(tmp_path):
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    shutil.copy(FIXTURES / "seed003-statefulset-guide.yaml", sub / "sts.yml")
+    (tmp_path / "notes.txt").write_text("not yaml: [")
+    code, out, _ = run([str(tmp_path), "-"], input=(FIXTURES / "valid-job.yaml").read_text())
+    assert code == 1
+    files = {line.split(":")[0] for line in out.splitlines()}
+    assert files == {str(sub / "sts.yml")}
+
+
+def test_skip_option_and_annotation(bad_file):
+    code, out, _ = run(["--skip", "KG047,KG102", str(bad_file)])
+    assert (code, out) == (0, "")
+    code, out, _ = run(["--skip", "KG047", "--skip", "KG102", str(bad_file)])
+    assert (code, out) == (0, "")
+    docs = BASES["job"]()
+    docs[0]["spec"].pop("publishNotReadyAddresses")
+    docs[0]["metadata"]["annotations"] = {"kgen.dev/lint-skip": "KG102"}
+    code, out, _ = run(["-"], input=dump(docs))
+    assert (code, out) == (0, "")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--kubernetes-version", "1.24"], "--kubernetes-version: unsupported version '1.24'"),
+    (["--kubernetes-version", "banana"], "--kubernetes-version: not a Kubernetes version"),
+    (["--skip", "KG999"], "--skip: unknown rule id KG999"),
+    (["--format", "xml"], "--format: must be text, json or junit"),
+    (["--engine", "kubeval"], "--engine: unknown engine 'kubeval'"),
+    (["does-not-exist.yaml"], "does-not-exist.yaml: no such file or directory"),
+])
+def test_bad_input_exits_2_with_one_line(args, needle):
+    if "does-not-exist.yaml" not in args:
+        args = [*args, str(FIXTURES / "valid-job.yaml")]
+    code, out, err = run(args)
+    assert code == 2 and out == ""
+    assert err.startswith("kgen: error: ") and needle in err and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_yaml_syntax_error_exits_2_with_file_and_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\ndata:\n  a: [1, 2\n")
+    code, out, err = run([str(path)])
+    assert code == 2 and out == ""
+    assert err.startswith(f"kgen: error: {path}:5:") and "YAML syntax error" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(shutil.which("kubeconform") is not None, reason="kubeconform is installed here")
+def test_kubeconform_engine_without_binary_is_a_clear_error():
+    code, out, err = run(["--engine", "kubeconform", str(FIXTURES / "valid-job.yaml")])
+    assert code == 2 and out == ""
+    assert "--engine: kubeconform is not on PATH" in err

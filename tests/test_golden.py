@@ -1,0 +1,38 @@
+"""Golden files: every preset x kind, byte for byte.
+
+Regenerate after an intended template change, then review the diff:
+    pytest tests/test_golden.py --update-goldens
+The entrypoint script is replaced by a fixed line so that goldens do not churn with every change
+of entrypoint/ (test_render_invariants checks the real script lands in the ConfigMap).
+"""
+
+import pytest
+
+from kgen.api import RenderRequest, build, render_documents
+from kgen.yamlio import dump_yaml
+from tests.conftest import KINDS, PRESETS, ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+STUB = "# entrypoint/kgen_entrypoint.py is embedded here\n"
+CASES = [(p, k, None) for p in PRESETS for k in KINDS] + [("4x8", "job", "1.34")]
+
+
+def golden_name(preset, kind, version):
+    return f"{preset}-{kind}" + (f"-k8s{version}" if version else "") + ".yaml"
+
+
+@pytest.mark.parametrize("preset,kind,version", CASES)
+def test_golden(preset, kind, version, update_goldens):
+    spec = build(RenderRequest(preset=preset, flags={"kind": kind}, kubernetes_version=version))
+    text = dump_yaml(render_documents(spec, entrypoint_source=STUB))
+    path = GOLDEN / golden_name(preset, kind, version)
+    if update_goldens:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"missing golden {path.name}: run pytest tests/test_golden.py --update-goldens"
+    assert text == path.read_text(), f"{path.name} differs: review, then --update-goldens"
+
+
+def test_no_stale_goldens():
+    expected = {golden_name(*c) for c in CASES}
+    assert {p.name for p in GOLDEN.glob("*.yaml")} == expected

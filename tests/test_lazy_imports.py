@@ -1,0 +1,29 @@
+"""`kgen render` stays light: no torch, no Kubernetes client, no jsonschema on the render path."""
+
+import json
+import subprocess
+import sys
+
+HEAVY = ["torch", "kubernetes", "jsonschema", "requests", "numpy", "kubernetes_validate"]
+
+
+def test_render_imports_nothing_heavy():
+    code = (
+        "import sys, json\n"
+        "from kgen.cli import main\n"
+        "try:\n"
+        "    main(['render', '--preset', '64x8', '-o', '/dev/null'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_check_can_fail():
+    """The same probe sees a heavy import when one happens (the check is not vacuous)."""
+    code = "import sys, json, jsonschema\nprint(json.dumps(['jsonschema' in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert json.loads(out.stdout) == [True]

@@ -45,7 +45,7 @@ EXIT_PEER_LOST = 75
 ABORT_GRACE = 3.0  # fail-stop: SIGTERM to the local tree, then SIGKILL after this many seconds
 SIGNAL_GRACE = 20.0  # SIGTERM/SIGINT received: torchrun gets this long before SIGKILL (k8s: 30 s)
 PROGRESS_EVERY = 10.0  # a progress line while waiting for node 0
-BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0  # master wait: exponential backoff with jitter
+BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0  # master wait: exponential backoff with jitter
 HANDSHAKE_TIMEOUT = 5.0  # node 0 must answer a hello within this
 PROTOCOL = 1
 

@@ -98,10 +98,8 @@ def render(request: RenderRequest) -> str:
 
 def check_rendered(text: str, spec: TrainingSpec) -> None:
     """Run kgen lint (schema + rules) on what render is about to print."""
-    try:
-        from kgen.lint.api import LintOptions, lint_text
-    except ImportError:  # TODO(render): remove once kgen lint has landed
-        return
+    from kgen.lint.api import LintOptions, lint_text
+
     result = lint_text(text, "<render>", LintOptions(kubernetes_version=f"1.{spec.k8s.minor}"))
     errors = [f for f in result.findings if f.severity.value == "error"]
     if errors:

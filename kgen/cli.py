@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 
 import click
 
@@ -37,6 +36,8 @@ def _fail(message: str, code: int = 2) -> None:
 
 def write_atomic(path: str, text: str) -> None:
     """Write all of text or nothing: a temp file in the same folder, then rename."""
+    import tempfile  # lazily: ~40 ms of imports that only -o needs
+
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".kgen-", dir=folder)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterator
 
@@ -33,6 +34,11 @@ def qualified_name_problem(key: Any) -> str | None:
     """Why ``key`` is not a valid label/annotation key (``[prefix/]name``), or None."""
     if not isinstance(key, str) or not key:
         return "must be a non-empty string"
+    return _qualified_name_problem(key)
+
+
+@lru_cache(maxsize=4096)
+def _qualified_name_problem(key: str) -> str | None:
     prefix, slash, name = key.rpartition("/")
     if slash and not prefix:
         return "prefix before '/' must not be empty"
@@ -48,10 +54,13 @@ def qualified_name_problem(key: Any) -> str | None:
 
 
 def label_value_problem(value: Any) -> str | None:
-    if value is None:
-        return None
     if not isinstance(value, str):
-        return None  # the schema reports the type
+        return None  # None is fine; the schema reports other types
+    return _label_value_problem(value)
+
+
+@lru_cache(maxsize=4096)
+def _label_value_problem(value: str) -> str | None:
     if len(value) > 63:
         return f"is {len(value)} characters, at most 63 allowed"
     if not LABEL_VALUE.match(value):
@@ -87,15 +96,21 @@ _SUFFIX = {
 
 def parse_quantity(value: Any) -> Decimal | None:
     """The quantity's value, or None if the syntax is invalid (``512GB``, ``1.5 Gi``)."""
+    if isinstance(value, str):
+        return _parse_quantity_text(value)
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
         try:
-            return Decimal(str(value))
+            q = Decimal(str(value))
         except InvalidOperation:
             return None
-    if not isinstance(value, str):
-        return None
+        return q if q.is_finite() else None
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _parse_quantity_text(value: str) -> Decimal | None:
     m = _QUANTITY.match(value)
     if not m:
         return None
@@ -136,6 +151,13 @@ def get(data: Any, *path: Any) -> Any:
 
 def pod_template(doc: Any) -> tuple[dict, tuple] | None:
     """(pod template dict, its path) of a workload, or (the Pod itself, ()) for a Pod."""
+    memo = doc.memo
+    if "pod_template" not in memo:
+        memo["pod_template"] = _pod_template(doc)
+    return memo["pod_template"]
+
+
+def _pod_template(doc: Any) -> tuple[dict, tuple] | None:
     data = doc.data
     if doc.kind == "Pod":
         return (data, ()) if isinstance(data, dict) else None
@@ -147,6 +169,13 @@ def pod_template(doc: Any) -> tuple[dict, tuple] | None:
 
 
 def pod_spec(doc: Any) -> tuple[dict, tuple] | None:
+    memo = doc.memo
+    if "pod_spec" not in memo:
+        memo["pod_spec"] = _pod_spec(doc)
+    return memo["pod_spec"]
+
+
+def _pod_spec(doc: Any) -> tuple[dict, tuple] | None:
     found = pod_template(doc)
     if found is None:
         return None

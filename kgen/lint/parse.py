@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import yaml
@@ -37,6 +38,12 @@ except AttributeError:  # pragma: no cover - depends on the PyYAML build
 
 class _Loader(_Base):  # type: ignore[misc, valid-type]
     """Skips PyYAML's YAML-1.1 regex resolver: plain scalars are resolved kubectl's way later."""
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:  # path resolvers: unused
+        pass
+
+    def ascend_resolver(self) -> None:
+        pass
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
         if kind is ScalarNode:
@@ -70,32 +77,33 @@ class Document:
     node: Any  # yaml root node
     data: Any
     findings: list[Finding] = field(default_factory=list)  # parse findings (duplicate keys)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)  # per-document caches for rules
 
     @property
     def line(self) -> int:
         return self.node.start_mark.line + 1
 
-    @property
+    @cached_property
     def kind(self) -> str:
         v = self.data.get("kind") if isinstance(self.data, dict) else None
         return v if isinstance(v, str) else ""
 
-    @property
+    @cached_property
     def api_version(self) -> str:
         v = self.data.get("apiVersion") if isinstance(self.data, dict) else None
         return v if isinstance(v, str) else ""
 
-    @property
+    @cached_property
     def metadata(self) -> dict:
         m = self.data.get("metadata") if isinstance(self.data, dict) else None
         return m if isinstance(m, dict) else {}
 
-    @property
+    @cached_property
     def name(self) -> str:
         v = self.metadata.get("name")
         return v if isinstance(v, str) else ""
 
-    @property
+    @cached_property
     def namespace(self) -> str:
         v = self.metadata.get("namespace")
         return v if isinstance(v, str) else ""

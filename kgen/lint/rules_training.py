@@ -55,7 +55,24 @@ def _literal_env(container: dict) -> dict[str, Any]:
     return env
 
 
+_MEMO: dict[str, tuple[list, Any]] = {}
+
+
+def _memo(key: str, docs: list, build: Any) -> Any:
+    """One result per stream: every stream rule gets the same ``docs`` list object."""
+    got = _MEMO.get(key)
+    if got is not None and got[0] is docs:
+        return got[1]
+    value = build(docs)
+    _MEMO[key] = (docs, value)
+    return value
+
+
 def workloads(docs: list) -> list[Workload]:
+    return _memo("workloads", docs, _workloads)
+
+
+def _workloads(docs: list) -> list[Workload]:
     out = []
     for doc in docs:
         if doc.kind not in ("Job", "StatefulSet"):
@@ -83,7 +100,7 @@ def workloads(docs: list) -> list[Workload]:
 
 
 def services(docs: list) -> dict[str, Any]:
-    return {d.name: d for d in docs if d.kind == "Service" and d.name}
+    return _memo("services", docs, lambda ds: {d.name: d for d in ds if d.kind == "Service" and d.name})
 
 
 def _selector(svc: Any) -> dict:

@@ -1,0 +1,29 @@
+"""What `kgen render --kubernetes-version V` prints is accepted by every Kubernetes from V to 1.37
+(schemas and rules of each version), and the default (1.27) therefore by all of 1.27 ... 1.37."""
+
+import pytest
+
+from kgen.api import RenderRequest, render
+from kgen.lint.api import LintOptions, lint_text
+from kgen.spec import MAX_K8S
+from tests.conftest import KINDS, PRESETS
+
+TARGETS = [None, "1.31", "1.34", "1.37"]  # None = the default (1.27); the gates change at 31 and 34
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t or "default")
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("preset", PRESETS)
+def test_output_is_clean_on_every_newer_kubernetes(preset, kind, target):
+    text = render(RenderRequest(preset=preset, flags={"kind": kind}, kubernetes_version=target))
+    first = int((target or "1.27").split(".")[1])
+    for minor in range(first, MAX_K8S + 1):
+        result = lint_text(text, f"{preset}-{kind}", LintOptions(kubernetes_version=f"1.{minor}"))
+        assert result.findings == [], f"1.{minor}: {[f.text() for f in result.findings]}"
+
+
+def test_a_broken_manifest_is_not_clean():
+    """The check above can fail: the same lint on a damaged render reports it."""
+    text = render(RenderRequest(preset="4x8")).replace("completionMode: Indexed", "completionMode: indexed")
+    result = lint_text(text, "damaged", LintOptions(kubernetes_version="1.27"))
+    assert result.findings

@@ -63,11 +63,43 @@ def quote(value: Any) -> str:
 _ENV: jinja2.Environment | None = None
 
 
+class _QuietBytecodeCache(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept between runs (keyed by template source checksum by Jinja2 itself);
+    an unreadable or unwritable cache only costs speed, never a failed render."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except (OSError, ValueError, EOFError):
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    from kgen.schema import cache_dir
+
+    folder = cache_dir()
+    if folder is None:
+        return None
+    folder = folder / f"templates-{jinja2.__version__}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return _QuietBytecodeCache(str(folder))
+
+
 def environment() -> jinja2.Environment:
     global _ENV
     if _ENV is None:
         _ENV = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(templates_dir())),
+            bytecode_cache=_bytecode_cache(),
             undefined=jinja2.StrictUndefined,
             finalize=quote,
             autoescape=False,

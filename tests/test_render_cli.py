@@ -196,3 +196,24 @@ def test_every_values_key_is_in_the_readme_values_reference():
     readme = (ROOT / "README.md").read_text()
     missing = [k for k in VALUES if f"`{k}`" not in readme]
     assert not missing, f"values keys missing from README: {missing}"
+
+
+def test_template_cache_is_used_and_an_unusable_cache_changes_nothing(tmp_path, kgen_cmd):
+    import os
+    import subprocess
+
+    def render_with_cache(cache):
+        env = dict(os.environ, KGEN_CACHE_DIR=str(cache))
+        return subprocess.run([*kgen_cmd, "render", "--preset", "4x8"], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    good = render_with_cache(tmp_path / "cache")
+    assert good.returncode == 0
+    assert list((tmp_path / "cache").glob("templates-*/*.cache")), "no compiled templates were cached"
+    again = render_with_cache(tmp_path / "cache")
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    broken = render_with_cache(blocker / "cache")  # cannot be created: a file is in the way
+    assert again.returncode == broken.returncode == 0
+    assert good.stdout == again.stdout == broken.stdout
+    assert broken.stderr == ""

@@ -226,6 +226,8 @@ def _schema_findings(doc: Document, p: _Prepared) -> list[Finding]:
 def schema_errors_to_findings(doc: Document, errors: list, version: str = "") -> list[Finding]:
     out = []
     for path, message in errors:
+        if message == "missing required field 'status'" and len(path) >= 2 and path[-2] == "onPodConditions":
+            continue  # validation.md §D #47: defaulted to "True" by the server; KG067 warns instead
         rule_id = "KG010"
         node = doc.scalar_at(path) if message.startswith("expected string") else None
         if node is not None and node.style == "" and node.tag == "!kgen-plain":

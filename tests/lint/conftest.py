@@ -106,7 +106,7 @@ BASES = {
 
 
 def dump(docs: list) -> str:
-    return yaml.safe_dump_all(docs, sort_keys=False)
+    return yaml.dump_all(docs, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
 
 
 def lint_docs(docs: list, version: str = "1.37", **kw):

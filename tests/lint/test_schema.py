@@ -49,17 +49,20 @@ def test_every_bundled_definition_uses_only_the_supported_keywords():
     assert count > 10_000
 
 
-def test_every_bundled_kind_file_uses_only_the_supported_keywords():
+def test_bundled_kind_files_use_only_the_supported_keywords():
+    """Kind files repeat the definitions (checked above for every version) with absolute $refs;
+    the oldest and newest versions, strict and not, cover their shape."""
     root = schema.schema_root()
     count = 0
-    for d in _version_dirs():
+    dirs = _version_dirs()
+    for d in dirs[:2] + dirs[-2:]:
         for name in os.listdir(root / d):
             if name.startswith("_") or name == "all.json":
                 continue
             with open(root / d / name, encoding="utf-8") as fh:
                 schema.compact(json.load(fh))
             count += 1
-    assert count > 10_000
+    assert count > 2_000
 
 
 def test_unknown_keyword_fails_loudly():
@@ -208,3 +211,14 @@ def test_render_path_does_not_import_jsonschema():
             "assert not bad, bad")
     path = os.path.join(os.path.dirname(__file__), "fixtures", "valid-job.yaml")
     subprocess.run([sys.executable, "-c", code, path], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("version", ["1.33", "1.37"])
+def test_on_pod_conditions_status_is_a_warning_not_a_schema_error(version):
+    """validation.md §D #47: schemas <= 1.34 require status, the server defaults it to "True"."""
+    docs = BASES["job"]()
+    docs[1]["spec"]["podFailurePolicy"] = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    result = lint_docs(docs, version)
+    assert rule_ids(result) == {"KG067"} and result.exit_code == 0
+    raw = schema.bundled(version).validator("batch/v1", "Job").validate(docs[1])
+    assert bool(raw) is (version == "1.33")  # the schema itself differs between the versions

@@ -11,7 +11,6 @@ from kgen.layering import Layers
 from kgen.resources import ENTRYPOINT_FILE, entrypoint_path
 from kgen.spec import DEFAULT_K8S, TrainingSpec, build_spec, parse_k8s_version
 
-
 ENTRYPOINT_PLACEHOLDER = "@kgen-entrypoint-source@"
 
 
@@ -28,8 +27,14 @@ class RenderRequest:
     lint: bool = True
 
 
-FLAG_NAMES = {"nodes": "--nodes", "gpus": "--gpus", "kind": "--kind", "name": "--name",
-              "namespace": "--namespace", "image": "--image"}
+FLAG_NAMES = {
+    "nodes": "--nodes",
+    "gpus": "--gpus",
+    "kind": "--kind",
+    "name": "--name",
+    "namespace": "--namespace",
+    "image": "--image",
+}
 
 
 def build(request: RenderRequest) -> TrainingSpec:
@@ -53,8 +58,9 @@ def build(request: RenderRequest) -> TrainingSpec:
     env: dict[str, str] = {}
     for item in request.env:
         if "=" not in item or not item.split("=", 1)[0]:
-            raise UsageError(f'expected KEY=VALUE, got "{item}"', option="--env",
-                             hint="for example --env NCCL_DEBUG_SUBSYS=INIT")
+            raise UsageError(
+                f'expected KEY=VALUE, got "{item}"', option="--env", hint="for example --env NCCL_DEBUG_SUBSYS=INIT"
+            )
         key, value = item.split("=", 1)
         env[key] = value
     if env:
@@ -105,6 +111,8 @@ def check_rendered(text: str, spec: TrainingSpec) -> None:
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise RenderError(f"the rendered manifest fails {first.rule_id}: {first.message} "
-                          f"[{first.kind}/{first.name} {first.path}]{more}",
-                          hint="check the values named in that field")
+        raise RenderError(
+            f"the rendered manifest fails {first.rule_id}: {first.message} "
+            f"[{first.kind}/{first.name} {first.path}]{more}",
+            hint="check the values named in that field",
+        )

@@ -59,8 +59,9 @@ class KgenGroup(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
-            rv = super().main(args=args, prog_name=prog_name or "kgen", complete_var=complete_var,
-                              standalone_mode=False, **extra)
+            rv = super().main(
+                args=args, prog_name=prog_name or "kgen", complete_var=complete_var, standalone_mode=False, **extra
+            )
         except KgenError as exc:
             _fail(exc.one_line(), exc.exit_code)
         except click.exceptions.Abort:
@@ -95,26 +96,53 @@ def cli() -> None:
 @click.option("--namespace", metavar="NS", help="Namespace of every object.")
 @click.option("--image", metavar="IMAGE", help="Container image with python3 and torch.")
 @click.option("--env", "env", metavar="KEY=VALUE", multiple=True, help="Extra environment variable (repeatable).")
-@click.option("-f", "--values", "values_files", metavar="FILE", multiple=True, help="Values file (repeatable, later wins).")
-@click.option("--set", "sets", metavar="KEY=VALUE", multiple=True, help="Set one value, e.g. nccl.debug=INFO (repeatable).")
-@click.option("--kubernetes-version", metavar="1.NN",
-              help="Oldest Kubernetes the output must run on (default 1.27); newer versions enable newer Job features.")
+@click.option(
+    "-f", "--values", "values_files", metavar="FILE", multiple=True, help="Values file (repeatable, later wins)."
+)
+@click.option(
+    "--set", "sets", metavar="KEY=VALUE", multiple=True, help="Set one value, e.g. nccl.debug=INFO (repeatable)."
+)
+@click.option(
+    "--kubernetes-version",
+    metavar="1.NN",
+    help="Oldest Kubernetes the output must run on (default 1.27); newer versions enable newer Job features.",
+)
 @click.option("-o", "--output", metavar="FILE", help="Write to FILE (atomically) instead of stdout.")
 @click.option("--format", "output_format", default="yaml", metavar="yaml|json", help="Output format.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS...]]")
-def render(preset, nodes, gpus, kind, name, namespace, image, env, values_files, sets,
-           kubernetes_version, output, output_format, command) -> None:
+def render(
+    preset,
+    nodes,
+    gpus,
+    kind,
+    name,
+    namespace,
+    image,
+    env,
+    values_files,
+    sets,
+    kubernetes_version,
+    output,
+    output_format,
+    command,
+) -> None:
     """Render a headless Service, an Indexed Job (or StatefulSet) and the entrypoint ConfigMap.
 
     COMMAND is the training script and its arguments that torchrun runs on every worker
     (e.g. `-- train.py --lr 3e-4`); without it the pods run kgen's all-reduce smoke test.
     """
-    from kgen.api import RenderRequest, render as render_manifest
+    from kgen.api import RenderRequest
+    from kgen.api import render as render_manifest
 
     request = RenderRequest(
-        preset=preset, values_files=values_files, sets=sets, env=env, command=command,
+        preset=preset,
+        values_files=values_files,
+        sets=sets,
+        env=env,
+        command=command,
         flags={"nodes": nodes, "gpus": gpus, "kind": kind, "name": name, "namespace": namespace, "image": image},
-        kubernetes_version=kubernetes_version, output_format=output_format,
+        kubernetes_version=kubernetes_version,
+        output_format=output_format,
     )
     text = render_manifest(request)
     if output:
@@ -125,16 +153,32 @@ def render(preset, nodes, gpus, kind, name, namespace, image, env, values_files,
 
 @cli.command()
 @click.argument("paths", nargs=-1, metavar="[PATH|DIR|-]...")
-@click.option("--kubernetes-version", default="1.37", show_default=True, metavar="1.NN",
-              help="Kubernetes version whose schemas and rules apply (1.25 ... 1.37).")
-@click.option("--skip", "skip", metavar="KG012,...", multiple=True, help="Rule ids to skip (comma-separated, repeatable).")
-@click.option("--format", "output_format", default="text", show_default=True, metavar="text|json|junit",
-              help="Output format.")
-@click.option("--engine", default="builtin", show_default=True, metavar="builtin|kubeconform",
-              help="Schema engine; kubeconform must be on PATH.")
-@click.option("--schema-location", metavar="DIR|TEMPLATE",
-              help="Schemas for CRDs: a folder, or a kubeconform-style template such as "
-                   "'schemas/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json'.")
+@click.option(
+    "--kubernetes-version",
+    default="1.37",
+    show_default=True,
+    metavar="1.NN",
+    help="Kubernetes version whose schemas and rules apply (1.25 ... 1.37).",
+)
+@click.option(
+    "--skip", "skip", metavar="KG012,...", multiple=True, help="Rule ids to skip (comma-separated, repeatable)."
+)
+@click.option(
+    "--format", "output_format", default="text", show_default=True, metavar="text|json|junit", help="Output format."
+)
+@click.option(
+    "--engine",
+    default="builtin",
+    show_default=True,
+    metavar="builtin|kubeconform",
+    help="Schema engine; kubeconform must be on PATH.",
+)
+@click.option(
+    "--schema-location",
+    metavar="DIR|TEMPLATE",
+    help="Schemas for CRDs: a folder, or a kubeconform-style template such as "
+    "'schemas/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json'.",
+)
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE (atomically) instead of stdout.")
 def lint(paths, kubernetes_version, skip, output_format, engine, schema_location, output) -> None:
     """Check manifests offline: Kubernetes JSON schemas plus the rules schemas miss.
@@ -156,8 +200,9 @@ def lint(paths, kubernetes_version, skip, output_format, engine, schema_location
     if output_format not in ("text", "json", "junit"):
         raise KgenError(f'must be text, json or junit, got "{output_format}"', option="--format")
     skipped = frozenset(s.strip() for item in skip for s in item.split(",") if s.strip())
-    opts = LintOptions(kubernetes_version=kubernetes_version, skip=skipped, engine=engine,
-                       schema_location=schema_location)
+    opts = LintOptions(
+        kubernetes_version=kubernetes_version, skip=skipped, engine=engine, schema_location=schema_location
+    )
     result = lint_paths(list(paths) or ["-"], opts)
     buf = io.StringIO()
     write_findings(result, output_format, buf)

@@ -121,8 +121,9 @@ def _no_duplicates(loader: yaml.BaseLoader, node: yaml.MappingNode, deep: bool =
     for key_node, _ in node.value:
         key = key_node.value
         if key in seen:
-            raise yaml.MarkedYAMLError("while reading a mapping", node.start_mark,
-                                       f'duplicate key "{key}"', key_node.start_mark)
+            raise yaml.MarkedYAMLError(
+                "while reading a mapping", node.start_mark, f'duplicate key "{key}"', key_node.start_mark
+            )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
@@ -139,8 +140,7 @@ def load_values_text(text: str, where: str) -> tuple[dict, dict]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
-        raise InputError(f"{where}{line}: {exc.problem or exc.context}",
-                         hint="fix the YAML syntax") from None
+        raise InputError(f"{where}{line}: {exc.problem or exc.context}", hint="fix the YAML syntax") from None
     except yaml.YAMLError as exc:
         raise InputError(f"{where}: {str(exc).splitlines()[0]}", hint="fix the YAML syntax") from None
     if raw is None:
@@ -201,8 +201,9 @@ class Layers:
 
     def apply_set(self, assignment: str) -> None:
         if "=" not in assignment:
-            raise UsageError(f'expected KEY=VALUE, got "{assignment}"', option="--set",
-                             hint="for example --set nccl.debug=INFO")
+            raise UsageError(
+                f'expected KEY=VALUE, got "{assignment}"', option="--set", hint="for example --set nccl.debug=INFO"
+            )
         key, value = assignment.split("=", 1)
         where = f"--set {key.strip()}"
         parts = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", key.strip())]

@@ -6,13 +6,13 @@ install they are the top-level folders of the repository.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent
 
 
-@lru_cache(maxsize=None)
+@cache
 def data_root() -> Path:
     for candidate in (_PKG / "_bundled", _PKG.parent):
         if (candidate / "templates").is_dir() and (candidate / "presets").is_dir():

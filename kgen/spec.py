@@ -33,7 +33,7 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     "livenessPort": ("int", 29501, "Port of the entrypoint's peer-liveness channel on pod 0."),
     "shmSize": ("str", "16Gi", "Size limit of the memory-backed /dev/shm."),
     "env": ("dict[str,str]", {}, "Extra environment variables (values stay strings)."),
-    "resources.requests": ("dict[str,str]", {}, "Extra resource requests, e.g. cpu: \"32\", memory: 256Gi."),
+    "resources.requests": ("dict[str,str]", {}, 'Extra resource requests, e.g. cpu: "32", memory: 256Gi.'),
     "resources.limits": ("dict[str,str]", {}, "Extra resource limits (GPUs are set from `gpus`)."),
     "nodeSelector": ("dict[str,str]", {}, "Pod nodeSelector."),
     "tolerations": ("list[dict]", [], "Pod tolerations (Kubernetes form)."),
@@ -82,9 +82,7 @@ RESERVED_ENV = {
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-QUANTITY = re.compile(
-    r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
-)
+QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
 
 
 def parse_k8s_version(text: str, option: str = "--kubernetes-version") -> int:
@@ -94,9 +92,7 @@ def parse_k8s_version(text: str, option: str = "--kubernetes-version") -> int:
         raise UsageError(f'must look like 1.31, got "{text}"', option=option)
     minor = int(m.group(1))
     if not MIN_K8S <= minor <= MAX_K8S:
-        raise UsageError(
-            f'supported versions are 1.{MIN_K8S} to 1.{MAX_K8S}, got "{text}"', option=option
-        )
+        raise UsageError(f'supported versions are 1.{MIN_K8S} to 1.{MAX_K8S}, got "{text}"', option=option)
     return minor
 
 
@@ -238,24 +234,42 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
         nproc = gpus if gpus else 1
     elif gpus and nproc != gpus:
         raise _fail(
-            o, "nprocPerNode", f"is {nproc} but gpus is {gpus}: one process per GPU",
+            o,
+            "nprocPerNode",
+            f"is {nproc} but gpus is {gpus}: one process per GPU",
             hint="leave nprocPerNode at 0 (auto) for GPU jobs",
         )
 
     name = text("name")
     if not DNS_LABEL.match(name) or len(name) > 63:
-        raise _fail(o, "name", f'must be a DNS label (lower-case letters, digits, "-"), got "{name}"',
-                    hint="for example --name llama-pretrain")
+        raise _fail(
+            o,
+            "name",
+            f'must be a DNS label (lower-case letters, digits, "-"), got "{name}"',
+            hint="for example --name llama-pretrain",
+        )
     if k8s_minor < 36 and not DNS_1035.match(name):
-        raise _fail(o, "name", f'must start with a letter (it names the Service), got "{name}"',
-                    hint="Kubernetes before 1.36 rejects Service names starting with a digit")
+        raise _fail(
+            o,
+            "name",
+            f'must start with a letter (it names the Service), got "{name}"',
+            hint="Kubernetes before 1.36 rejects Service names starting with a digit",
+        )
     longest_host = f"{name}-{nodes - 1}"
     if len(longest_host) > 63:
-        raise _fail(o, "name", f'is too long: pod hostname "{longest_host}" has {len(longest_host)} '
-                    "characters, the limit is 63", hint=f"use at most {63 - 1 - len(str(nodes - 1))} characters")
+        raise _fail(
+            o,
+            "name",
+            f'is too long: pod hostname "{longest_host}" has {len(longest_host)} characters, the limit is 63',
+            hint=f"use at most {63 - 1 - len(str(nodes - 1))} characters",
+        )
     if kind == "statefulset" and len(name) > 52:
-        raise _fail(o, "name", f"is {len(name)} characters: StatefulSet names must stay <= 52 "
-                    "(the controller appends a revision hash to a 63-character label)")
+        raise _fail(
+            o,
+            "name",
+            f"is {len(name)} characters: StatefulSet names must stay <= 52 "
+            "(the controller appends a revision hash to a 63-character label)",
+        )
     namespace = text("namespace")
     if namespace and (not DNS_LABEL.match(namespace) or len(namespace) > 63):
         raise _fail(o, "namespace", f'must be a DNS label, got "{namespace}"')
@@ -293,8 +307,12 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
     user_env: list[EnvVar] = []
     for key, val in v["env"].items():
         if not ENV_NAME.match(key):
-            raise _fail(o, "env", f'"{key}" is not a valid environment variable name',
-                        hint="use letters, digits, _ . - and no leading digit")
+            raise _fail(
+                o,
+                "env",
+                f'"{key}" is not a valid environment variable name',
+                hint="use letters, digits, _ . - and no leading digit",
+            )
         if key in RESERVED_ENV or key.startswith("KGEN_"):
             where = RESERVED_ENV.get(key, "kgen's entrypoint")
             raise _fail(o, "env", f"{key} is set by kgen ({where}); do not set it by hand")
@@ -303,14 +321,26 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
     features = Features(k8s_minor)
     env = _kgen_env(v, kind, name, nodes, nproc, port, liveness, f"{name}-0.{name}") + user_env
     return TrainingSpec(
-        values=v, origins=o, k8s=features, name=name, namespace=namespace, kind=kind, nodes=nodes,
-        gpus=gpus, nproc_per_node=nproc, image=image, command=tuple(v["command"]), port=port,
-        liveness_port=liveness, env=tuple(env),
+        values=v,
+        origins=o,
+        k8s=features,
+        name=name,
+        namespace=namespace,
+        kind=kind,
+        nodes=nodes,
+        gpus=gpus,
+        nproc_per_node=nproc,
+        image=image,
+        command=tuple(v["command"]),
+        port=port,
+        liveness_port=liveness,
+        env=tuple(env),
     )
 
 
-def _kgen_env(v: dict[str, Any], kind: str, name: str, nodes: int, nproc: int, port: int,
-              liveness: int, master: str) -> list[EnvVar]:
+def _kgen_env(
+    v: dict[str, Any], kind: str, name: str, nodes: int, nproc: int, port: int, liveness: int, master: str
+) -> list[EnvVar]:
     env = [
         EnvVar("NNODES", str(nodes)),
         EnvVar("NPROC_PER_NODE", str(nproc)),

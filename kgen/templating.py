@@ -15,7 +15,6 @@ import jinja2
 from kgen.resources import templates_dir
 from kgen.spec import TrainingSpec
 
-
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 

@@ -10,8 +10,11 @@ KINDS = ["job", "statefulset"]
 
 
 def pytest_addoption(parser):
-    parser.addoption("--update-goldens", action="store_true",
-                     help="rewrite tests/golden/*.yaml from the current templates (review the diff!)")
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        help="rewrite tests/golden/*.yaml from the current templates (review the diff!)",
+    )
 
 
 @pytest.fixture

@@ -79,8 +79,23 @@ def test_layering_order_later_wins(tmp_path):
     f1.write_text("nodes: 3\nnccl:\n  debug: TRACE\nenv:\n  A: from-file\n  B: file\n")
     f2 = tmp_path / "b.yaml"
     f2.write_text("nodes: 5\n")
-    res = run("render", "--preset", "4x8", "-f", str(f1), "-f", str(f2), "--set", "nodes=6",
-              "--set", "env.B=set", "--nodes", "7", "--env", "C=flag")
+    res = run(
+        "render",
+        "--preset",
+        "4x8",
+        "-f",
+        str(f1),
+        "-f",
+        str(f2),
+        "--set",
+        "nodes=6",
+        "--set",
+        "env.B=set",
+        "--nodes",
+        "7",
+        "--env",
+        "C=flag",
+    )
     assert res.exit_code == 0, res.stderr
     job = docs_of(res.stdout)[2]
     assert job["spec"]["completions"] == 7  # flag > --set > later file > earlier file > preset
@@ -122,8 +137,8 @@ BAD_INPUT = [
     (["--nodes", "2.5"], '--nodes: must be an integer, got "2.5"'),
     (["--gpus", "-1"], '--gpus: must be an integer between 0 and 1024, got "-1"'),
     (["--kind", "deployment"], '--kind: must be job or statefulset, got "deployment"'),
-    (["--name", "Train_Job"], '--name: must be a DNS label'),
-    (["--name", "train.llama"], '--name: must be a DNS label'),
+    (["--name", "Train_Job"], "--name: must be a DNS label"),
+    (["--name", "train.llama"], "--name: must be a DNS label"),
     (["--name", "7b-train"], "--name: must start with a letter"),
     (["--name", "a" * 62, "--nodes", "10"], "--name: is too long: pod hostname"),
     (["--name", "a" * 53, "--kind", "statefulset"], "StatefulSet names must stay <= 52"),
@@ -137,7 +152,7 @@ BAD_INPUT = [
     (["--env", "1BAD=x"], '"1BAD" is not a valid environment variable name'),
     (["--env", "WORLD_SIZE=16"], "WORLD_SIZE is set by kgen"),
     (["--env", "RANK=0"], "RANK is set by kgen"),
-    (["--set", "shmSize=lots"], 'shmSize: must be a Kubernetes quantity'),
+    (["--set", "shmSize=lots"], "shmSize: must be a Kubernetes quantity"),
     (["--set", "resources.requests.memory=512GB"], "must be a Kubernetes quantity"),
     (["--set", "nccl.ibDisable=maybe"], '--set nccl.ibDisable: must be true or false, got "maybe"'),
     (["--set", "port=70000"], "--set port: must be an integer between 1 and 65535"),
@@ -163,14 +178,17 @@ def test_bad_input_one_line_exit_2_nothing_on_stdout(args, message):
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("content,message", [
-    ("nodes: [1\n", "v.yaml:"),                       # YAML syntax error, with the line
-    ("- 1\n- 2\n", "must be a mapping of values"),
-    ("nodes: 2\nnodes: 3\n", 'duplicate key "nodes"'),
-    ("nccl:\n  debg: INFO\n", 'unknown key "nccl.debg" (did you mean "nccl.debug"?)'),
-    ("nodes: 0\n", 'v.yaml: nodes: must be an integer between 1 and 100000, got "0"'),
-    ("env: [A, B]\n", "v.yaml: env: must be a mapping of strings"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("nodes: [1\n", "v.yaml:"),  # YAML syntax error, with the line
+        ("- 1\n- 2\n", "must be a mapping of values"),
+        ("nodes: 2\nnodes: 3\n", 'duplicate key "nodes"'),
+        ("nccl:\n  debg: INFO\n", 'unknown key "nccl.debg" (did you mean "nccl.debug"?)'),
+        ("nodes: 0\n", 'v.yaml: nodes: must be an integer between 1 and 100000, got "0"'),
+        ("env: [A, B]\n", "v.yaml: env: must be a mapping of strings"),
+    ],
+)
 def test_bad_values_file(tmp_path, content, message):
     path = tmp_path / "v.yaml"
     path.write_text(content)
@@ -204,8 +222,9 @@ def test_template_cache_is_used_and_an_unusable_cache_changes_nothing(tmp_path, 
 
     def render_with_cache(cache):
         env = dict(os.environ, KGEN_CACHE_DIR=str(cache))
-        return subprocess.run([*kgen_cmd, "render", "--preset", "4x8"], env=env,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [*kgen_cmd, "render", "--preset", "4x8"], env=env, capture_output=True, text=True, timeout=60
+        )
 
     good = render_with_cache(tmp_path / "cache")
     assert good.returncode == 0

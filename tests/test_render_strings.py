@@ -9,13 +9,64 @@ from ruamel.yaml import YAML
 from kgen.api import RenderRequest, render
 
 HOSTILE = [
-    "on", "off", "yes", "no", "y", "n", "Y", "N", "ON", "Off", "true", "False", "null", "~", "",
-    "010", "0x1F", "0o17", "1e3", "1_000", "1:20", "-.inf", ".NaN", "2001-12-14", "=", "<<",
-    "a: b", "key: value\nother: x", "#not a comment", "value # trailing", "{{ spec.name }}",
-    "{% raw %}", "---", "...", "- item", "  leading spaces", "trailing spaces  ", "tab\there",
-    'say "hi"', "it's", "back\\slash", "line1\nline2\n", "\ttab-first", "@at", "`tick`", "*alias",
-    "&anchor", "!tag", "%percent", "|", ">", "? q", "[a, b]", "{a: b}", "ünïcødé ✓", "\u2028sep",
-    "a\r\nb", "\x07bell",
+    "on",
+    "off",
+    "yes",
+    "no",
+    "y",
+    "n",
+    "Y",
+    "N",
+    "ON",
+    "Off",
+    "true",
+    "False",
+    "null",
+    "~",
+    "",
+    "010",
+    "0x1F",
+    "0o17",
+    "1e3",
+    "1_000",
+    "1:20",
+    "-.inf",
+    ".NaN",
+    "2001-12-14",
+    "=",
+    "<<",
+    "a: b",
+    "key: value\nother: x",
+    "#not a comment",
+    "value # trailing",
+    "{{ spec.name }}",
+    "{% raw %}",
+    "---",
+    "...",
+    "- item",
+    "  leading spaces",
+    "trailing spaces  ",
+    "tab\there",
+    'say "hi"',
+    "it's",
+    "back\\slash",
+    "line1\nline2\n",
+    "\ttab-first",
+    "@at",
+    "`tick`",
+    "*alias",
+    "&anchor",
+    "!tag",
+    "%percent",
+    "|",
+    ">",
+    "? q",
+    "[a, b]",
+    "{a: b}",
+    "ünïcødé ✓",
+    "\u2028sep",
+    "a\r\nb",
+    "\x07bell",
 ]
 
 
@@ -82,10 +133,14 @@ def test_newline_in_a_value_cannot_add_a_key():
 
 
 @settings(max_examples=60, deadline=None)
-@given(value=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40),
-       arg=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40))
+@given(
+    value=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40),
+    arg=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40),
+)
 def test_property_any_string_round_trips(value, arg):
-    text = render(RenderRequest(preset="4x8", env=[f"P={value}"], command=["train.py", arg]), )
+    text = render(
+        RenderRequest(preset="4x8", env=[f"P={value}"], command=["train.py", arg]),
+    )
     docs = parsed(text)
     env = {e["name"]: e.get("value") for e in container(docs)["env"]}
     assert env["P"] == value

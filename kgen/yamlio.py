@@ -54,7 +54,7 @@ def _dumper() -> YAML:
     y.width = 4096
     y.allow_unicode = False  # escape non-ASCII: \u2028 and \x85 would otherwise fold as line breaks
     y.indent(mapping=2, sequence=2, offset=0)
-    y.sort_base_mapping_type_on_output = False  # keep template key order
+    y.sort_base_mapping_type_on_output = False  # type: ignore[assignment]  # keep template key order
     return y
 
 

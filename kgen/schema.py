@@ -499,7 +499,7 @@ class BundledSchemas:
         if cpath is not None:
             try:
                 with open(cpath, "rb") as fh:
-                    data = marshal.load(fh)
+                    data = marshal.loads(fh.read())
                 self.loaded_from_cache += 1
                 return data
             except (OSError, EOFError, ValueError, TypeError):

@@ -203,6 +203,8 @@ def lint(paths, kubernetes_version, skip, output_format, engine, schema_location
     opts = LintOptions(
         kubernetes_version=kubernetes_version, skip=skipped, engine=engine, schema_location=schema_location
     )
+    if not paths and sys.stdin.isatty():
+        raise KgenError("no input: pass files or folders, or '-' to read stdin (e.g. kgen render | kgen lint -)")
     result = lint_paths(list(paths) or ["-"], opts)
     buf = io.StringIO()
     write_findings(result, output_format, buf)

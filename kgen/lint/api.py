@@ -79,7 +79,14 @@ class _Prepared:
 
             self.kubeconform = kubeconform.Runner(self.version, opts.strict, opts.schema_location)
         self.doc_rules = [r for r in self.rules.values() if r.scope == "document" and r.id not in opts.skip]
+        self._by_kind: dict[str, list] = {}
         self.stream_rules = [r for r in self.rules.values() if r.scope == "stream" and r.id not in opts.skip]
+
+    def rules_for(self, kind: str) -> list:
+        rules = self._by_kind.get(kind)
+        if rules is None:
+            rules = self._by_kind[kind] = [r for r in self.doc_rules if r.kinds is None or kind in r.kinds]
+        return rules
 
 
 def lint_text(text: str, filename: str, opts: LintOptions) -> LintResult:
@@ -182,11 +189,9 @@ def _lint_stream(text: str, filename: str, p: _Prepared, result: LintResult) -> 
             found.extend(_schema_findings(doc, p))
         else:
             p.kubeconform.add(doc, text, _has_schema(doc, p))
-        kind = doc.kind
-        for r in p.doc_rules:
-            if r.kinds is None or kind in r.kinds:
-                for path, message in r.fn(doc, p.ctx):
-                    found.append(doc.finding(r.id, r.severity, message, path))
+        for r in p.rules_for(doc.kind):
+            for path, message in r.fn(doc, p.ctx):
+                found.append(doc.finding(r.id, r.severity, message, path))
     for r in p.stream_rules:
         for doc, path, message in r.fn(objects, p.ctx):
             per_doc.setdefault(id(doc), []).append(doc.finding(r.id, r.severity, message, path))

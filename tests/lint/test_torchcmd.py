@@ -1,0 +1,68 @@
+"""Finding torchrun launches in container commands, in every form the training rules accept."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import BASES, lint_docs, rule_ids
+from kgen.lint.torchcmd import find_launches, host_of, resolve
+
+
+@pytest.mark.parametrize("container", [
+    {"command": ["torchrun", "--nnodes=4", "--nproc-per-node", "8", "train.py"]},
+    {"command": ["/usr/local/bin/torchrun"], "args": ["--nnodes", "4", "--nproc_per_node=8", "train.py", "--nnodes=9"]},
+    {"command": ["python3", "-m", "torch.distributed.run", "--nnodes=4", "--nproc-per-node=8", "train.py"]},
+    {"command": ["bash", "-c", "set -e\ncd /app && exec torchrun \\\n  --nnodes=4 \\\n  --nproc_per_node=8 train.py"]},
+    {"command": ["/bin/sh", "-c"], "args": ["echo hi; OMP_NUM_THREADS=1 torchrun --nnodes=4 --nproc-per-node=8 t.py"]},
+])
+def test_launch_forms_and_flag_spellings(container):
+    [launch] = find_launches(container)
+    assert launch.form == "torchrun"
+    assert (launch.flag("nnodes"), launch.flag("nproc_per_node")) == ("4", "8")  # script args are not flags
+
+
+def test_kgen_entrypoint_form():
+    [launch] = find_launches({"command": ["python3", "/opt/kgen/kgen_entrypoint.py"], "args": ["--", "train.py"]})
+    assert launch.form == "kgen" and launch.flags == {}
+
+
+def test_non_training_commands_are_ignored():
+    assert find_launches({"command": ["python", "serve.py", "--port", "80"]}) == []
+    assert find_launches({"command": ["bash", "-c", "echo torchrun is great"]}) == []
+
+
+def test_script_exports_and_sleeps_are_recorded():
+    [launch] = find_launches({"command": ["bash", "-c", "export RANK=$((I*8)) LOCAL_RANK=0\n  sleep $((RANDOM % 30))\n"
+                                          "torchrun --nnodes=2 t.py"]})
+    assert launch.exports == ["RANK", "LOCAL_RANK"] and launch.sleeps == ["sleep $((RANDOM % 30))"]
+
+
+def test_resolve_and_host():
+    env = {"NNODES": "4", "FROM": None}
+    assert resolve("$NNODES", env) == "4" and resolve("${NNODES}", env) == "4" and resolve("$(NNODES)", env) == "4"
+    assert resolve("$FROM", env) is None and resolve("x$NNODES", env) is None and resolve("8", env) == "8"
+    assert host_of("llama-0.llama:29500") == "llama-0.llama" and host_of("[::1]:29500") == "::1"
+
+
+def _entrypoint_job(nodes_env, nproc_env, completions=4, gpus=8):
+    docs = BASES["job"]()
+    c = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    c["command"], c["args"] = ["python3", "/opt/kgen/kgen_entrypoint.py"], ["--", "train.py"]
+    c["env"] = [{"name": "NNODES", "value": nodes_env}, {"name": "NPROC_PER_NODE", "value": nproc_env},
+                {"name": "MASTER_ADDR", "value": "llama-0.llama"}]
+    docs[1]["spec"]["completions"] = docs[1]["spec"]["parallelism"] = completions
+    return docs
+
+
+def test_kgen_entrypoint_env_is_checked_against_completions_and_gpus():
+    assert lint_docs(_entrypoint_job("4", "8")).findings == []
+    assert rule_ids(lint_docs(_entrypoint_job("2", "8"))) == {"KG106"}
+    assert rule_ids(lint_docs(_entrypoint_job("4", "4"))) == {"KG107"}
+
+
+def test_python_module_form_in_a_statefulset_is_checked():
+    docs = BASES["sts"]()
+    c = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    c["command"] = ["python", "-m", "torch.distributed.run"]
+    docs[1]["spec"]["replicas"] = 2
+    assert "KG106" in rule_ids(lint_docs(docs))

@@ -186,15 +186,29 @@ def _lint_stream(text: str, filename: str, p: _Prepared, result: LintResult) -> 
             continue
         objects.append(doc)
         if p.kubeconform is None:
-            found.extend(_schema_findings(doc, p))
+            schema_found = _schema_findings(doc, p)
+            found.extend(schema_found)
+            malformed = any(f.rule_id in ("KG010", "KG002") for f in schema_found)
         else:
             p.kubeconform.add(doc, text, _has_schema(doc, p))
+            malformed = True  # not known before kubeconform runs
         for r in p.rules_for(doc.kind):
-            for path, message in r.fn(doc, p.ctx):
-                found.append(doc.finding(r.id, r.severity, message, path))
+            try:
+                for path, message in r.fn(doc, p.ctx):
+                    found.append(doc.finding(r.id, r.severity, message, path))
+            except (TypeError, AttributeError, KeyError, IndexError, ValueError):
+                if not malformed:
+                    raise  # a bug in the rule: well-typed input must never crash it
+                # a field of the wrong type: the schema finding already says so
+    any_malformed = p.kubeconform is not None or any(
+        f.rule_id in ("KG010", "KG002") for fs in per_doc.values() for f in fs)
     for r in p.stream_rules:
-        for doc, path, message in r.fn(objects, p.ctx):
-            per_doc.setdefault(id(doc), []).append(doc.finding(r.id, r.severity, message, path))
+        try:
+            for doc, path, message in r.fn(objects, p.ctx):
+                per_doc.setdefault(id(doc), []).append(doc.finding(r.id, r.severity, message, path))
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError):
+            if not any_malformed:
+                raise
     for doc in docs:
         skip = p.opts.skip | _skips(doc)
         for f in per_doc.get(id(doc), []):

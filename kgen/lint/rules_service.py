@@ -38,8 +38,8 @@ def service_port_names(doc: Any, ctx: Context) -> Iterator:
         if not isinstance(p, dict):
             continue
         name = p.get("name")
-        if not name:
-            if len(ports) > 1:
+        if not isinstance(name, str) or not name:
+            if not name and len(ports) > 1:
                 yield ("spec", "ports", i), "port name is required when a Service has more than one port"
             continue
         if not k8s.is_dns_label(name):

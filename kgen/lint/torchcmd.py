@@ -109,8 +109,8 @@ def _parse_flags(tokens: list[str]) -> dict[str, str | None]:
 
 
 def find_launches(container: dict) -> list[Launch]:
-    argv = [str(x) for x in (container.get("command") or []) + (container.get("args") or [])
-            if isinstance(x, (str, int, float))]
+    parts = [container.get("command"), container.get("args")]
+    argv = [str(x) for part in parts if isinstance(part, list) for x in part if isinstance(x, (str, int, float))]
     if not argv:
         return []
     scripts: list[tuple[list[list[str]], str]] = []

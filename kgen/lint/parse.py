@@ -206,12 +206,32 @@ def _plain(node: ScalarNode) -> Any:
     return value
 
 
+MAX_EXPANDED_NODES = 1_000_000  # goyaml also refuses "excessive aliasing"
+
+
+def _expanded_size(node: Any, sizes: dict[int, int]) -> int:
+    got = sizes.get(id(node))
+    if got is not None:
+        return got
+    sizes[id(node)] = 1  # a cycle counts once
+    if isinstance(node, MappingNode):
+        total = 1 + sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
+    elif isinstance(node, SequenceNode):
+        total = 1 + sum(_expanded_size(v, sizes) for v in node.value)
+    else:
+        total = 1
+    sizes[id(node)] = total
+    return total
+
+
 class _Converter:
-    __slots__ = ("dups", "memo")
+    __slots__ = ("dups", "memo", "aliased", "building")
 
     def __init__(self) -> None:
         self.dups: list[tuple[MappingNode, ScalarNode]] = []
         self.memo: dict[int, Any] = {}
+        self.aliased = False
+        self.building: set[int] = set()
 
     def convert(self, node: Any) -> Any:
         cls = node.__class__
@@ -225,10 +245,16 @@ class _Converter:
         memo = self.memo
         got = memo.get(id(node))
         if got is not None:  # an alias: same node object
+            if id(node) in self.building:
+                mark = node.start_mark
+                raise InputError(f"<file>:{mark.line + 1}:{mark.column + 1}: YAML alias refers to a node that "
+                                 "contains it (kubectl rejects it)")
+            self.aliased = True
             return got
         if cls is MappingNode:
             out: dict = {}
             memo[id(node)] = out
+            self.building.add(id(node))
             convert = self.convert
             for knode, vnode in node.value:
                 if knode.tag == _PLAIN and knode.value == "<<" or knode.tag == _MERGE:
@@ -240,11 +266,14 @@ class _Converter:
                 if key in out:
                     self.dups.append((node, knode))
                 out[key] = convert(vnode)
+            self.building.discard(id(node))
             return out
         if cls is SequenceNode:
             seq: list = []
             memo[id(node)] = seq
+            self.building.add(id(node))
             seq.extend(self.convert(v) for v in node.value)
+            self.building.discard(id(node))
             return seq
         raise InputError(f"unsupported YAML node {node!r}")  # pragma: no cover
 
@@ -303,7 +332,15 @@ def parse_stream(text: str, file: str) -> list[Document]:
         if node is None:
             continue
         conv = _Converter()
-        data = conv.convert(node)
+        try:
+            data = conv.convert(node)
+        except InputError as err:
+            raise InputError(err.message.replace("<file>", file, 1)) from None
+        except RecursionError:
+            raise InputError(f"{file}:{node.start_mark.line + 1}: YAML nests too deeply (or an alias refers to itself)") from None
+        if conv.aliased and _expanded_size(node, {}) > MAX_EXPANDED_NODES:
+            raise InputError(f"{file}:{node.start_mark.line + 1}: YAML aliases expand this document to more than "
+                             f"{MAX_EXPANDED_NODES} nodes (excessive aliasing); refusing to lint it")
         if data is None:
             continue  # empty document (only comments or `---`)
         doc = Document(file, len(docs), node, data)

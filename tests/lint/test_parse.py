@@ -96,3 +96,17 @@ def test_non_object_documents_are_KG003():
     result = lint_text("- a\n- b\n---\nmetadata: {name: x}\n", "x.yaml", LintOptions())
     assert [f.rule_id for f in result.findings] == ["KG003", "KG003"]
     assert [f.line for f in result.findings] == [1, 4]
+
+
+def test_billion_laughs_is_refused_not_expanded():
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 10):
+        refs = ", ".join([f"*a{i - 1}"] * 9)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    with pytest.raises(InputError, match="excessive aliasing"):
+        lint_text("\n".join(lines) + "\n", "bomb.yaml", LintOptions())
+
+
+def test_self_referencing_alias_is_an_input_error():
+    with pytest.raises(InputError, match="bad.yaml:3:11: YAML alias refers to a node that contains it"):
+        lint_text("apiVersion: v1\nkind: ConfigMap\nmetadata: &m {labels: {a: *m}}\n", "bad.yaml", LintOptions())

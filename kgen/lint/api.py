@@ -252,7 +252,8 @@ def schema_errors_to_findings(doc: Document, errors: list, version: str = "") ->
         if node is not None and node.style == "" and node.tag == "!kgen-plain":
             if node.value in YAML11_BOOLS:
                 rule_id = "KG002"
-                message = (f"unquoted {node.value} is a boolean for kubectl (YAML 1.1) but this field is a string; "
+                why = "" if node.value.lower() in ("true", "false") else " (YAML 1.1)"
+                message = (f"unquoted {node.value} is a boolean for kubectl{why} but this field is a string; "
                            f'quote it: "{node.value}"')
             else:
                 message = f'{message}; quote it: "{node.value}"'

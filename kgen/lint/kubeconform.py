@@ -93,7 +93,7 @@ class Runner:
         entry = self.streams.setdefault(doc.file, {"text": text, "docs": [], "skip": []})
         entry["docs"].append(doc)
         if not has_schema:
-            entry["skip"].append(f"{doc.api_version}/{doc.kind}" if "/" in doc.api_version else doc.kind)
+            entry["skip"].append(f"{doc.api_version}/{doc.kind}")  # kubeconform's GVK form: apiVersion/Kind
 
     def run(self, result: Any, prepared: Any) -> None:
         from kgen.lint.api import _schema_findings
@@ -102,7 +102,7 @@ class Runner:
         for filename, entry in self.streams.items():
             docs = entry["docs"]
             for doc in docs:  # KG011/KG012 for kinds kubeconform is told to skip
-                if f"{doc.api_version}/{doc.kind}" in entry["skip"] or doc.kind in entry["skip"]:
+                if f"{doc.api_version}/{doc.kind}" in entry["skip"]:
                     result.findings.extend(_schema_findings(doc, prepared))
             is_file = os.path.isfile(filename)
             cmd = build_command(self.binary, self.version, self.strict, cache, self.schema_location,

@@ -14,7 +14,7 @@ class Severity(str, Enum):
 
 @dataclass(frozen=True)
 class Finding:
-    rule_id: str  # "KG012", or "schema" for JSON-schema errors
+    rule_id: str  # "KG012"; JSON-schema errors are KG010 (see docs/lint.md for every id)
     severity: Severity
     message: str  # one line, says how to fix it
     file: str

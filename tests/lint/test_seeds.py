@@ -72,6 +72,6 @@ def test_seed003_nnodes_must_track_replicas(tmp_path, replicas, expected):
     assert ("KG106" in {f.rule_id for f in result.findings}) is expected
 
 
-@pytest.mark.parametrize("name", ["valid-job.yaml", "valid-statefulset.yaml"])
+@pytest.mark.parametrize("name", ["valid-job.yaml", "valid-statefulset.yaml", "valid-web-app.yaml"])
 def test_realistic_fixtures_are_clean(name):
     assert _lint(name).findings == []

@@ -125,23 +125,22 @@ def _multi(w: Workload) -> bool:
     for c, _, launches in w.launches:
         env = _literal_env(c)
         for launch in launches:
-            n = _nnodes_values(launch, env)
-            if any(v > 1 for v, _ in n):
+            if any(top > 1 for _, top, _ in _nnodes_values(launch, env)):
                 return True
     return False
 
 
-def _nnodes_values(launch: Launch, env: dict) -> list[tuple[int, str]]:
-    """(max nodes, where) pairs stated by a launch: --nnodes and/or NNODES."""
+def _nnodes_values(launch: Launch, env: dict) -> list[tuple[int, int, str]]:
+    """(min, max nodes, where) stated by a launch: --nnodes (N or MIN:MAX) and/or NNODES."""
     out = []
     raw = resolve(launch.flag("nnodes"), env) if launch.has("nnodes") else None
     if raw:
-        top = raw.split(":")[-1]
-        if top.isdigit():
-            out.append((int(top), f"--nnodes={raw}"))
+        parts = raw.split(":")
+        if len(parts) <= 2 and all(p.isdigit() for p in parts):
+            out.append((int(parts[0]), int(parts[-1]), f"--nnodes={raw}"))
     nn = env.get("NNODES")
     if isinstance(nn, str) and nn.isdigit() and (launch.form == "kgen" or "NNODES" in (launch.flag("nnodes") or "")):
-        out.append((int(nn), f"NNODES={nn}"))
+        out.append((int(nn), int(nn), f"NNODES={nn}"))
     return out
 
 
@@ -328,8 +327,8 @@ def nnodes_agree(docs: list, ctx: Context) -> Iterator:
         for c, cpath, launches in w.launches:
             env = _literal_env(c)
             for launch in launches:
-                for value, where in _nnodes_values(launch, env):
-                    if value != w.nodes:
+                for low, high, where in _nnodes_values(launch, env):
+                    if not low <= w.nodes <= high:
                         path = _env_path(cpath, c, "NNODES") if where.startswith("NNODES") else _launch_path(cpath, c)
                         yield w.doc, path, f"{where} but {what} is {w.nodes}; the world never completes. Make them equal"
 

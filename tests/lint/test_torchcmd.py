@@ -66,3 +66,10 @@ def test_python_module_form_in_a_statefulset_is_checked():
     c["command"] = ["python", "-m", "torch.distributed.run"]
     docs[1]["spec"]["replicas"] = 2
     assert "KG106" in rule_ids(lint_docs(docs))
+
+
+@pytest.mark.parametrize("nnodes,flagged", [("2:8", False), ("4:4", False), ("1:3", True), ("5:8", True)])
+def test_elastic_nnodes_range_must_contain_the_pod_count(nnodes, flagged):
+    docs = BASES["job"]()
+    docs[1]["spec"]["template"]["spec"]["containers"][0]["args"][0] = f"--nnodes={nnodes}"
+    assert ("KG106" in rule_ids(lint_docs(docs))) is flagged

@@ -90,7 +90,9 @@ def completion_mode(doc: Any, ctx: Context) -> Iterator:
 
 
 @rule("KG065", E, "backoffLimitPerIndex and maxFailedIndexes need completionMode: Indexed; maxFailedIndexes "
-      "needs backoffLimitPerIndex and is at most completions.", "Set completionMode: Indexed.", kinds=["Job"])
+      "needs backoffLimitPerIndex and is at most completions and 100000; above 100000 completions, "
+      "backoffLimitPerIndex needs maxFailedIndexes and parallelism <= 10000.",
+      "Set completionMode: Indexed and the limits named in the message.", kinds=["Job"])
 def per_index_backoff(doc: Any, ctx: Context) -> Iterator:
     spec = _spec(doc)
     for key in ("backoffLimitPerIndex", "maxFailedIndexes"):
@@ -103,6 +105,15 @@ def per_index_backoff(doc: Any, ctx: Context) -> Iterator:
         comp = _int(spec.get("completions"))
         if comp is not None and mfi > comp:
             yield ("spec", "maxFailedIndexes"), f"maxFailedIndexes {mfi} exceeds completions {comp}"
+        if mfi > 100_000:
+            yield ("spec", "maxFailedIndexes"), f"maxFailedIndexes {mfi} exceeds 100000"
+    comp = _int(spec.get("completions"))
+    if spec.get("backoffLimitPerIndex") is not None and comp is not None and comp > 100_000:
+        par = _int(spec.get("parallelism"))
+        if mfi is None:
+            yield ("spec", "maxFailedIndexes"), "completions > 100000 with backoffLimitPerIndex requires maxFailedIndexes"
+        if par is not None and par > 10_000:
+            yield ("spec", "parallelism"), "completions > 100000 with backoffLimitPerIndex requires parallelism <= 10000"
 
 
 _ACTIONS = ("FailJob", "FailIndex", "Ignore", "Count")

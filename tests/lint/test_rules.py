@@ -113,6 +113,8 @@ FAILING = [
     ("KG064", "job", _set(J + ("spec", "parallelism"), 100001), "1.37"),
     ("KG065", "job", _all(_del(J + ("spec", "completionMode")), _set(J + ("spec", "backoffLimitPerIndex"), 1)), "1.37"),
     ("KG065", "job", _set(J + ("spec", "maxFailedIndexes"), 1), "1.37"),
+    ("KG065", "job", _all(_set(J + ("spec", "completions"), 200_000), _set(J + ("spec", "parallelism"), 20_000),
+                          _set(J + ("spec", "backoffLimitPerIndex"), 1)), "1.37"),
     ("KG066", "job", _set(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [0, 1]}}]}), "1.37"),
     ("KG066", "job", _set(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "FailJob", "onExitCodes": {"containerName": "nope", "operator": "In", "values": [3, 1]}}]}), "1.37"),
     ("KG067", "job", _set(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}), "1.37"),
@@ -164,6 +166,7 @@ PASSING = [
     ("KG060", "job", _set(POD + ("restartPolicy",), "OnFailure"), "1.37"),
     ("KG063", "job", _set(J + ("metadata", "name"), "a" * 61), "1.37"),  # a{61}-3 is 63
     ("KG080", "sts", _set(J + ("metadata", "name"), "a" * 52), "1.37"),
+    ("KG065", "job", _all(_set(J + ("spec", "backoffLimitPerIndex"), 1), _set(J + ("spec", "maxFailedIndexes"), 2)), "1.37"),
     ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local"), "1.37"),
     ("KG107", "job", _set(C0 + ("args", 1), "--nproc-per-node=gpu"), "1.37"),
     ("KG114", "job", _append(ENV, {"name": "ADDR", "value": "$(NCCL_DEBUG)-x"}), "1.37"),  # defined earlier

@@ -37,7 +37,7 @@ Check = Callable[[Any], "list[Error] | None"]
 VALIDATION_KEYWORDS = frozenset(
     ("type", "required", "properties", "additionalProperties", "items", "$ref", "oneOf", "enum"))
 ANNOTATION_KEYWORDS = frozenset(("description", "format", "$schema", "$id", "default", "title"))
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 1  # bump whenever compact() output changes: it is part of every cache file name
 
 
 class SchemaError(Exception):

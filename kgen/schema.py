@@ -528,9 +528,13 @@ class BundledSchemas:
         return v
 
 
-@lru_cache(maxsize=None)
 def bundled(version: str, strict: bool = True) -> BundledSchemas:
     """One BundledSchemas per (version, strictness) per process."""
+    return _bundled(version, bool(strict))
+
+
+@lru_cache(maxsize=None)
+def _bundled(version: str, strict: bool) -> BundledSchemas:
     return BundledSchemas(version, strict)
 
 

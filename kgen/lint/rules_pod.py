@@ -172,14 +172,14 @@ def requests_le_limits(doc: Any, ctx: Context) -> Iterator:
                     yield path + ("requests", name), f"request {rv} for {name} exceeds the limit {lim[name]}"
 
 
-@rule("KG049", E, "Extended resources (nvidia.com/gpu) cannot be overcommitted: a request needs a limit and "
-      "must equal it.", "Set nvidia.com/gpu in limits (requests may be left out) to the same number.")
+@rule("KG049", E, "Extended resources (nvidia.com/gpu) and hugepages cannot be overcommitted: a request needs a "
+      "limit and must equal it.", "Set nvidia.com/gpu in limits (requests may be left out) to the same number.")
 def extended_request_equals_limit(doc: Any, ctx: Context) -> Iterator:
     for res, path in _resources(doc):
         req = res.get("requests") if isinstance(res.get("requests"), dict) else {}
         lim = res.get("limits") if isinstance(res.get("limits"), dict) else {}
         for name, rv in req.items():
-            if not _is_extended(name):
+            if not _is_extended(name) and not str(name).startswith("hugepages-"):
                 continue
             if name not in lim:
                 yield path + ("requests", name), f"{name} is requested without a limit; set limits.{name}: {rv}"

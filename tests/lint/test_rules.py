@@ -92,6 +92,7 @@ FAILING = [
     ("KG048", "job", _set(RES + ("requests", "memory"), "300Gi"), "1.37"),
     ("KG049", "job", _set(RES + ("requests", "nvidia.com/gpu"), 4), "1.37"),
     ("KG049", "job", _del(RES + ("limits", "nvidia.com/gpu")), "1.37"),
+    ("KG049", "job", _all(_set(RES + ("requests", "hugepages-2Mi"), "1Gi"), _set(RES + ("limits", "hugepages-2Mi"), "2Gi")), "1.37"),
     ("KG050", "job", _all(_set(RES + ("limits", "nvidia.com/gpu"), 0.5), _set(RES + ("requests", "nvidia.com/gpu"), 0.5)), "1.37"),
     ("KG051", "job", _all(_set(POD + ("volumes", 0, "name"), "dshm_vol"), _set(C0 + ("volumeMounts", 0, "name"), "dshm_vol")), "1.37"),
     ("KG052", "job", _set(C0 + ("volumeMounts", 0, "name"), "shm"), "1.37"),

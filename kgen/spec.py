@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgen.errors import UsageError
+from kgen.lint.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, parse_quantity
 
 # ---------------------------------------------------------------------------------------------
 # The values reference. One entry per key: (type, default, one-line doc). Nested keys are dotted.
@@ -79,10 +80,6 @@ RESERVED_ENV = {
     "GLOO_SOCKET_IFNAME": "gloo.socketIfname",
 }
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
 
 
 def parse_k8s_version(text: str, option: str = "--kubernetes-version") -> int:
@@ -241,14 +238,14 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
         )
 
     name = text("name")
-    if not DNS_LABEL.match(name) or len(name) > 63:
+    if not is_dns_label(name):
         raise _fail(
             o,
             "name",
             f'must be a DNS label (lower-case letters, digits, "-"), got "{name}"',
             hint="for example --name llama-pretrain",
         )
-    if k8s_minor < 36 and not DNS_1035.match(name):
+    if k8s_minor < 36 and not is_dns1035_label(name):
         raise _fail(
             o,
             "name",
@@ -271,7 +268,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
             "(the controller appends a revision hash to a 63-character label)",
         )
     namespace = text("namespace")
-    if namespace and (not DNS_LABEL.match(namespace) or len(namespace) > 63):
+    if namespace and not is_dns_label(namespace):
         raise _fail(o, "namespace", f'must be a DNS label, got "{namespace}"')
 
     image = text("image")
@@ -286,11 +283,11 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
     if port == liveness:
         raise _fail(o, "livenessPort", f"must differ from port ({port})")
     shm = text("shmSize")
-    if not QUANTITY.match(shm):
+    if parse_quantity(shm) is None:
         raise _fail(o, "shmSize", f'must be a Kubernetes quantity such as 16Gi, got "{shm}"')
     for key in ("resources.requests", "resources.limits"):
         for res, qty in v[key].items():
-            if not QUANTITY.match(str(qty)):
+            if parse_quantity(str(qty)) is None:
                 raise _fail(o, key, f'{res}: must be a Kubernetes quantity such as 8 or 64Gi, got "{qty}"')
             if res == "nvidia.com/gpu":
                 raise _fail(o, key, "nvidia.com/gpu is set from gpus", hint="use --gpus")
@@ -306,7 +303,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
 
     user_env: list[EnvVar] = []
     for key, val in v["env"].items():
-        if not ENV_NAME.match(key):
+        if not ENV_VAR_NAME.match(key):
             raise _fail(
                 o,
                 "env",

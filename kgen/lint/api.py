@@ -67,7 +67,10 @@ class _Prepared:
         if opts.engine not in ENGINES:
             raise UsageError(f"unknown engine {opts.engine!r}; use builtin or kubeconform", option="--engine")
         self.rules = load_rules()
-        unknown = sorted(s for s in opts.skip if s not in self.rules)
+        if isinstance(opts.skip, str):
+            raise UsageError("skip must be a set of rule ids, not a string", option="--skip")
+        self.skip = frozenset(opts.skip)
+        unknown = sorted(s for s in self.skip if s not in self.rules)
         if unknown:
             raise UsageError(f"unknown rule id {', '.join(unknown)}; see docs/lint.md for the list", option="--skip")
         self.ctx = Context(self.version)
@@ -78,9 +81,9 @@ class _Prepared:
             from kgen.lint import kubeconform
 
             self.kubeconform = kubeconform.Runner(self.version, opts.strict, opts.schema_location)
-        self.doc_rules = [r for r in self.rules.values() if r.scope == "document" and r.id not in opts.skip]
+        self.doc_rules = [r for r in self.rules.values() if r.scope == "document" and r.id not in self.skip]
         self._by_kind: dict[str, list] = {}
-        self.stream_rules = [r for r in self.rules.values() if r.scope == "stream" and r.id not in opts.skip]
+        self.stream_rules = [r for r in self.rules.values() if r.scope == "stream" and r.id not in self.skip]
 
     def rules_for(self, kind: str) -> list:
         rules = self._by_kind.get(kind)
@@ -210,7 +213,7 @@ def _lint_stream(text: str, filename: str, p: _Prepared, result: LintResult) -> 
             if not any_malformed:
                 raise
     for doc in docs:
-        skip = p.opts.skip | _skips(doc)
+        skip = p.skip | _skips(doc)
         for f in per_doc.get(id(doc), []):
             if f.rule_id not in skip and "all" not in skip:
                 result.findings.append(f)

@@ -36,6 +36,10 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     "env": ("dict[str,str]", {}, "Extra environment variables (values stay strings)."),
     "resources.requests": ("dict[str,str]", {}, 'Extra resource requests, e.g. cpu: "32", memory: 256Gi.'),
     "resources.limits": ("dict[str,str]", {}, "Extra resource limits (GPUs are set from `gpus`)."),
+    "envFrom": ("list[dict]", [], "Trainer envFrom (Kubernetes form), e.g. a Secret with HF_TOKEN."),
+    "workingDir": ("str", "", "Trainer working directory; empty = the image's."),
+    "volumes": ("list[dict]", [], "Extra pod volumes (Kubernetes form), e.g. data and checkpoint PVCs."),
+    "volumeMounts": ("list[dict]", [], "Extra trainer volumeMounts (Kubernetes form)."),
     "nodeSelector": ("dict[str,str]", {}, "Pod nodeSelector."),
     "tolerations": ("list[dict]", [], "Pod tolerations (Kubernetes form)."),
     "affinity": ("dict", {}, "Pod affinity (Kubernetes form)."),
@@ -301,6 +305,8 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
         if v[key] is not None:
             integer(key, 0)
 
+    _check_volumes(v, o)
+
     user_env: list[EnvVar] = []
     for key, val in v["env"].items():
         if not ENV_VAR_NAME.match(key):
@@ -333,6 +339,27 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
         liveness_port=liveness,
         env=tuple(env),
     )
+
+
+RESERVED_VOLUMES = {"kgen-entrypoint", "dshm"}
+RESERVED_MOUNTS = {"/opt/kgen", "/dev/shm"}
+
+
+def _check_volumes(v: dict[str, Any], o: dict[str, str]) -> None:
+    names = set()
+    for vol in v["volumes"]:
+        name = vol.get("name")
+        if not is_dns_label(name):
+            raise _fail(o, "volumes", f'volume name "{name}" is not a DNS label', hint="for example data")
+        if name in RESERVED_VOLUMES or name in names:
+            raise _fail(o, "volumes", f'volume name "{name}" is already used', hint="kgen uses kgen-entrypoint and dshm")
+        names.add(name)
+    for mount in v["volumeMounts"]:
+        name, path = mount.get("name"), mount.get("mountPath")
+        if name not in names:
+            raise _fail(o, "volumeMounts", f'mount "{name}" names no volume', hint="add it under volumes")
+        if not isinstance(path, str) or not path.startswith("/") or path.rstrip("/") in RESERVED_MOUNTS:
+            raise _fail(o, "volumeMounts", f'mountPath "{path}" must be absolute and not /opt/kgen or /dev/shm')
 
 
 def _kgen_env(

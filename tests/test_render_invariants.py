@@ -191,3 +191,42 @@ gloo: {socketIfname: eth0}
     assert workload(docs)["spec"]["ttlSecondsAfterFinished"] == 86400
     assert workload(docs)["spec"]["activeDeadlineSeconds"] == 172800
     assert "NCCL_IB_DISABLE" not in env(rendered(preset="4x8"))  # only when asked
+
+
+def test_data_volumes_secrets_and_working_dir(tmp_path):
+    values = tmp_path / "data.yaml"
+    values.write_text("""
+workingDir: /app
+envFrom:
+- secretRef: {name: hf-token}
+volumes:
+- {name: data, persistentVolumeClaim: {claimName: datasets-pvc, readOnly: true}}
+- {name: out, persistentVolumeClaim: {claimName: outputs-pvc}}
+volumeMounts:
+- {name: data, mountPath: /data, readOnly: true}
+- {name: out, mountPath: /out}
+""")
+    docs = rendered(preset="4x1", kind="statefulset", values_files=[str(values)])
+    c = trainer(docs)
+    assert c["workingDir"] == "/app"
+    assert c["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert mounts["/data"] == {"name": "data", "mountPath": "/data", "readOnly": True}
+    assert {"/opt/kgen", "/dev/shm", "/out"} <= set(mounts)
+    vols = {v["name"]: v for v in pod_spec(docs)["volumes"]}
+    assert vols["data"]["persistentVolumeClaim"] == {"claimName": "datasets-pvc", "readOnly": True}
+
+
+@pytest.mark.parametrize("content,message", [
+    ("volumes: [{name: dshm, emptyDir: {}}]\n", 'volume name "dshm" is already used'),
+    ("volumes: [{name: Data_1, emptyDir: {}}]\n", "is not a DNS label"),
+    ("volumeMounts: [{name: nope, mountPath: /x}]\n", 'mount "nope" names no volume'),
+    ("volumes: [{name: d, emptyDir: {}}]\nvolumeMounts: [{name: d, mountPath: /dev/shm}]\n", "not /opt/kgen or /dev/shm"),
+])
+def test_bad_volumes_are_rejected(tmp_path, content, message):
+    from kgen.errors import UsageError
+
+    values = tmp_path / "v.yaml"
+    values.write_text(content)
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        rendered(preset="4x8", values_files=[str(values)])

@@ -26,6 +26,7 @@ by the GPU check of --diagnose. How it works and what was measured: docs/entrypo
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -134,7 +135,7 @@ def _number(env, name, problems, kind, default=None, lo=None, hi=None, fix=""):
         return default
     try:
         value = kind(raw)
-        if value != value or value in (float("inf"), float("-inf")):
+        if kind is float and not math.isfinite(value):
             raise ValueError
     except ValueError:
         what = "an integer" if kind is int else "a number"
@@ -281,11 +282,12 @@ def set_child_subreaper() -> bool:
 
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except Exception:
+    except (OSError, AttributeError):
         return False
 
 
 def descendants(root: int | None = None) -> list[int]:
+    """Live (non-zombie) processes below `root` (default: us), from /proc."""
     root = os.getpid() if root is None else root
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
@@ -294,9 +296,12 @@ def descendants(root: int | None = None) -> list[int]:
         try:
             with open(f"/proc/{name}/stat", "rb") as fh:
                 stat = fh.read().decode("ascii", "replace")
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            fields = stat.rsplit(")", 1)[1].split()
+            state, ppid = fields[0], int(fields[1])
         except (OSError, IndexError, ValueError):
             continue
+        if state in ("Z", "X"):
+            continue  # exited; its parent (or we, as subreaper) reaps it
         children.setdefault(ppid, []).append(int(name))
     out, todo = [], [root]
     while todo:
@@ -416,6 +421,9 @@ class Conn:
             return None
         self.last_rx = time.monotonic()
         self.inbuf += data
+        return self.read_buffered()
+
+    def read_buffered(self) -> list[dict]:
         msgs = []
         while b"\n" in self.inbuf:
             line, self.inbuf = self.inbuf.split(b"\n", 1)
@@ -451,22 +459,23 @@ class Rejected(Exception):
         self.fatal = fatal
 
 
-def handshake(cfg: Config, sock: socket.socket, hello: dict) -> dict:
+def handshake(cfg: Config, sock: socket.socket, hello: dict) -> tuple[dict, bytes]:
     sock.settimeout(HANDSHAKE_TIMEOUT)
     sock.sendall((json.dumps(hello) + "\n").encode())
     buf = b""
     deadline = time.monotonic() + HANDSHAKE_TIMEOUT
     while b"\n" not in buf:
         if time.monotonic() > deadline:
-            raise socket.timeout("no answer")
+            raise TimeoutError("no answer")
         data = sock.recv(4096)
         if not data:
             raise ConnectionResetError("closed during handshake")
         buf += data
-    return json.loads(buf.split(b"\n", 1)[0])
+    line, rest = buf.split(b"\n", 1)
+    return json.loads(line), rest
 
 
-def connect_once(cfg: Config, hello: dict, timeout: float) -> tuple[socket.socket, dict]:
+def connect_once(cfg: Config, hello: dict, timeout: float) -> tuple[socket.socket, bytes]:
     """One attempt: resolve, connect, handshake. Raises socket.gaierror / OSError / Rejected."""
     addrs = resolve(cfg.master_addr, cfg.liveness_port)
     last: Exception = OSError("no address")
@@ -476,13 +485,13 @@ def connect_once(cfg: Config, hello: dict, timeout: float) -> tuple[socket.socke
         try:
             sock.settimeout(timeout)
             sock.connect(addr)
-            answer = handshake(cfg, sock, hello)
+            answer, rest = handshake(cfg, sock, hello)
         except (OSError, ValueError) as exc:
             sock.close()
             last = exc
             continue
         if answer.get("t") == "welcome":
-            return sock, answer
+            return sock, rest
         sock.close()
         raise Rejected(str(answer.get("reason", answer)), bool(answer.get("fatal")))
     raise last
@@ -535,7 +544,6 @@ def wait_for_master(cfg: Config, sigs: Signals) -> Conn:
     next_progress = start + PROGRESS_EVERY
     backoff = BACKOFF_FIRST
     attempts = 0
-    dns_ok_ever = False
     state = "not tried"
     target = f"{cfg.master_addr}:{cfg.liveness_port}"
     log(f"waiting for node 0 at {target} (liveness port; bound {cfg.master_wait:g}s)")
@@ -547,18 +555,18 @@ def wait_for_master(cfg: Config, sigs: Signals) -> Conn:
         attempts += 1
         now = time.monotonic()
         try:
-            sock, _ = connect_once(cfg, hello, timeout=max(0.2, min(5.0, deadline - now)))
+            sock, rest = connect_once(cfg, hello, timeout=max(0.2, min(5.0, deadline - now)))
             log(f"node 0 reachable after {time.monotonic() - start:.1f}s ({attempts} attempt(s))")
-            return Conn(sock)
+            conn = Conn(sock)
+            conn.inbuf = rest  # anything node 0 sent right after the welcome
+            return conn
         except socket.gaierror as exc:
             state = f"DNS: {cfg.master_addr!r} does not resolve ({exc.strerror or exc})"
         except Rejected as exc:
             if exc.fatal:
                 fatal(EXIT_CONFIG, f"node 0 refused this node: {exc}")
             state = f"node 0 answered but is not ready for this run: {exc}"
-            dns_ok_ever = True
         except (OSError, ValueError) as exc:
-            dns_ok_ever = True
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             state = f"port: {target} resolved but not accepting ({reason})"
         now = time.monotonic()
@@ -796,6 +804,8 @@ class Spoke:
         self.lost: str | None = None
         self.aborting = False
         sel.register(conn.sock, selectors.EVENT_READ, ("conn", conn))
+        if b"\n" in conn.inbuf:
+            self._handle(conn.read_buffered())
 
     def on_event(self, data) -> None:
         msgs = self.conn.read()
@@ -805,6 +815,9 @@ class Spoke:
                 self.lose("the liveness connection to node 0 closed (node 0 died, was deleted or "
                           "its entrypoint was killed)")
             return
+        self._handle(msgs)
+
+    def _handle(self, msgs: list[dict]) -> None:
         for msg in msgs:
             t = msg.get("t")
             if t == "abort":

@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from podharness import Cluster  # noqa: E402
+from podharness import Cluster
 
 
 def _pods_supported() -> str | None:

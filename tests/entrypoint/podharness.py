@@ -5,8 +5,8 @@ kills every process in it, as a container runtime does) and mount namespace, in 
 
 * the ConfigMap's files are bind-mounted read-only at the volumeMount's mountPath (/opt/kgen),
 * a memory emptyDir is a tmpfs of the rendered sizeLimit (/dev/shm),
-* /etc/hosts is a private bind mount of a file shared by the "cluster": `<name>-<i>.<service>`
-  (and the FQDN) resolve to 127.0.0.1 once pod i has been started, as a headless Service with
+* /etc/hosts is a private bind mount of the pod's own hosts file: `<name>-<i>.<service>` (and
+  the FQDN) resolve to 127.0.0.1 once pod i has been started, the pod's own hostname too (kubelet), as a headless Service with
   publishNotReadyAddresses does; a pod that was never started does not resolve.
 
 The container's command/args/env are used as the kubelet would: `$(VAR)` expansion, downward-API
@@ -89,7 +89,7 @@ def _quantity_bytes(q: str) -> int:
 
 
 class Pod:
-    def __init__(self, cluster: "Cluster", index: int) -> None:
+    def __init__(self, cluster: Cluster, index: int) -> None:
         self.cluster, self.index = cluster, index
         self.name = f"{cluster.name}-{index}"
         self.proc: subprocess.Popen | None = None
@@ -106,7 +106,7 @@ class Pod:
         c.publish_dns(self.index)
         env = c.pod_env(self.index)
         setup = [f"hostname {shlex.quote(self.name)}",
-                 f"mount --bind {shlex.quote(str(c.hosts))} /etc/hosts"]
+                 f"mount --bind {shlex.quote(str(c.hosts_file(self.index)))} /etc/hosts"]
         for mount_path, (kind, source) in c.pod_mounts(self.index).items():
             q = shlex.quote(mount_path)
             if kind == "tmpfs":
@@ -238,8 +238,6 @@ class Cluster:
         self.run_uid = str(uuid.uuid4())
         self.revision = f"{self.name}-{uuid.uuid4().hex[:10]}"
         self.root = Path(tempfile.mkdtemp(prefix=f"kgen-pods-{self.name}-"))
-        self.hosts = self.root / "hosts"
-        self.hosts.write_text("127.0.0.1 localhost\n")
         self.dns: set[int] = set()
         self._dns_lock = threading.Lock()
         self.workdir = workdir or str(self.root)
@@ -247,19 +245,27 @@ class Cluster:
         self._volume_dirs: dict[str, str] = {}
 
     # -- what the kubelet and cluster DNS provide ------------------------------------------
+    def hosts_file(self, index: int) -> Path:
+        """Pod `index`'s /etc/hosts: the cluster's DNS names plus its own hostname, as the kubelet
+        writes it."""
+        return self.root / f"hosts-{index}"
+
     def publish_dns(self, index: int) -> None:
         with self._dns_lock:
             self.dns.add(index)
+            self.hosts_file(index).touch()
             lines = ["127.0.0.1 localhost"]
             for i in sorted(self.dns):
                 short = f"{self.name}-{i}.{self.service}"
                 lines.append(f"127.0.0.1 {short} {short}.{NAMESPACE}.svc.cluster.local")
-            data = ("\n".join(lines) + "\n").encode()
-            # Rewrite in place: the pods bind-mounted this inode.
-            with open(self.hosts, "r+b") as fh:
-                fh.seek(0)
-                fh.write(data)
-                fh.truncate()
+            for i in sorted(self.dns):
+                own = f"127.0.0.1 {self.name}-{i}\n"
+                data = ("\n".join(lines) + "\n" + own).encode()
+                # Rewrite in place: the running pods bind-mounted these inodes.
+                with open(self.hosts_file(i), "r+b") as fh:
+                    fh.seek(0)
+                    fh.write(data)
+                    fh.truncate()
 
     def labels(self, index: int) -> dict[str, str]:
         labels = dict(self.template["metadata"].get("labels", {}))
@@ -373,7 +379,7 @@ class Cluster:
 
     def wait_for_log(self, pattern: str, count: int, timeout: float, pods=None) -> bool:
         """Until `pattern` (regex) matched at least `count` times over the pods' logs."""
-        rx = re.compile(pattern, re.M)
+        rx = re.compile(pattern, re.MULTILINE)
         deadline = time.monotonic() + timeout
         pods = self.pods if pods is None else pods
         while time.monotonic() < deadline:
@@ -400,7 +406,7 @@ class Cluster:
                     pod.proc.wait(5)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc) -> None:

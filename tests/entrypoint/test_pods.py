@@ -10,7 +10,6 @@ import re
 import time
 
 import pytest
-
 from podharness import TRAINLOOP, free_port_pair, render_cpu_job
 
 pytestmark = pytest.mark.torch
@@ -114,7 +113,7 @@ def _fault_run(cluster, name, fault, victim, nodes=3):
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker", "master"])
 def test_sigkill_pod_survivors_fail_stop(cluster, victim):
-    c, t0, survivors = _fault_run(cluster, f"kill{victim}", "kill", victim)
+    _c, t0, survivors = _fault_run(cluster, f"kill{victim}", "kill", victim)
     for p in survivors:
         assert p.returncode == 75
         assert "FAIL-STOP:" in p.log()

@@ -31,8 +31,15 @@ def _text(result: Any, stream: IO[str]) -> None:
 
 def finding_dict(f: Finding) -> dict:
     return {
-        "rule": f.rule_id, "severity": f.severity.value, "message": f.message, "file": f.file,
-        "line": f.line, "column": f.column, "path": f.path, "kind": f.kind, "name": f.name,
+        "rule": f.rule_id,
+        "severity": f.severity.value,
+        "message": f.message,
+        "file": f.file,
+        "line": f.line,
+        "column": f.column,
+        "path": f.path,
+        "kind": f.kind,
+        "name": f.name,
     }
 
 
@@ -66,22 +73,29 @@ def _junit(result: Any, stream: IO[str]) -> None:
         key = (f.file, max(starts) if starts else 0)
         by_doc.setdefault(key, []).append(f)
     total_tests = len(result.documents)
-    total_fail = sum(1 for ref in result.documents
-                     if any(x.severity is Severity.ERROR for x in by_doc.get((ref.file, ref.line), [])))
-    out = ['<?xml version="1.0" encoding="UTF-8"?>',
-           f'<testsuites name="kgen lint" tests="{total_tests}" failures="{total_fail}" errors="0">']
+    total_fail = sum(
+        1 for ref in result.documents if any(x.severity is Severity.ERROR for x in by_doc.get((ref.file, ref.line), []))
+    )
+    out = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<testsuites name="kgen lint" tests="{total_tests}" failures="{total_fail}" errors="0">',
+    ]
     for name, refs in suites.items():
-        fails = sum(1 for ref in refs if any(x.severity is Severity.ERROR for x in by_doc.get((ref.file, ref.line), [])))
+        fails = sum(
+            1 for ref in refs if any(x.severity is Severity.ERROR for x in by_doc.get((ref.file, ref.line), []))
+        )
         out.append(f'  <testsuite name={quoteattr(name)} tests="{len(refs)}" failures="{fails}" errors="0">')
         for ref in refs:
             label = f"{ref.kind or '?'}/{ref.name or '?'} (line {ref.line})"
             found = by_doc.get((ref.file, ref.line), [])
             errors = [x for x in found if x.severity is Severity.ERROR]
             other = [x for x in found if x.severity is not Severity.ERROR]
-            out.append(f'    <testcase classname={quoteattr(name)} name={quoteattr(label)}>')
+            out.append(f"    <testcase classname={quoteattr(name)} name={quoteattr(label)}>")
             for x in errors:
-                out.append(f'      <failure type={quoteattr(x.rule_id)} message={quoteattr(x.message)}>'
-                           f'{escape(x.text())}</failure>')
+                out.append(
+                    f"      <failure type={quoteattr(x.rule_id)} message={quoteattr(x.message)}>"
+                    f"{escape(x.text())}</failure>"
+                )
             if other:
                 out.append("      <system-out>" + escape("\n".join(x.text() for x in other)) + "</system-out>")
             out.append("    </testcase>")

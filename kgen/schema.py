@@ -22,10 +22,11 @@ import json
 import marshal
 import os
 import re
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kgen import __version__
 from kgen.errors import UsageError
@@ -35,7 +36,8 @@ Error = tuple[tuple, str]
 Check = Callable[[Any], "list[Error] | None"]
 
 VALIDATION_KEYWORDS = frozenset(
-    ("type", "required", "properties", "additionalProperties", "items", "$ref", "oneOf", "enum"))
+    ("type", "required", "properties", "additionalProperties", "items", "$ref", "oneOf", "enum")
+)
 ANNOTATION_KEYWORDS = frozenset(("description", "format", "$schema", "$id", "default", "title"))
 _CACHE_FORMAT = 1  # bump whenever compact() output changes: it is part of every cache file name
 
@@ -48,19 +50,20 @@ class SchemaError(Exception):
 # Versions and files
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema_root() -> Path:
     spec = find_spec("kubernetes_validate")
     if spec is None or not spec.submodule_search_locations:
-        raise UsageError("the kubernetes-validate package is not installed",
-                         hint="pip install 'kubernetes-validate>=1.37'")
+        raise UsageError(
+            "the kubernetes-validate package is not installed", hint="pip install 'kubernetes-validate>=1.37'"
+        )
     return Path(list(spec.submodule_search_locations)[0]) / "kubernetes-json-schema"
 
 
 _DIR_RE = re.compile(r"^v(\d+)\.(\d+)\.\d+-local$")
 
 
-@lru_cache(maxsize=None)
+@cache
 def supported_versions() -> tuple[str, ...]:
     """Minor versions with bundled schemas, oldest first, e.g. ('1.25', ..., '1.37')."""
     found = []
@@ -80,12 +83,13 @@ def normalize_version(value: str) -> str:
     m = _VERSION_RE.match(str(value).strip())
     span = f"{versions[0]} … {versions[-1]}"
     if not m:
-        raise UsageError(f"not a Kubernetes version: {value!r}; use MAJOR.MINOR such as {versions[-1]} ({span})",
-                         option="--kubernetes-version")
+        raise UsageError(
+            f"not a Kubernetes version: {value!r}; use MAJOR.MINOR such as {versions[-1]} ({span})",
+            option="--kubernetes-version",
+        )
     minor = f"{int(m.group(1))}.{int(m.group(2))}"
     if minor not in versions:
-        raise UsageError(f"unsupported version {value!r}; kgen has schemas for {span}",
-                         option="--kubernetes-version")
+        raise UsageError(f"unsupported version {value!r}; kgen has schemas for {span}", option="--kubernetes-version")
     return minor
 
 
@@ -99,13 +103,34 @@ def kind_file_name(api_version: str, kind: str) -> str:
     return f"{kind.lower()}-{group_version}.json"
 
 
-BUILTIN_GROUPS = frozenset((
-    "", "apps", "batch", "policy", "autoscaling", "extensions", "networking.k8s.io", "rbac.authorization.k8s.io",
-    "storage.k8s.io", "scheduling.k8s.io", "node.k8s.io", "coordination.k8s.io", "discovery.k8s.io",
-    "events.k8s.io", "admissionregistration.k8s.io", "apiextensions.k8s.io", "apiregistration.k8s.io",
-    "authentication.k8s.io", "authorization.k8s.io", "certificates.k8s.io", "flowcontrol.apiserver.k8s.io",
-    "internal.apiserver.k8s.io", "resource.k8s.io", "storagemigration.k8s.io",
-))
+BUILTIN_GROUPS = frozenset(
+    (
+        "",
+        "apps",
+        "batch",
+        "policy",
+        "autoscaling",
+        "extensions",
+        "networking.k8s.io",
+        "rbac.authorization.k8s.io",
+        "storage.k8s.io",
+        "scheduling.k8s.io",
+        "node.k8s.io",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "events.k8s.io",
+        "admissionregistration.k8s.io",
+        "apiextensions.k8s.io",
+        "apiregistration.k8s.io",
+        "authentication.k8s.io",
+        "authorization.k8s.io",
+        "certificates.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+        "internal.apiserver.k8s.io",
+        "resource.k8s.io",
+        "storagemigration.k8s.io",
+    )
+)
 
 
 def is_builtin_group(api_version: str) -> bool:
@@ -124,7 +149,7 @@ def _ref_name(ref: str) -> str:
     idx = ref.find(marker)
     if idx < 0:
         raise SchemaError(f"unsupported $ref {ref!r}")
-    return ref[idx + len(marker):]
+    return ref[idx + len(marker) :]
 
 
 def compact(schema: dict, needed: list[str] | None = None) -> dict:
@@ -174,8 +199,10 @@ def compact_kind(kind_schema: dict, definitions: dict) -> dict:
         if name not in definitions:
             raise SchemaError(f"$ref to unknown definition {name!r}")
         defs[name] = compact(definitions[name], needed)
-    gvk = [(g.get("group", ""), g.get("version", ""), g.get("kind", ""))
-           for g in kind_schema.get("x-kubernetes-group-version-kind", [])]
+    gvk = [
+        (g.get("group", ""), g.get("version", ""), g.get("kind", ""))
+        for g in kind_schema.get("x-kubernetes-group-version-kind", [])
+    ]
     return {"root": root, "defs": defs, "gvk": gvk}
 
 
@@ -183,11 +210,23 @@ def compact_kind(kind_schema: dict, definitions: dict) -> dict:
 # Compilation to closures
 
 _PYTYPES: dict[str, tuple] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
-    "null": (type(None),), "object": (dict,), "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+    "object": (dict,),
+    "array": (list,),
 }
-_JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null",
-               dict: "object", list: "array"}
+_JSON_NAMES = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+    dict: "object",
+    list: "array",
+}
 
 
 def json_type(value: Any) -> str:
@@ -484,8 +523,13 @@ class BundledSchemas:
         base = cache_dir()
         if base is None:
             return None
-        return base / "schemas" / f"{__version__}-f{_CACHE_FORMAT}" / self.dirname / \
-            f"{filename[:-5]}-{self.fingerprint()}.marshal"
+        return (
+            base
+            / "schemas"
+            / f"{__version__}-f{_CACHE_FORMAT}"
+            / self.dirname
+            / f"{filename[:-5]}-{self.fingerprint()}.marshal"
+        )
 
     def definitions(self) -> dict:
         if self._definitions is None:
@@ -533,7 +577,7 @@ def bundled(version: str, strict: bool = True) -> BundledSchemas:
     return _bundled(version, bool(strict))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _bundled(version: str, strict: bool) -> BundledSchemas:
     return BundledSchemas(version, strict)
 
@@ -548,9 +592,12 @@ class UserSchemas:
 
     def __init__(self, location: str, version: str, strict: bool = True):
         if re.match(r"^[a-z]+://", location) and not location.startswith("file://"):
-            raise UsageError(f"only local schema locations are supported, got {location!r}",
-                             option="--schema-location", hint="download the schemas and pass their folder")
-        self.location = location[len("file://"):] if location.startswith("file://") else location
+            raise UsageError(
+                f"only local schema locations are supported, got {location!r}",
+                option="--schema-location",
+                hint="download the schemas and pass their folder",
+            )
+        self.location = location[len("file://") :] if location.startswith("file://") else location
         self.version = version
         self.strict = strict
         if "{{" not in self.location and not os.path.isdir(self.location):
@@ -566,15 +613,18 @@ class UserSchemas:
             "ResourceKind": kind.lower(),
             "ResourceAPIVersion": ver,
             "Group": group,
-            "KindSuffix": "-" + kind_file_name(api_version, kind)[len(kind) + 1:-5],
+            "KindSuffix": "-" + kind_file_name(api_version, kind)[len(kind) + 1 : -5],
         }
         if "{{" in self.location:
+
             def sub(m: re.Match) -> str:
                 key = m.group(1)
                 if key not in values:
-                    raise UsageError(f"unknown template variable {{{{ .{key} }}}} in {self.location!r}",
-                                     option="--schema-location")
+                    raise UsageError(
+                        f"unknown template variable {{{{ .{key} }}}} in {self.location!r}", option="--schema-location"
+                    )
                 return values[key]
+
             return [re.sub(r"\{\{\s*\.(\w+)\s*\}\}", sub, self.location)]
         base = self.location
         return [

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from kgen.errors import InputError, UsageError
 from kgen.findings import Finding, Severity
@@ -75,7 +76,9 @@ class _Prepared:
             raise UsageError(f"unknown rule id {', '.join(unknown)}; see docs/lint.md for the list", option="--skip")
         self.ctx = Context(self.version)
         self.schemas = schema.bundled(self.version, opts.strict)
-        self.user = schema.UserSchemas(opts.schema_location, self.version, opts.strict) if opts.schema_location else None
+        self.user = (
+            schema.UserSchemas(opts.schema_location, self.version, opts.strict) if opts.schema_location else None
+        )
         self.kubeconform = None
         if opts.engine == "kubeconform":
             from kgen.lint import kubeconform
@@ -179,13 +182,23 @@ def _lint_stream(text: str, filename: str, p: _Prepared, result: LintResult) -> 
         result.documents.append(DocumentRef(filename, doc.line, doc.kind, doc.name))
         data = doc.data
         if not isinstance(data, dict):
-            found.append(doc.finding("KG003", Severity.ERROR,
-                                     f"document is a {type(data).__name__}, not a Kubernetes object; delete it or fix the indentation"))
+            found.append(
+                doc.finding(
+                    "KG003",
+                    Severity.ERROR,
+                    f"document is a {type(data).__name__}, not a Kubernetes object; delete it or fix the indentation",
+                )
+            )
             continue
         missing = [k for k in ("apiVersion", "kind") if not isinstance(data.get(k), str) or not data.get(k)]
         if missing:
-            found.append(doc.finding("KG003", Severity.ERROR,
-                                     f"document has no {' or '.join(missing)}; every Kubernetes object needs both"))
+            found.append(
+                doc.finding(
+                    "KG003",
+                    Severity.ERROR,
+                    f"document has no {' or '.join(missing)}; every Kubernetes object needs both",
+                )
+            )
             continue
         objects.append(doc)
         if p.kubeconform is None:
@@ -197,17 +210,18 @@ def _lint_stream(text: str, filename: str, p: _Prepared, result: LintResult) -> 
             malformed = True  # not known before kubeconform runs
         for r in p.rules_for(doc.kind):
             try:
-                for path, message in r.fn(doc, p.ctx):
+                for path, message in r.fn(doc, p.ctx):  # type: ignore[misc]  # registered rules have fn
                     found.append(doc.finding(r.id, r.severity, message, path))
             except (TypeError, AttributeError, KeyError, IndexError, ValueError):
                 if not malformed:
                     raise  # a bug in the rule: well-typed input must never crash it
                 # a field of the wrong type: the schema finding already says so
     any_malformed = p.kubeconform is not None or any(
-        f.rule_id in ("KG010", "KG002") for fs in per_doc.values() for f in fs)
+        f.rule_id in ("KG010", "KG002") for fs in per_doc.values() for f in fs
+    )
     for r in p.stream_rules:
         try:
-            for doc, path, message in r.fn(objects, p.ctx):
+            for doc, path, message in r.fn(objects, p.ctx):  # type: ignore[misc]  # registered rules have fn
                 per_doc.setdefault(id(doc), []).append(doc.finding(r.id, r.severity, message, path))
         except (TypeError, AttributeError, KeyError, IndexError, ValueError):
             if not any_malformed:
@@ -237,12 +251,23 @@ def _schema_findings(doc: Document, p: _Prepared) -> list[Finding]:
         if uv is not None:
             return schema_errors_to_findings(doc, p.user.errors(uv[1], doc.data))
     if schema.is_builtin_group(api):
-        return [doc.finding("KG012", Severity.ERROR,
-                            f"Kubernetes {p.version} serves no {api} {kind}; check apiVersion and kind "
-                            "(e.g. batch/v1 Job, apps/v1 StatefulSet, policy/v1 PodDisruptionBudget)", ("kind",))]
-    return [doc.finding("KG011", Severity.INFO,
-                        f"no schema for {api} {kind}: schema validation skipped (pass --schema-location to validate it)",
-                        ("kind",))]
+        return [
+            doc.finding(
+                "KG012",
+                Severity.ERROR,
+                f"Kubernetes {p.version} serves no {api} {kind}; check apiVersion and kind "
+                "(e.g. batch/v1 Job, apps/v1 StatefulSet, policy/v1 PodDisruptionBudget)",
+                ("kind",),
+            )
+        ]
+    return [
+        doc.finding(
+            "KG011",
+            Severity.INFO,
+            f"no schema for {api} {kind}: schema validation skipped (pass --schema-location to validate it)",
+            ("kind",),
+        )
+    ]
 
 
 def schema_errors_to_findings(doc: Document, errors: list, version: str = "") -> list[Finding]:
@@ -256,8 +281,10 @@ def schema_errors_to_findings(doc: Document, errors: list, version: str = "") ->
             if node.value in YAML11_BOOLS:
                 rule_id = "KG002"
                 why = "" if node.value.lower() in ("true", "false") else " (YAML 1.1)"
-                message = (f"unquoted {node.value} is a boolean for kubectl{why} but this field is a string; "
-                           f'quote it: "{node.value}"')
+                message = (
+                    f"unquoted {node.value} is a boolean for kubectl{why} but this field is a string; "
+                    f'quote it: "{node.value}"'
+                )
             else:
                 message = f'{message}; quote it: "{node.value}"'
         elif version and (message.startswith("unknown field") or message.startswith("missing required")):

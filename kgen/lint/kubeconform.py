@@ -45,17 +45,29 @@ def seed_cache(version: str, strict: bool, base: Path | None = None) -> Path:
             shutil.copyfile(schema.schema_root() / dirname / "_definitions.json", tmp)
             os.replace(tmp, target)
         except OSError as err:
-            raise InputError(f"cannot prepare the kubeconform schema cache in {folder}: {err.strerror}",
-                             hint="set KGEN_CACHE_DIR to a writable folder") from None
+            raise InputError(
+                f"cannot prepare the kubeconform schema cache in {folder}: {err.strerror}",
+                hint="set KGEN_CACHE_DIR to a writable folder",
+            ) from None
     return folder
 
 
-def build_command(binary: str, version: str, strict: bool, cache: Path, schema_location: str | None,
-                  skip: list[str], files: list[str]) -> list[str]:
+def build_command(
+    binary: str, version: str, strict: bool, cache: Path, schema_location: str | None, skip: list[str], files: list[str]
+) -> list[str]:
     from kgen import schema
 
-    cmd = [binary, "-output", "json", "-kubernetes-version", f"{version}.0", "-cache", str(cache),
-           "-schema-location", f"{schema.schema_root()}/{TEMPLATE}"]
+    cmd = [
+        binary,
+        "-output",
+        "json",
+        "-kubernetes-version",
+        f"{version}.0",
+        "-cache",
+        str(cache),
+        "-schema-location",
+        f"{schema.schema_root()}/{TEMPLATE}",
+    ]
     if strict:
         cmd.insert(1, "-strict")
     if schema_location:
@@ -68,8 +80,10 @@ def build_command(binary: str, version: str, strict: bool, cache: Path, schema_l
 def find_binary() -> str:
     path = shutil.which("kubeconform")
     if path is None:
-        raise UsageError("kubeconform is not on PATH; install it (github.com/yannh/kubeconform) or use --engine builtin",
-                         option="--engine")
+        raise UsageError(
+            "kubeconform is not on PATH; install it (github.com/yannh/kubeconform) or use --engine builtin",
+            option="--engine",
+        )
     return path
 
 
@@ -105,20 +119,30 @@ class Runner:
                 if f"{doc.api_version}/{doc.kind}" in entry["skip"]:
                     result.findings.extend(_schema_findings(doc, prepared))
             is_file = os.path.isfile(filename)
-            cmd = build_command(self.binary, self.version, self.strict, cache, self.schema_location,
-                                entry["skip"], [filename] if is_file else [])
-            proc = subprocess.run(cmd, input=None if is_file else entry["text"], capture_output=True, text=True,
-                                  timeout=300, check=False)
+            cmd = build_command(
+                self.binary,
+                self.version,
+                self.strict,
+                cache,
+                self.schema_location,
+                entry["skip"],
+                [filename] if is_file else [],
+            )
+            proc = subprocess.run(
+                cmd, input=None if is_file else entry["text"], capture_output=True, text=True, timeout=300, check=False
+            )
             try:
                 report = json.loads(proc.stdout or "{}")
             except ValueError:
-                raise InputError(f"kubeconform failed (exit {proc.returncode}): {' '.join(proc.stderr.split())[:300]}") from None
+                raise InputError(
+                    f"kubeconform failed (exit {proc.returncode}): {' '.join(proc.stderr.split())[:300]}"
+                ) from None
             result.findings.extend(self.findings(report, docs))
 
     @staticmethod
     def findings(report: dict, docs: list) -> list:
         out = []
-        by_key = {}
+        by_key: dict[tuple[str, str], Any] = {}
         for doc in docs:
             by_key.setdefault((doc.kind, doc.name), doc)
         for res in report.get("resources", []):
@@ -136,8 +160,14 @@ class Runner:
                 out.append(doc.finding("KG010", Severity.ERROR, f"kubeconform skipped this object: {msg}"))
             elif errors:
                 for e in errors:
-                    out.append(doc.finding("KG010", Severity.ERROR, f"kubeconform: {e.get('msg', '')}",
-                                           pointer_to_path(str(e.get("path", "")))))
+                    out.append(
+                        doc.finding(
+                            "KG010",
+                            Severity.ERROR,
+                            f"kubeconform: {e.get('msg', '')}",
+                            pointer_to_path(str(e.get("path", ""))),
+                        )
+                    )
             else:
                 out.append(doc.finding("KG010", Severity.ERROR, f"kubeconform: {msg}"))
         return out

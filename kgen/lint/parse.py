@@ -50,6 +50,7 @@ class _Loader(_Base):  # type: ignore[misc, valid-type]
             return _PLAIN if implicit[0] else _STR
         return _MAP if kind is MappingNode else _SEQ
 
+
 _STR = "tag:yaml.org,2002:str"
 _INT = "tag:yaml.org,2002:int"
 _FLOAT = "tag:yaml.org,2002:float"
@@ -65,7 +66,9 @@ YAML11_BOOLS: dict[str, bool] = {
 }
 _EXPLICIT_NONSTR = frozenset((_INT, _FLOAT, _BOOL, _NULL))
 _NULLS = frozenset(("", "~", "null", "Null", "NULL"))
-_GO_NUMBER = re.compile(r"[-+]?(?:0[xXoObB][0-9a-fA-F_]+|[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?)$")
+_GO_NUMBER = re.compile(
+    r"[-+]?(?:0[xXoObB][0-9a-fA-F_]+|[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?)$"
+)
 
 
 @dataclass
@@ -247,8 +250,10 @@ class _Converter:
         if got is not None:  # an alias: same node object
             if id(node) in self.building:
                 mark = node.start_mark
-                raise InputError(f"<file>:{mark.line + 1}:{mark.column + 1}: YAML alias refers to a node that "
-                                 "contains it (kubectl rejects it)")
+                raise InputError(
+                    f"<file>:{mark.line + 1}:{mark.column + 1}: YAML alias refers to a node that "
+                    "contains it (kubectl rejects it)"
+                )
             self.aliased = True
             return got
         if cls is MappingNode:
@@ -337,20 +342,32 @@ def parse_stream(text: str, file: str) -> list[Document]:
         except InputError as err:
             raise InputError(err.message.replace("<file>", file, 1)) from None
         except RecursionError:
-            raise InputError(f"{file}:{node.start_mark.line + 1}: YAML nests too deeply (or an alias refers to itself)") from None
+            raise InputError(
+                f"{file}:{node.start_mark.line + 1}: YAML nests too deeply (or an alias refers to itself)"
+            ) from None
         if conv.aliased and _expanded_size(node, {}) > MAX_EXPANDED_NODES:
-            raise InputError(f"{file}:{node.start_mark.line + 1}: YAML aliases expand this document to more than "
-                             f"{MAX_EXPANDED_NODES} nodes (excessive aliasing); refusing to lint it")
+            raise InputError(
+                f"{file}:{node.start_mark.line + 1}: YAML aliases expand this document to more than "
+                f"{MAX_EXPANDED_NODES} nodes (excessive aliasing); refusing to lint it"
+            )
         if data is None:
             continue  # empty document (only comments or `---`)
         doc = Document(file, len(docs), node, data)
         for mapping, knode in conv.dups:
             parent = _node_path(node, mapping) or ()
             path = parent + (knode.value,)
-            doc.findings.append(Finding(
-                "KG001", Severity.ERROR,
-                f"duplicate key {knode.value!r}: kubectl rejects it (strict field validation); keep one",
-                file, knode.start_mark.line + 1, knode.start_mark.column + 1, format_path(path),
-                doc.kind, doc.name))
+            doc.findings.append(
+                Finding(
+                    "KG001",
+                    Severity.ERROR,
+                    f"duplicate key {knode.value!r}: kubectl rejects it (strict field validation); keep one",
+                    file,
+                    knode.start_mark.line + 1,
+                    knode.start_mark.column + 1,
+                    format_path(path),
+                    doc.kind,
+                    doc.name,
+                )
+            )
         docs.append(doc)
     return docs

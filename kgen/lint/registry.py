@@ -9,8 +9,9 @@ Ids that are produced by the parser or the schema engine are registered as ``bui
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from kgen.findings import Severity
 
@@ -44,8 +45,14 @@ def _add(rule: Rule) -> None:
     RULES[rule.id] = rule
 
 
-def rule(rule_id: str, severity: Severity, summary: str, fix: str, kinds: Iterable[str] | None = None,
-         scope: str = "document") -> Callable:
+def rule(
+    rule_id: str,
+    severity: Severity,
+    summary: str,
+    fix: str,
+    kinds: Iterable[str] | None = None,
+    scope: str = "document",
+) -> Callable:
     """Decorator: register a document (or stream) rule."""
 
     def wrap(fn: Callable) -> Callable:

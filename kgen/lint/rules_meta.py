@@ -3,27 +3,54 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from kgen.findings import Severity
 from kgen.lint import k8s
 from kgen.lint.registry import Context, builtin, rule
 from kgen.schema import is_builtin_group
 
-E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
-builtin("KG001", E, "A mapping has the same key twice; kubectl's strict field validation rejects the object.",
-        "Delete one of the two keys.")
-builtin("KG002", E, "An unquoted YAML 1.1 boolean (y, yes, on, off, no, ...) sits in a string field; "
-        "kubectl reads it as a boolean and the API server rejects the type.", 'Quote the value: "on".')
-builtin("KG003", E, "A document is not a Kubernetes object (not a mapping, or apiVersion/kind missing).",
-        "Give every document a string apiVersion and kind, or delete it.")
-builtin("KG010", E, "The object does not match the JSON schema of its kind for the chosen Kubernetes version "
-        "(unknown field, wrong type, missing required field).", "Fix the field named in the message.")
-builtin("KG011", I, "No schema for this apiVersion/kind (a CRD): schema validation skipped.",
-        "Pass --schema-location with the CRD's JSON schemas to validate it.")
-builtin("KG012", E, "A built-in API group/version that this Kubernetes version does not serve "
-        "(e.g. batch/v1beta1 Job).", "Use the served apiVersion (batch/v1, apps/v1, policy/v1, ...).")
+builtin(
+    "KG001",
+    E,
+    "A mapping has the same key twice; kubectl's strict field validation rejects the object.",
+    "Delete one of the two keys.",
+)
+builtin(
+    "KG002",
+    E,
+    "An unquoted YAML 1.1 boolean (y, yes, on, off, no, ...) sits in a string field; "
+    "kubectl reads it as a boolean and the API server rejects the type.",
+    'Quote the value: "on".',
+)
+builtin(
+    "KG003",
+    E,
+    "A document is not a Kubernetes object (not a mapping, or apiVersion/kind missing).",
+    "Give every document a string apiVersion and kind, or delete it.",
+)
+builtin(
+    "KG010",
+    E,
+    "The object does not match the JSON schema of its kind for the chosen Kubernetes version "
+    "(unknown field, wrong type, missing required field).",
+    "Fix the field named in the message.",
+)
+builtin(
+    "KG011",
+    INFO,
+    "No schema for this apiVersion/kind (a CRD): schema validation skipped.",
+    "Pass --schema-location with the CRD's JSON schemas to validate it.",
+)
+builtin(
+    "KG012",
+    E,
+    "A built-in API group/version that this Kubernetes version does not serve (e.g. batch/v1beta1 Job).",
+    "Use the served apiVersion (batch/v1, apps/v1, policy/v1, ...).",
+)
 
 _LABEL_DNS = {"Namespace", "StatefulSet"}
 _SERVICE = "Service"
@@ -33,14 +60,23 @@ _PATH_SEGMENT_ONLY = {"PodDisruptionBudget"}
 @rule("KG020", E, "metadata.name is missing (and no generateName).", "Set metadata.name.")
 def name_missing(doc: Any, ctx: Context) -> Iterator:
     meta = doc.metadata
-    if not meta.get("name") and not meta.get("generateName") and isinstance(doc.data, dict) \
-            and "kind" in doc.data and not doc.kind.endswith("List"):
+    if (
+        not meta.get("name")
+        and not meta.get("generateName")
+        and isinstance(doc.data, dict)
+        and "kind" in doc.data
+        and not doc.kind.endswith("List")
+    ):
         yield ("metadata",), "metadata.name is missing; set a name (a DNS-1123 name: lower case, digits, '-')"
 
 
-@rule("KG021", E, "The object name breaks its kind's syntax: DNS-1123 subdomain for most kinds, "
-      "DNS-1123 label for StatefulSet (since 1.27) and Namespace, path segment for PodDisruptionBudget.",
-      "Use lower-case letters, digits and '-', starting and ending with a letter or digit.")
+@rule(
+    "KG021",
+    E,
+    "The object name breaks its kind's syntax: DNS-1123 subdomain for most kinds, "
+    "DNS-1123 label for StatefulSet (since 1.27) and Namespace, path segment for PodDisruptionBudget.",
+    "Use lower-case letters, digits and '-', starting and ending with a letter or digit.",
+)
 def object_name(doc: Any, ctx: Context) -> Iterator:
     name = doc.metadata.get("name")
     kind = doc.kind
@@ -53,36 +89,61 @@ def object_name(doc: Any, ctx: Context) -> Iterator:
         return
     if kind in _LABEL_DNS and (kind != "StatefulSet" or ctx.minor >= 27):
         if not k8s.is_dns_label(name):
-            yield path, (f"{kind} name {name!r} must be a DNS-1123 label (at most 63 characters, lower case, "
-                         "digits and '-', no dots)")
+            yield (
+                path,
+                (
+                    f"{kind} name {name!r} must be a DNS-1123 label (at most 63 characters, lower case, "
+                    "digits and '-', no dots)"
+                ),
+            )
         return
     if not k8s.is_dns_subdomain(name):
-        yield path, (f"{kind} name {name!r} must be a DNS-1123 subdomain (lower case, digits, '-' and '.', "
-                     "alphanumeric at both ends, at most 253)")
+        yield (
+            path,
+            (
+                f"{kind} name {name!r} must be a DNS-1123 subdomain (lower case, digits, '-' and '.', "
+                "alphanumeric at both ends, at most 253)"
+            ),
+        )
 
 
-@rule("KG022", E, "A Service name must be a DNS-1035 label (starts with a letter, at most 63) up to "
-      "Kubernetes 1.35; from 1.36 (RelaxedServiceNameValidation) a DNS-1123 label (may start with a digit).",
-      "Rename the Service, e.g. prefix a letter: 'train-7b' instead of '7b-train'.", kinds=["Service"])
+@rule(
+    "KG022",
+    E,
+    "A Service name must be a DNS-1035 label (starts with a letter, at most 63) up to "
+    "Kubernetes 1.35; from 1.36 (RelaxedServiceNameValidation) a DNS-1123 label (may start with a digit).",
+    "Rename the Service, e.g. prefix a letter: 'train-7b' instead of '7b-train'.",
+    kinds=["Service"],
+)
 def service_name(doc: Any, ctx: Context) -> Iterator:
     name = doc.metadata.get("name")
     if not isinstance(name, str) or not name:
         return
     if ctx.minor >= 36:
         if not k8s.is_dns_label(name):
-            yield ("metadata", "name"), (f"Service name {name!r} must be a DNS-1123 label (at most 63, lower case, "
-                                         "digits and '-', no dots)")
+            yield (
+                ("metadata", "name"),
+                (f"Service name {name!r} must be a DNS-1123 label (at most 63, lower case, digits and '-', no dots)"),
+            )
     elif not k8s.is_dns1035_label(name):
-        yield ("metadata", "name"), (f"Service name {name!r} must be a DNS-1035 label on Kubernetes "
-                                     f"{ctx.kubernetes_version} (start with a letter, at most 63, lower case, digits "
-                                     "and '-', no dots)")
+        yield (
+            ("metadata", "name"),
+            (
+                f"Service name {name!r} must be a DNS-1035 label on Kubernetes "
+                f"{ctx.kubernetes_version} (start with a letter, at most 63, lower case, digits "
+                "and '-', no dots)"
+            ),
+        )
 
 
 @rule("KG023", E, "metadata.namespace must be a DNS-1123 label.", "Use lower case, digits and '-', at most 63.")
 def namespace_name(doc: Any, ctx: Context) -> Iterator:
     ns = doc.metadata.get("namespace")
     if isinstance(ns, str) and ns and not k8s.is_dns_label(ns):
-        yield ("metadata", "namespace"), f"namespace {ns!r} must be a DNS-1123 label (lower case, digits, '-', at most 63)"
+        yield (
+            ("metadata", "namespace"),
+            f"namespace {ns!r} must be a DNS-1123 label (lower case, digits, '-', at most 63)",
+        )
 
 
 def check_labels(labels: Any, path: tuple, what: str = "label") -> Iterator:
@@ -117,17 +178,25 @@ def label_sets(doc: Any) -> Iterator[tuple[Any, tuple, str]]:
         yield spec.get("nodeSelector"), base + ("nodeSelector",), "nodeSelector"
 
 
-@rule("KG024", E, "Label keys must be qualified names ([DNS-subdomain/]name, name at most 63) and values at most "
-      "63 characters of [A-Za-z0-9-_.] with alphanumeric ends; also selectors and nodeSelector.",
-      "Shorten the value or replace '/', spaces and other characters with '-'.")
+@rule(
+    "KG024",
+    E,
+    "Label keys must be qualified names ([DNS-subdomain/]name, name at most 63) and values at most "
+    "63 characters of [A-Za-z0-9-_.] with alphanumeric ends; also selectors and nodeSelector.",
+    "Shorten the value or replace '/', spaces and other characters with '-'.",
+)
 def labels(doc: Any, ctx: Context) -> Iterator:
     for values, path, what in label_sets(doc):
         yield from check_labels(values, path, what)
 
 
-@rule("KG025", E, "Annotation keys must be qualified names and all annotations together at most 256 KiB.",
-      "Fix the key, or move large content into a ConfigMap.")
-def annotations(doc: Any, ctx: Context) -> Iterator:
+@rule(
+    "KG025",
+    E,
+    "Annotation keys must be qualified names and all annotations together at most 256 KiB.",
+    "Fix the key, or move large content into a ConfigMap.",
+)
+def annotation_keys_and_size(doc: Any, ctx: Context) -> Iterator:
     ann = doc.metadata.get("annotations")
     if not isinstance(ann, dict):
         return
@@ -138,15 +207,28 @@ def annotations(doc: Any, ctx: Context) -> Iterator:
             yield ("metadata", "annotations", key), f"annotation key {key!r} {problem}"
         total += len(str(key).encode()) + len(str(value if value is not None else "").encode())
     if total > 256 * 1024:
-        yield ("metadata", "annotations"), f"annotations total {total} bytes, more than 256 KiB; move data to a ConfigMap"
+        yield (
+            ("metadata", "annotations"),
+            f"annotations total {total} bytes, more than 256 KiB; move data to a ConfigMap",
+        )
 
 
-@rule("KG026", W, "Objects over 256 KiB fail client-side `kubectl apply` (the last-applied-configuration "
-      "annotation copies the whole object).", "Use `kubectl apply --server-side` or `kubectl create`, or split the data.")
+@rule(
+    "KG026",
+    W,
+    "Objects over 256 KiB fail client-side `kubectl apply` (the last-applied-configuration "
+    "annotation copies the whole object).",
+    "Use `kubectl apply --server-side` or `kubectl create`, or split the data.",
+)
 def object_too_big_for_apply(doc: Any, ctx: Context) -> Iterator:
     if doc.kind not in ("ConfigMap", "Secret"):
         return
     size = len(json.dumps(doc.data, separators=(",", ":"), default=str).encode())
     if size > 256 * 1024:
-        yield ("metadata", "name"), (f"object is {size // 1024} KiB: client-side `kubectl apply` fails above "
-                                     "256 KiB; use `kubectl apply --server-side` or `kubectl create`")
+        yield (
+            ("metadata", "name"),
+            (
+                f"object is {size // 1024} KiB: client-side `kubectl apply` fails above "
+                "256 KiB; use `kubectl apply --server-side` or `kubectl create`"
+            ),
+        )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from kgen.findings import Severity
 from kgen.lint import k8s
@@ -11,8 +12,17 @@ from kgen.lint.registry import Context, rule
 
 E, W = Severity.ERROR, Severity.WARNING
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "storage"}
-_FIELD_PATHS = {"metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName", "spec.serviceAccountName",
-                "status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs"}
+_FIELD_PATHS = {
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.hostIP",
+    "status.hostIPs",
+    "status.podIP",
+    "status.podIPs",
+}
 _FIELD_PATH_MAP = re.compile(r"^metadata\.(labels|annotations)\['[^']+'\]$")
 _MEDIUMS = re.compile(r"^(|Memory|HugePages|HugePages-.+)$")
 
@@ -23,8 +33,12 @@ def _pod(doc: Any) -> Iterator[tuple[dict, tuple]]:
         yield ps
 
 
-@rule("KG040", E, "Container names are DNS-1123 labels and unique within the pod.",
-      "Use lower case, digits and '-' (e.g. 'trainer').")
+@rule(
+    "KG040",
+    E,
+    "Container names are DNS-1123 labels and unique within the pod.",
+    "Use lower case, digits and '-' (e.g. 'trainer').",
+)
 def container_names(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         seen: set = set()
@@ -47,8 +61,13 @@ def container_image(doc: Any, ctx: Context) -> Iterator:
                 yield path, f"container {c.get('name', '?')!r} has no image; set image"
 
 
-@rule("KG042", E, "Container port names are IANA service names: at most 15 characters, lower case, digits and "
-      "'-', at least one letter, no '--'; unique per container.", "Shorten the name, e.g. 'c10d' or 'rdzv'.")
+@rule(
+    "KG042",
+    E,
+    "Container port names are IANA service names: at most 15 characters, lower case, digits and "
+    "'-', at least one letter, no '--'; unique per container.",
+    "Shorten the name, e.g. 'c10d' or 'rdzv'.",
+)
 def container_port_names(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         for c, path in k8s.containers(spec, base):
@@ -68,8 +87,13 @@ def container_port_names(doc: Any, ctx: Context) -> Iterator:
                 seen.add(name)
 
 
-@rule("KG043", E, "Env var names: printable ASCII without '=' (Kubernetes >= 1.32); before 1.32 they must "
-      "match [-._a-zA-Z][-._a-zA-Z0-9]*.", "Rename the variable (e.g. NCCL_DEBUG, not NCCL=DEBUG).")
+@rule(
+    "KG043",
+    E,
+    "Env var names: printable ASCII without '=' (Kubernetes >= 1.32); before 1.32 they must "
+    "match [-._a-zA-Z][-._a-zA-Z0-9]*.",
+    "Rename the variable (e.g. NCCL_DEBUG, not NCCL=DEBUG).",
+)
 def env_names(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         for c, path in k8s.containers(spec, base):
@@ -82,12 +106,16 @@ def env_names(doc: Any, ctx: Context) -> Iterator:
                     if not name or "=" in name or any(not 32 <= ord(ch) <= 126 for ch in name):
                         yield p, f"env var name {name!r} must be printable ASCII without '='"
                 elif not k8s.ENV_VAR_NAME.match(name):
-                    yield p, (f"env var name {name!r} must match [-._a-zA-Z][-._a-zA-Z0-9]* on Kubernetes "
-                              f"{ctx.kubernetes_version} (no leading digit)")
+                    yield (
+                        p,
+                        (
+                            f"env var name {name!r} must match [-._a-zA-Z][-._a-zA-Z0-9]* on Kubernetes "
+                            f"{ctx.kubernetes_version} (no leading digit)"
+                        ),
+                    )
 
 
-@rule("KG044", W, "The same env var name twice in one container: the later one silently wins.",
-      "Delete one of them.")
+@rule("KG044", W, "The same env var name twice in one container: the later one silently wins.", "Delete one of them.")
 def env_duplicates(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         for c, path in k8s.containers(spec, base):
@@ -100,16 +128,24 @@ def env_duplicates(doc: Any, ctx: Context) -> Iterator:
                     seen.add(name)
 
 
-@rule("KG045", E, "env valueFrom.fieldRef.fieldPath must be one the API server supports (metadata.name, "
-      "metadata.labels['k'], status.podIP, ...).", "Use a supported field path, e.g. metadata.name.")
+@rule(
+    "KG045",
+    E,
+    "env valueFrom.fieldRef.fieldPath must be one the API server supports (metadata.name, "
+    "metadata.labels['k'], status.podIP, ...).",
+    "Use a supported field path, e.g. metadata.name.",
+)
 def field_ref(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         for c, path in k8s.containers(spec, base):
             for i, e in enumerate(k8s.env_list(c)):
                 fp = k8s.get(e, "valueFrom", "fieldRef", "fieldPath")
                 if isinstance(fp, str) and fp not in _FIELD_PATHS and not _FIELD_PATH_MAP.match(fp):
-                    yield path + ("env", i, "valueFrom", "fieldRef", "fieldPath"), \
-                        f"fieldPath {fp!r} is not supported; use metadata.name, metadata.labels['...'], status.podIP, ..."
+                    yield (
+                        path + ("env", i, "valueFrom", "fieldRef", "fieldPath"),
+                        f"fieldPath {fp!r} is not supported; use metadata.name, metadata.labels['...'], "
+                        "status.podIP, ...",
+                    )
 
 
 def _resources(doc: Any) -> Iterator[tuple[dict, tuple]]:
@@ -124,8 +160,12 @@ def _is_extended(name: str) -> bool:
     return "/" in name and not name.startswith("kubernetes.io/") and not name.startswith("requests.")
 
 
-@rule("KG046", E, "Resource names are cpu, memory, ephemeral-storage, hugepages-<size> or domain-qualified "
-      "(nvidia.com/gpu).", "Use nvidia.com/gpu, not gpu.")
+@rule(
+    "KG046",
+    E,
+    "Resource names are cpu, memory, ephemeral-storage, hugepages-<size> or domain-qualified (nvidia.com/gpu).",
+    "Use nvidia.com/gpu, not gpu.",
+)
 def resource_names(doc: Any, ctx: Context) -> Iterator:
     for res, path in _resources(doc):
         for section in ("limits", "requests"):
@@ -137,26 +177,41 @@ def resource_names(doc: Any, ctx: Context) -> Iterator:
                     if "/" in name and k8s.qualified_name_problem(name):
                         yield path + (section, name), f"resource name {name!r} is not a valid qualified name"
                     continue
-                yield path + (section, name), (f"resource name {name!r} is not a standard resource; use a "
-                                               "domain-qualified name such as nvidia.com/gpu")
+                yield (
+                    path + (section, name),
+                    (
+                        f"resource name {name!r} is not a standard resource; use a "
+                        "domain-qualified name such as nvidia.com/gpu"
+                    ),
+                )
 
 
-@rule("KG047", E, "Resource quantities must parse (e.g. 512Gi, 500m, 2); '512GB' or '1.5 Gi' are rejected "
-      "while decoding.", "Use a Kubernetes quantity: binary suffixes Ki Mi Gi Ti, decimal k M G T, or m.")
+@rule(
+    "KG047",
+    E,
+    "Resource quantities must parse (e.g. 512Gi, 500m, 2); '512GB' or '1.5 Gi' are rejected while decoding.",
+    "Use a Kubernetes quantity: binary suffixes Ki Mi Gi Ti, decimal k M G T, or m.",
+)
 def quantities(doc: Any, ctx: Context) -> Iterator:
     for res, path in _resources(doc):
         for section in ("limits", "requests"):
             values = res.get(section)
             if isinstance(values, dict):
                 for name, value in values.items():
-                    if isinstance(value, (str, int, float)) and not isinstance(value, bool) \
-                            and k8s.parse_quantity(value) is None:
+                    if (
+                        isinstance(value, (str, int, float))
+                        and not isinstance(value, bool)
+                        and k8s.parse_quantity(value) is None
+                    ):
                         yield path + (section, name), f"{value!r} is not a Kubernetes quantity (e.g. 512Gi, 500m, 8)"
     for spec, base in _pod(doc):
         for i, v in enumerate(spec.get("volumes") or []):
             size = k8s.get(v, "emptyDir", "sizeLimit")
             if isinstance(size, (str, int, float)) and not isinstance(size, bool) and k8s.parse_quantity(size) is None:
-                yield base + ("volumes", i, "emptyDir", "sizeLimit"), f"{size!r} is not a Kubernetes quantity (e.g. 64Gi)"
+                yield (
+                    base + ("volumes", i, "emptyDir", "sizeLimit"),
+                    f"{size!r} is not a Kubernetes quantity (e.g. 64Gi)",
+                )
 
 
 @rule("KG048", E, "A resource request must not exceed its limit.", "Lower the request or raise the limit.")
@@ -172,12 +227,20 @@ def requests_le_limits(doc: Any, ctx: Context) -> Iterator:
                     yield path + ("requests", name), f"request {rv} for {name} exceeds the limit {lim[name]}"
 
 
-@rule("KG049", E, "Extended resources (nvidia.com/gpu) and hugepages cannot be overcommitted: a request needs a "
-      "limit and must equal it.", "Set nvidia.com/gpu in limits (requests may be left out) to the same number.")
+@rule(
+    "KG049",
+    E,
+    "Extended resources (nvidia.com/gpu) and hugepages cannot be overcommitted: a request needs a "
+    "limit and must equal it.",
+    "Set nvidia.com/gpu in limits (requests may be left out) to the same number.",
+)
 def extended_request_equals_limit(doc: Any, ctx: Context) -> Iterator:
     for res, path in _resources(doc):
-        req = res.get("requests") if isinstance(res.get("requests"), dict) else {}
-        lim = res.get("limits") if isinstance(res.get("limits"), dict) else {}
+        req, lim = res.get("requests"), res.get("limits")
+        if not isinstance(req, dict):
+            continue
+        if not isinstance(lim, dict):
+            lim = {}
         for name, rv in req.items():
             if not _is_extended(name) and not str(name).startswith("hugepages-"):
                 continue
@@ -189,8 +252,12 @@ def extended_request_equals_limit(doc: Any, ctx: Context) -> Iterator:
                 yield path + ("requests", name), f"{name} request {rv} must equal the limit {lim[name]}"
 
 
-@rule("KG050", E, "Extended resources are whole numbers (nvidia.com/gpu: 0.5 is rejected).",
-      "Request whole GPUs (or use MIG/time-slicing resource names).")
+@rule(
+    "KG050",
+    E,
+    "Extended resources are whole numbers (nvidia.com/gpu: 0.5 is rejected).",
+    "Request whole GPUs (or use MIG/time-slicing resource names).",
+)
 def extended_whole_numbers(doc: Any, ctx: Context) -> Iterator:
     for res, path in _resources(doc):
         for section in ("limits", "requests"):
@@ -202,7 +269,9 @@ def extended_whole_numbers(doc: Any, ctx: Context) -> Iterator:
                         yield path + (section, name), f"{name}: {value} must be a whole number"
 
 
-@rule("KG051", E, "Volume names are DNS-1123 labels and unique.", "Use lower case, digits and '-' (dshm, not dshm_vol).")
+@rule(
+    "KG051", E, "Volume names are DNS-1123 labels and unique.", "Use lower case, digits and '-' (dshm, not dshm_vol)."
+)
 def volume_names(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         vols = spec.get("volumes")
@@ -214,14 +283,21 @@ def volume_names(doc: Any, ctx: Context) -> Iterator:
             if not isinstance(name, str):
                 continue
             if not k8s.is_dns_label(name):
-                yield base + ("volumes", i, "name"), f"volume name {name!r} must be a DNS-1123 label (lower case, digits, '-')"
+                yield (
+                    base + ("volumes", i, "name"),
+                    f"volume name {name!r} must be a DNS-1123 label (lower case, digits, '-')",
+                )
             if name in seen:
                 yield base + ("volumes", i, "name"), f"duplicate volume name {name!r}"
             seen.add(name)
 
 
-@rule("KG052", E, "Every volumeMount names a volume of the pod, and mountPaths are unique per container.",
-      "Add the volume, or fix the mount's name.")
+@rule(
+    "KG052",
+    E,
+    "Every volumeMount names a volume of the pod, and mountPaths are unique per container.",
+    "Add the volume, or fix the mount's name.",
+)
 def volume_mounts(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         vols = {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, dict)}
@@ -234,26 +310,41 @@ def volume_mounts(doc: Any, ctx: Context) -> Iterator:
                 if not isinstance(m, dict):
                     continue
                 if m.get("name") not in vols:
-                    yield path + ("volumeMounts", i, "name"), f"volumeMount {m.get('name')!r} names no volume of the pod"
+                    yield (
+                        path + ("volumeMounts", i, "name"),
+                        f"volumeMount {m.get('name')!r} names no volume of the pod",
+                    )
                 mp = m.get("mountPath")
                 if mp in seen:
                     yield path + ("volumeMounts", i, "mountPath"), f"mountPath {mp!r} is used twice in this container"
                 seen.add(mp)
 
 
-@rule("KG053", E, "emptyDir medium must be \"\" or \"Memory\" (or HugePages); the API server accepts 'memory' but "
-      "the kubelet then fails to mount it.", "Write medium: Memory (capital M).")
+@rule(
+    "KG053",
+    E,
+    'emptyDir medium must be "" or "Memory" (or HugePages); the API server accepts \'memory\' but '
+    "the kubelet then fails to mount it.",
+    "Write medium: Memory (capital M).",
+)
 def empty_dir_medium(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         for i, v in enumerate(spec.get("volumes") or []):
             medium = k8s.get(v, "emptyDir", "medium")
             if isinstance(medium, str) and not _MEDIUMS.match(medium):
-                yield base + ("volumes", i, "emptyDir", "medium"), \
-                    f"emptyDir medium {medium!r} is unknown to the kubelet; use \"Memory\" or leave it empty"
+                yield (
+                    base + ("volumes", i, "emptyDir", "medium"),
+                    f'emptyDir medium {medium!r} is unknown to the kubelet; use "Memory" or leave it empty',
+                )
 
 
-@rule("KG054", E, "restartPolicy is Always, OnFailure or Never; imagePullPolicy is Always, IfNotPresent or Never; "
-      "dnsPolicy is ClusterFirst, ClusterFirstWithHostNet, Default or None.", "Use one of the listed values.")
+@rule(
+    "KG054",
+    E,
+    "restartPolicy is Always, OnFailure or Never; imagePullPolicy is Always, IfNotPresent or Never; "
+    "dnsPolicy is ClusterFirst, ClusterFirstWithHostNet, Default or None.",
+    "Use one of the listed values.",
+)
 def pod_enums(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         rp = spec.get("restartPolicy")
@@ -261,15 +352,22 @@ def pod_enums(doc: Any, ctx: Context) -> Iterator:
             yield base + ("restartPolicy",), f"restartPolicy {rp!r} must be Always, OnFailure or Never"
         dp = spec.get("dnsPolicy")
         if isinstance(dp, str) and dp not in ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"):
-            yield base + ("dnsPolicy",), f"dnsPolicy {dp!r} must be ClusterFirst, ClusterFirstWithHostNet, Default or None"
+            yield (
+                base + ("dnsPolicy",),
+                f"dnsPolicy {dp!r} must be ClusterFirst, ClusterFirstWithHostNet, Default or None",
+            )
         for c, path in k8s.containers(spec, base):
             pp = c.get("imagePullPolicy")
             if isinstance(pp, str) and pp not in ("Always", "IfNotPresent", "Never"):
                 yield path + ("imagePullPolicy",), f"imagePullPolicy {pp!r} must be Always, IfNotPresent or Never"
 
 
-@rule("KG055", E, "Pod hostname and subdomain are DNS-1123 labels (at most 63, no dots).",
-      "Use the Service's name (a label) as subdomain.")
+@rule(
+    "KG055",
+    E,
+    "Pod hostname and subdomain are DNS-1123 labels (at most 63, no dots).",
+    "Use the Service's name (a label) as subdomain.",
+)
 def hostname_subdomain(doc: Any, ctx: Context) -> Iterator:
     if doc.kind == "StatefulSet":
         return  # the controller overwrites both
@@ -280,8 +378,13 @@ def hostname_subdomain(doc: Any, ctx: Context) -> Iterator:
                 yield base + (key,), f"{key} {v!r} must be a DNS-1123 label (no dots, at most 63)"
 
 
-@rule("KG056", E, "Tolerations: key has label-key syntax; operator Exists means no value; an empty key needs "
-      "Exists; tolerationSeconds needs effect NoExecute.", "Fix the toleration as the message says.")
+@rule(
+    "KG056",
+    E,
+    "Tolerations: key has label-key syntax; operator Exists means no value; an empty key needs "
+    "Exists; tolerationSeconds needs effect NoExecute.",
+    "Fix the toleration as the message says.",
+)
 def tolerations(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         tols = spec.get("tolerations")

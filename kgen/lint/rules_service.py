@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from kgen.findings import Severity
 from kgen.lint import k8s
@@ -18,8 +19,13 @@ def _spec(doc: Any) -> dict:
     return spec if isinstance(spec, dict) else {}
 
 
-@rule("KG030", E, "A Service needs ports unless it is headless (clusterIP: None) or ExternalName.",
-      "Add a port, or set clusterIP: None.", kinds=["Service"])
+@rule(
+    "KG030",
+    E,
+    "A Service needs ports unless it is headless (clusterIP: None) or ExternalName.",
+    "Add a port, or set clusterIP: None.",
+    kinds=["Service"],
+)
 def service_ports_required(doc: Any, ctx: Context) -> Iterator:
     spec = _spec(doc)
     if spec.get("ports") or spec.get("clusterIP") == "None" or spec.get("type") == "ExternalName":
@@ -27,8 +33,13 @@ def service_ports_required(doc: Any, ctx: Context) -> Iterator:
     yield ("spec",), "Service has no ports; add spec.ports or make it headless with clusterIP: None"
 
 
-@rule("KG031", E, "Service port names are DNS-1123 labels, required when there is more than one port, unique.",
-      "Name every port with lower case, digits and '-'.", kinds=["Service"])
+@rule(
+    "KG031",
+    E,
+    "Service port names are DNS-1123 labels, required when there is more than one port, unique.",
+    "Name every port with lower case, digits and '-'.",
+    kinds=["Service"],
+)
 def service_port_names(doc: Any, ctx: Context) -> Iterator:
     ports = _spec(doc).get("ports")
     if not isinstance(ports, list):
@@ -49,8 +60,12 @@ def service_port_names(doc: Any, ctx: Context) -> Iterator:
         seen.add(name)
 
 
-@rule("KG032", E, "Port numbers are 1-65535 and protocol is TCP, UDP or SCTP (Service and container ports).",
-      "Use a port in 1-65535 and an upper-case protocol.")
+@rule(
+    "KG032",
+    E,
+    "Port numbers are 1-65535 and protocol is TCP, UDP or SCTP (Service and container ports).",
+    "Use a port in 1-65535 and an upper-case protocol.",
+)
 def port_numbers(doc: Any, ctx: Context) -> Iterator:
     groups = []
     if doc.kind == "Service":
@@ -76,8 +91,13 @@ def port_numbers(doc: Any, ctx: Context) -> Iterator:
                 yield base + (i, "protocol"), f"protocol {proto!r} must be TCP, UDP or SCTP (upper case)"
 
 
-@rule("KG033", E, "targetPort is a number 1-65535 or an IANA service name (at most 15 characters, lower case).",
-      "Use the container port's number or its (short) name.", kinds=["Service"])
+@rule(
+    "KG033",
+    E,
+    "targetPort is a number 1-65535 or an IANA service name (at most 15 characters, lower case).",
+    "Use the container port's number or its (short) name.",
+    kinds=["Service"],
+)
 def target_port(doc: Any, ctx: Context) -> Iterator:
     ports = _spec(doc).get("ports")
     if not isinstance(ports, list):
@@ -96,8 +116,14 @@ def target_port(doc: Any, ctx: Context) -> Iterator:
                 yield path, f"targetPort name {tp!r} {problem}"
 
 
-@rule("KG034", E, "Service type is ClusterIP, NodePort, LoadBalancer or ExternalName, and clusterIP: None "
-      "(headless) only goes with ClusterIP.", "Fix the type, or drop clusterIP: None.", kinds=["Service"])
+@rule(
+    "KG034",
+    E,
+    "Service type is ClusterIP, NodePort, LoadBalancer or ExternalName, and clusterIP: None "
+    "(headless) only goes with ClusterIP.",
+    "Fix the type, or drop clusterIP: None.",
+    kinds=["Service"],
+)
 def service_type(doc: Any, ctx: Context) -> Iterator:
     spec = _spec(doc)
     t = spec.get("type")

@@ -8,8 +8,9 @@ Its *rendezvous Service* is the Service named by the Job's ``subdomain`` / State
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from kgen.findings import Severity
 from kgen.lint import k8s
@@ -151,7 +152,11 @@ def _nproc_values(launch: Launch, env: dict) -> list[tuple[int, str]]:
         if raw and raw.isdigit():
             out.append((int(raw), f"--nproc-per-node={raw}"))
     nn = env.get("NPROC_PER_NODE")
-    if isinstance(nn, str) and nn.isdigit() and (launch.form == "kgen" or "NPROC_PER_NODE" in (launch.flag("nproc_per_node") or "")):
+    if (
+        isinstance(nn, str)
+        and nn.isdigit()
+        and (launch.form == "kgen" or "NPROC_PER_NODE" in (launch.flag("nproc_per_node") or ""))
+    ):
         out.append((int(nn), f"NPROC_PER_NODE={nn}"))
     return out
 
@@ -170,10 +175,16 @@ def _launch_path(container_path: tuple, container: dict) -> tuple:
 
 # --- Service wiring ---------------------------------------------------------------------------
 
-@rule("KG100", W, "A multi-node training Job/StatefulSet has no Service in the same file/stream that its pods' "
-      "DNS names come from (subdomain/serviceName names none, or none selects its pods).",
-      "Add a headless Service (clusterIP: None) selecting the pods, named like the subdomain/serviceName.",
-      kinds=["Job", "StatefulSet"], scope="stream")
+
+@rule(
+    "KG100",
+    W,
+    "A multi-node training Job/StatefulSet has no Service in the same file/stream that its pods' "
+    "DNS names come from (subdomain/serviceName names none, or none selects its pods).",
+    "Add a headless Service (clusterIP: None) selecting the pods, named like the subdomain/serviceName.",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
 def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
     svcs = services(docs)
     for w in workloads(docs):
@@ -181,14 +192,28 @@ def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
             continue
         named, path = w.dns_field
         if named and named not in svcs:
-            yield w.doc, path, f"names Service {named!r}, which is not in this file; add it (headless, selecting the pods)"
+            yield (
+                w.doc,
+                path,
+                f"names Service {named!r}, which is not in this file; add it (headless, selecting the pods)",
+            )
         elif not named and rendezvous_service(w, svcs) is None:
-            yield w.doc, ("metadata", "name"), ("no headless Service in this file selects the pods; pods get no DNS "
-                                                "names for rendezvous")
+            yield (
+                w.doc,
+                ("metadata", "name"),
+                ("no headless Service in this file selects the pods; pods get no DNS names for rendezvous"),
+            )
 
 
-@rule("KG101", E, "The rendezvous Service of a training workload must be headless (clusterIP: None) so that "
-      "every pod gets its own DNS name.", "Set spec.clusterIP: None.", kinds=["Service"], scope="stream")
+@rule(
+    "KG101",
+    E,
+    "The rendezvous Service of a training workload must be headless (clusterIP: None) so that "
+    "every pod gets its own DNS name.",
+    "Set spec.clusterIP: None.",
+    kinds=["Service"],
+    scope="stream",
+)
 def rendezvous_headless(docs: list, ctx: Context) -> Iterator:
     svcs = services(docs)
     done = set()
@@ -196,27 +221,51 @@ def rendezvous_headless(docs: list, ctx: Context) -> Iterator:
         svc = rendezvous_service(w, svcs)
         if svc is not None and id(svc) not in done and k8s.get(svc.data, "spec", "clusterIP") != "None":
             done.add(id(svc))
-            yield svc, ("spec",), f"Service {svc.name!r} is the rendezvous Service of {w.doc.kind} {w.name!r}; make it headless: clusterIP: None"
+            yield (
+                svc,
+                ("spec",),
+                f"Service {svc.name!r} is the rendezvous Service of {w.doc.kind} {w.name!r}; "
+                "make it headless: clusterIP: None",
+            )
 
 
-@rule("KG102", W, "The rendezvous Service should publish not-ready addresses, so pod DNS names resolve before "
-      "the pods are Ready (training pods have no readiness to report).",
-      "Set spec.publishNotReadyAddresses: true.", kinds=["Service"], scope="stream")
+@rule(
+    "KG102",
+    W,
+    "The rendezvous Service should publish not-ready addresses, so pod DNS names resolve before "
+    "the pods are Ready (training pods have no readiness to report).",
+    "Set spec.publishNotReadyAddresses: true.",
+    kinds=["Service"],
+    scope="stream",
+)
 def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
     svcs = services(docs)
     done = set()
     for w in workloads(docs):
         svc = rendezvous_service(w, svcs)
-        if svc is not None and id(svc) not in done and k8s.get(svc.data, "spec", "publishNotReadyAddresses") is not True:
+        if (
+            svc is not None
+            and id(svc) not in done
+            and k8s.get(svc.data, "spec", "publishNotReadyAddresses") is not True
+        ):
             done.add(id(svc))
-            yield svc, ("spec",), (f"set publishNotReadyAddresses: true so {w.name}-N.{svc.name} resolves before the pods "
-                                   "are Ready")
+            yield (
+                svc,
+                ("spec",),
+                (f"set publishNotReadyAddresses: true so {w.name}-N.{svc.name} resolves before the pods are Ready"),
+            )
 
 
-@rule("KG103", E, "The rendezvous Service's selector must match exactly the training pods: all of them (not "
-      "none, not a 'role: master' label every pod carries) and no pods of other workloads.",
-      "Select the pods by their instance label (e.g. app.kubernetes.io/instance: <name>) and use "
-      "<name>-0.<service> as MASTER_ADDR.", kinds=["Service"], scope="stream")
+@rule(
+    "KG103",
+    E,
+    "The rendezvous Service's selector must match exactly the training pods: all of them (not "
+    "none, not a 'role: master' label every pod carries) and no pods of other workloads.",
+    "Select the pods by their instance label (e.g. app.kubernetes.io/instance: <name>) and use "
+    "<name>-0.<service> as MASTER_ADDR.",
+    kinds=["Service"],
+    scope="stream",
+)
 def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
     svcs = services(docs)
     wls = workloads(docs)
@@ -232,24 +281,46 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
             if k8s.selector_matches(sel, labels):
                 for k, v in sel.items():
                     if isinstance(v, str) and (v.lower() in _MASTERISH or k.lower() in _MASTERISH) and w.nodes != 1:
-                        yield svc, ("spec", "selector", k), (
-                            f"selector {k}={v} looks like it picks the master, but every pod of {w.doc.kind} "
-                            f"{w.name!r} carries it (one pod template), so {svc.name!r} resolves to any pod; select the "
-                            f"job's pods and use {w.name}-0.{svc.name} for MASTER_ADDR")
-                others = [d for d in all_workloads if d is not w.doc and k8s.selector_matches(sel, k8s.template_labels(d))]
+                        yield (
+                            svc,
+                            ("spec", "selector", k),
+                            (
+                                f"selector {k}={v} looks like it picks the master, but every pod of {w.doc.kind} "
+                                f"{w.name!r} carries it (one pod template), so {svc.name!r} resolves to any pod; "
+                                "select the "
+                                f"job's pods and use {w.name}-0.{svc.name} for MASTER_ADDR"
+                            ),
+                        )
+                others = [
+                    d for d in all_workloads if d is not w.doc and k8s.selector_matches(sel, k8s.template_labels(d))
+                ]
                 for other in others:
-                    yield svc, ("spec", "selector"), (f"selector also matches the pods of {other.kind} {other.name!r}; "
-                                                      "add a label unique to the training pods")
+                    yield (
+                        svc,
+                        ("spec", "selector"),
+                        (
+                            f"selector also matches the pods of {other.kind} {other.name!r}; "
+                            "add a label unique to the training pods"
+                        ),
+                    )
             elif named == svc.name or (shared and k8s.get(svc.data, "spec", "clusterIP") == "None"):
                 missing = ", ".join(f"{k}={v}" for k, v in sel.items() if labels.get(k) != v)
-                yield svc, ("spec", "selector"), (f"selector selects none of the pods of {w.doc.kind} {w.name!r}: the pod "
-                                                  f"template lacks {missing}")
+                yield (
+                    svc,
+                    ("spec", "selector"),
+                    (f"selector selects none of the pods of {w.doc.kind} {w.name!r}: the pod template lacks {missing}"),
+                )
 
 
-@rule("KG104", E, "A multi-node training Job's pods need spec.template.spec.subdomain naming the headless "
-      "Service (a StatefulSet's serviceName likewise), or pod DNS names such as <job>-0.<service> do not exist.",
-      "Set subdomain (Job) or serviceName (StatefulSet) to the rendezvous Service's name.",
-      kinds=["Job", "StatefulSet"], scope="stream")
+@rule(
+    "KG104",
+    E,
+    "A multi-node training Job's pods need spec.template.spec.subdomain naming the headless "
+    "Service (a StatefulSet's serviceName likewise), or pod DNS names such as <job>-0.<service> do not exist.",
+    "Set subdomain (Job) or serviceName (StatefulSet) to the rendezvous Service's name.",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
 def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
     svcs = services(docs)
     for w in workloads(docs):
@@ -257,22 +328,40 @@ def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
             continue
         named, path = w.dns_field
         labels = k8s.template_labels(w.doc)
-        selecting = [s for s in svcs.values() if k8s.selector_matches(_selector(s), labels)
-                     and k8s.get(s.data, "spec", "clusterIP") == "None"]
+        selecting = [
+            s
+            for s in svcs.values()
+            if k8s.selector_matches(_selector(s), labels) and k8s.get(s.data, "spec", "clusterIP") == "None"
+        ]
         field_name = "subdomain" if w.doc.kind == "Job" else "serviceName"
         if not named:
             hint = f" (e.g. {selecting[0].name!r})" if selecting else ""
-            yield w.doc, path[:-1], f"{field_name} is not set, so the pods get no DNS names; set {field_name} to the headless Service{hint}"
+            yield (
+                w.doc,
+                path[:-1],
+                f"{field_name} is not set, so the pods get no DNS names; "
+                f"set {field_name} to the headless Service{hint}",
+            )
         elif named in svcs and selecting and svcs[named] not in selecting:
-            yield w.doc, path, f"{field_name} {named!r} names a Service that does not select these pods; use {selecting[0].name!r}"
+            yield (
+                w.doc,
+                path,
+                f"{field_name} {named!r} names a Service that does not select these pods; use {selecting[0].name!r}",
+            )
 
 
 _POD0 = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
 
 
-@rule("KG105", E, "MASTER_ADDR (and --master-addr / --rdzv-endpoint) must name pod 0 of this workload "
-      "(<name>-0.<service>[.<namespace>.svc...]), not the Service, which resolves to any pod.",
-      "Set MASTER_ADDR to <name>-0.<service>.", kinds=["Job", "StatefulSet"], scope="stream")
+@rule(
+    "KG105",
+    E,
+    "MASTER_ADDR (and --master-addr / --rdzv-endpoint) must name pod 0 of this workload "
+    "(<name>-0.<service>[.<namespace>.svc...]), not the Service, which resolves to any pod.",
+    "Set MASTER_ADDR to <name>-0.<service>.",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
 def master_addr(docs: list, ctx: Context) -> Iterator:
     svcs = services(docs)
     for w in workloads(docs):
@@ -316,9 +405,15 @@ def _master_problem(value: str, name: str, svc: str | None, all_services: set) -
 
 # --- world size arithmetic ----------------------------------------------------------------------
 
-@rule("KG106", E, "NNODES / --nnodes must equal the number of pods: Job completions (= parallelism) or "
-      "StatefulSet replicas.", "Make them equal (kgen render derives both from --nodes).",
-      kinds=["Job", "StatefulSet"], scope="stream")
+
+@rule(
+    "KG106",
+    E,
+    "NNODES / --nnodes must equal the number of pods: Job completions (= parallelism) or StatefulSet replicas.",
+    "Make them equal (kgen render derives both from --nodes).",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
 def nnodes_agree(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         if w.nodes is None:
@@ -330,11 +425,21 @@ def nnodes_agree(docs: list, ctx: Context) -> Iterator:
                 for low, high, where in _nnodes_values(launch, env):
                     if not low <= w.nodes <= high:
                         path = _env_path(cpath, c, "NNODES") if where.startswith("NNODES") else _launch_path(cpath, c)
-                        yield w.doc, path, f"{where} but {what} is {w.nodes}; the world never completes. Make them equal"
+                        yield (
+                            w.doc,
+                            path,
+                            f"{where} but {what} is {w.nodes}; the world never completes. Make them equal",
+                        )
 
 
-@rule("KG107", E, "NPROC_PER_NODE / --nproc-per-node must equal the GPUs per pod (nvidia.com/gpu limit) for "
-      "GPU pods.", "Set it to the GPU limit, or to 'gpu'.", kinds=["Job", "StatefulSet"], scope="stream")
+@rule(
+    "KG107",
+    E,
+    "NPROC_PER_NODE / --nproc-per-node must equal the GPUs per pod (nvidia.com/gpu limit) for GPU pods.",
+    "Set it to the GPU limit, or to 'gpu'.",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
 def nproc_agree(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         for c, cpath, launches in w.launches:
@@ -345,12 +450,22 @@ def nproc_agree(docs: list, ctx: Context) -> Iterator:
             for launch in launches:
                 for value, where in _nproc_values(launch, env):
                     if value != gpus:
-                        path = _env_path(cpath, c, "NPROC_PER_NODE") if where.startswith("NPROC") else _launch_path(cpath, c)
+                        path = (
+                            _env_path(cpath, c, "NPROC_PER_NODE")
+                            if where.startswith("NPROC")
+                            else _launch_path(cpath, c)
+                        )
                         yield w.doc, path, f"{where} but the container has {gpus} GPUs; use {gpus}"
 
 
-@rule("KG108", E, "A literal WORLD_SIZE must equal nodes x processes per node.",
-      "Delete WORLD_SIZE (torchrun sets it) or fix it.", kinds=["Job", "StatefulSet"], scope="stream")
+@rule(
+    "KG108",
+    E,
+    "A literal WORLD_SIZE must equal nodes x processes per node.",
+    "Delete WORLD_SIZE (torchrun sets it) or fix it.",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
 def world_size_agree(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         if w.nodes is None:
@@ -360,16 +475,26 @@ def world_size_agree(docs: list, ctx: Context) -> Iterator:
             ws = env.get("WORLD_SIZE")
             if not (isinstance(ws, str) and ws.isdigit()):
                 continue
-            nprocs = [v for launch in launches for v, _ in _nproc_values(launch, env)] or \
-                ([k8s.gpu_limit(c)] if k8s.gpu_limit(c) else [])
+            nprocs = [v for launch in launches for v, _ in _nproc_values(launch, env)] or (
+                [k8s.gpu_limit(c)] if k8s.gpu_limit(c) else []
+            )
             if nprocs and int(ws) != w.nodes * nprocs[0]:
-                yield w.doc, _env_path(cpath, c, "WORLD_SIZE"), \
-                    f"WORLD_SIZE={ws} but {w.nodes} nodes x {nprocs[0]} processes = {w.nodes * nprocs[0]}"
+                yield (
+                    w.doc,
+                    _env_path(cpath, c, "WORLD_SIZE"),
+                    f"WORLD_SIZE={ws} but {w.nodes} nodes x {nprocs[0]} processes = {w.nodes * nprocs[0]}",
+                )
 
 
-@rule("KG109", W, "RANK, LOCAL_RANK and WORLD_SIZE are set by torchrun for every worker; hand-set values next "
-      "to torchrun are ignored and mislead.", "Delete them; use NODE_RANK / --node-rank for the node.",
-      kinds=["Job", "StatefulSet"], scope="stream")
+@rule(
+    "KG109",
+    W,
+    "RANK, LOCAL_RANK and WORLD_SIZE are set by torchrun for every worker; hand-set values next "
+    "to torchrun are ignored and mislead.",
+    "Delete them; use NODE_RANK / --node-rank for the node.",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
 def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         for c, cpath, launches in w.launches:
@@ -378,35 +503,65 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
             env = {e.get("name"): i for i, e in enumerate(k8s.env_list(c)) if isinstance(e, dict)}
             for var in _HAND_SET:
                 if var in env:
-                    yield w.doc, cpath + ("env", env[var], "name"), f"{var} is set by hand but torchrun sets it per worker; delete it"
+                    yield (
+                        w.doc,
+                        cpath + ("env", env[var], "name"),
+                        f"{var} is set by hand but torchrun sets it per worker; delete it",
+                    )
             exported = {v for launch in launches for v in launch.exports}
             for var in _HAND_SET:
                 if var in exported:
-                    yield w.doc, _launch_path(cpath, c), f"the script exports {var}, which torchrun overrides per worker; delete it"
+                    yield (
+                        w.doc,
+                        _launch_path(cpath, c),
+                        f"the script exports {var}, which torchrun overrides per worker; delete it",
+                    )
 
 
 # --- pod shape ----------------------------------------------------------------------------------
 
-@rule("KG110", E, "GPU training pods need a memory-backed /dev/shm (emptyDir medium: Memory); the default 64 MiB "
-      "makes NCCL and DataLoader workers crash.", "Mount an emptyDir {medium: Memory, sizeLimit: ...} at /dev/shm.",
-      kinds=["Job", "StatefulSet"], scope="stream")
+
+@rule(
+    "KG110",
+    E,
+    "GPU training pods need a memory-backed /dev/shm (emptyDir medium: Memory); the default 64 MiB "
+    "makes NCCL and DataLoader workers crash.",
+    "Mount an emptyDir {medium: Memory, sizeLimit: ...} at /dev/shm.",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
 def dev_shm(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        mem_vols = {v.get("name") for v in w.spec.get("volumes") or []
-                    if isinstance(v, dict) and k8s.get(v, "emptyDir", "medium") == "Memory"}
+        mem_vols = {
+            v.get("name")
+            for v in w.spec.get("volumes") or []
+            if isinstance(v, dict) and k8s.get(v, "emptyDir", "medium") == "Memory"
+        }
         for c, cpath, _ in w.launches:
             if not k8s.gpu_limit(c):
                 continue
-            mounts = [m for m in c.get("volumeMounts") or [] if isinstance(m, dict) and
-                      str(m.get("mountPath", "")).rstrip("/") == "/dev/shm"]
+            mounts = [
+                m
+                for m in c.get("volumeMounts") or []
+                if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev/shm"
+            ]
             if not any(m.get("name") in mem_vols for m in mounts):
-                yield w.doc, cpath, "GPU container has no memory-backed /dev/shm; mount an emptyDir with medium: Memory at /dev/shm"
+                yield (
+                    w.doc,
+                    cpath,
+                    "GPU container has no memory-backed /dev/shm; mount an emptyDir with medium: Memory at /dev/shm",
+                )
 
 
-@rule("KG111", W, "A fixed or random `sleep` before torchrun staggers start-up: it wastes time on every start and "
-      "grows with the node count, and it does not make the master ready.",
-      "Delete the sleep; torchrun's rendezvous (or kgen's entrypoint) waits actively with a timeout.",
-      kinds=["Job", "StatefulSet"], scope="stream")
+@rule(
+    "KG111",
+    W,
+    "A fixed or random `sleep` before torchrun staggers start-up: it wastes time on every start and "
+    "grows with the node count, and it does not make the master ready.",
+    "Delete the sleep; torchrun's rendezvous (or kgen's entrypoint) waits actively with a timeout.",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
 def sleep_stagger(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         for c, cpath, launches in w.launches:
@@ -415,34 +570,63 @@ def sleep_stagger(docs: list, ctx: Context) -> Iterator:
                 yield w.doc, _launch_path(cpath, c), f"`{s}` staggers start-up; delete it (rendezvous waits actively)"
 
 
-@rule("KG112", E, "Do not mix c10d rendezvous flags (--rdzv-backend=c10d, --rdzv-endpoint) with static ones "
-      "(--master-addr, --master-port, --node-rank): torchrun ignores one set and ranks are not what you expect.",
-      "Use either c10d (rdzv flags, no node rank) or static (master addr/port + node rank).",
-      kinds=["Job", "StatefulSet"], scope="stream")
+@rule(
+    "KG112",
+    E,
+    "Do not mix c10d rendezvous flags (--rdzv-backend=c10d, --rdzv-endpoint) with static ones "
+    "(--master-addr, --master-port, --node-rank): torchrun ignores one set and ranks are not what you expect.",
+    "Use either c10d (rdzv flags, no node rank) or static (master addr/port + node rank).",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
 def mixed_rendezvous(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         for c, cpath, launches in w.launches:
             for launch in launches:
                 backend = (launch.flag("rdzv_backend") or "").lower()
-                dynamic = backend in ("c10d", "etcd", "etcd-v2") or (launch.has("rdzv_endpoint") and backend != "static")
-                static = [f"--{k.replace('_', '-')}" for k in ("master_addr", "master_port", "node_rank") if launch.has(k)]
+                dynamic = backend in ("c10d", "etcd", "etcd-v2") or (
+                    launch.has("rdzv_endpoint") and backend != "static"
+                )
+                static = [
+                    f"--{k.replace('_', '-')}" for k in ("master_addr", "master_port", "node_rank") if launch.has(k)
+                ]
                 if dynamic and static:
-                    yield w.doc, _launch_path(cpath, c), (f"c10d rendezvous mixed with static flags {', '.join(static)}; "
-                                                          "drop the static ones (or the rdzv ones)")
+                    yield (
+                        w.doc,
+                        _launch_path(cpath, c),
+                        (
+                            f"c10d rendezvous mixed with static flags {', '.join(static)}; "
+                            "drop the static ones (or the rdzv ones)"
+                        ),
+                    )
 
 
-@rule("KG113", W, "A training StatefulSet should use podManagementPolicy: Parallel; OrderedReady starts pod N+1 "
-      "only when pod N is Ready, which delays or deadlocks the rendezvous.", "Set podManagementPolicy: Parallel.",
-      kinds=["StatefulSet"], scope="stream")
+@rule(
+    "KG113",
+    W,
+    "A training StatefulSet should use podManagementPolicy: Parallel; OrderedReady starts pod N+1 "
+    "only when pod N is Ready, which delays or deadlocks the rendezvous.",
+    "Set podManagementPolicy: Parallel.",
+    kinds=["StatefulSet"],
+    scope="stream",
+)
 def statefulset_parallel(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        if w.doc.kind == "StatefulSet" and _multi(w) and k8s.get(w.doc.data, "spec", "podManagementPolicy") != "Parallel":
+        if (
+            w.doc.kind == "StatefulSet"
+            and _multi(w)
+            and k8s.get(w.doc.data, "spec", "podManagementPolicy") != "Parallel"
+        ):
             yield w.doc, ("spec",), "podManagementPolicy is OrderedReady (default); set podManagementPolicy: Parallel"
 
 
-@rule("KG114", E, "$(VAR) in an env value expands only variables defined earlier in the same env list; "
-      "$(JOB_COMPLETION_INDEX) is added by the Job controller after yours and is never expanded.",
-      "Read the variable in the command instead (e.g. $JOB_COMPLETION_INDEX in the shell), or use a fieldRef.")
+@rule(
+    "KG114",
+    E,
+    "$(VAR) in an env value expands only variables defined earlier in the same env list; "
+    "$(JOB_COMPLETION_INDEX) is added by the Job controller after yours and is never expanded.",
+    "Read the variable in the command instead (e.g. $JOB_COMPLETION_INDEX in the shell), or use a fieldRef.",
+)
 def env_refs(doc: Any, ctx: Context) -> Iterator:
     ps = k8s.pod_spec(doc)
     if not ps:
@@ -460,27 +644,46 @@ def env_refs(doc: Any, ctx: Context) -> Iterator:
                     if start > 0 and value[start - 1] == "$":
                         continue  # $$(VAR) is an escape
                     if var not in defined:
-                        why = ("the Job controller adds it after your variables" if var == "JOB_COMPLETION_INDEX"
-                               else "it is not defined earlier in this env list")
+                        why = (
+                            "the Job controller adds it after your variables"
+                            if var == "JOB_COMPLETION_INDEX"
+                            else "it is not defined earlier in this env list"
+                        )
                         yield cpath + ("env", i, "value"), f"$({var}) stays literal: {why}"
             if isinstance(e.get("name"), str):
                 defined.add(e["name"])
 
 
-@rule("KG115", E, "A multi-node training Job must be Indexed (completionMode: Indexed): only then do pods get "
-      "a completion index and stable hostnames <job>-<index>.", "Set completionMode: Indexed.",
-      kinds=["Job"], scope="stream")
+@rule(
+    "KG115",
+    E,
+    "A multi-node training Job must be Indexed (completionMode: Indexed): only then do pods get "
+    "a completion index and stable hostnames <job>-<index>.",
+    "Set completionMode: Indexed.",
+    kinds=["Job"],
+    scope="stream",
+)
 def training_job_indexed(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         if w.doc.kind == "Job" and _multi(w) and k8s.get(w.doc.data, "spec", "completionMode") != "Indexed":
             yield w.doc, ("spec",), "multi-node training needs completionMode: Indexed (stable hostnames, node ranks)"
 
 
-@rule("KG116", E, "A training Job's parallelism must equal completions: every node must run at the same time.",
-      "Set parallelism = completions = nodes.", kinds=["Job"], scope="stream")
+@rule(
+    "KG116",
+    E,
+    "A training Job's parallelism must equal completions: every node must run at the same time.",
+    "Set parallelism = completions = nodes.",
+    kinds=["Job"],
+    scope="stream",
+)
 def training_job_gang(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         spec = k8s.get(w.doc.data, "spec") or {}
         par, comp = _int(spec.get("parallelism")), _int(spec.get("completions"))
         if w.doc.kind == "Job" and _multi(w) and comp is not None and (par if par is not None else 1) != comp:
-            yield w.doc, ("spec", "parallelism"), f"parallelism {par if par is not None else '1 (default)'} != completions {comp}; the world never forms"
+            yield (
+                w.doc,
+                ("spec", "parallelism"),
+                f"parallelism {par if par is not None else '1 (default)'} != completions {comp}; the world never forms",
+            )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from kgen.findings import Severity
 from kgen.lint import k8s
@@ -28,8 +29,14 @@ def _indexed(spec: dict) -> bool:
 
 # --- Job --------------------------------------------------------------------------------------
 
-@rule("KG060", E, "A Job's pod template restartPolicy must be Never or OnFailure; omitted means Always, which "
-      "is rejected.", "Set spec.template.spec.restartPolicy: Never.", kinds=["Job"])
+
+@rule(
+    "KG060",
+    E,
+    "A Job's pod template restartPolicy must be Never or OnFailure; omitted means Always, which is rejected.",
+    "Set spec.template.spec.restartPolicy: Never.",
+    kinds=["Job"],
+)
 def job_restart_policy(doc: Any, ctx: Context) -> Iterator:
     ps = k8s.pod_spec(doc)
     if not ps:
@@ -42,13 +49,21 @@ def job_restart_policy(doc: Any, ctx: Context) -> Iterator:
         yield base + ("restartPolicy",), "a Job's restartPolicy must be Never or OnFailure, not Always"
 
 
-@rule("KG061", E, "podFailurePolicy requires the pod template's restartPolicy: Never.",
-      "Set spec.template.spec.restartPolicy: Never.", kinds=["Job"])
+@rule(
+    "KG061",
+    E,
+    "podFailurePolicy requires the pod template's restartPolicy: Never.",
+    "Set spec.template.spec.restartPolicy: Never.",
+    kinds=["Job"],
+)
 def pod_failure_policy_never(doc: Any, ctx: Context) -> Iterator:
     spec = _spec(doc)
     rp = k8s.get(spec, "template", "spec", "restartPolicy")
     if spec.get("podFailurePolicy") is not None and rp != "Never":
-        yield ("spec", "podFailurePolicy"), f"podFailurePolicy requires restartPolicy: Never, got {rp or 'Always (default)'}"
+        yield (
+            ("spec", "podFailurePolicy"),
+            f"podFailurePolicy requires restartPolicy: Never, got {rp or 'Always (default)'}",
+        )
 
 
 @rule("KG062", E, "An Indexed Job needs spec.completions.", "Set completions (= parallelism = nodes).", kinds=["Job"])
@@ -58,16 +73,24 @@ def indexed_needs_completions(doc: Any, ctx: Context) -> Iterator:
         yield ("spec", "completionMode"), "completionMode: Indexed requires spec.completions"
 
 
-@rule("KG063", E, "Job name at most 63 characters (it becomes the job-name label value); for Indexed Jobs "
-      "'<name>-<completions-1>' is the pod hostname and must be a DNS-1123 label.",
-      "Shorten the Job name.", kinds=["Job"])
+@rule(
+    "KG063",
+    E,
+    "Job name at most 63 characters (it becomes the job-name label value); for Indexed Jobs "
+    "'<name>-<completions-1>' is the pod hostname and must be a DNS-1123 label.",
+    "Shorten the Job name.",
+    kinds=["Job"],
+)
 def job_name_length(doc: Any, ctx: Context) -> Iterator:
     name = doc.name
     spec = _spec(doc)
     if not name:
         return
     if len(name) > 63:
-        yield ("metadata", "name"), f"Job name is {len(name)} characters; at most 63 (it is copied into the job-name label)"
+        yield (
+            ("metadata", "name"),
+            f"Job name is {len(name)} characters; at most 63 (it is copied into the job-name label)",
+        )
         return
     completions = _int(spec.get("completions"))
     if _indexed(spec) and completions and completions > 0:
@@ -77,8 +100,13 @@ def job_name_length(doc: Any, ctx: Context) -> Iterator:
             yield ("metadata", "name"), f"pod hostname {host!r} {why}; shorten the Job name"
 
 
-@rule("KG064", E, "Indexed Job limits: completionMode is NonIndexed or Indexed; parallelism at most 100000.",
-      "Use completionMode: Indexed and a parallelism <= 100000.", kinds=["Job"])
+@rule(
+    "KG064",
+    E,
+    "Indexed Job limits: completionMode is NonIndexed or Indexed; parallelism at most 100000.",
+    "Use completionMode: Indexed and a parallelism <= 100000.",
+    kinds=["Job"],
+)
 def completion_mode(doc: Any, ctx: Context) -> Iterator:
     spec = _spec(doc)
     mode = spec.get("completionMode")
@@ -89,10 +117,15 @@ def completion_mode(doc: Any, ctx: Context) -> Iterator:
         yield ("spec", "parallelism"), f"parallelism {par} exceeds 100000 for an Indexed Job"
 
 
-@rule("KG065", E, "backoffLimitPerIndex and maxFailedIndexes need completionMode: Indexed; maxFailedIndexes "
-      "needs backoffLimitPerIndex and is at most completions and 100000; above 100000 completions, "
-      "backoffLimitPerIndex needs maxFailedIndexes and parallelism <= 10000.",
-      "Set completionMode: Indexed and the limits named in the message.", kinds=["Job"])
+@rule(
+    "KG065",
+    E,
+    "backoffLimitPerIndex and maxFailedIndexes need completionMode: Indexed; maxFailedIndexes "
+    "needs backoffLimitPerIndex and is at most completions and 100000; above 100000 completions, "
+    "backoffLimitPerIndex needs maxFailedIndexes and parallelism <= 10000.",
+    "Set completionMode: Indexed and the limits named in the message.",
+    kinds=["Job"],
+)
 def per_index_backoff(doc: Any, ctx: Context) -> Iterator:
     spec = _spec(doc)
     for key in ("backoffLimitPerIndex", "maxFailedIndexes"):
@@ -111,18 +144,30 @@ def per_index_backoff(doc: Any, ctx: Context) -> Iterator:
     if spec.get("backoffLimitPerIndex") is not None and comp is not None and comp > 100_000:
         par = _int(spec.get("parallelism"))
         if mfi is None:
-            yield ("spec", "maxFailedIndexes"), "completions > 100000 with backoffLimitPerIndex requires maxFailedIndexes"
+            yield (
+                ("spec", "maxFailedIndexes"),
+                "completions > 100000 with backoffLimitPerIndex requires maxFailedIndexes",
+            )
         if par is not None and par > 10_000:
-            yield ("spec", "parallelism"), "completions > 100000 with backoffLimitPerIndex requires parallelism <= 10000"
+            yield (
+                ("spec", "parallelism"),
+                "completions > 100000 with backoffLimitPerIndex requires parallelism <= 10000",
+            )
 
 
 _ACTIONS = ("FailJob", "FailIndex", "Ignore", "Count")
 
 
-@rule("KG066", E, "podFailurePolicy rules: action FailJob, FailIndex, Ignore or Count (FailIndex needs "
-      "backoffLimitPerIndex); exactly one of onExitCodes/onPodConditions; at most 20 rules; onExitCodes names a "
-      "template container, operator In/NotIn, 1-255 sorted unique values, no 0 with In; podReplacementPolicy "
-      "must be Failed.", "Fix the rule as the message says.", kinds=["Job"])
+@rule(
+    "KG066",
+    E,
+    "podFailurePolicy rules: action FailJob, FailIndex, Ignore or Count (FailIndex needs "
+    "backoffLimitPerIndex); exactly one of onExitCodes/onPodConditions; at most 20 rules; onExitCodes names a "
+    "template container, operator In/NotIn, 1-255 sorted unique values, no 0 with In; podReplacementPolicy "
+    "must be Failed.",
+    "Fix the rule as the message says.",
+    kinds=["Job"],
+)
 def pod_failure_policy_rules(doc: Any, ctx: Context) -> Iterator:
     spec = _spec(doc)
     pfp = spec.get("podFailurePolicy")
@@ -132,7 +177,10 @@ def pod_failure_policy_rules(doc: Any, ctx: Context) -> Iterator:
     base = ("spec", "podFailurePolicy", "rules")
     prp = spec.get("podReplacementPolicy")
     if prp is not None and prp != "Failed":
-        yield ("spec", "podReplacementPolicy"), f"podReplacementPolicy must be Failed with a podFailurePolicy, got {prp!r}"
+        yield (
+            ("spec", "podReplacementPolicy"),
+            f"podReplacementPolicy must be Failed with a podFailurePolicy, got {prp!r}",
+        )
     if not isinstance(rules, list):
         return
     if len(rules) > 20:
@@ -170,16 +218,24 @@ def pod_failure_policy_rules(doc: Any, ctx: Context) -> Iterator:
                     yield cp + ("values",), "exit code 0 is not allowed with operator In"
 
 
-@rule("KG067", W, "Kubernetes <= 1.34 schemas (and kubeconform) require onPodConditions[].status although the "
-      "server defaults it to \"True\".", 'Always write status: "True".', kinds=["Job"])
+@rule(
+    "KG067",
+    W,
+    "Kubernetes <= 1.34 schemas (and kubeconform) require onPodConditions[].status although the "
+    'server defaults it to "True".',
+    'Always write status: "True".',
+    kinds=["Job"],
+)
 def on_pod_conditions_status(doc: Any, ctx: Context) -> Iterator:
     rules = k8s.get(_spec(doc), "podFailurePolicy", "rules")
     for i, r in enumerate(rules if isinstance(rules, list) else []):
         conds = r.get("onPodConditions") if isinstance(r, dict) else None
         for j, c in enumerate(conds if isinstance(conds, list) else []):
             if isinstance(c, dict) and "status" not in c:
-                yield ("spec", "podFailurePolicy", "rules", i, "onPodConditions", j), \
-                    'status is missing; write status: "True" (schemas for Kubernetes <= 1.34 require it)'
+                yield (
+                    ("spec", "podFailurePolicy", "rules", i, "onPodConditions", j),
+                    'status is missing; write status: "True" (schemas for Kubernetes <= 1.34 require it)',
+                )
 
 
 @rule("KG068", E, "successPolicy requires completionMode: Indexed.", "Set completionMode: Indexed.", kinds=["Job"])
@@ -189,20 +245,38 @@ def success_policy(doc: Any, ctx: Context) -> Iterator:
         yield ("spec", "successPolicy"), "successPolicy requires completionMode: Indexed"
 
 
-@rule("KG069", E, "A Job must not set spec.selector unless manualSelector: true; the server generates it.",
-      "Delete spec.selector.", kinds=["Job"])
+@rule(
+    "KG069",
+    E,
+    "A Job must not set spec.selector unless manualSelector: true; the server generates it.",
+    "Delete spec.selector.",
+    kinds=["Job"],
+)
 def job_selector(doc: Any, ctx: Context) -> Iterator:
     spec = _spec(doc)
     if spec.get("selector") is not None and spec.get("manualSelector") is not True:
         yield ("spec", "selector"), "do not set spec.selector on a Job (it is generated); delete it"
 
 
-@rule("KG070", E, "Job counts are not negative: parallelism, completions, backoffLimit, activeDeadlineSeconds, "
-      "ttlSecondsAfterFinished, backoffLimitPerIndex, maxFailedIndexes.", "Use 0 or more.", kinds=["Job"])
+@rule(
+    "KG070",
+    E,
+    "Job counts are not negative: parallelism, completions, backoffLimit, activeDeadlineSeconds, "
+    "ttlSecondsAfterFinished, backoffLimitPerIndex, maxFailedIndexes.",
+    "Use 0 or more.",
+    kinds=["Job"],
+)
 def job_non_negative(doc: Any, ctx: Context) -> Iterator:
     spec = _spec(doc)
-    for key in ("parallelism", "completions", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
-                "backoffLimitPerIndex", "maxFailedIndexes"):
+    for key in (
+        "parallelism",
+        "completions",
+        "backoffLimit",
+        "activeDeadlineSeconds",
+        "ttlSecondsAfterFinished",
+        "backoffLimitPerIndex",
+        "maxFailedIndexes",
+    ):
         v = _int(spec.get(key))
         if v is not None and v < 0:
             yield ("spec", key), f"{key} must not be negative, got {v}"
@@ -213,18 +287,33 @@ def job_non_negative(doc: Any, ctx: Context) -> Iterator:
 
 # --- StatefulSet ------------------------------------------------------------------------------
 
-@rule("KG080", E, "StatefulSet name at most 52 characters: pods get a controller-revision-hash label "
-      "'<name>-<hash>' that must fit 63 (not validated; the pods fail to create).",
-      "Shorten the StatefulSet name to 52 characters or fewer.", kinds=["StatefulSet"])
+
+@rule(
+    "KG080",
+    E,
+    "StatefulSet name at most 52 characters: pods get a controller-revision-hash label "
+    "'<name>-<hash>' that must fit 63 (not validated; the pods fail to create).",
+    "Shorten the StatefulSet name to 52 characters or fewer.",
+    kinds=["StatefulSet"],
+)
 def statefulset_name_length(doc: Any, ctx: Context) -> Iterator:
     if len(doc.name) > 52:
-        yield ("metadata", "name"), (f"StatefulSet name is {len(doc.name)} characters; pods fail to create above 52 "
-                                     "(controller-revision-hash label); shorten it")
+        yield (
+            ("metadata", "name"),
+            (
+                f"StatefulSet name is {len(doc.name)} characters; pods fail to create above 52 "
+                "(controller-revision-hash label); shorten it"
+            ),
+        )
 
 
-@rule("KG081", E, "A StatefulSet's pod template restartPolicy must be Always and it must not set "
-      "activeDeadlineSeconds.", "Delete restartPolicy (or set Always) and activeDeadlineSeconds.",
-      kinds=["StatefulSet"])
+@rule(
+    "KG081",
+    E,
+    "A StatefulSet's pod template restartPolicy must be Always and it must not set activeDeadlineSeconds.",
+    "Delete restartPolicy (or set Always) and activeDeadlineSeconds.",
+    kinds=["StatefulSet"],
+)
 def statefulset_restart_policy(doc: Any, ctx: Context) -> Iterator:
     ps = k8s.pod_spec(doc)
     if not ps:
@@ -237,8 +326,13 @@ def statefulset_restart_policy(doc: Any, ctx: Context) -> Iterator:
         yield base + ("activeDeadlineSeconds",), "activeDeadlineSeconds is not allowed in a StatefulSet"
 
 
-@rule("KG082", E, "A StatefulSet needs a non-empty selector that matches its template labels.",
-      "Copy the template's labels into spec.selector.matchLabels.", kinds=["StatefulSet"])
+@rule(
+    "KG082",
+    E,
+    "A StatefulSet needs a non-empty selector that matches its template labels.",
+    "Copy the template's labels into spec.selector.matchLabels.",
+    kinds=["StatefulSet"],
+)
 def statefulset_selector(doc: Any, ctx: Context) -> Iterator:
     spec = _spec(doc)
     sel = spec.get("selector")
@@ -250,13 +344,20 @@ def statefulset_selector(doc: Any, ctx: Context) -> Iterator:
     if isinstance(ml, dict):
         for k, v in ml.items():
             if labels.get(k) != v:
-                yield ("spec", "selector", "matchLabels", k), \
-                    f"selector {k}={v} does not match the template labels; the StatefulSet is rejected"
+                yield (
+                    ("spec", "selector", "matchLabels", k),
+                    f"selector {k}={v} does not match the template labels; the StatefulSet is rejected",
+                )
 
 
-@rule("KG083", E, "StatefulSet serviceName is a DNS-1123 label; podManagementPolicy OrderedReady or Parallel; "
-      "updateStrategy RollingUpdate or OnDelete; replicas >= 0.", "Fix the field as the message says.",
-      kinds=["StatefulSet"])
+@rule(
+    "KG083",
+    E,
+    "StatefulSet serviceName is a DNS-1123 label; podManagementPolicy OrderedReady or Parallel; "
+    "updateStrategy RollingUpdate or OnDelete; replicas >= 0.",
+    "Fix the field as the message says.",
+    kinds=["StatefulSet"],
+)
 def statefulset_fields(doc: Any, ctx: Context) -> Iterator:
     spec = _spec(doc)
     sn = spec.get("serviceName")
@@ -275,9 +376,15 @@ def statefulset_fields(doc: Any, ctx: Context) -> Iterator:
 
 # --- ConfigMap --------------------------------------------------------------------------------
 
-@rule("KG085", E, "ConfigMap keys match [-._a-zA-Z0-9]+ (at most 253, not '.' or '..'), appear in only one of "
-      "data/binaryData, and all data is at most 1 MiB.", "Rename the key or split the ConfigMap.",
-      kinds=["ConfigMap"])
+
+@rule(
+    "KG085",
+    E,
+    "ConfigMap keys match [-._a-zA-Z0-9]+ (at most 253, not '.' or '..'), appear in only one of "
+    "data/binaryData, and all data is at most 1 MiB.",
+    "Rename the key or split the ConfigMap.",
+    kinds=["ConfigMap"],
+)
 def configmap_keys(doc: Any, ctx: Context) -> Iterator:
     data = doc.data
     total = 0
@@ -302,9 +409,14 @@ def configmap_keys(doc: Any, ctx: Context) -> Iterator:
 _PERCENT = re.compile(r"^(\d+)%$")
 
 
-@rule("KG090", E, "PodDisruptionBudget: minAvailable and maxUnavailable are exclusive, each an int >= 0 or "
-      "'N%' with N <= 100; unhealthyPodEvictionPolicy is IfHealthyBudget or AlwaysAllow.",
-      "Keep one of the two fields with a valid value.", kinds=["PodDisruptionBudget"])
+@rule(
+    "KG090",
+    E,
+    "PodDisruptionBudget: minAvailable and maxUnavailable are exclusive, each an int >= 0 or "
+    "'N%' with N <= 100; unhealthyPodEvictionPolicy is IfHealthyBudget or AlwaysAllow.",
+    "Keep one of the two fields with a valid value.",
+    kinds=["PodDisruptionBudget"],
+)
 def pdb(doc: Any, ctx: Context) -> Iterator:
     spec = _spec(doc)
     if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:

@@ -14,8 +14,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _SHELLS = {"bash", "sh", "zsh", "dash", "ash"}
-_BOOL_FLAGS = {"standalone", "no_python", "no-python", "run_path", "run-path", "module", "m", "use_env",
-               "use-env", "redirects_all", "virtual-local-rank", "virtual_local_rank"}
+_BOOL_FLAGS = {
+    "standalone",
+    "no_python",
+    "no-python",
+    "run_path",
+    "run-path",
+    "module",
+    "m",
+    "use_env",
+    "use-env",
+    "redirects_all",
+    "virtual-local-rank",
+    "virtual_local_rank",
+}
 _SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", ";;"}
 _VAR = re.compile(r"^\$(?:\{(\w+)\}|\((\w+)\)|(\w+))$")
 _SLEEP = re.compile(r"^[ \t]*(sleep[ \t]+[^;&|#\n]+)", re.M)
@@ -76,9 +88,13 @@ def _launch_start(tokens: list[str]) -> tuple[str, int] | None:
     if base == "torchrun":
         return "torchrun", i + 1
     if base.startswith("python"):
-        rest = tokens[i + 1:]
+        rest = tokens[i + 1 :]
         for j, tok in enumerate(rest):
-            if tok == "-m" and j + 1 < len(rest) and rest[j + 1] in ("torch.distributed.run", "torch.distributed.launch"):
+            if (
+                tok == "-m"
+                and j + 1 < len(rest)
+                and rest[j + 1] in ("torch.distributed.run", "torch.distributed.launch")
+            ):
                 return "torchrun", i + 1 + j + 2
             if tok.endswith("kgen_entrypoint.py"):
                 return "kgen", i + 1 + j + 1

@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import BASES, FIXTURES, dump
+
 from kgen.cli import cli
 
 
@@ -50,9 +50,16 @@ def test_json_format(bad_file):
     assert code == 1
     assert payload["summary"] == {"files": 1, "documents": 2, "errors": 1, "warnings": 1, "info": 0, "exitCode": 1}
     assert payload["findings"][1] == {
-        "rule": "KG047", "severity": "error", "message": "'512GB' is not a Kubernetes quantity (e.g. 512Gi, 500m, 8)",
-        "file": str(bad_file), "line": 70, "column": 13,
-        "path": "spec.template.spec.containers[0].resources.limits.memory", "kind": "Job", "name": "llama"}
+        "rule": "KG047",
+        "severity": "error",
+        "message": "'512GB' is not a Kubernetes quantity (e.g. 512Gi, 500m, 8)",
+        "file": str(bad_file),
+        "line": 70,
+        "column": 13,
+        "path": "spec.template.spec.containers[0].resources.limits.memory",
+        "kind": "Job",
+        "name": "llama",
+    }
 
 
 def test_junit_format(bad_file, tmp_path):
@@ -91,14 +98,17 @@ def test_skip_option_and_annotation(bad_file):
     assert (code, out) == (0, "")
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--kubernetes-version", "1.24"], "--kubernetes-version: unsupported version '1.24'"),
-    (["--kubernetes-version", "banana"], "--kubernetes-version: not a Kubernetes version"),
-    (["--skip", "KG999"], "--skip: unknown rule id KG999"),
-    (["--format", "xml"], "--format: must be text, json or junit"),
-    (["--engine", "kubeval"], "--engine: unknown engine 'kubeval'"),
-    (["does-not-exist.yaml"], "does-not-exist.yaml: no such file or directory"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--kubernetes-version", "1.24"], "--kubernetes-version: unsupported version '1.24'"),
+        (["--kubernetes-version", "banana"], "--kubernetes-version: not a Kubernetes version"),
+        (["--skip", "KG999"], "--skip: unknown rule id KG999"),
+        (["--format", "xml"], "--format: must be text, json or junit"),
+        (["--engine", "kubeval"], "--engine: unknown engine 'kubeval'"),
+        (["does-not-exist.yaml"], "does-not-exist.yaml: no such file or directory"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(args, needle):
     if "does-not-exist.yaml" not in args:
         args = [*args, str(FIXTURES / "valid-job.yaml")]

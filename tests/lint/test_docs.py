@@ -20,7 +20,8 @@ def test_every_rule_is_documented_with_its_severity_and_fix():
     assert rows == {rid: r.severity.value for rid, r in rules.items()}
     for r in rules.values():
         assert r.summary and r.fix and r.summary.endswith(".") and r.fix.endswith(".")
-        row = f"| {r.id} | {r.severity.value} | {r.summary.replace('|', chr(92) + '|')} | {r.fix.replace('|', chr(92) + '|')} |"
+        esc = lambda s: s.replace("|", "\\|")
+        row = f"| {r.id} | {r.severity.value} | {esc(r.summary)} | {esc(r.fix)} |"
         assert row in text, f"docs/lint.md row for {r.id} is out of date"
 
 

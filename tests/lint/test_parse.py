@@ -29,7 +29,9 @@ spec:
 def test_values_resolve_like_kubectl_not_like_pyyaml():
     doc = parse_stream(
         "a: y\nb: N\nc: 'yes'\nd: 2024-01-02\ne: 0o17\nf: 017\ng: 1e3\nh: 1:30\ni: ~\nj: .inf\nk: 0x1F\n"
-        "l: !!str 5\nm: 3e-4\nnum: 1_000\ny: key\n", "x.yaml")[0].data
+        "l: !!str 5\nm: 3e-4\nnum: 1_000\ny: key\n",
+        "x.yaml",
+    )[0].data
     assert doc["a"] is True and doc["b"] is False and doc["c"] == "yes"
     assert doc["d"] == "2024-01-02"  # kubectl keeps timestamps as strings
     assert doc["e"] == 15 and doc["f"] == 15 and doc["k"] == 31 and doc["num"] == 1000
@@ -73,8 +75,10 @@ def test_unquoted_yaml11_boolean_in_string_field_is_KG002(word):
 
 
 def test_quoted_boolean_words_and_booleans_in_boolean_fields_are_fine():
-    text = JOB_HEAD.replace("  template:\n", "  suspend: yes\n  template:\n") + \
-        "        env:\n        - name: FLAG\n          value: \"on\"\n"
+    text = (
+        JOB_HEAD.replace("  template:\n", "  suspend: yes\n  template:\n")
+        + '        env:\n        - name: FLAG\n          value: "on"\n'
+    )
     result = lint_text(text, "b.yaml", LintOptions())
     assert result.findings == [], [f.text() for f in result.findings]
 

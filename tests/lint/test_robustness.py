@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from conftest import BASES, lint_docs
 
 
@@ -25,7 +24,7 @@ def test_every_field_replaced_by_wrong_types_lints_without_crashing(base):
     paths = list(_paths(docs))[1:]
     runs = 0
     for i, path in enumerate(paths):
-        for value in ([None, "x", [None], {"a": 1}] if i % 2 else [1, [], True, -5]):
+        for value in [None, "x", [None], {"a": 1}] if i % 2 else [1, [], True, -5]:
             mutated = copy.deepcopy(docs)
             node = mutated
             for step in path[:-1]:

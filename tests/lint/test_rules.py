@@ -6,14 +6,15 @@ Cases mutate realistic, valid manifests (conftest.BASES); each base alone lints 
 from __future__ import annotations
 
 import pytest
-
 from conftest import BASES, lint_docs, rule_ids
+
 from kgen.findings import Severity
 from kgen.lint.registry import load_rules
 
 
 def _set(path, value):
     """Mutation: set docs[path[0]]...[path[-1]] = value (create dicts on the way)."""
+
     def mutate(docs):
         node = docs
         for step in path[:-1]:
@@ -21,6 +22,7 @@ def _set(path, value):
                 node[step] = {}
             node = node[step]
         node[path[-1]] = value
+
     return mutate
 
 
@@ -30,6 +32,7 @@ def _del(path):
         for step in path[:-1]:
             node = node[step]
         del node[path[-1]]
+
     return mutate
 
 
@@ -37,6 +40,7 @@ def _all(*fns):
     def mutate(docs):
         for fn in fns:
             fn(docs)
+
     return mutate
 
 
@@ -46,6 +50,7 @@ def _append(path, value):
         for step in path:
             node = node[step]
         node.append(value)
+
     return mutate
 
 
@@ -92,34 +97,116 @@ FAILING = [
     ("KG048", "job", _set(RES + ("requests", "memory"), "300Gi"), "1.37"),
     ("KG049", "job", _set(RES + ("requests", "nvidia.com/gpu"), 4), "1.37"),
     ("KG049", "job", _del(RES + ("limits", "nvidia.com/gpu")), "1.37"),
-    ("KG049", "job", _all(_set(RES + ("requests", "hugepages-2Mi"), "1Gi"), _set(RES + ("limits", "hugepages-2Mi"), "2Gi")), "1.37"),
-    ("KG050", "job", _all(_set(RES + ("limits", "nvidia.com/gpu"), 0.5), _set(RES + ("requests", "nvidia.com/gpu"), 0.5)), "1.37"),
-    ("KG051", "job", _all(_set(POD + ("volumes", 0, "name"), "dshm_vol"), _set(C0 + ("volumeMounts", 0, "name"), "dshm_vol")), "1.37"),
+    (
+        "KG049",
+        "job",
+        _all(_set(RES + ("requests", "hugepages-2Mi"), "1Gi"), _set(RES + ("limits", "hugepages-2Mi"), "2Gi")),
+        "1.37",
+    ),
+    (
+        "KG050",
+        "job",
+        _all(_set(RES + ("limits", "nvidia.com/gpu"), 0.5), _set(RES + ("requests", "nvidia.com/gpu"), 0.5)),
+        "1.37",
+    ),
+    (
+        "KG051",
+        "job",
+        _all(_set(POD + ("volumes", 0, "name"), "dshm_vol"), _set(C0 + ("volumeMounts", 0, "name"), "dshm_vol")),
+        "1.37",
+    ),
     ("KG052", "job", _set(C0 + ("volumeMounts", 0, "name"), "shm"), "1.37"),
     ("KG053", "job", _set(POD + ("volumes", 0, "emptyDir", "medium"), "memory"), "1.37"),
     ("KG054", "job", _set(C0 + ("imagePullPolicy",), "Sometimes"), "1.37"),
     ("KG054", "job", _set(POD + ("restartPolicy",), "Sometimes"), "1.37"),
     ("KG055", "job", _set(POD + ("hostname",), "train.llama"), "1.37"),
-    ("KG056", "job", _set(POD + ("tolerations",), [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]), "1.37"),
+    (
+        "KG056",
+        "job",
+        _set(POD + ("tolerations",), [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]),
+        "1.37",
+    ),
     ("KG057", "job", _set(POD + ("activeDeadlineSeconds",), 0), "1.37"),
     ("KG060", "job", _del(POD + ("restartPolicy",)), "1.37"),
     ("KG060", "job", _set(POD + ("restartPolicy",), "Always"), "1.37"),
-    ("KG061", "job", _all(_set(POD + ("restartPolicy",), "OnFailure"),
-                          _set(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}}]})), "1.37"),
+    (
+        "KG061",
+        "job",
+        _all(
+            _set(POD + ("restartPolicy",), "OnFailure"),
+            _set(
+                J + ("spec", "podFailurePolicy"),
+                {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}}]},
+            ),
+        ),
+        "1.37",
+    ),
     ("KG062", "job", _del(J + ("spec", "completions")), "1.37"),
     ("KG063", "job", _set(J + ("metadata", "name"), "a" * 64), "1.37"),
-    ("KG063", "job", _all(_set(J + ("metadata", "name"), "a" * 60), _set(J + ("spec", "completions"), 1000),
-                          _set(J + ("spec", "parallelism"), 1000)), "1.37"),
+    (
+        "KG063",
+        "job",
+        _all(
+            _set(J + ("metadata", "name"), "a" * 60),
+            _set(J + ("spec", "completions"), 1000),
+            _set(J + ("spec", "parallelism"), 1000),
+        ),
+        "1.37",
+    ),
     ("KG064", "job", _set(J + ("spec", "completionMode"), "indexed"), "1.37"),
     ("KG064", "job", _set(J + ("spec", "parallelism"), 100001), "1.37"),
     ("KG065", "job", _all(_del(J + ("spec", "completionMode")), _set(J + ("spec", "backoffLimitPerIndex"), 1)), "1.37"),
     ("KG065", "job", _set(J + ("spec", "maxFailedIndexes"), 1), "1.37"),
-    ("KG065", "job", _all(_set(J + ("spec", "completions"), 200_000), _set(J + ("spec", "parallelism"), 20_000),
-                          _set(J + ("spec", "backoffLimitPerIndex"), 1)), "1.37"),
-    ("KG066", "job", _set(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [0, 1]}}]}), "1.37"),
-    ("KG066", "job", _set(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "FailJob", "onExitCodes": {"containerName": "nope", "operator": "In", "values": [3, 1]}}]}), "1.37"),
-    ("KG067", "job", _set(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}), "1.37"),
-    ("KG068", "job", _all(_del(J + ("spec", "completionMode")), _set(J + ("spec", "successPolicy"), {"rules": [{"succeededCount": 1}]})), "1.37"),
+    (
+        "KG065",
+        "job",
+        _all(
+            _set(J + ("spec", "completions"), 200_000),
+            _set(J + ("spec", "parallelism"), 20_000),
+            _set(J + ("spec", "backoffLimitPerIndex"), 1),
+        ),
+        "1.37",
+    ),
+    (
+        "KG066",
+        "job",
+        _set(
+            J + ("spec", "podFailurePolicy"),
+            {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [0, 1]}}]},
+        ),
+        "1.37",
+    ),
+    (
+        "KG066",
+        "job",
+        _set(
+            J + ("spec", "podFailurePolicy"),
+            {
+                "rules": [
+                    {"action": "FailJob", "onExitCodes": {"containerName": "nope", "operator": "In", "values": [3, 1]}}
+                ]
+            },
+        ),
+        "1.37",
+    ),
+    (
+        "KG067",
+        "job",
+        _set(
+            J + ("spec", "podFailurePolicy"),
+            {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+        ),
+        "1.37",
+    ),
+    (
+        "KG068",
+        "job",
+        _all(
+            _del(J + ("spec", "completionMode")),
+            _set(J + ("spec", "successPolicy"), {"rules": [{"succeededCount": 1}]}),
+        ),
+        "1.37",
+    ),
     ("KG069", "job", _set(J + ("spec", "selector"), {"matchLabels": {"a": "b"}}), "1.37"),
     ("KG070", "job", _set(J + ("spec", "backoffLimit"), -1), "1.37"),
     ("KG080", "sts", _all(_set(J + ("metadata", "name"), "a" * 53)), "1.37"),
@@ -135,8 +222,15 @@ FAILING = [
     ("KG100", "job", _set(POD + ("subdomain",), "other"), "1.37"),
     ("KG101", "job", _set(SVC + ("spec", "clusterIP"), "10.0.0.9"), "1.37"),
     ("KG102", "job", _del(SVC + ("spec", "publishNotReadyAddresses")), "1.37"),
-    ("KG103", "job", _all(_set(SVC + ("spec", "selector", "role"), "master"),
-                          _set(POD[:-1] + ("metadata", "labels", "role"), "master")), "1.37"),
+    (
+        "KG103",
+        "job",
+        _all(
+            _set(SVC + ("spec", "selector", "role"), "master"),
+            _set(POD[:-1] + ("metadata", "labels", "role"), "master"),
+        ),
+        "1.37",
+    ),
     ("KG103", "job", _set(SVC + ("spec", "selector", "role"), "master"), "1.37"),
     ("KG104", "job", _del(POD + ("subdomain",)), "1.37"),
     ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=llama.ml.svc.cluster.local"), "1.37"),
@@ -147,9 +241,27 @@ FAILING = [
     ("KG108", "job", _append(ENV, {"name": "WORLD_SIZE", "value": "16"}), "1.37"),
     ("KG109", "job", _append(ENV, {"name": "LOCAL_RANK", "value": "0"}), "1.37"),
     ("KG110", "job", _set(POD + ("volumes", 0, "emptyDir"), {}), "1.37"),
-    ("KG111", "job", _all(_set(C0 + ("command",), ["bash", "-c"]),
-                          _set(C0 + ("args",), ["sleep 30\nexec torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$NODE_RANK --master-addr=llama-0.llama train.py"])), "1.37"),
-    ("KG112", "job", _set(C0 + ("command",), ["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=llama-0.llama:29400"]), "1.37"),
+    (
+        "KG111",
+        "job",
+        _all(
+            _set(C0 + ("command",), ["bash", "-c"]),
+            _set(
+                C0 + ("args",),
+                [
+                    "sleep 30\nexec torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$NODE_RANK "
+                    "--master-addr=llama-0.llama train.py"
+                ],
+            ),
+        ),
+        "1.37",
+    ),
+    (
+        "KG112",
+        "job",
+        _set(C0 + ("command",), ["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=llama-0.llama:29400"]),
+        "1.37",
+    ),
     ("KG113", "sts", _del(J + ("spec", "podManagementPolicy")), "1.37"),
     ("KG114", "job", _append(ENV, {"name": "RANK_OF_NODE", "value": "$(JOB_COMPLETION_INDEX)"}), "1.37"),
     ("KG115", "job", _del(J + ("spec", "completionMode")), "1.37"),
@@ -167,15 +279,28 @@ PASSING = [
     ("KG060", "job", _set(POD + ("restartPolicy",), "OnFailure"), "1.37"),
     ("KG063", "job", _set(J + ("metadata", "name"), "a" * 61), "1.37"),  # a{61}-3 is 63
     ("KG080", "sts", _set(J + ("metadata", "name"), "a" * 52), "1.37"),
-    ("KG065", "job", _all(_set(J + ("spec", "backoffLimitPerIndex"), 1), _set(J + ("spec", "maxFailedIndexes"), 2)), "1.37"),
+    (
+        "KG065",
+        "job",
+        _all(_set(J + ("spec", "backoffLimitPerIndex"), 1), _set(J + ("spec", "maxFailedIndexes"), 2)),
+        "1.37",
+    ),
     ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local"), "1.37"),
     ("KG107", "job", _set(C0 + ("args", 1), "--nproc-per-node=gpu"), "1.37"),
     ("KG114", "job", _append(ENV, {"name": "ADDR", "value": "$(NCCL_DEBUG)-x"}), "1.37"),  # defined earlier
     ("KG114", "job", _append(ENV, {"name": "LITERAL", "value": "$$(JOB_COMPLETION_INDEX)"}), "1.37"),  # escaped
-    ("KG103", "job", _all(_set(SVC + ("spec", "selector", "role"), "master"),
-                          _set(POD[:-1] + ("metadata", "labels", "role"), "master"),
-                          _set(J + ("spec", "completions"), 1), _set(J + ("spec", "parallelism"), 1),
-                          _set(C0 + ("args", 0), "--nnodes=1")), "1.37"),  # one node: nothing to pick
+    (
+        "KG103",
+        "job",
+        _all(
+            _set(SVC + ("spec", "selector", "role"), "master"),
+            _set(POD[:-1] + ("metadata", "labels", "role"), "master"),
+            _set(J + ("spec", "completions"), 1),
+            _set(J + ("spec", "parallelism"), 1),
+            _set(C0 + ("args", 0), "--nnodes=1"),
+        ),
+        "1.37",
+    ),  # one node: nothing to pick
 ]
 
 

@@ -7,8 +7,8 @@ import json
 import os
 
 import pytest
-
 from conftest import BASES, dump, lint_docs, rule_ids
+
 from kgen import schema
 from kgen.errors import UsageError
 from kgen.lint.api import LintOptions, lint_text
@@ -24,7 +24,9 @@ def test_supported_versions_are_1_25_to_1_37():
     assert versions[0] == "1.25" and versions[-1] == "1.37" and len(versions) == 13
 
 
-@pytest.mark.parametrize("value,expected", [("1.33", "1.33"), ("1.33.0", "1.33"), ("v1.33", "1.33"), ("v1.25.4", "1.25")])
+@pytest.mark.parametrize(
+    "value,expected", [("1.33", "1.33"), ("1.33.0", "1.33"), ("v1.33", "1.33"), ("v1.25.4", "1.25")]
+)
 def test_version_spellings(value, expected):
     assert schema.normalize_version(value) == expected
 
@@ -168,18 +170,30 @@ def test_builtin_group_version_not_served_is_KG012():
 def _crd_schema_folder(tmp_path):
     folder = tmp_path / "schemas" / "kubeflow.org"
     folder.mkdir(parents=True)
-    (folder / "pytorchjob_v1.json").write_text(json.dumps({
-        "type": "object",
-        "properties": {"spec": {"type": "object", "properties": {
-            "nprocPerNode": {"type": "string", "pattern": "^(auto|gpu|[0-9]+)$"}}}},
-    }))
+    (folder / "pytorchjob_v1.json").write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {
+                    "spec": {
+                        "type": "object",
+                        "properties": {"nprocPerNode": {"type": "string", "pattern": "^(auto|gpu|[0-9]+)$"}},
+                    }
+                },
+            }
+        )
+    )
     return tmp_path / "schemas"
 
 
 def test_schema_location_folder_validates_crds(tmp_path):
     folder = _crd_schema_folder(tmp_path)
-    bad = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "x"},
-           "spec": {"nprocPerNode": "eight"}}
+    bad = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "x"},
+        "spec": {"nprocPerNode": "eight"},
+    }
     result = lint_text(dump([bad]), "crd.yaml", LintOptions(schema_location=str(folder)))
     [f] = result.findings
     assert f.rule_id == "KG010" and f.path == "spec.nprocPerNode" and f.line == 6
@@ -190,8 +204,12 @@ def test_schema_location_folder_validates_crds(tmp_path):
 def test_schema_location_template(tmp_path):
     folder = _crd_schema_folder(tmp_path)
     tpl = str(folder) + "/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json"
-    bad = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "x"},
-           "spec": {"nprocPerNode": "eight"}}
+    bad = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "x"},
+        "spec": {"nprocPerNode": "eight"},
+    }
     assert rule_ids(lint_text(dump([bad]), "crd.yaml", LintOptions(schema_location=tpl))) == {"KG010"}
 
 
@@ -204,11 +222,13 @@ def test_render_path_does_not_import_jsonschema():
     import subprocess
     import sys
 
-    code = ("import sys; from kgen.lint.api import lint_text, LintOptions; "
-            "import yaml; r = lint_text(open(sys.argv[1]).read(), 'x', LintOptions()); "
-            "assert r.findings == [], r.findings; "
-            "bad = [m for m in ('jsonschema', 'kubernetes_validate', 'click', 'ruamel') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys; from kgen.lint.api import lint_text, LintOptions; "
+        "import yaml; r = lint_text(open(sys.argv[1]).read(), 'x', LintOptions()); "
+        "assert r.findings == [], r.findings; "
+        "bad = [m for m in ('jsonschema', 'kubernetes_validate', 'click', 'ruamel') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     path = os.path.join(os.path.dirname(__file__), "fixtures", "valid-job.yaml")
     subprocess.run([sys.executable, "-c", code, path], check=True, timeout=60)
 
@@ -217,7 +237,9 @@ def test_render_path_does_not_import_jsonschema():
 def test_on_pod_conditions_status_is_a_warning_not_a_schema_error(version):
     """validation.md §D #47: schemas <= 1.34 require status, the server defaults it to "True"."""
     docs = BASES["job"]()
-    docs[1]["spec"]["podFailurePolicy"] = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    docs[1]["spec"]["podFailurePolicy"] = {
+        "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+    }
     result = lint_docs(docs, version)
     assert rule_ids(result) == {"KG067"} and result.exit_code == 0
     raw = schema.bundled(version).validator("batch/v1", "Job").validate(docs[1])

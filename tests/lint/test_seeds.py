@@ -4,8 +4,8 @@ the findings the seeds README lists."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import FIXTURES
+
 from kgen.lint.api import LintOptions, lint_paths
 
 
@@ -34,8 +34,12 @@ def test_seed000_2node_job_defects():
     # sleep $((JOB_COMPLETION_INDEX * 30 + 30)) staggering
     assert "JOB_COMPLETION_INDEX * 30" in found["KG111"][0].message
     # exported RANK / LOCAL_RANK and a container-wide WORLD_SIZE
-    assert {m for f in found["KG109"] for m in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if f"exports {m}," in f.message
-            or f.message.startswith(f"{m} is set")} == {"RANK", "LOCAL_RANK", "WORLD_SIZE"}
+    assert {
+        m
+        for f in found["KG109"]
+        for m in ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+        if f"exports {m}," in f.message or f.message.startswith(f"{m} is set")
+    } == {"RANK", "LOCAL_RANK", "WORLD_SIZE"}
     # c10d flags mixed with --node_rank / --master_addr / --master_port
     assert "--node-rank" in found["KG112"][0].message and "--master-addr" in found["KG112"][0].message
     assert set(found) == {"KG102", "KG103", "KG104", "KG105", "KG109", "KG111", "KG112"}

@@ -3,18 +3,33 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import BASES, lint_docs, rule_ids
+
 from kgen.lint.torchcmd import find_launches, host_of, resolve
 
 
-@pytest.mark.parametrize("container", [
-    {"command": ["torchrun", "--nnodes=4", "--nproc-per-node", "8", "train.py"]},
-    {"command": ["/usr/local/bin/torchrun"], "args": ["--nnodes", "4", "--nproc_per_node=8", "train.py", "--nnodes=9"]},
-    {"command": ["python3", "-m", "torch.distributed.run", "--nnodes=4", "--nproc-per-node=8", "train.py"]},
-    {"command": ["bash", "-c", "set -e\ncd /app && exec torchrun \\\n  --nnodes=4 \\\n  --nproc_per_node=8 train.py"]},
-    {"command": ["/bin/sh", "-c"], "args": ["echo hi; OMP_NUM_THREADS=1 torchrun --nnodes=4 --nproc-per-node=8 t.py"]},
-])
+@pytest.mark.parametrize(
+    "container",
+    [
+        {"command": ["torchrun", "--nnodes=4", "--nproc-per-node", "8", "train.py"]},
+        {
+            "command": ["/usr/local/bin/torchrun"],
+            "args": ["--nnodes", "4", "--nproc_per_node=8", "train.py", "--nnodes=9"],
+        },
+        {"command": ["python3", "-m", "torch.distributed.run", "--nnodes=4", "--nproc-per-node=8", "train.py"]},
+        {
+            "command": [
+                "bash",
+                "-c",
+                "set -e\ncd /app && exec torchrun \\\n  --nnodes=4 \\\n  --nproc_per_node=8 train.py",
+            ]
+        },
+        {
+            "command": ["/bin/sh", "-c"],
+            "args": ["echo hi; OMP_NUM_THREADS=1 torchrun --nnodes=4 --nproc-per-node=8 t.py"],
+        },
+    ],
+)
 def test_launch_forms_and_flag_spellings(container):
     [launch] = find_launches(container)
     assert launch.form == "torchrun"
@@ -32,8 +47,15 @@ def test_non_training_commands_are_ignored():
 
 
 def test_script_exports_and_sleeps_are_recorded():
-    [launch] = find_launches({"command": ["bash", "-c", "export RANK=$((I*8)) LOCAL_RANK=0\n  sleep $((RANDOM % 30))\n"
-                                          "torchrun --nnodes=2 t.py"]})
+    [launch] = find_launches(
+        {
+            "command": [
+                "bash",
+                "-c",
+                "export RANK=$((I*8)) LOCAL_RANK=0\n  sleep $((RANDOM % 30))\ntorchrun --nnodes=2 t.py",
+            ]
+        }
+    )
     assert launch.exports == ["RANK", "LOCAL_RANK"] and launch.sleeps == ["sleep $((RANDOM % 30))"]
 
 
@@ -48,8 +70,11 @@ def _entrypoint_job(nodes_env, nproc_env, completions=4, gpus=8):
     docs = BASES["job"]()
     c = docs[1]["spec"]["template"]["spec"]["containers"][0]
     c["command"], c["args"] = ["python3", "/opt/kgen/kgen_entrypoint.py"], ["--", "train.py"]
-    c["env"] = [{"name": "NNODES", "value": nodes_env}, {"name": "NPROC_PER_NODE", "value": nproc_env},
-                {"name": "MASTER_ADDR", "value": "llama-0.llama"}]
+    c["env"] = [
+        {"name": "NNODES", "value": nodes_env},
+        {"name": "NPROC_PER_NODE", "value": nproc_env},
+        {"name": "MASTER_ADDR", "value": "llama-0.llama"},
+    ]
     docs[1]["spec"]["completions"] = docs[1]["spec"]["parallelism"] = completions
     return docs
 

@@ -217,6 +217,41 @@ def template_labels(doc: Any) -> dict:
     return labels if isinstance(labels, dict) else {}
 
 
+_UNKNOWABLE = {"controller-uid", "batch.kubernetes.io/controller-uid", "controller-revision-hash"}
+
+
+def selector_scope(selector: dict, doc: Any) -> str:
+    """Which pods of workload ``doc`` a Service selector selects: 'all', 'pod0' (only pod 0, through
+    the per-pod labels the controllers add), 'some' (another single pod) or 'none'."""
+    if not selector:
+        return "none"
+    labels = template_labels(doc)
+    name = doc.name
+    common = {"job-name": name, "batch.kubernetes.io/job-name": name} if doc.kind == "Job" else {}
+    pinned = None
+    for key, value in selector.items():
+        if labels.get(key) == value or common.get(key, object()) == value or key in _UNKNOWABLE:
+            continue
+        index = None
+        if doc.kind == "Job" and key == "batch.kubernetes.io/job-completion-index":
+            index = value
+        elif doc.kind == "StatefulSet" and key == "apps.kubernetes.io/pod-index":
+            index = value
+        elif (
+            doc.kind == "StatefulSet"
+            and key == "statefulset.kubernetes.io/pod-name"
+            and isinstance(value, str)
+            and value.startswith(f"{name}-")
+        ):
+            index = value[len(name) + 1 :]
+        if not isinstance(index, str) or not index.isdigit():
+            return "none"
+        pinned = index if pinned in (None, index) else "conflict"
+    if pinned is None:
+        return "all"
+    return "pod0" if pinned in ("0",) else ("none" if pinned == "conflict" else "some")
+
+
 def selector_matches(selector: dict, labels: dict) -> bool:
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 

@@ -113,9 +113,8 @@ def rendezvous_service(w: Workload, svcs: dict) -> Any:
     named, _ = w.dns_field
     if named:
         return svcs.get(named)
-    labels = k8s.template_labels(w.doc)
     for svc in svcs.values():
-        if k8s.selector_matches(_selector(svc), labels):
+        if k8s.selector_scope(_selector(svc), w.doc) == "all":
             return svc
     return None
 
@@ -278,7 +277,10 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
             labels = k8s.template_labels(w.doc)
             named, _ = w.dns_field
             shared = {k for k, v in sel.items() if labels.get(k) == v}
-            if k8s.selector_matches(sel, labels):
+            scope = k8s.selector_scope(sel, w.doc)
+            if scope in ("pod0", "some"):
+                continue  # a Service for one pod (e.g. the master), pinned by a per-pod label
+            if scope == "all":
                 for k, v in sel.items():
                     if isinstance(v, str) and (v.lower() in _MASTERISH or k.lower() in _MASTERISH) and w.nodes != 1:
                         yield (
@@ -327,11 +329,10 @@ def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
         if not _multi(w):
             continue
         named, path = w.dns_field
-        labels = k8s.template_labels(w.doc)
         selecting = [
             s
             for s in svcs.values()
-            if k8s.selector_matches(_selector(s), labels) and k8s.get(s.data, "spec", "clusterIP") == "None"
+            if k8s.selector_scope(_selector(s), w.doc) == "all" and k8s.get(s.data, "spec", "clusterIP") == "None"
         ]
         field_name = "subdomain" if w.doc.kind == "Job" else "serviceName"
         if not named:
@@ -384,15 +385,18 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
             for what, value, path in checks:
                 if "$" in value or not value:
                     continue
-                msg = _master_problem(value, w.name, svc_name, set(svcs))
+                pod0 = {n for n, s in svcs.items() if k8s.selector_scope(_selector(s), w.doc) == "pod0"}
+                msg = _master_problem(value, w.name, svc_name, set(svcs) - pod0, pod0)
                 if msg:
                     yield w.doc, path, f"{what}={value} {msg}"
 
 
-def _master_problem(value: str, name: str, svc: str | None, all_services: set) -> str | None:
+def _master_problem(value: str, name: str, svc: str | None, all_services: set, pod0: set) -> str | None:
     want = f"{name}-0.{svc}" if svc else f"{name}-0.<headless service>"
     host = value.lower().rstrip(".")
     first = host.split(".")[0]
+    if first in pod0:
+        return None  # a Service that selects only pod 0 (per-pod label) is a stable master address
     if first == svc or first in all_services:
         return f"names the Service, which resolves to any pod; use pod 0's name {want}"
     m = _POD0.match(host)

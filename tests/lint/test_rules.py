@@ -350,3 +350,35 @@ def test_error_findings_set_exit_code_and_warnings_do_not():
     assert result.exit_code == 0
     _set(RES + ("limits", "memory"), "512GB")(docs)
     assert lint_docs(docs).exit_code == 1
+
+
+def test_a_service_pinned_to_pod_0_is_a_valid_master_address():
+    """A second Service selecting only pod 0 through the controller's per-pod label is fine as
+    MASTER_ADDR; the same Service without the pin resolves to any pod (KG105, KG103)."""
+    docs = BASES["job"]()
+    master = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "llama-master", "namespace": "ml"},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"job-name": "llama", "batch.kubernetes.io/job-completion-index": "0"},
+            "ports": [{"name": "c10d", "port": 29500}],
+        },
+    }
+    docs.append(master)
+    docs[1]["spec"]["template"]["spec"]["containers"][0]["args"][3] = "--master-addr=llama-master"
+    assert lint_docs(docs).findings == []
+    del master["spec"]["selector"]["batch.kubernetes.io/job-completion-index"]
+    assert {"KG105"} <= rule_ids(lint_docs(docs))
+    sts = BASES["sts"]()
+    sts.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "llama-master"},
+            "spec": {"clusterIP": "None", "selector": {"statefulset.kubernetes.io/pod-name": "llama-0"}},
+        }
+    )
+    sts[1]["spec"]["template"]["spec"]["containers"][0]["args"][3] = "--master-addr=llama-master"
+    assert lint_docs(sts).findings == []

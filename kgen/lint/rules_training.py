@@ -358,7 +358,8 @@ _POD0 = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
     "KG105",
     E,
     "MASTER_ADDR (and --master-addr / --rdzv-endpoint) must name pod 0 of this workload "
-    "(<name>-0.<service>[.<namespace>.svc...]), not the Service, which resolves to any pod.",
+    "(<name>-0.<service>[.<namespace>.svc...]), not the Service, which resolves to any pod (a Service "
+    "pinned to pod 0 by batch.kubernetes.io/job-completion-index or statefulset.kubernetes.io/pod-name is fine).",
     "Set MASTER_ADDR to <name>-0.<service>.",
     kinds=["Job", "StatefulSet"],
     scope="stream",

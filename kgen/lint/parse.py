@@ -212,11 +212,19 @@ def _plain(node: ScalarNode) -> Any:
 MAX_EXPANDED_NODES = 1_000_000  # goyaml also refuses "excessive aliasing"
 
 
+class _Cycle(Exception):
+    def __init__(self, node: Any):
+        self.node = node
+
+
 def _expanded_size(node: Any, sizes: dict[int, int]) -> int:
+    """Nodes in the document once aliases are expanded; raises _Cycle for an alias to an ancestor."""
     got = sizes.get(id(node))
     if got is not None:
+        if got < 0:
+            raise _Cycle(node)
         return got
-    sizes[id(node)] = 1  # a cycle counts once
+    sizes[id(node)] = -1  # in progress
     if isinstance(node, MappingNode):
         total = 1 + sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
     elif isinstance(node, SequenceNode):
@@ -228,13 +236,12 @@ def _expanded_size(node: Any, sizes: dict[int, int]) -> int:
 
 
 class _Converter:
-    __slots__ = ("dups", "memo", "aliased", "building")
+    __slots__ = ("dups", "memo", "aliased")
 
     def __init__(self) -> None:
         self.dups: list[tuple[MappingNode, ScalarNode]] = []
         self.memo: dict[int, Any] = {}
         self.aliased = False
-        self.building: set[int] = set()
 
     def convert(self, node: Any) -> Any:
         cls = node.__class__
@@ -247,19 +254,12 @@ class _Converter:
             return node.value  # quoted, block, !!str or a custom tag: a string
         memo = self.memo
         got = memo.get(id(node))
-        if got is not None:  # an alias: same node object
-            if id(node) in self.building:
-                mark = node.start_mark
-                raise InputError(
-                    f"<file>:{mark.line + 1}:{mark.column + 1}: YAML alias refers to a node that "
-                    "contains it (kubectl rejects it)"
-                )
+        if got is not None:  # an alias: same node object (cycles are checked after conversion)
             self.aliased = True
             return got
         if cls is MappingNode:
             out: dict = {}
             memo[id(node)] = out
-            self.building.add(id(node))
             convert = self.convert
             for knode, vnode in node.value:
                 if knode.tag == _PLAIN and knode.value == "<<" or knode.tag == _MERGE:
@@ -271,14 +271,11 @@ class _Converter:
                 if key in out:
                     self.dups.append((node, knode))
                 out[key] = convert(vnode)
-            self.building.discard(id(node))
             return out
         if cls is SequenceNode:
             seq: list = []
             memo[id(node)] = seq
-            self.building.add(id(node))
             seq.extend(self.convert(v) for v in node.value)
-            self.building.discard(id(node))
             return seq
         raise InputError(f"unsupported YAML node {node!r}")  # pragma: no cover
 
@@ -339,13 +336,21 @@ def parse_stream(text: str, file: str) -> list[Document]:
         conv = _Converter()
         try:
             data = conv.convert(node)
-        except InputError as err:
-            raise InputError(err.message.replace("<file>", file, 1)) from None
         except RecursionError:
             raise InputError(
                 f"{file}:{node.start_mark.line + 1}: YAML nests too deeply (or an alias refers to itself)"
             ) from None
-        if conv.aliased and _expanded_size(node, {}) > MAX_EXPANDED_NODES:
+        try:
+            expanded = _expanded_size(node, {}) if conv.aliased else 0
+        except RecursionError:
+            raise InputError(f"{file}:{node.start_mark.line + 1}: YAML aliases nest too deeply") from None
+        except _Cycle as cycle:
+            mark = cycle.node.start_mark
+            raise InputError(
+                f"{file}:{mark.line + 1}:{mark.column + 1}: YAML alias refers to a node that "
+                "contains it (kubectl rejects it)"
+            ) from None
+        if expanded > MAX_EXPANDED_NODES:
             raise InputError(
                 f"{file}:{node.start_mark.line + 1}: YAML aliases expand this document to more than "
                 f"{MAX_EXPANDED_NODES} nodes (excessive aliasing); refusing to lint it"

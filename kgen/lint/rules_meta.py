@@ -223,6 +223,15 @@ def annotation_keys_and_size(doc: Any, ctx: Context) -> Iterator:
 def object_too_big_for_apply(doc: Any, ctx: Context) -> Iterator:
     if doc.kind not in ("ConfigMap", "Secret"):
         return
+    rough = sum(
+        len(v)
+        for key in ("data", "binaryData", "stringData")
+        if isinstance(doc.data.get(key), dict)
+        for v in doc.data[key].values()
+        if isinstance(v, str)
+    )
+    if rough < 192 * 1024:
+        return  # the metadata cannot make up the rest
     size = len(json.dumps(doc.data, separators=(",", ":"), default=str).encode())
     if size > 256 * 1024:
         yield (

@@ -374,5 +374,32 @@ def parse_stream(text: str, file: str) -> list[Document]:
                     doc.name,
                 )
             )
-        docs.append(doc)
+        items = _list_items(doc)
+        if items is None:
+            docs.append(doc)
+            continue
+        if doc.findings and items:  # duplicate keys found while converting the List: report them once
+            items[0].findings.extend(doc.findings)
+        elif doc.findings:
+            docs.append(doc)
+        for item in items:
+            item.index = len(docs)
+            docs.append(item)
     return docs
+
+
+def _list_items(doc: Document) -> list[Document] | None:
+    """The items of a ``kind: List`` (or ``<Kind>List``) document as documents of their own, the
+    way kubectl applies them; None for any other document. Paths of item findings are relative to
+    the item; lines and columns are exact."""
+    data = doc.data
+    if not isinstance(data, dict) or not doc.kind.endswith("List") or not isinstance(data.get("items"), list):
+        return None
+    items_node = None
+    if isinstance(doc.node, MappingNode):
+        for k, v in doc.node.value:
+            if isinstance(k, ScalarNode) and k.value == "items" and isinstance(v, SequenceNode):
+                items_node = v
+    if items_node is None or len(items_node.value) != len(data["items"]):
+        return None
+    return [Document(doc.file, 0, node, item) for node, item in zip(items_node.value, data["items"], strict=True)]

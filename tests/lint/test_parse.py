@@ -114,3 +114,17 @@ def test_billion_laughs_is_refused_not_expanded():
 def test_self_referencing_alias_is_an_input_error():
     with pytest.raises(InputError, match="bad.yaml:3:11: YAML alias refers to a node that contains it"):
         lint_text("apiVersion: v1\nkind: ConfigMap\nmetadata: &m {labels: {a: *m}}\n", "bad.yaml", LintOptions())
+
+
+def test_kind_list_items_are_linted_as_objects_with_exact_lines():
+    text = (
+        "apiVersion: v1\nkind: List\nitems:\n"
+        "- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: Bad_Name}\n"
+        "- apiVersion: v1\n  kind: Service\n  metadata: {name: web}\n  spec: {selector: {app: web}}\n"
+    )
+    result = lint_text(text, "list.yaml", LintOptions())
+    assert [(f.rule_id, f.line, f.kind) for f in result.findings] == [
+        ("KG021", 6, "ConfigMap"),
+        ("KG030", 10, "Service"),
+    ]
+    assert [d.kind for d in result.documents] == ["ConfigMap", "Service"]

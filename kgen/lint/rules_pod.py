@@ -415,3 +415,48 @@ def pod_deadline(doc: Any, ctx: Context) -> Iterator:
         ads = spec.get("activeDeadlineSeconds")
         if isinstance(ads, int) and not isinstance(ads, bool) and not 1 <= ads <= 2**31 - 1:
             yield base + ("activeDeadlineSeconds",), f"activeDeadlineSeconds {ads} must be in 1 ... 2147483647"
+
+
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|PRIVATE_KEY)", re.I)
+
+
+@rule(
+    "KG058",
+    W,
+    "A secret-looking env var (HF_TOKEN, WANDB_API_KEY, *_PASSWORD ...) has a literal value: it ends up in "
+    "the manifest, in git and in `kubectl get -o yaml`.",
+    "Put it in a Secret and use valueFrom.secretKeyRef.",
+)
+def secret_in_env(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        for c, path in k8s.containers(spec, base):
+            for i, e in enumerate(k8s.env_list(c)):
+                if not isinstance(e, dict):
+                    continue
+                name, value = e.get("name"), e.get("value")
+                if isinstance(name, str) and _SECRET_NAME.search(name) and isinstance(value, str) and value:
+                    if "$(" in value:
+                        continue  # a reference to another variable
+                    yield (
+                        path + ("env", i, "value"),
+                        (f"{name} has a literal value; move it to a Secret and use valueFrom.secretKeyRef"),
+                    )
+
+
+@rule(
+    "KG059",
+    W,
+    "An image without a tag or with :latest: every node may run a different build, and image caches of "
+    "10-20 GB training images are not reused predictably.",
+    "Pin a tag or a digest (image: repo/train:1.4 or repo/train@sha256:...).",
+)
+def image_tag(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        for c, path in k8s.containers(spec, base):
+            image = c.get("image")
+            if not isinstance(image, str) or not image or "@" in image:
+                continue
+            last = image.rsplit("/", 1)[-1]
+            tag = last.split(":", 1)[1] if ":" in last else ""
+            if tag in ("", "latest"):
+                yield path + ("image",), f"image {image!r} is not pinned; use a version tag or a digest"

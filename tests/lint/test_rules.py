@@ -127,6 +127,9 @@ FAILING = [
         "1.37",
     ),
     ("KG057", "job", _set(POD + ("activeDeadlineSeconds",), 0), "1.37"),
+    ("KG058", "job", _append(ENV, {"name": "HF_TOKEN", "value": "hf_abc"}), "1.37"),
+    ("KG059", "job", _set(C0 + ("image",), "ghcr.io/acme/train:latest"), "1.37"),
+    ("KG059", "job", _set(C0 + ("image",), "localhost:5000/train"), "1.37"),
     ("KG060", "job", _del(POD + ("restartPolicy",)), "1.37"),
     ("KG060", "job", _set(POD + ("restartPolicy",), "Always"), "1.37"),
     (
@@ -276,6 +279,14 @@ PASSING = [
     ("KG042", "job", _set(C0 + ("ports", 0, "name"), "c10d-rendezvous"), "1.37"),  # 15 characters
     ("KG049", "job", _del(RES + ("requests", "nvidia.com/gpu")), "1.37"),  # limit alone is fine
     ("KG053", "job", _set(POD + ("volumes", 0, "emptyDir", "medium"), ""), "1.37"),
+    (
+        "KG058",
+        "job",
+        _append(ENV, {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "t"}}}),
+        "1.37",
+    ),
+    ("KG059", "job", _set(C0 + ("image",), "localhost:5000/train@sha256:" + "a" * 64), "1.37"),
+    ("KG059", "job", _set(C0 + ("image",), "localhost:5000/train:1.4"), "1.37"),
     ("KG060", "job", _set(POD + ("restartPolicy",), "OnFailure"), "1.37"),
     ("KG063", "job", _set(J + ("metadata", "name"), "a" * 61), "1.37"),  # a{61}-3 is 63
     ("KG080", "sts", _set(J + ("metadata", "name"), "a" * 52), "1.37"),

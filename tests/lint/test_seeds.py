@@ -42,7 +42,8 @@ def test_seed000_2node_job_defects():
     } == {"RANK", "LOCAL_RANK", "WORLD_SIZE"}
     # c10d flags mixed with --node_rank / --master_addr / --master_port
     assert "--node-rank" in found["KG112"][0].message and "--master-addr" in found["KG112"][0].message
-    assert set(found) == {"KG102", "KG103", "KG104", "KG105", "KG109", "KG111", "KG112"}
+    assert "your-opensora-image:latest" in found["KG059"][0].message  # an unpinned image
+    assert set(found) == {"KG059", "KG102", "KG103", "KG104", "KG105", "KG109", "KG111", "KG112"}
 
 
 def test_seed001_multinode_guide_defects():

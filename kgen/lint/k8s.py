@@ -1,4 +1,7 @@
-"""Kubernetes helpers shared by the rules: name syntax, quantities, pod templates."""
+"""Kubernetes helpers shared by the rules: name syntax, quantities, pod templates.
+
+``kgen.spec`` (render) imports ENV_VAR_NAME, is_dns_label, is_dns1035_label and parse_quantity from
+here, so render and lint share one definition of Kubernetes syntax: keep those names stable."""
 
 from __future__ import annotations
 

@@ -33,9 +33,10 @@ def _indexed(spec: dict) -> bool:
 @rule(
     "KG060",
     E,
-    "A Job's pod template restartPolicy must be Never or OnFailure; omitted means Always, which is rejected.",
+    "A Job's (or CronJob's) pod template restartPolicy must be Never or OnFailure; omitted means Always, "
+    "which is rejected.",
     "Set spec.template.spec.restartPolicy: Never.",
-    kinds=["Job"],
+    kinds=["Job", "CronJob"],
 )
 def job_restart_policy(doc: Any, ctx: Context) -> Iterator:
     ps = k8s.pod_spec(doc)

@@ -393,3 +393,17 @@ def test_a_service_pinned_to_pod_0_is_a_valid_master_address():
     )
     sts[1]["spec"]["template"]["spec"]["containers"][0]["args"][3] = "--master-addr=llama-master"
     assert lint_docs(sts).findings == []
+
+
+def test_cronjob_pod_template_restart_policy_is_checked_too():
+    job = BASES["job"]()[1]
+    cron = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly"},
+        "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": job["spec"]["template"]}}},
+    }
+    assert "KG060" not in rule_ids(lint_docs([cron]))
+    del cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"]
+    [finding] = [f for f in lint_docs([cron]).findings if f.rule_id == "KG060"]
+    assert finding.path == "spec.jobTemplate.spec.template.spec"

@@ -87,6 +87,21 @@ def find_binary() -> str:
     return path
 
 
+def parse_report(returncode: int, stdout: str, stderr: str) -> dict:
+    """kubeconform's -output json report; exit 0 (valid) and 1 (invalid) are normal, anything else,
+    or no report at all, is an error, never an empty (passing) result."""
+    failed = InputError(f"kubeconform failed (exit {returncode}): {' '.join((stderr or stdout).split())[:300]}")
+    if returncode not in (0, 1) or not stdout.strip():
+        raise failed
+    try:
+        report = json.loads(stdout)
+    except ValueError:
+        raise failed from None
+    if not isinstance(report, dict):
+        raise failed
+    return report
+
+
 def pointer_to_path(pointer: str) -> tuple:
     out: list[Any] = []
     for part in pointer.strip("/").split("/") if pointer.strip("/") else []:
@@ -131,12 +146,7 @@ class Runner:
             proc = subprocess.run(
                 cmd, input=None if is_file else entry["text"], capture_output=True, text=True, timeout=300, check=False
             )
-            try:
-                report = json.loads(proc.stdout or "{}")
-            except ValueError:
-                raise InputError(
-                    f"kubeconform failed (exit {proc.returncode}): {' '.join(proc.stderr.split())[:300]}"
-                ) from None
+            report = parse_report(proc.returncode, proc.stdout, proc.stderr)
             result.findings.extend(self.findings(report, docs))
 
     @staticmethod

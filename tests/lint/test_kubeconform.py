@@ -9,6 +9,7 @@ import pytest
 from conftest import BASES, FIXTURES, dump
 
 from kgen import schema
+from kgen.errors import InputError
 from kgen.lint import kubeconform
 from kgen.lint.api import LintOptions, lint_paths, lint_text
 from kgen.lint.parse import parse_stream
@@ -102,3 +103,13 @@ def test_real_kubeconform_run_matches_builtin():
     docs[1]["spec"]["completions"] = "four"
     result = lint_text(dump(docs), "<stdin>", opts)
     assert any(f.rule_id == "KG010" and f.path == "spec.completions" for f in result.findings)
+
+
+@pytest.mark.parametrize("rc,stdout", [(2, '{"resources": []}'), (1, ""), (0, "not json"), (0, "[]")])
+def test_a_broken_kubeconform_run_is_an_error_not_a_pass(rc, stdout):
+    with pytest.raises(InputError, match="kubeconform failed"):
+        kubeconform.parse_report(rc, stdout, "boom")
+
+
+def test_normal_reports_parse():
+    assert kubeconform.parse_report(1, '{"resources": [], "summary": {}}', "") == {"resources": [], "summary": {}}

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from click.testing import CliRunner
-from conftest import BASES, FIXTURES, dump
+from lint_helpers import BASES, FIXTURES, dump
 
 from kgen.cli import cli
 

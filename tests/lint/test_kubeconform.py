@@ -6,7 +6,7 @@ import hashlib
 import shutil
 
 import pytest
-from conftest import BASES, FIXTURES, dump
+from lint_helpers import BASES, FIXTURES, dump
 
 from kgen import schema
 from kgen.errors import InputError

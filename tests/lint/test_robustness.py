@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import BASES, lint_docs
+from lint_helpers import BASES, lint_docs
 
 
 def _paths(node, prefix=()):

@@ -6,7 +6,7 @@ Cases mutate realistic, valid manifests (conftest.BASES); each base alone lints 
 from __future__ import annotations
 
 import pytest
-from conftest import BASES, lint_docs, rule_ids
+from lint_helpers import BASES, lint_docs, rule_ids
 
 from kgen.findings import Severity
 from kgen.lint.registry import load_rules

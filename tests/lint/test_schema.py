@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from conftest import BASES, dump, lint_docs, rule_ids
+from lint_helpers import BASES, dump, lint_docs, rule_ids
 
 from kgen import schema
 from kgen.errors import UsageError

@@ -4,7 +4,7 @@ the findings the seeds README lists."""
 from __future__ import annotations
 
 import pytest
-from conftest import FIXTURES
+from lint_helpers import FIXTURES
 
 from kgen.lint.api import LintOptions, lint_paths
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import BASES, lint_docs, rule_ids
+from lint_helpers import BASES, lint_docs, rule_ids
 
 from kgen.lint.torchcmd import find_launches, host_of, resolve
 

@@ -1,0 +1,154 @@
+"""Realistic, valid manifests for the lint tests to mutate, and a lint shortcut."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+from kgen.lint.api import LintOptions, lint_text
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def labels(name: str) -> dict:
+    return {"app.kubernetes.io/name": "kgen", "app.kubernetes.io/instance": name}
+
+
+def service(name: str = "llama") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "ml", "labels": labels(name)},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"app.kubernetes.io/instance": name, "kgen.dev/role": "trainer"},
+            "ports": [{"name": "rendezvous", "port": 29500, "targetPort": 29500}],
+        },
+    }
+
+
+def container(name: str = "llama", nodes: int = 4, gpus: int = 8) -> dict:
+    return {
+        "name": "trainer",
+        "image": "ghcr.io/acme/train:1.4",
+        "command": ["torchrun"],
+        "args": [
+            f"--nnodes={nodes}",
+            f"--nproc-per-node={gpus}",
+            "--node-rank=$(NODE_RANK)",
+            f"--master-addr={name}-0.{name}",
+            "--master-port=29500",
+            "train.py",
+            "--lr=3e-4",
+        ],
+        "ports": [{"name": "rendezvous", "containerPort": 29500}],
+        "env": [
+            {
+                "name": "NODE_RANK",
+                "valueFrom": {
+                    "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+                },
+            },
+            {"name": "NCCL_DEBUG", "value": "WARN"},
+        ],
+        "resources": {
+            "requests": {"cpu": "16", "memory": "200Gi", "nvidia.com/gpu": gpus},
+            "limits": {"memory": "200Gi", "nvidia.com/gpu": gpus},
+        },
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+
+
+def pod_spec(name: str = "llama", nodes: int = 4, gpus: int = 8, restart: str = "Never") -> dict:
+    return {
+        "restartPolicy": restart,
+        "subdomain": name,
+        "containers": [container(name, nodes, gpus)],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}],
+    }
+
+
+def job(name: str = "llama", nodes: int = 4, gpus: int = 8) -> dict:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "labels": labels(name)},
+        "spec": {
+            "completions": nodes,
+            "parallelism": nodes,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {**labels(name), "kgen.dev/role": "trainer"}},
+                "spec": pod_spec(name, nodes, gpus),
+            },
+        },
+    }
+
+
+def statefulset(name: str = "llama", nodes: int = 4, gpus: int = 8) -> dict:
+    spec = pod_spec(name, nodes, gpus, restart="Always")
+    del spec["subdomain"]
+    spec["restartPolicy"] = "Always"
+    c = spec["containers"][0]
+    c["env"][0] = {
+        "name": "NODE_RANK",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": "ml", "labels": labels(name)},
+        "spec": {
+            "serviceName": name,
+            "replicas": nodes,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {**labels(name), "kgen.dev/role": "trainer"}},
+            "template": {"metadata": {"labels": {**labels(name), "kgen.dev/role": "trainer"}}, "spec": spec},
+        },
+    }
+
+
+def configmap(name: str = "llama-config") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "ml"},
+        "data": {"train.yaml": "lr: 3e-4\n", "ENABLE": "yes"},
+    }
+
+
+def pdb(name: str = "llama") -> dict:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app.kubernetes.io/instance": name}}},
+    }
+
+
+BASES = {
+    "job": lambda: [service(), job()],
+    "sts": lambda: [service(), statefulset()],
+    "cm": lambda: [configmap()],
+    "pdb": lambda: [pdb()],
+}
+
+
+def dump(docs: list) -> str:
+    return yaml.dump_all(docs, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
+
+
+def lint_docs(docs: list, version: str = "1.37", **kw):
+    return lint_text(dump(docs), "test.yaml", LintOptions(kubernetes_version=version, **kw))
+
+
+def rule_ids(result) -> set[str]:
+    return {f.rule_id for f in result.findings}
+
+
+def deep(value):
+    return copy.deepcopy(value)

@@ -85,7 +85,6 @@ RESERVED_ENV = {
 }
 
 
-
 def parse_k8s_version(text: str, option: str = "--kubernetes-version") -> int:
     """'1.31', 'v1.31', '1.31.2' -> 31 (the minor version); 1.27 ... 1.37 supported."""
     m = re.fullmatch(r"v?1\.(\d+)(\.\d+)?", str(text).strip())
@@ -352,7 +351,9 @@ def _check_volumes(v: dict[str, Any], o: dict[str, str]) -> None:
         if not is_dns_label(name):
             raise _fail(o, "volumes", f'volume name "{name}" is not a DNS label', hint="for example data")
         if name in RESERVED_VOLUMES or name in names:
-            raise _fail(o, "volumes", f'volume name "{name}" is already used', hint="kgen uses kgen-entrypoint and dshm")
+            raise _fail(
+                o, "volumes", f'volume name "{name}" is already used', hint="kgen uses kgen-entrypoint and dshm"
+            )
         names.add(name)
     for mount in v["volumeMounts"]:
         name, path = mount.get("name"), mount.get("mountPath")

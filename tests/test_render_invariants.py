@@ -217,12 +217,18 @@ volumeMounts:
     assert vols["data"]["persistentVolumeClaim"] == {"claimName": "datasets-pvc", "readOnly": True}
 
 
-@pytest.mark.parametrize("content,message", [
-    ("volumes: [{name: dshm, emptyDir: {}}]\n", 'volume name "dshm" is already used'),
-    ("volumes: [{name: Data_1, emptyDir: {}}]\n", "is not a DNS label"),
-    ("volumeMounts: [{name: nope, mountPath: /x}]\n", 'mount "nope" names no volume'),
-    ("volumes: [{name: d, emptyDir: {}}]\nvolumeMounts: [{name: d, mountPath: /dev/shm}]\n", "not /opt/kgen or /dev/shm"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("volumes: [{name: dshm, emptyDir: {}}]\n", 'volume name "dshm" is already used'),
+        ("volumes: [{name: Data_1, emptyDir: {}}]\n", "is not a DNS label"),
+        ("volumeMounts: [{name: nope, mountPath: /x}]\n", 'mount "nope" names no volume'),
+        (
+            "volumes: [{name: d, emptyDir: {}}]\nvolumeMounts: [{name: d, mountPath: /dev/shm}]\n",
+            "not /opt/kgen or /dev/shm",
+        ),
+    ],
+)
 def test_bad_volumes_are_rejected(tmp_path, content, message):
     from kgen.errors import UsageError
 

@@ -126,9 +126,14 @@ def _read_inputs(paths: list[str], stdin: Any) -> Iterable[tuple[str, str]]:
         if path == "-":
             stream = stdin if stdin is not None else sys.stdin
             try:
-                yield "<stdin>", stream.read()
+                text = stream.read()
             except UnicodeDecodeError as err:
                 raise InputError(f"<stdin>: not UTF-8 text ({err.reason})") from None
+            if not text.strip():
+                # `kgen render ... | kgen lint -` must not pass when the producer printed nothing
+                # (a failed render, a wrong path): an empty stream is an input error, not "clean".
+                raise InputError("<stdin>: empty input; nothing to lint (did the command before the pipe fail?)")
+            yield "<stdin>", text
             continue
         if os.path.isdir(path):
             files = _yaml_files(path)

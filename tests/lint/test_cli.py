@@ -131,3 +131,18 @@ def test_kubeconform_engine_without_binary_is_a_clear_error():
     code, out, err = run(["--engine", "kubeconform", str(FIXTURES / "valid-job.yaml")])
     assert code == 2 and out == ""
     assert "--engine: kubeconform is not on PATH" in err
+
+
+def test_empty_stdin_is_an_input_error_not_a_clean_pass():
+    """`kgen render --nodes 0 | kgen lint -` must fail even without `set -o pipefail`."""
+    from click.testing import CliRunner
+
+    from kgen.cli import cli
+
+    for text in ("", "\n  \n"):
+        res = CliRunner().invoke(cli, ["lint", "-"], input=text)
+        assert res.exit_code == 2
+        assert res.stdout == ""
+        assert (
+            res.stderr == "kgen: error: <stdin>: empty input; nothing to lint (did the command before the pipe fail?)\n"
+        )

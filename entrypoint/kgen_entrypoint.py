@@ -160,8 +160,7 @@ def derive_rank(env: dict, nnodes: int | None, cfg: Config) -> None:
             rank = int(raw.strip())
         except ValueError:
             cfg.problems.append(
-                f"{name}={raw!r} is not an integer node rank: set it to a number in "
-                f"[0, NNODES) or unset it"
+                f"{name}={raw!r} is not an integer node rank: set it to a number in [0, NNODES) or unset it"
             )
             return
         cfg.rank_source = f"{name}={raw.strip()}"
@@ -198,7 +197,11 @@ def load_config(env: dict) -> Config:
     p = cfg.problems
     cfg.nnodes = _number(env, "NNODES", p, int, lo=1, fix="set NNODES to the number of nodes (pods), e.g. NNODES=4")
     cfg.nproc = _number(
-        env, "NPROC_PER_NODE", p, int, lo=1,
+        env,
+        "NPROC_PER_NODE",
+        p,
+        int,
+        lo=1,
         fix="set NPROC_PER_NODE to the processes per node (GPUs per node; CPU jobs: e.g. 1)",
     )
     addr = _raw(env, "MASTER_ADDR")
@@ -212,14 +215,25 @@ def load_config(env: dict) -> Config:
     else:
         cfg.master_addr = addr
     cfg.master_port = _number(
-        env, "MASTER_PORT", p, int, lo=1, hi=65535,
+        env,
+        "MASTER_PORT",
+        p,
+        int,
+        lo=1,
+        hi=65535,
         fix="set MASTER_PORT to node 0's rendezvous port, e.g. 29500",
     )
     default_live = cfg.master_port + 1 if cfg.master_port and cfg.master_port < 65535 else None
     if default_live is None and _raw(env, "KGEN_LIVENESS_PORT") is None and cfg.master_port is None:
         default_live = 0  # MASTER_PORT is already reported; do not repeat it as a liveness problem
     cfg.liveness_port = _number(
-        env, "KGEN_LIVENESS_PORT", p, int, default=default_live, lo=1, hi=65535,
+        env,
+        "KGEN_LIVENESS_PORT",
+        p,
+        int,
+        default=default_live,
+        lo=1,
+        hi=65535,
         fix="set KGEN_LIVENESS_PORT to a free TCP port on node 0 (default MASTER_PORT+1)",
     )
     if cfg.liveness_port is not None and cfg.liveness_port == cfg.master_port:
@@ -235,19 +249,41 @@ def load_config(env: dict) -> Config:
     cfg.kind = kind
     d = DEFAULTS
     cfg.master_wait = _number(
-        env, "KGEN_MASTER_WAIT_TIMEOUT", p, float, default=d["KGEN_MASTER_WAIT_TIMEOUT"], lo=1,
+        env,
+        "KGEN_MASTER_WAIT_TIMEOUT",
+        p,
+        float,
+        default=d["KGEN_MASTER_WAIT_TIMEOUT"],
+        lo=1,
         fix="seconds a node waits for node 0 (values timeouts.masterWait), e.g. 600",
     )
     cfg.rdzv_timeout = _number(
-        env, "KGEN_RDZV_TIMEOUT", p, int, default=d["KGEN_RDZV_TIMEOUT"], lo=1,
+        env,
+        "KGEN_RDZV_TIMEOUT",
+        p,
+        int,
+        default=d["KGEN_RDZV_TIMEOUT"],
+        lo=1,
         fix="whole seconds node 0 waits for all nodes (values timeouts.rendezvous), e.g. 300",
     )
     cfg.hb_interval = _number(
-        env, "KGEN_HEARTBEAT_INTERVAL", p, float, default=d["KGEN_HEARTBEAT_INTERVAL"], lo=0.05, hi=60,
+        env,
+        "KGEN_HEARTBEAT_INTERVAL",
+        p,
+        float,
+        default=d["KGEN_HEARTBEAT_INTERVAL"],
+        lo=0.05,
+        hi=60,
         fix="seconds between heartbeats (values timeouts.heartbeatInterval), e.g. 1",
     )
     cfg.hb_timeout = _number(
-        env, "KGEN_HEARTBEAT_TIMEOUT", p, float, default=d["KGEN_HEARTBEAT_TIMEOUT"], lo=0.2, hi=3600,
+        env,
+        "KGEN_HEARTBEAT_TIMEOUT",
+        p,
+        float,
+        default=d["KGEN_HEARTBEAT_TIMEOUT"],
+        lo=0.2,
+        hi=3600,
         fix="seconds of silence after which a peer is lost (values timeouts.heartbeat), e.g. 5",
     )
     if cfg.hb_interval and cfg.hb_timeout and cfg.hb_timeout < 2 * cfg.hb_interval:
@@ -257,7 +293,12 @@ def load_config(env: dict) -> Config:
             f"use at least 3 x the interval (defaults 5 and 1)"
         )
     cfg.max_restarts = _number(
-        env, "KGEN_MAX_RESTARTS", p, int, default=d["KGEN_MAX_RESTARTS"], lo=0,
+        env,
+        "KGEN_MAX_RESTARTS",
+        p,
+        int,
+        default=d["KGEN_MAX_RESTARTS"],
+        lo=0,
         fix="torchrun restarts (values maxRestarts); kgen supports 0",
     )
     if cfg.max_restarts:
@@ -536,8 +577,13 @@ class Signals:
 def wait_for_master(cfg: Config, sigs: Signals) -> Conn:
     """Active, bounded wait for node 0's entrypoint (DNS, then TCP, then a hello/welcome)."""
     hello = {
-        "t": "hello", "v": PROTOCOL, "rank": cfg.node_rank, "id": cfg.rdzv_id, "nnodes": cfg.nnodes,
-        "nproc": cfg.nproc, "host": os.environ.get("HOSTNAME") or socket.gethostname(),
+        "t": "hello",
+        "v": PROTOCOL,
+        "rank": cfg.node_rank,
+        "id": cfg.rdzv_id,
+        "nnodes": cfg.nnodes,
+        "nproc": cfg.nproc,
+        "host": os.environ.get("HOSTNAME") or socket.gethostname(),
     }
     start = time.monotonic()
     deadline = start + cfg.master_wait
@@ -667,8 +713,10 @@ class Hub:
         if msgs is None:
             self._drop(conn)
             if conn.rank is not None and not conn.done and not self.aborting:
-                self.lose(f"node {conn.rank} closed its liveness connection (pod died, was "
-                          f"deleted or its entrypoint was killed)")
+                self.lose(
+                    f"node {conn.rank} closed its liveness connection (pod died, was "
+                    f"deleted or its entrypoint was killed)"
+                )
             return
         for msg in msgs:
             self._message(conn, msg)
@@ -677,8 +725,9 @@ class Hub:
         t = msg.get("t")
         if conn.rank is None:
             if t == "probe":
-                conn.send({"t": "status", "joined": sorted(self.peers), "nnodes": self.cfg.nnodes,
-                           "id": self.cfg.rdzv_id})
+                conn.send(
+                    {"t": "status", "joined": sorted(self.peers), "nnodes": self.cfg.nnodes, "id": self.cfg.rdzv_id}
+                )
                 conn.flush(0.5)
                 self._drop(conn)
                 return
@@ -707,25 +756,31 @@ class Hub:
             return self._reject(conn, "node 0 is shutting down this run", False)
         if msg.get("id") != cfg.rdzv_id:
             return self._reject(
-                conn, f"rendezvous id {msg.get('id')!r} differs from node 0's {cfg.rdzv_id!r} "
-                f"(pods of two different runs?)", False)
+                conn,
+                f"rendezvous id {msg.get('id')!r} differs from node 0's {cfg.rdzv_id!r} (pods of two different runs?)",
+                False,
+            )
         if msg.get("nnodes") != cfg.nnodes or msg.get("nproc") != cfg.nproc:
             return self._reject(
-                conn, f"NNODES/NPROC_PER_NODE {msg.get('nnodes')}/{msg.get('nproc')} differ from "
-                f"node 0's {cfg.nnodes}/{cfg.nproc}: render every pod from the same manifest", True)
+                conn,
+                f"NNODES/NPROC_PER_NODE {msg.get('nnodes')}/{msg.get('nproc')} differ from "
+                f"node 0's {cfg.nnodes}/{cfg.nproc}: render every pod from the same manifest",
+                True,
+            )
         if not isinstance(rank, int) or rank not in self.expected:
             return self._reject(conn, f"node rank {rank!r} is not in 1..{cfg.nnodes - 1}", True)
         if rank in self.peers:
             return self._reject(
-                conn, f"node rank {rank} already joined from {msg.get('host')}: two pods derived "
-                f"the same node rank", True)
+                conn,
+                f"node rank {rank} already joined from {msg.get('host')}: two pods derived the same node rank",
+                True,
+            )
         self.pending.remove(conn)
         conn.rank = rank
         self.peers[rank] = conn
         conn.send({"t": "welcome", "v": PROTOCOL, "hb": cfg.hb_interval})
         joined = len(self.peers)
-        log(f"node {rank} joined the liveness channel ({joined}/{cfg.nnodes - 1} peers, "
-            f"host {msg.get('host')})")
+        log(f"node {rank} joined the liveness channel ({joined}/{cfg.nnodes - 1} peers, host {msg.get('host')})")
         if joined == len(self.expected):
             self.all_joined_at = time.monotonic()
             log(f"all {cfg.nnodes} nodes connected after {self.all_joined_at - self.started:.1f}s")
@@ -760,14 +815,18 @@ class Hub:
             return
         for rank, conn in sorted(self.peers.items()):
             if not conn.done and not conn.closed and now - conn.last_rx > cfg.hb_timeout:
-                self.lose(f"node {rank} silent for {now - conn.last_rx:.1f}s (> "
-                          f"KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): frozen or cut off")
+                self.lose(
+                    f"node {rank} silent for {now - conn.last_rx:.1f}s (> "
+                    f"KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): frozen or cut off"
+                )
                 return
         if self.all_joined_at is None and now - self.started > cfg.rdzv_timeout:
             missing = sorted(self.expected - set(self.peers))
-            self.lose(f"node rank(s) {missing} did not connect within KGEN_RDZV_TIMEOUT="
-                      f"{cfg.rdzv_timeout}s: are those pods scheduled and running "
-                      f"(kubectl get pods -o wide; kubectl describe pod)?")
+            self.lose(
+                f"node rank(s) {missing} did not connect within KGEN_RDZV_TIMEOUT="
+                f"{cfg.rdzv_timeout}s: are those pods scheduled and running "
+                f"(kubectl get pods -o wide; kubectl describe pod)?"
+            )
 
     def abort_all(self, reason: str) -> None:
         self.aborting = True
@@ -812,8 +871,9 @@ class Spoke:
         if msgs is None:
             self._unregister()
             if not self.master_done:
-                self.lose("the liveness connection to node 0 closed (node 0 died, was deleted or "
-                          "its entrypoint was killed)")
+                self.lose(
+                    "the liveness connection to node 0 closed (node 0 died, was deleted or its entrypoint was killed)"
+                )
             return
         self._handle(msgs)
 
@@ -846,8 +906,10 @@ class Spoke:
         else:
             conn.flush()
         if not self.master_done and now - conn.last_rx > self.cfg.hb_timeout:
-            self.lose(f"node 0 silent for {now - conn.last_rx:.1f}s (> KGEN_HEARTBEAT_TIMEOUT="
-                      f"{self.cfg.hb_timeout:g}s): frozen or cut off")
+            self.lose(
+                f"node 0 silent for {now - conn.last_rx:.1f}s (> KGEN_HEARTBEAT_TIMEOUT="
+                f"{self.cfg.hb_timeout:g}s): frozen or cut off"
+            )
 
     def report(self, rc: int, reason: str) -> None:
         self.conn.send({"t": "done"} if rc == 0 else {"t": "fail", "rc": rc, "reason": reason})
@@ -865,12 +927,19 @@ class Spoke:
 
 def torchrun_argv(cfg: Config, command: list[str]) -> list[str]:
     argv = [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nnodes={cfg.nnodes}", f"--nproc-per-node={cfg.nproc}",
-        "--rdzv-backend=static", f"--master-addr={cfg.master_addr}",
-        f"--master-port={cfg.master_port}", f"--node-rank={cfg.node_rank}",
-        f"--rdzv-id={cfg.rdzv_id}", f"--rdzv-conf=timeout={cfg.rdzv_timeout}",
-        "--max-restarts=0", "--monitor-interval=0.1",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={cfg.nnodes}",
+        f"--nproc-per-node={cfg.nproc}",
+        "--rdzv-backend=static",
+        f"--master-addr={cfg.master_addr}",
+        f"--master-port={cfg.master_port}",
+        f"--node-rank={cfg.node_rank}",
+        f"--rdzv-id={cfg.rdzv_id}",
+        f"--rdzv-conf=timeout={cfg.rdzv_timeout}",
+        "--max-restarts=0",
+        "--monitor-interval=0.1",
     ]
     if command[0] == "-m":
         return argv + command
@@ -881,18 +950,25 @@ def torchrun_argv(cfg: Config, command: list[str]) -> list[str]:
 
 def check_command(command: list[str]) -> None:
     if not command:
-        fatal(EXIT_CONFIG, "no command after '--': give the training command, e.g. "
-                           "-- train.py --lr 3e-4, or use --smoke-test / --diagnose")
+        fatal(
+            EXIT_CONFIG,
+            "no command after '--': give the training command, e.g. "
+            "-- train.py --lr 3e-4, or use --smoke-test / --diagnose",
+        )
     head = command[0]
     if head == "-m":
         if len(command) < 2 or command[1].startswith("-"):
             fatal(EXIT_CONFIG, "'-m' needs a module name: -- -m package.module [args]")
     elif head.startswith("-"):
-        fatal(EXIT_CONFIG, f"command starts with the option {head!r}: give a script, "
-                           f"'-m module' or a program after '--'")
+        fatal(
+            EXIT_CONFIG, f"command starts with the option {head!r}: give a script, '-m module' or a program after '--'"
+        )
     elif head.endswith(".py") and not os.path.isfile(head):
-        fatal(EXIT_CONFIG, f"training script {head!r} not found (working directory "
-                           f"{os.getcwd()}): check the path, the image and workingDir")
+        fatal(
+            EXIT_CONFIG,
+            f"training script {head!r} not found (working directory "
+            f"{os.getcwd()}): check the path, the image and workingDir",
+        )
 
 
 def run(cfg: Config, command: list[str]) -> int:
@@ -905,8 +981,10 @@ def run(cfg: Config, command: list[str]) -> int:
         if cfg.is_master:
             link = Hub(cfg, sel)
             link.listen()
-            log(f"liveness channel listening on port {cfg.liveness_port}; waiting for "
-                f"{cfg.nnodes - 1} node(s), bound KGEN_RDZV_TIMEOUT={cfg.rdzv_timeout}s")
+            log(
+                f"liveness channel listening on port {cfg.liveness_port}; waiting for "
+                f"{cfg.nnodes - 1} node(s), bound KGEN_RDZV_TIMEOUT={cfg.rdzv_timeout}s"
+            )
         else:
             link = Spoke(cfg, sel, wait_for_master(cfg, sigs))
     set_child_subreaper()
@@ -950,12 +1028,12 @@ def run(cfg: Config, command: list[str]) -> int:
                 signal_deadline = now
         if got_signal is not None:
             if child.rc is not None or now >= signal_deadline:
-                child.kill_tree(0.0 if now >= signal_deadline else 2.0,
-                                signal.SIGKILL if now >= signal_deadline else signal.SIGTERM)
+                child.kill_tree(
+                    0.0 if now >= signal_deadline else 2.0, signal.SIGKILL if now >= signal_deadline else signal.SIGTERM
+                )
                 if link is not None:
                     link.close() if isinstance(link, Hub) else None
-                log(f"stopped after {signal.Signals(got_signal).name} (torchrun exit code "
-                    f"{child.rc})")
+                log(f"stopped after {signal.Signals(got_signal).name} (torchrun exit code {child.rc})")
                 return 128 + got_signal
             continue
         # 2. own torchrun finished
@@ -1033,8 +1111,9 @@ def smoke_worker() -> int:
         torch.cuda.synchronize()
     bad = (x != expected).sum().item()
     if bad:
-        sys.stderr.write(f"{tag} FAIL: all-reduce sum wrong in {bad} of {numel} elements: got "
-                         f"{x[0].item()} expected {expected}\n")
+        sys.stderr.write(
+            f"{tag} FAIL: all-reduce sum wrong in {bad} of {numel} elements: got {x[0].item()} expected {expected}\n"
+        )
         return 1
     iters = 5
     times = []
@@ -1095,9 +1174,27 @@ def _iface_check(var: str, value: str | None) -> tuple[bool, str]:
         return False, f"{var}={value} excludes every interface ({', '.join(names)})"
     missing = [w for w in wanted if not any((n == w) if exact else n.startswith(w) for n in names)]
     if missing:
-        return False, (f"{var}={value}: no interface matches {', '.join(missing)} (have "
-                       f"{', '.join(names)}); set it to the pod network interface, e.g. eth0")
+        return False, (
+            f"{var}={value}: no interface matches {', '.join(missing)} (have "
+            f"{', '.join(names)}); set it to the pod network interface, e.g. eth0"
+        )
     return True, f"{var}={value}: present"
+
+
+def probe_status(sock: socket.socket, cfg: Config) -> str:
+    """Ask node 0's entrypoint which nodes have joined (read-only; not counted as a peer)."""
+    try:
+        answer, _ = handshake(cfg, sock, {"t": "probe"})
+    except (OSError, ValueError):
+        return " (no answer from node 0's entrypoint)"
+    if answer.get("t") != "status":
+        return ""
+    joined = answer.get("joined", [])
+    missing = sorted(set(range(1, int(answer.get("nnodes", 1)))) - set(joined))
+    return (
+        f"; node 0's entrypoint (run {answer.get('id')}) has {len(joined)} of "
+        f"{int(answer.get('nnodes', 1)) - 1} peers" + (f", missing {missing}" if missing else "")
+    )
 
 
 def diagnose(env: dict) -> int:
@@ -1114,24 +1211,35 @@ def diagnose(env: dict) -> int:
         for p in env_problems:
             check(False, "environment", p)
     else:
-        check(True, "environment", f"NNODES={cfg.nnodes} NPROC_PER_NODE={cfg.nproc} MASTER_ADDR="
-                                   f"{cfg.master_addr} MASTER_PORT={cfg.master_port} liveness port "
-                                   f"{cfg.liveness_port}")
+        check(
+            True,
+            "environment",
+            f"NNODES={cfg.nnodes} NPROC_PER_NODE={cfg.nproc} MASTER_ADDR="
+            f"{cfg.master_addr} MASTER_PORT={cfg.master_port} liveness port "
+            f"{cfg.liveness_port}",
+        )
     if rank_problems:
         for p in rank_problems:
             check(False, "node rank", p)
     elif cfg.node_rank is not None:
-        check(True, "node rank", f"{cfg.node_rank} (from {cfg.rank_source}; looked at "
-                                 f"{', '.join(cfg.rank_looked_at) or 'nothing else'})")
+        check(
+            True,
+            "node rank",
+            f"{cfg.node_rank} (from {cfg.rank_source}; looked at {', '.join(cfg.rank_looked_at) or 'nothing else'})",
+        )
     if cfg.master_addr:
         try:
             addrs = sorted({a[0] for a in resolve(cfg.master_addr, cfg.master_port or 0)})
             check(True, "master DNS", f"{cfg.master_addr} -> {', '.join(addrs)}")
         except socket.gaierror as exc:
             addrs = []
-            check(False, "master DNS", f"{cfg.master_addr} does not resolve ({exc.strerror}): pod "
-                                       f"0 must exist and the headless Service must publish "
-                                       f"not-ready addresses; check subdomain/serviceName")
+            check(
+                False,
+                "master DNS",
+                f"{cfg.master_addr} does not resolve ({exc.strerror}): pod "
+                f"0 must exist and the headless Service must publish "
+                f"not-ready addresses; check subdomain/serviceName",
+            )
         if addrs and cfg.master_port and cfg.liveness_port:
             if cfg.node_rank == 0:
                 for label, port in (("rendezvous", cfg.master_port), ("liveness", cfg.liveness_port)):
@@ -1141,28 +1249,42 @@ def diagnose(env: dict) -> int:
                         s.bind(("0.0.0.0", port))
                         check(True, f"master {label} port", f"{port} is free on node 0")
                     except OSError as exc:
-                        check(False, f"master {label} port",
-                              f"{port} cannot be bound on node 0 ({exc.strerror}): another process "
-                              f"holds it (a running job? then this is expected) or pick another port")
+                        check(
+                            False,
+                            f"master {label} port",
+                            f"{port} cannot be bound on node 0 ({exc.strerror}): another process "
+                            f"holds it (a running job? then this is expected) or pick another port",
+                        )
                     finally:
                         s.close()
             else:
                 for label, port in (("liveness", cfg.liveness_port), ("rendezvous", cfg.master_port)):
                     try:
-                        socket.create_connection((cfg.master_addr, port), timeout=3).close()
-                        check(True, f"master {label} port", f"{cfg.master_addr}:{port} accepts")
+                        sock = socket.create_connection((cfg.master_addr, port), timeout=3)
+                        detail = f"{cfg.master_addr}:{port} accepts"
+                        if label == "liveness":
+                            detail += probe_status(sock, cfg)
+                        sock.close()
+                        check(True, f"master {label} port", detail)
                     except OSError as exc:
-                        check(False, f"master {label} port",
-                              f"{cfg.master_addr}:{port} does not accept ({exc.strerror or exc}): "
-                              f"node 0's entrypoint/torchrun must be running; check its logs, the "
-                              f"container ports and NetworkPolicies")
+                        check(
+                            False,
+                            f"master {label} port",
+                            f"{cfg.master_addr}:{port} does not accept ({exc.strerror or exc}): "
+                            f"node 0's entrypoint/torchrun must be running; check its logs, the "
+                            f"container ports and NetworkPolicies",
+                        )
     try:
         st = os.statvfs("/dev/shm")
         size = st.f_frsize * st.f_blocks
         mib = size >> 20
         if mib < 1024:
-            check(False, "/dev/shm", f"{mib} MiB: NCCL and DataLoader workers need more; mount a "
-                                     f"memory-backed emptyDir at /dev/shm (values shmSize, >= 1Gi)")
+            check(
+                False,
+                "/dev/shm",
+                f"{mib} MiB: NCCL and DataLoader workers need more; mount a "
+                f"memory-backed emptyDir at /dev/shm (values shmSize, >= 1Gi)",
+            )
         else:
             check(True, "/dev/shm", f"{mib} MiB")
     except OSError as exc:
@@ -1174,20 +1296,22 @@ def diagnose(env: dict) -> int:
         if gpus == 0:
             check(True, "GPUs", f"none visible: CPU job, gloo backend, NPROC_PER_NODE={cfg.nproc}")
         elif cfg.nproc and cfg.nproc > gpus:
-            check(False, "GPUs", f"{gpus} visible but NPROC_PER_NODE={cfg.nproc}: request "
-                                 f"{cfg.nproc} GPUs per pod or lower NPROC_PER_NODE")
+            check(
+                False,
+                "GPUs",
+                f"{gpus} visible but NPROC_PER_NODE={cfg.nproc}: request "
+                f"{cfg.nproc} GPUs per pod or lower NPROC_PER_NODE",
+            )
         else:
             extra = f" ({gpus - cfg.nproc} idle)" if cfg.nproc and gpus > cfg.nproc else ""
             check(True, "GPUs", f"{gpus} visible, NPROC_PER_NODE={cfg.nproc}{extra}")
     except Exception as exc:  # noqa: BLE001 - any import failure is the finding
-        check(False, "GPUs", f"cannot import torch with {sys.executable} ({exc}): use an image "
-                             f"with torch installed")
+        check(False, "GPUs", f"cannot import torch with {sys.executable} ({exc}): use an image with torch installed")
     for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
         ok, detail = _iface_check(var, env.get(var))
         check(ok, "interface", detail)
     failed = sum(1 for ok, _, _ in results if not ok)
-    print(f"{'PASS' if not failed else 'FAIL'} summary: {len(results) - failed} passed, "
-          f"{failed} failed", flush=True)
+    print(f"{'PASS' if not failed else 'FAIL'} summary: {len(results) - failed} passed, {failed} failed", flush=True)
     return 1 if failed else 0
 
 

@@ -6,8 +6,9 @@ kills every process in it, as a container runtime does) and mount namespace, in 
 * the ConfigMap's files are bind-mounted read-only at the volumeMount's mountPath (/opt/kgen),
 * a memory emptyDir is a tmpfs of the rendered sizeLimit (/dev/shm),
 * /etc/hosts is a private bind mount of the pod's own hosts file: `<name>-<i>.<service>` (and
-  the FQDN) resolve to 127.0.0.1 once pod i has been started, the pod's own hostname too (kubelet), as a headless Service with
-  publishNotReadyAddresses does; a pod that was never started does not resolve.
+  the FQDN) resolve to 127.0.0.1 once pod i has been started, as a headless Service with
+  publishNotReadyAddresses does (a pod never started does not resolve), and the pod's own
+  hostname resolves as in the hosts file the kubelet writes.
 
 The container's command/args/env are used as the kubelet would: `$(VAR)` expansion, downward-API
 fieldRefs (controller-uid, controller-revision-hash, pod-index label, completion index, name),
@@ -57,21 +58,48 @@ def free_port_pair() -> int:
 
 
 def kgen_render(*args: str) -> str:
-    """Run the real `kgen render` CLI and return its YAML output."""
-    cmd = [sys.executable, "-c", "import sys; from kgen.cli import main; sys.exit(main())",
-           "render", *args]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
+    """Run the real `kgen render` CLI and return its YAML output.
+
+    KGEN_HARNESS_SRC=<dir> renders with the kgen sources in <dir> (e.g. `git archive HEAD`
+    unpacked), so a benchmark is not disturbed by uncommitted work in the checkout."""
+    src = os.environ.get("KGEN_HARNESS_SRC") or str(REPO)
+    cmd = [sys.executable, "-c", "import sys; from kgen.cli import main; sys.exit(main())", "render", *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=src, timeout=120)
     if res.returncode != 0:
         raise RuntimeError(f"kgen render failed ({res.returncode}): {res.stderr}")
     return res.stdout
 
 
-def render_cpu_job(name: str, nodes: int, kind: str, port: int, command: list[str] | None = None,
-                   nproc: int = 2, master_wait: int = 60, sets: tuple[str, ...] = ()) -> str:
-    args = ["--gpus", "0", "--nodes", str(nodes), "--kind", kind, "--name", name,
-            "--set", f"nprocPerNode={nproc}", "--set", f"port={port}",
-            "--set", f"livenessPort={port + 1}", "--set", "gloo.socketIfname=lo",
-            "--set", f"timeouts.masterWait={master_wait}"]
+def render_cpu_job(
+    name: str,
+    nodes: int,
+    kind: str,
+    port: int,
+    command: list[str] | None = None,
+    nproc: int = 2,
+    master_wait: int = 60,
+    sets: tuple[str, ...] = (),
+) -> str:
+    args = [
+        "--gpus",
+        "0",
+        "--nodes",
+        str(nodes),
+        "--kind",
+        kind,
+        "--name",
+        name,
+        "--set",
+        f"nprocPerNode={nproc}",
+        "--set",
+        f"port={port}",
+        "--set",
+        f"livenessPort={port + 1}",
+        "--set",
+        "gloo.socketIfname=lo",
+        "--set",
+        f"timeouts.masterWait={master_wait}",
+    ]
     for s in sets:
         args += ["--set", s]
     if command:
@@ -83,8 +111,17 @@ def _quantity_bytes(q: str) -> int:
     m = re.fullmatch(r"(\d+)([KMGT]i?)?", str(q))
     if not m:
         raise ValueError(f"unsupported quantity {q!r}")
-    mult = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
-            "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}[m.group(2)]
+    mult = {
+        None: 1,
+        "Ki": 1 << 10,
+        "Mi": 1 << 20,
+        "Gi": 1 << 30,
+        "Ti": 1 << 40,
+        "K": 10**3,
+        "M": 10**6,
+        "G": 10**9,
+        "T": 10**12,
+    }[m.group(2)]
     return int(m.group(1)) * mult
 
 
@@ -105,8 +142,10 @@ class Pod:
         c = self.cluster
         c.publish_dns(self.index)
         env = c.pod_env(self.index)
-        setup = [f"hostname {shlex.quote(self.name)}",
-                 f"mount --bind {shlex.quote(str(c.hosts_file(self.index)))} /etc/hosts"]
+        setup = [
+            f"hostname {shlex.quote(self.name)}",
+            f"mount --bind {shlex.quote(str(c.hosts_file(self.index)))} /etc/hosts",
+        ]
         for mount_path, (kind, source) in c.pod_mounts(self.index).items():
             q = shlex.quote(mount_path)
             if kind == "tmpfs":
@@ -121,9 +160,24 @@ class Pod:
         log = open(self.log_path, "ab")
         self.started_at = time.time()
         self.proc = subprocess.Popen(
-            ["unshare", "--pid", "--fork", "--mount", "--uts", "--mount-proc", "--propagation", "private",
-             "/bin/sh", "-c", script],
-            env=env, cwd=c.workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount",
+                "--uts",
+                "--mount-proc",
+                "--propagation",
+                "private",
+                "/bin/sh",
+                "-c",
+                script,
+            ],
+            env=env,
+            cwd=c.workdir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         log.close()
         self.init_pid = self._find_init()
@@ -213,8 +267,13 @@ class Pod:
 class Cluster:
     """The objects of one `kgen render` output, runnable as local pods."""
 
-    def __init__(self, manifest: str, workdir: str | None = None, old_cluster: bool = False,
-                 env_overrides: dict[str, str | None] | None = None) -> None:
+    def __init__(
+        self,
+        manifest: str,
+        workdir: str | None = None,
+        old_cluster: bool = False,
+        env_overrides: dict[str, str | None] | None = None,
+    ) -> None:
         docs = [d for d in yaml.safe_load_all(manifest) if d]
         self.configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
         services = [d for d in docs if d["kind"] == "Service"]
@@ -270,13 +329,22 @@ class Cluster:
     def labels(self, index: int) -> dict[str, str]:
         labels = dict(self.template["metadata"].get("labels", {}))
         if self.kind == "Job":
-            labels.update({"batch.kubernetes.io/controller-uid": self.run_uid,
-                           "controller-uid": self.run_uid,
-                           "batch.kubernetes.io/job-name": self.name, "job-name": self.name,
-                           "batch.kubernetes.io/job-completion-index": str(index)})
+            labels.update(
+                {
+                    "batch.kubernetes.io/controller-uid": self.run_uid,
+                    "controller-uid": self.run_uid,
+                    "batch.kubernetes.io/job-name": self.name,
+                    "job-name": self.name,
+                    "batch.kubernetes.io/job-completion-index": str(index),
+                }
+            )
         else:
-            labels.update({"controller-revision-hash": self.revision,
-                           "statefulset.kubernetes.io/pod-name": f"{self.name}-{index}"})
+            labels.update(
+                {
+                    "controller-revision-hash": self.revision,
+                    "statefulset.kubernetes.io/pod-name": f"{self.name}-{index}",
+                }
+            )
             if not self.old_cluster:
                 labels["apps.kubernetes.io/pod-index"] = str(index)
         return labels
@@ -288,8 +356,12 @@ class Cluster:
                 ann = {"batch.kubernetes.io/job-completion-index": str(index)} if self.kind == "Job" else {}
                 return ann.get(m.group(2), "")
             return self.labels(index).get(m.group(2), "")
-        simple = {"metadata.name": f"{self.name}-{index}", "metadata.namespace": NAMESPACE,
-                  "status.podIP": "127.0.0.1", "spec.nodeName": "localnode"}
+        simple = {
+            "metadata.name": f"{self.name}-{index}",
+            "metadata.namespace": NAMESPACE,
+            "status.podIP": "127.0.0.1",
+            "spec.nodeName": "localnode",
+        }
         if path in simple:
             return simple[path]
         raise ValueError(f"harness does not know the downward-API field {path!r}")
@@ -297,18 +369,24 @@ class Cluster:
     @staticmethod
     def expand(value: str, env: dict[str, str]) -> str:
         """Kubernetes $(VAR) expansion ($$ escapes; unknown references stay as they are)."""
+
         def sub(m: re.Match) -> str:
             if m.group(0) == "$$":
                 return "$"
             return env.get(m.group(1), m.group(0))
+
         return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", sub, value)
 
     def pod_env(self, index: int) -> dict[str, str]:
         bindir = os.path.dirname(sys.executable)
-        env = {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": "/root",
-               "HOSTNAME": f"{self.name}-{index}", "LANG": "C.UTF-8",
-               # torch warns about numpy at import; keep the logs readable
-               "PYTHONWARNINGS": "ignore"}
+        env = {
+            "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/root",
+            "HOSTNAME": f"{self.name}-{index}",
+            "LANG": "C.UTF-8",
+            # torch warns about numpy at import; keep the logs readable
+            "PYTHONWARNINGS": "ignore",
+        }
         if self.kind == "Job" and self.workload["spec"].get("completionMode") == "Indexed":
             env["JOB_COMPLETION_INDEX"] = str(index)
         for item in self.container.get("env", []):
@@ -391,8 +469,9 @@ class Cluster:
         return False
 
     def logs(self) -> str:
-        return "\n".join(f"===== {p.name} (exit {p.returncode}) =====\n{p.log()[-6000:]}"
-                         for p in self.pods if p.proc is not None)
+        return "\n".join(
+            f"===== {p.name} (exit {p.returncode}) =====\n{p.log()[-6000:]}" for p in self.pods if p.proc is not None
+        )
 
     def cleanup(self) -> None:
         for pod in self.pods:

@@ -22,8 +22,9 @@ BASE = {"NNODES": "4", "NPROC_PER_NODE": "2", "MASTER_ADDR": "job-0.job", "MASTE
 
 def run_ep(env: dict, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     full = {"PATH": "/usr/bin:/bin", "HOSTNAME": "somehost", **env}
-    return subprocess.run([sys.executable, str(ENTRYPOINT), *args], env=full, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(ENTRYPOINT), *args], env=full, capture_output=True, text=True, timeout=timeout
+    )
 
 
 # -- node rank ------------------------------------------------------------------------------
@@ -52,8 +53,7 @@ def test_rank_order(env, rank, source):
 def test_rank_missing_names_everything_it_looked_at():
     cfg = ep.load_config({**BASE, "KGEN_POD_INDEX": "", "HOSTNAME": "gpu"})
     (problem,) = cfg.problems
-    for looked in ("NODE_RANK (unset)", "JOB_COMPLETION_INDEX (unset)", "KGEN_POD_INDEX (empty)",
-                   "HOSTNAME='gpu'"):
+    for looked in ("NODE_RANK (unset)", "JOB_COMPLETION_INDEX (unset)", "KGEN_POD_INDEX (empty)", "HOSTNAME='gpu'"):
         assert looked in problem
     assert "set NODE_RANK" in problem
 
@@ -100,8 +100,7 @@ def test_bad_environment_exits_2_with_message(env, expected):
 
 
 def test_all_problems_reported_at_once():
-    res = run_ep({"NNODES": "x", "NPROC_PER_NODE": "0", "MASTER_PORT": "1", "NODE_RANK": "0"},
-                 "--", "/bin/true")
+    res = run_ep({"NNODES": "x", "NPROC_PER_NODE": "0", "MASTER_PORT": "1", "NODE_RANK": "0"}, "--", "/bin/true")
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert any("NNODES='x'" in line for line in lines)
@@ -132,15 +131,29 @@ def test_bad_command_line(args, expected):
 
 
 def test_torchrun_argv_is_one_static_configuration():
-    cfg = ep.load_config({**BASE, "JOB_COMPLETION_INDEX": "2", "KGEN_JOB_NAME": "llm",
-                          "KGEN_RUN_ID": "uid-1", "KGEN_RDZV_TIMEOUT": "120"})
+    cfg = ep.load_config(
+        {
+            **BASE,
+            "JOB_COMPLETION_INDEX": "2",
+            "KGEN_JOB_NAME": "llm",
+            "KGEN_RUN_ID": "uid-1",
+            "KGEN_RDZV_TIMEOUT": "120",
+        }
+    )
     argv = ep.torchrun_argv(cfg, ["train.py", "--lr", "3e-4"])
     assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
     flags = argv[3:-3]
     assert flags == [
-        "--nnodes=4", "--nproc-per-node=2", "--rdzv-backend=static", "--master-addr=job-0.job",
-        "--master-port=29500", "--node-rank=2", "--rdzv-id=llm-uid-1", "--rdzv-conf=timeout=120",
-        "--max-restarts=0", "--monitor-interval=0.1",
+        "--nnodes=4",
+        "--nproc-per-node=2",
+        "--rdzv-backend=static",
+        "--master-addr=job-0.job",
+        "--master-port=29500",
+        "--node-rank=2",
+        "--rdzv-id=llm-uid-1",
+        "--rdzv-conf=timeout=120",
+        "--max-restarts=0",
+        "--monitor-interval=0.1",
     ]
     assert not any("rdzv-endpoint" in f or "c10d" in f for f in argv)
     assert argv[-3:] == ["train.py", "--lr", "3e-4"]
@@ -181,8 +194,9 @@ def _free_port() -> int:
 
 def test_master_dns_never_resolves_exits_3_with_diagnosis():
     t = time.monotonic()
-    res = run_ep({**BASE, "MASTER_ADDR": "nobody.invalid", "NODE_RANK": "1",
-                  "KGEN_MASTER_WAIT_TIMEOUT": "3"}, "--", "/bin/true")
+    res = run_ep(
+        {**BASE, "MASTER_ADDR": "nobody.invalid", "NODE_RANK": "1", "KGEN_MASTER_WAIT_TIMEOUT": "3"}, "--", "/bin/true"
+    )
     elapsed = time.monotonic() - t
     assert res.returncode == 3, res.stderr
     assert "not reachable within KGEN_MASTER_WAIT_TIMEOUT=3s" in res.stderr
@@ -193,9 +207,18 @@ def test_master_dns_never_resolves_exits_3_with_diagnosis():
 def test_master_port_closed_exits_3_with_diagnosis():
     port = _free_port()
     t = time.monotonic()
-    res = run_ep({**BASE, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port - 1),
-                  "KGEN_LIVENESS_PORT": str(port), "NODE_RANK": "2",
-                  "KGEN_MASTER_WAIT_TIMEOUT": "3"}, "--", "/bin/true")
+    res = run_ep(
+        {
+            **BASE,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port - 1),
+            "KGEN_LIVENESS_PORT": str(port),
+            "NODE_RANK": "2",
+            "KGEN_MASTER_WAIT_TIMEOUT": "3",
+        },
+        "--",
+        "/bin/true",
+    )
     elapsed = time.monotonic() - t
     assert res.returncode == 3
     assert "resolved but not accepting" in res.stderr
@@ -204,9 +227,19 @@ def test_master_port_closed_exits_3_with_diagnosis():
 
 
 def test_master_wait_prints_progress_about_every_10s():
-    res = run_ep({**BASE, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "KGEN_LIVENESS_PORT":
-                  str(_free_port()), "NODE_RANK": "1", "KGEN_MASTER_WAIT_TIMEOUT": "12"},
-                 "--", "/bin/true", timeout=40)
+    res = run_ep(
+        {
+            **BASE,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "1",
+            "KGEN_LIVENESS_PORT": str(_free_port()),
+            "NODE_RANK": "1",
+            "KGEN_MASTER_WAIT_TIMEOUT": "12",
+        },
+        "--",
+        "/bin/true",
+        timeout=40,
+    )
     assert res.returncode == 3
     progress = [line for line in res.stderr.splitlines() if "still waiting for node 0" in line]
     assert len(progress) == 1, res.stderr
@@ -215,9 +248,16 @@ def test_master_wait_prints_progress_about_every_10s():
 def test_sigterm_while_waiting_exits_promptly():
     proc = subprocess.Popen(
         [sys.executable, str(ENTRYPOINT), "--", "/bin/true"],
-        env={"PATH": "/usr/bin:/bin", **BASE, "MASTER_ADDR": "127.0.0.1", "NODE_RANK": "1",
-             "MASTER_PORT": "1", "KGEN_LIVENESS_PORT": str(_free_port())},
-        stderr=subprocess.PIPE, text=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            **BASE,
+            "MASTER_ADDR": "127.0.0.1",
+            "NODE_RANK": "1",
+            "MASTER_PORT": "1",
+            "KGEN_LIVENESS_PORT": str(_free_port()),
+        },
+        stderr=subprocess.PIPE,
+        text=True,
     )
     time.sleep(1.0)
     t = time.monotonic()
@@ -231,9 +271,17 @@ def test_sigterm_while_waiting_exits_promptly():
 
 
 def test_diagnose_bad_environment_lists_failures():
-    res = run_ep({"NNODES": "2", "NPROC_PER_NODE": "1", "MASTER_ADDR": "nobody.invalid",
-                  "MASTER_PORT": "29500", "GLOO_SOCKET_IFNAME": "nosuchif0"}, "--diagnose",
-                 timeout=60)
+    res = run_ep(
+        {
+            "NNODES": "2",
+            "NPROC_PER_NODE": "1",
+            "MASTER_ADDR": "nobody.invalid",
+            "MASTER_PORT": "29500",
+            "GLOO_SOCKET_IFNAME": "nosuchif0",
+        },
+        "--diagnose",
+        timeout=60,
+    )
     assert res.returncode == 1
     out = res.stdout
     assert "FAIL node rank: cannot derive the node rank" in out

@@ -19,8 +19,7 @@ LONG_RUN = [str(TRAINLOOP), "--steps", "3000", "--sleep", "0.1"]  # minutes: fau
 
 
 def _exit_times(c, t0, pods):
-    return {p.index: (p.returncode, None if p.exited_at is None else round(p.exited_at - t0, 2))
-            for p in pods}
+    return {p.index: (p.returncode, None if p.exited_at is None else round(p.exited_at - t0, 2)) for p in pods}
 
 
 @pytest.mark.timeout(150)
@@ -47,8 +46,7 @@ def test_smoke_test_all_ranks_join_and_all_reduce_is_right(cluster, kind, nodes)
 @pytest.mark.timeout(120)
 def test_statefulset_on_old_cluster_uses_hostname_ordinal(cluster):
     port = free_port_pair()
-    c = cluster(render_cpu_job("old", 2, "statefulset", port, command=[str(TRAINLOOP)]),
-                old_cluster=True)
+    c = cluster(render_cpu_job("old", 2, "statefulset", port, command=[str(TRAINLOOP)]), old_cluster=True)
     c.start()
     assert c.wait_all(100) == [0, 0], c.logs()
     assert "node 1/2 (rank from HOSTNAME=old-1)" in c.pods[1].log()
@@ -101,8 +99,10 @@ def _fault_run(cluster, name, fault, victim, nodes=3):
     c.wait_all(BOUND + 30, survivors)
     times = _exit_times(c, t0, c.pods)
     worst = max((t for _, t in (times[p.index] for p in survivors) if t is not None), default=None)
-    print(f"\n{fault} node {victim} of {nodes}: (exit code, seconds after the fault) per node "
-          f"{times}; last survivor gone after {worst}s")
+    print(
+        f"\n{fault} node {victim} of {nodes}: (exit code, seconds after the fault) per node "
+        f"{times}; last survivor gone after {worst}s"
+    )
     for p in survivors:
         assert p.returncode is not None, f"node {p.index} still running\n" + c.logs()
         assert p.returncode != 0, c.logs()
@@ -156,10 +156,13 @@ def test_rank_beyond_nnodes_in_a_pod_exits_2(cluster):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("override, message", [
-    ({"NNODES": None}, "NNODES is not set"),
-    ({"NNODES": "2x"}, "NNODES='2x' is not an integer"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"NNODES": None}, "NNODES is not set"),
+        ({"NNODES": "2x"}, "NNODES='2x' is not an integer"),
+    ],
+)
 def test_bad_pod_environment_exits_2(cluster, override, message):
     port = free_port_pair()
     c = cluster(render_cpu_job("badenv", 2, "job", port), env_overrides=override)
@@ -167,3 +170,85 @@ def test_bad_pod_environment_exits_2(cluster, override, message):
     assert c.wait_all(30, c.pods[1:]) == [2], c.logs()
     assert message in c.pods[1].log()
     assert "Traceback" not in c.pods[1].log()
+
+
+@pytest.mark.timeout(120)
+def test_bare_metal_two_nodes_with_only_the_five_variables(tmp_path):
+    """No Kubernetes, no harness: two plain processes given NNODES, NPROC_PER_NODE, MASTER_ADDR,
+    MASTER_PORT and NODE_RANK by hand (plus PATH) behave like pods."""
+    import os
+    import subprocess
+    import sys
+
+    from podharness import REPO
+
+    port = free_port_pair()
+    entry = REPO / "entrypoint" / "kgen_entrypoint.py"
+    procs = []
+    try:
+        for rank in (1, 0):  # the worker first: it waits for node 0
+            env = {
+                "PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin",
+                "NNODES": "2",
+                "NPROC_PER_NODE": "1",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "NODE_RANK": str(rank),
+            }
+            log = open(tmp_path / f"node{rank}.log", "w")
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(entry), "--", str(TRAINLOOP)],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+            log.close()
+            time.sleep(1)
+        codes = [p.wait(100) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+    logs = "".join((tmp_path / f"node{r}.log").read_text() for r in (0, 1))
+    assert codes == [0, 0], logs
+    assert "node 1/2 (rank from NODE_RANK=1)" in logs and "liveness port " + str(port + 1) in logs
+    assert len(re.findall(r"rank=\d+ done", logs)) == 2
+
+
+@pytest.mark.timeout(120)
+def test_missing_worker_named_after_rdzv_timeout_and_visible_to_diagnose(cluster):
+    import subprocess
+    import sys
+
+    from podharness import REPO
+
+    port = free_port_pair()
+    c = cluster(render_cpu_job("miss", 3, "job", port, command=LONG_RUN, sets=("timeouts.rendezvous=20",)))
+    t = time.monotonic()
+    c.start(0, 1)  # node 2 never comes
+    assert c.wait_for_log(r"node 1 joined the liveness channel", 1, 30, [c.pods[0]]), c.logs()
+    env = c.pod_env(2)
+    env["MASTER_ADDR"] = "127.0.0.1"  # we run outside the pods' mount namespace
+    res = subprocess.run(
+        [sys.executable, str(REPO / "entrypoint" / "kgen_entrypoint.py"), "--diagnose"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert re.search(
+        rf"PASS master liveness port: 127\.0\.0\.1:{port + 1} accepts; node 0's "
+        r"entrypoint \(run miss-\S+\) has 1 of 2 peers, missing \[2\]",
+        res.stdout,
+    ), res.stdout
+    codes = c.wait_all(60, c.pods[:2])
+    elapsed = time.monotonic() - t
+    print(f"\nworker never started: nodes 0 and 1 exited {codes} after {elapsed:.1f}s (bound 20 s)")
+    assert codes == [75, 75], c.logs()
+    assert 19 < elapsed < 40
+    assert "node rank(s) [2] did not connect within KGEN_RDZV_TIMEOUT=20s" in c.pods[0].log()
+    assert "node 0 stopped the job: node rank(s) [2] did not connect" in c.pods[1].log()

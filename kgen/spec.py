@@ -60,6 +60,11 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     "terminationGracePeriodSeconds": ("int", 30, "Pod grace period on deletion."),
     "activeDeadlineSeconds": ("int?", None, "Job: hard wall-clock limit in seconds; null = none."),
     "ttlSecondsAfterFinished": ("int?", None, "Job: delete the finished Job after this many seconds; null = keep."),
+    "podDisruptionBudget": (
+        "bool",
+        False,
+        "Render a PodDisruptionBudget (maxUnavailable 0): voluntary evictions such as node drains wait for the job.",
+    ),
     "rdma": ("bool", False, "Opt-in for RDMA/InfiniBand: adds the IPC_LOCK capability (never privileged)."),
 }
 

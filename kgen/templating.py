@@ -111,7 +111,10 @@ def environment() -> jinja2.Environment:
 
 def template_names(spec: TrainingSpec) -> list[str]:
     workload = "job.yaml.j2" if spec.is_job else "statefulset.yaml.j2"
-    return ["configmap.yaml.j2", "service.yaml.j2", workload]
+    names = ["configmap.yaml.j2", "service.yaml.j2", workload]
+    if spec.v("podDisruptionBudget"):
+        names.append("pdb.yaml.j2")
+    return names
 
 
 def render_text(spec: TrainingSpec, entrypoint_source: str) -> str:

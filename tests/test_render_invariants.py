@@ -236,3 +236,17 @@ def test_bad_volumes_are_rejected(tmp_path, content, message):
     values.write_text(content)
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         rendered(preset="4x8", values_files=[str(values)])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_disruption_budget_is_opt_in_and_covers_exactly_the_pods(kind):
+    assert "PodDisruptionBudget" not in rendered(preset="4x8", kind=kind)
+    docs = rendered(preset="4x8", kind=kind, sets=["podDisruptionBudget=true"])
+    pdb = docs["PodDisruptionBudget"]
+    assert pdb["spec"]["maxUnavailable"] == 0
+    assert pdb["spec"]["selector"]["matchLabels"] == docs["Service"]["spec"]["selector"]
+    pods = workload(docs)["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pods.items()
+    assert "unhealthyPodEvictionPolicy" not in pdb["spec"]  # 1.27 default: a beta field, left out
+    newer = rendered(preset="4x8", kind=kind, sets=["podDisruptionBudget=true"], kubernetes_version="1.31")
+    assert newer["PodDisruptionBudget"]["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"

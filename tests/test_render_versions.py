@@ -22,6 +22,17 @@ def test_output_is_clean_on_every_newer_kubernetes(preset, kind, target):
         assert result.findings == [], f"1.{minor}: {[f.text() for f in result.findings]}"
 
 
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t or "default")
+@pytest.mark.parametrize("kind", KINDS)
+def test_optional_objects_are_clean_too(kind, target):
+    sets = ["podDisruptionBudget=true", "rdma=true", "nccl.ibDisable=true", "ttlSecondsAfterFinished=3600"]
+    text = render(RenderRequest(preset="4x8", flags={"kind": kind}, sets=sets, kubernetes_version=target))
+    first = int((target or "1.27").split(".")[1])
+    for minor in range(first, MAX_K8S + 1):
+        result = lint_text(text, f"optional-{kind}", LintOptions(kubernetes_version=f"1.{minor}"))
+        assert result.findings == [], f"1.{minor}: {[f.text() for f in result.findings]}"
+
+
 def test_a_broken_manifest_is_not_clean():
     """The check above can fail: the same lint on a damaged render reports it."""
     text = render(RenderRequest(preset="4x8")).replace("completionMode: Indexed", "completionMode: indexed")

@@ -13,7 +13,9 @@ from datetime import timedelta
 
 
 def evt(rank, what, detail=""):
-    print(f"KGEN_EVT {time.time():.3f} rank={rank} {what} {detail}".rstrip(), flush=True)
+    # one write() per line: the ranks of a node share the log file
+    sys.stdout.write(f"KGEN_EVT {time.time():.3f} rank={rank} {what} {detail}".rstrip() + "\n")
+    sys.stdout.flush()
 
 
 def main():

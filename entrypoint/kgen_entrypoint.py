@@ -16,7 +16,8 @@ KGEN_MASTER_WAIT_TIMEOUT, KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEART
 KGEN_MAX_RESTARTS.
 
 Exit codes: 0 success; 2 bad environment or usage; 3 node 0 never became reachable within
-KGEN_MASTER_WAIT_TIMEOUT; 75 stopped because a peer died, froze, was cut off or never joined
+KGEN_MASTER_WAIT_TIMEOUT; 4 (node 0) some nodes never connected within KGEN_RDZV_TIMEOUT; 75 stopped
+because a peer died, froze or was cut off
 (fail-stop); otherwise torchrun's exit code; 128+N after signal N.
 
 Standard library only in the supervising parent; torch is imported by the smoke-test worker and
@@ -40,6 +41,7 @@ import time
 EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_MASTER_UNREACHABLE = 3
+EXIT_PEERS_MISSING = 4  # distinct from 75: a pod that never starts is not a disruption to retry
 EXIT_PEER_LOST = 75
 
 # Fixed tuning (documented in docs/entrypoint.md).
@@ -659,6 +661,7 @@ class Hub:
         self.own_done = False
         self.last_beat = 0.0
         self.lost: str | None = None
+        self.lost_code = EXIT_PEER_LOST
 
     def listen(self) -> None:
         errors = []
@@ -794,9 +797,10 @@ class Hub:
             self.pending.remove(conn)
         conn.close()
 
-    def lose(self, reason: str) -> None:
+    def lose(self, reason: str, code: int = EXIT_PEER_LOST) -> None:
         if self.lost is None:
             self.lost = reason
+            self.lost_code = code
 
     def tick(self, now: float) -> None:
         cfg = self.cfg
@@ -825,7 +829,8 @@ class Hub:
             self.lose(
                 f"node rank(s) {missing} did not connect within KGEN_RDZV_TIMEOUT="
                 f"{cfg.rdzv_timeout}s: are those pods scheduled and running "
-                f"(kubectl get pods -o wide; kubectl describe pod)?"
+                f"(kubectl get pods -o wide; kubectl describe pod)?",
+                EXIT_PEERS_MISSING,
             )
 
     def abort_all(self, reason: str) -> None:
@@ -861,6 +866,7 @@ class Spoke:
         self.cfg, self.sel, self.conn = cfg, sel, conn
         self.master_done = False
         self.lost: str | None = None
+        self.lost_code = EXIT_PEER_LOST
         self.aborting = False
         sel.register(conn.sock, selectors.EVENT_READ, ("conn", conn))
         if b"\n" in conn.inbuf:
@@ -893,9 +899,10 @@ class Spoke:
             pass
         self.conn.close()
 
-    def lose(self, reason: str) -> None:
+    def lose(self, reason: str, code: int = EXIT_PEER_LOST) -> None:
         if self.lost is None:
             self.lost = reason
+            self.lost_code = code
 
     def tick(self, now: float) -> None:
         conn = self.conn
@@ -1071,8 +1078,8 @@ def run(cfg: Config, command: list[str]) -> int:
                 child.kill_tree(ABORT_GRACE)
                 if isinstance(link, Hub):
                     link.close()
-                log(f"local process tree stopped; exit {EXIT_PEER_LOST}")
-                return EXIT_PEER_LOST
+                log(f"local process tree stopped; exit {link.lost_code}")
+                return link.lost_code
             if lingering and link.all_done():
                 link.close()
                 log("all nodes finished")

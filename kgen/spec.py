@@ -56,7 +56,11 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     "timeouts.rendezvous": ("int", 300, "Seconds the rendezvous waits for every node (torchrun static timeout)."),
     "timeouts.heartbeat": ("int", 5, "Seconds of silence after which a peer counts as dead (fail-stop)."),
     "timeouts.heartbeatInterval": ("int", 1, "Seconds between liveness heartbeats."),
-    "maxRestarts": ("int", 0, "torchrun --max-restarts (0: fail-stop; the Job/StatefulSet restarts the group)."),
+    "maxRestarts": (
+        "int",
+        0,
+        "torchrun --max-restarts; must be 0 (fail-stop): the Job/StatefulSet restarts the whole group.",
+    ),
     "terminationGracePeriodSeconds": ("int", 30, "Pod grace period on deletion."),
     "activeDeadlineSeconds": ("int?", None, "Job: hard wall-clock limit in seconds; null = none."),
     "ttlSecondsAfterFinished": ("int?", None, "Job: delete the finished Job after this many seconds; null = keep."),
@@ -303,7 +307,13 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
         integer(key, 1)
     if v["timeouts.heartbeat"] <= v["timeouts.heartbeatInterval"]:
         raise _fail(o, "timeouts.heartbeat", "must be larger than timeouts.heartbeatInterval")
-    integer("maxRestarts", 0, 100)
+    if integer("maxRestarts", 0) != 0:
+        raise _fail(
+            o,
+            "maxRestarts",
+            f'must be 0, got "{v["maxRestarts"]}": torchrun restarts with static rendezvous hang in torch 2.13',
+            hint="the Job or StatefulSet restarts the whole group instead",
+        )
     integer("terminationGracePeriodSeconds", 0)
     for key in ("activeDeadlineSeconds", "ttlSecondsAfterFinished"):
         if v[key] is not None:

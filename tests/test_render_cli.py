@@ -155,6 +155,7 @@ BAD_INPUT = [
     (["--set", "shmSize=lots"], "shmSize: must be a Kubernetes quantity"),
     (["--set", "resources.requests.memory=512GB"], "must be a Kubernetes quantity"),
     (["--set", "nccl.ibDisable=maybe"], '--set nccl.ibDisable: must be true or false, got "maybe"'),
+    (["--set", "maxRestarts=3"], '--set maxRestarts: must be 0, got "3"'),
     (["--set", "port=70000"], "--set port: must be an integer between 1 and 65535"),
     (["--set", "livenessPort=29500"], "livenessPort: must differ from port (29500)"),
     (["--gpus", "8", "--set", "nprocPerNode=4"], "nprocPerNode: is 4 but gpus is 8"),

@@ -1,4 +1,7 @@
-"""What the CLI and Python users call: ``render`` and (re-exported) ``lint``."""
+"""What the CLI and Python users call to render: ``build`` (values -> spec) and ``render`` (spec -> text).
+
+Linting lives in ``kgen.lint.api`` (``lint_paths``, ``lint_text``); ``render`` runs it on its own output.
+"""
 
 from __future__ import annotations
 

@@ -88,7 +88,11 @@ def cli() -> None:
 
 
 @cli.command(epilog=RENDER_EPILOG, context_settings={"max_content_width": 100})
-@click.option("--preset", metavar="NAME", help="Preset to start from (default 2node-test; see `kgen presets list`).")
+@click.option(
+    "--preset",
+    metavar="NAME",
+    help="Preset to start from (default 2node-test, none when -f is given; see `kgen presets list`).",
+)
 @click.option("--nodes", metavar="N", help="Number of nodes (pods).")
 @click.option("--gpus", metavar="G", help="GPUs per node (0 = CPU job with gloo).")
 @click.option("--kind", metavar="job|statefulset", help="Indexed Job (default) or StatefulSet.")

@@ -34,23 +34,13 @@ def _fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write all of text or nothing: a temp file in the same folder, then rename."""
-    import tempfile  # lazily: ~40 ms of imports that only -o needs
+def write_output(path: str, text: str) -> None:
+    """-o FILE: all of the text or nothing (kgen.resources.write_atomic), errors as one line."""
+    from kgen.resources import write_atomic
 
-    folder = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".kgen-", dir=folder)
+        write_atomic(os.path.abspath(path), text.encode("utf-8"), durable=True)
     except OSError as exc:
-        raise KgenError(f"cannot write {path}: {exc.strerror}", option="-o/--output") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        os.unlink(tmp)
         raise KgenError(f"cannot write {path}: {exc.strerror}", option="-o/--output") from None
 
 
@@ -150,7 +140,7 @@ def render(
     )
     text = render_manifest(request)
     if output:
-        write_atomic(output, text)
+        write_output(output, text)
     else:
         click.echo(text, nl=False)
 
@@ -213,7 +203,7 @@ def lint(paths, kubernetes_version, skip, output_format, engine, schema_location
     buf = io.StringIO()
     write_findings(result, output_format, buf)
     if output:
-        write_atomic(output, buf.getvalue())
+        write_output(output, buf.getvalue())
     else:
         click.echo(buf.getvalue(), nl=False)
     sys.exit(result.exit_code)

@@ -30,6 +30,7 @@ from typing import Any
 
 from kgen import __version__
 from kgen.errors import UsageError
+from kgen.resources import cache_dir, write_atomic
 
 # An error is (path, message); path is a tuple of keys and list indexes, relative to the document.
 Error = tuple[tuple, str]
@@ -467,33 +468,10 @@ class KindValidator:
         return self.check(data) or []
 
 
-def cache_dir() -> Path | None:
-    if os.environ.get("KGEN_NO_CACHE"):
-        return None
-    explicit = os.environ.get("KGEN_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "kgen"
-
-
 def _write_atomic(path: Path, payload: bytes) -> None:
-    import tempfile  # only on a cache miss
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".marshal")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(payload)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_atomic(path, payload)
     except OSError:
         pass  # a read-only home or a full disk only costs speed
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import jinja2
 
-from kgen.resources import templates_dir
+from kgen.resources import cache_dir, templates_dir
 from kgen.spec import TrainingSpec
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -80,8 +80,6 @@ class _QuietBytecodeCache(jinja2.FileSystemBytecodeCache):
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    from kgen.schema import cache_dir
-
     folder = cache_dir()
     if folder is None:
         return None

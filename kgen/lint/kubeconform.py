@@ -20,6 +20,7 @@ from typing import Any
 from kgen import __version__
 from kgen.errors import InputError, UsageError
 from kgen.findings import Severity
+from kgen.resources import cache_dir
 
 DEFINITIONS_URL = "https://kubernetes.io/api/_definitions.json"
 TEMPLATE = "{{ .NormalizedKubernetesVersion }}-local{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json"
@@ -35,7 +36,7 @@ def seed_cache(version: str, strict: bool, base: Path | None = None) -> Path:
     from kgen import schema
 
     dirname = f"v{version}.0-local" + ("-strict" if strict else "")
-    root = base or (schema.cache_dir() or Path(os.environ.get("TMPDIR", "/tmp")) / "kgen-cache")
+    root = base or (cache_dir() or Path(os.environ.get("TMPDIR", "/tmp")) / "kgen-cache")
     folder = root / "kubeconform" / f"{__version__}-{schema.bundled(version, strict).fingerprint()}" / dirname
     target = folder / cache_file_name()
     if not target.is_file():

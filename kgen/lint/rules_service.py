@@ -19,6 +19,12 @@ def _spec(doc: Any) -> dict:
     return spec if isinstance(spec, dict) else {}
 
 
+def _ports(doc: Any) -> list:
+    """spec.ports when it is a list (a wrong type is the schema's finding), else []."""
+    ports = _spec(doc).get("ports")
+    return ports if isinstance(ports, list) else []
+
+
 @rule(
     "KG030",
     E,
@@ -41,9 +47,7 @@ def service_ports_required(doc: Any, ctx: Context) -> Iterator:
     kinds=["Service"],
 )
 def service_port_names(doc: Any, ctx: Context) -> Iterator:
-    ports = _spec(doc).get("ports")
-    if not isinstance(ports, list):
-        return
+    ports = _ports(doc)
     seen: set = set()
     for i, p in enumerate(ports):
         if not isinstance(p, dict):
@@ -69,9 +73,7 @@ def service_port_names(doc: Any, ctx: Context) -> Iterator:
 def port_numbers(doc: Any, ctx: Context) -> Iterator:
     groups = []
     if doc.kind == "Service":
-        ports = _spec(doc).get("ports")
-        if isinstance(ports, list):
-            groups.append((ports, ("spec", "ports"), "port"))
+        groups.append((_ports(doc), ("spec", "ports"), "port"))
     ps = k8s.pod_spec(doc)
     if ps:
         for c, base in k8s.containers(*ps):
@@ -99,10 +101,7 @@ def port_numbers(doc: Any, ctx: Context) -> Iterator:
     kinds=["Service"],
 )
 def target_port(doc: Any, ctx: Context) -> Iterator:
-    ports = _spec(doc).get("ports")
-    if not isinstance(ports, list):
-        return
-    for i, p in enumerate(ports):
+    for i, p in enumerate(_ports(doc)):
         tp = p.get("targetPort") if isinstance(p, dict) else None
         if tp is None:
             continue

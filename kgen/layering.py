@@ -50,12 +50,10 @@ def convert(key: str, raw: Any, typed: Any, where: str) -> Any:
     kind = VALUES[key][0]
 
     def bad(expected: str) -> UsageError:
-        return UsageError(f'must be {expected}, got "{_show(raw)}"', option=where)
+        return UsageError(f'must be {expected}, got "{raw}"', option=where)
 
     if kind in ("int", "int?"):
-        if kind == "int?" and isinstance(raw, str) and raw in _NULLS:
-            return None
-        if raw is None and kind == "int?":
+        if kind == "int?" and (raw is None or (isinstance(raw, str) and raw in _NULLS)):
             return None
         if isinstance(raw, str) and re.fullmatch(r"[+-]?\d+", raw.strip()):
             return int(raw.strip())
@@ -101,10 +99,6 @@ def convert(key: str, raw: Any, typed: Any, where: str) -> Any:
             raise bad("a mapping")
         return typed
     raise AssertionError(kind)
-
-
-def _show(raw: Any) -> str:
-    return raw if isinstance(raw, str) else str(raw)
 
 
 # ----------------------------------------------------------------------------- values files

@@ -3,7 +3,7 @@
 Rendered text is re-parsed (a template bug or a stray string that changed the structure shows up
 here, not in the cluster) and emitted again from the parsed documents. Strings are written plain
 only when both YAML 1.1 (kubectl's decoder) and YAML 1.2 read them back as the same string;
-everything else is double-quoted. Multi-line strings become literal blocks.
+everything else is double-quoted. Multi-line strings become literal blocks when that is exact.
 """
 
 from __future__ import annotations
@@ -32,9 +32,21 @@ def plain_is_safe(text: str) -> bool:
     return bool(_PLAIN_SAFE.match(text)) and text not in _YAML11_WORDS
 
 
+_LITERAL_SAFE = re.compile(r"^[\t\n\x20-\x7e]*$")
+
+
+def _literal_is_exact(text: str) -> bool:
+    """A literal block (|) reads back exactly: printable ASCII, tabs and newlines only, no first
+    line starting with white space (that would need an indentation indicator) and no line that is
+    only white space."""
+    if not _LITERAL_SAFE.match(text) or text[:1] in (" ", "\t", "\n"):
+        return False
+    return not any(ln and not ln.strip() for ln in text.rstrip("\n").split("\n"))
+
+
 class _Representer(SafeRepresenter):
     def represent_str(self, data: str) -> Any:  # type: ignore[override]
-        if "\n" in data and _literal_block(data, "") is not None:
+        if "\n" in data and _literal_is_exact(data):
             return self.represent_scalar("tag:yaml.org,2002:str", data, style="|")
         style = None if plain_is_safe(data) else '"'
         return self.represent_scalar("tag:yaml.org,2002:str", data, style=style)
@@ -69,52 +81,10 @@ def parse_documents(text: str) -> list[dict]:
     return docs
 
 
-_LITERAL_SAFE = re.compile(r"^[\t\n\x20-\x7e]*$")
-
-
-def _literal_block(text: str, indent: str) -> str | None:
-    """A literal block scalar for text, written by hand, or None when that is not exact.
-
-    Exact when the text is printable ASCII, tabs and newlines, its first line does not start with a
-    space (no indentation indicator needed) and no line is only white space before the end.
-    """
-    if not _LITERAL_SAFE.match(text) or text[:1] in (" ", "\t", "\n"):
-        return None
-    body = text.rstrip("\n")
-    trailing = len(text) - len(body)
-    chomp = {0: "-", 1: ""}.get(trailing, "+")
-    lines = body.split("\n")
-    if any(ln and not ln.strip() for ln in lines):
-        return None
-    out = [f"|{chomp}"]
-    out += [f"{indent}{ln}" if ln else "" for ln in lines]
-    out += [""] * (trailing - 1 if trailing > 1 else 0)
-    return "\n".join(out)
-
-
 def dump_yaml(docs: list[dict]) -> str:
-    """Emit the documents. Long multi-line strings (the entrypoint script) are written as literal
-    blocks by hand: ruamel's pure-Python emitter takes about a second for 50 KB."""
-    spliced: dict[str, str] = {}
-    staged = []
-    for doc in docs:
-        data = doc.get("data") if doc.get("kind") == "ConfigMap" else None
-        if isinstance(data, dict):
-            doc = dict(doc, data=dict(data))
-            for key, val in data.items():
-                if isinstance(val, str) and len(val) > 1024 and "\n" in val:
-                    block = _literal_block(val, "    ")
-                    if block is not None:
-                        marker = f"kgen-literal-{len(spliced)}"
-                        spliced[marker] = block
-                        doc["data"][key] = marker
-        staged.append(doc)
     buf = io.StringIO()
-    _dumper().dump_all(staged, buf)
-    text = buf.getvalue()
-    for marker, block in spliced.items():
-        text = text.replace(f": {marker}\n", f": {block}\n", 1)
-    return text
+    _dumper().dump_all(docs, buf)
+    return buf.getvalue()
 
 
 def dump_json(docs: list[dict]) -> str:

@@ -3,18 +3,21 @@
 Every value remembers the layer it came from (``origins``), so an error can name the option or
 the file and line. Values files are read with every scalar as a string and then converted by the
 key's declared type (``kgen.spec.VALUES``): `on`, `010` or `1e3` stay exactly what was written in
-string fields, and nothing depends on YAML 1.1 vs 1.2 guessing.
+string fields, and nothing depends on YAML 1.1 vs 1.2 guessing. Pass-through Kubernetes fields
+(tolerations, affinity, volumes, ...) are read as YAML 1.1, the way kubectl reads a manifest.
+ruamel.yaml reads both (it is loaded for rendering anyway; PyYAML stays off the render path).
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
-import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from kgen.errors import InputError, UsageError
 from kgen.spec import VALUES
@@ -31,6 +34,8 @@ def defaults() -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def suggest(key: str) -> str | None:
+    import difflib  # only on the error path
+
     match = difflib.get_close_matches(key, list(VALUES), n=1, cutoff=0.6)
     if not match:  # try the last segment alone: "debug" -> "nccl.debug"
         tails = {k.rsplit(".", 1)[-1]: k for k in VALUES}
@@ -102,40 +107,26 @@ def convert(key: str, raw: Any, typed: Any, where: str) -> Any:
 
 
 # ----------------------------------------------------------------------------- values files
-class _StringLoader(yaml.BaseLoader):
-    """Every scalar a string; duplicate keys are an error (kubectl rejects them too)."""
-
-
-class _TypedLoader(yaml.SafeLoader):
-    """YAML 1.1 types, as kubectl reads manifests: for pass-through Kubernetes fields."""
-
-
-def _no_duplicates(loader: yaml.BaseLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = key_node.value
-        if key in seen:
-            raise yaml.MarkedYAMLError(
-                "while reading a mapping", node.start_mark, f'duplicate key "{key}"', key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StringLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
-_TypedLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+def _reader(typ: str) -> YAML:
+    y = YAML(typ=typ)  # "base": every scalar a string; "safe": typed. Duplicate keys are errors.
+    y.version = (1, 1)
+    return y
 
 
 def load_values_text(text: str, where: str) -> tuple[dict, dict]:
     """Parse a values document twice: strings-only (for typed conversion) and YAML-1.1 typed."""
     try:
-        raw = yaml.load(text, Loader=_StringLoader)  # noqa: S506 - BaseLoader builds no objects
-        typed = yaml.load(text, Loader=_TypedLoader)  # noqa: S506 - SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
+        raw = _reader("base").load(text)
+        with warnings.catch_warnings():  # ruamel warns that YAML 1.1 floats need a dot (1e3)
+            warnings.simplefilter("ignore")
+            typed = _reader("safe").load(text)
+    except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
-        raise InputError(f"{where}{line}: {exc.problem or exc.context}", hint="fix the YAML syntax") from None
-    except yaml.YAMLError as exc:
+        problem = " ".join(str(exc.problem or exc.context).split())
+        hint = "keep one of them" if "duplicate key" in problem else "fix the YAML syntax"
+        raise InputError(f"{where}{line}: {problem}", hint=hint) from None
+    except YAMLError as exc:
         raise InputError(f"{where}: {str(exc).splitlines()[0]}", hint="fix the YAML syntax") from None
     if raw is None:
         return {}, {}

@@ -164,6 +164,10 @@ BAD_INPUT = [
     (["--format", "xml"], '--format: must be yaml or json, got "xml"'),
     (["-f", "/nonexistent/values.yaml"], "-f/--values: cannot read /nonexistent/values.yaml"),
     (["--bogus"], "No such option '--bogus'"),
+    # values that pass the values checks and are caught by the lint self-check on the documents
+    (["--set", "labels.team=" + "a" * 70], "the rendered manifest fails KG024: label value"),
+    (["--set", "tolerations=[{key: a, operator: Sometimes}]"], "fails KG056: operator 'Sometimes' must be"),
+    (["--set", "affinity={nodeAffinity: {bogus: 1}}"], "fails KG010: unknown field 'bogus'"),
 ]
 
 

@@ -3,6 +3,7 @@
     opts = LintOptions(kubernetes_version="1.37")
     result = lint_paths(["manifests/", "-"], opts)     # '-' = stdin; folders recursive
     result = lint_text(text, "<render>", opts)
+    result = lint_documents(list_of_dicts, "<render>", opts)  # in memory: paths, no lines
     result.findings, result.exit_code                   # 0 clean, 1 error findings
 
 Unreadable files, YAML syntax errors, an unknown version or engine, a missing kubeconform binary
@@ -14,19 +15,17 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kgen.errors import InputError, UsageError
 from kgen.findings import Finding, Severity
-from kgen.lint.parse import YAML11_BOOLS, Document, format_path, parse_stream
+from kgen.lint.document import Document, format_path
 
 SKIP_ANNOTATION = "kgen.dev/lint-skip"
 ENGINES = ("builtin", "kubeconform")
 
 
-@dataclass(frozen=True)
-class LintOptions:
+class LintOptions(NamedTuple):
     kubernetes_version: str = "1.37"
     skip: frozenset = frozenset()
     engine: str = "builtin"
@@ -34,19 +33,22 @@ class LintOptions:
     strict: bool = True  # strict schemas reject unknown fields
 
 
-@dataclass(frozen=True)
-class DocumentRef:
+class DocumentRef(NamedTuple):
     file: str
     line: int
     kind: str
     name: str
 
 
-@dataclass
 class LintResult:
-    findings: list[Finding] = field(default_factory=list)
-    documents: list[DocumentRef] = field(default_factory=list)
-    files: list[str] = field(default_factory=list)
+    """Findings (sorted by file order, line, column) and what was read."""
+
+    __slots__ = ("findings", "documents", "files")
+
+    def __init__(self, files: list[str] | None = None) -> None:
+        self.findings: list[Finding] = []
+        self.documents: list[DocumentRef] = []
+        self.files: list[str] = files if files is not None else []
 
     @property
     def exit_code(self) -> int:
@@ -102,6 +104,22 @@ def lint_text(text: str, filename: str, opts: LintOptions) -> LintResult:
     _lint_stream(text, filename, prepared, result)
     if prepared.kubeconform is not None:
         prepared.kubeconform.run(result, prepared)
+    _finish(result)
+    return result
+
+
+def lint_documents(values: Iterable[Any], filename: str, opts: LintOptions) -> LintResult:
+    """Lint documents already in memory (``kgen render``'s self-check on what it is about to print).
+
+    Same schema check and rules as ``lint_text``, without a YAML round trip: findings carry the
+    field path but no line (0). The builtin engine only: kubeconform reads files.
+    """
+    if opts.engine != "builtin":
+        raise UsageError("lint_documents checks values in memory: use the builtin engine", option="--engine")
+    prepared = _Prepared(opts)
+    result = LintResult(files=[filename])
+    docs = [Document(filename, i, None, value) for i, value in enumerate(values)]
+    _lint_docs(docs, "", filename, prepared, result)
     _finish(result)
     return result
 
@@ -178,7 +196,12 @@ def _skips(doc: Document) -> frozenset:
 
 
 def _lint_stream(text: str, filename: str, p: _Prepared, result: LintResult) -> None:
-    docs = parse_stream(text, filename)
+    from kgen.lint.parse import parse_stream
+
+    _lint_docs(parse_stream(text, filename), text, filename, p, result)
+
+
+def _lint_docs(docs: list[Document], text: str, filename: str, p: _Prepared, result: LintResult) -> None:
     objects: list[Document] = []
     per_doc: dict[int, list[Finding]] = {}
     for doc in docs:
@@ -283,6 +306,8 @@ def schema_errors_to_findings(doc: Document, errors: list, version: str = "") ->
         rule_id = "KG010"
         node = doc.scalar_at(path) if message.startswith("expected string") else None
         if node is not None and node.style == "" and node.tag == "!kgen-plain":
+            from kgen.lint.parse import YAML11_BOOLS  # a node tree means PyYAML is loaded already
+
             if node.value in YAML11_BOOLS:
                 rule_id = "KG002"
                 why = "" if node.value.lower() in ("true", "false") else " (YAML 1.1)"
@@ -303,4 +328,4 @@ def _finish(result: LintResult) -> None:
     result.findings.sort(key=lambda f: (order.get(f.file, len(order)), f.line, f.column, f.rule_id, f.path))
 
 
-__all__ = ["LintOptions", "LintResult", "DocumentRef", "lint_paths", "lint_text", "format_path"]
+__all__ = ["LintOptions", "LintResult", "DocumentRef", "lint_documents", "lint_paths", "lint_text", "format_path"]

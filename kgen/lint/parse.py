@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import yaml
@@ -25,6 +23,7 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from kgen.errors import InputError
 from kgen.findings import Finding, Severity
+from kgen.lint.document import Document, format_path
 
 _PLAIN = "!kgen-plain"  # our tag for untagged plain scalars; resolved by _plain() below
 _MAP = "tag:yaml.org,2002:map"
@@ -69,100 +68,6 @@ _NULLS = frozenset(("", "~", "null", "Null", "NULL"))
 _GO_NUMBER = re.compile(
     r"[-+]?(?:0[xXoObB][0-9a-fA-F_]+|[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?)$"
 )
-
-
-@dataclass
-class Document:
-    """One YAML document of a stream: its value, node tree and where it came from."""
-
-    file: str
-    index: int  # 0-based position in the stream (empty documents not counted)
-    node: Any  # yaml root node
-    data: Any
-    findings: list[Finding] = field(default_factory=list)  # parse findings (duplicate keys)
-    memo: dict = field(default_factory=dict, repr=False, compare=False)  # per-document caches for rules
-
-    @property
-    def line(self) -> int:
-        return self.node.start_mark.line + 1
-
-    @cached_property
-    def kind(self) -> str:
-        v = self.data.get("kind") if isinstance(self.data, dict) else None
-        return v if isinstance(v, str) else ""
-
-    @cached_property
-    def api_version(self) -> str:
-        v = self.data.get("apiVersion") if isinstance(self.data, dict) else None
-        return v if isinstance(v, str) else ""
-
-    @cached_property
-    def metadata(self) -> dict:
-        m = self.data.get("metadata") if isinstance(self.data, dict) else None
-        return m if isinstance(m, dict) else {}
-
-    @cached_property
-    def name(self) -> str:
-        v = self.metadata.get("name")
-        return v if isinstance(v, str) else ""
-
-    @cached_property
-    def namespace(self) -> str:
-        v = self.metadata.get("namespace")
-        return v if isinstance(v, str) else ""
-
-    def locate(self, path: tuple) -> tuple[int, int]:
-        """1-based (line, column) of ``path`` (keys and list indexes), or of its deepest existing
-        ancestor. A mapping entry is located at its key."""
-        node = self.node
-        mark = node.start_mark
-        for step in path:
-            nxt = None
-            if isinstance(node, MappingNode):
-                for k, v in node.value:  # last wins, like the decoded value
-                    if isinstance(k, ScalarNode) and k.value == step:
-                        nxt, mark = v, k.start_mark
-            elif isinstance(node, SequenceNode) and isinstance(step, int) and 0 <= step < len(node.value):
-                nxt = node.value[step]
-                mark = nxt.start_mark
-            if nxt is None:
-                break
-            node = nxt
-        return mark.line + 1, mark.column + 1
-
-    def scalar_at(self, path: tuple) -> ScalarNode | None:
-        node = self.node
-        for step in path:
-            nxt = None
-            if isinstance(node, MappingNode):
-                for k, v in node.value:
-                    if isinstance(k, ScalarNode) and k.value == step:
-                        nxt = v
-            elif isinstance(node, SequenceNode) and isinstance(step, int) and 0 <= step < len(node.value):
-                nxt = node.value[step]
-            if nxt is None:
-                return None
-            node = nxt
-        return node if isinstance(node, ScalarNode) else None
-
-    def finding(self, rule_id: str, severity: Severity, message: str, path: tuple = ()) -> Finding:
-        line, col = self.locate(path)
-        return Finding(rule_id, severity, message, self.file, line, col, format_path(path), self.kind, self.name)
-
-
-_SIMPLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*$")
-
-
-def format_path(path: tuple) -> str:
-    out = []
-    for step in path:
-        if isinstance(step, int):
-            out.append(f"[{step}]")
-        elif _SIMPLE_KEY.match(step):
-            out.append(f".{step}" if out else step)
-        else:
-            out.append(f'["{step}"]')
-    return "".join(out)
 
 
 def _go_int(text: str) -> int | None:

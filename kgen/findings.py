@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 
 class Severity(str, Enum):
@@ -12,8 +12,7 @@ class Severity(str, Enum):
     INFO = "info"
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     rule_id: str  # "KG012"; JSON-schema errors are KG010 (see docs/lint.md for every id)
     severity: Severity
     message: str  # one line, says how to fix it

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from kgen.errors import UsageError
 from kgen.layering import flatten, load_values_text
@@ -13,8 +12,7 @@ from kgen.resources import presets_dir
 DEFAULT_PRESET = "2node-test"
 
 
-@dataclass(frozen=True)
-class Preset:
+class Preset(NamedTuple):
     name: str
     path: Path
     text: str
@@ -41,6 +39,8 @@ def names() -> list[str]:
 def load(name: str) -> Preset:
     path = presets_dir() / f"{name}.yaml"
     if not path.is_file():
+        import difflib  # only on the error path
+
         known = names()
         near = difflib.get_close_matches(name, known, n=1)
         hint = f'did you mean "{near[0]}"?' if near else f"choose one of: {', '.join(known)}"

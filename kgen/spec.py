@@ -7,8 +7,7 @@ derives names, MASTER_ADDR, world size and label sets, so templates only place v
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kgen.errors import UsageError
 from kgen.lint.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, parse_quantity
@@ -105,8 +104,7 @@ def parse_k8s_version(text: str, option: str = "--kubernetes-version") -> int:
     return minor
 
 
-@dataclass(frozen=True)
-class Features:
+class Features(NamedTuple):
     """Kubernetes features the output may use, from the oldest cluster it must run on."""
 
     minor: int
@@ -120,15 +118,13 @@ class Features:
         return self.minor >= 34
 
 
-@dataclass(frozen=True)
-class EnvVar:
+class EnvVar(NamedTuple):
     name: str
     value: str | None = None
     field_path: str | None = None  # downward API fieldRef
 
 
-@dataclass(frozen=True)
-class TrainingSpec:
+class TrainingSpec(NamedTuple):
     values: dict[str, Any]
     origins: dict[str, str]
     k8s: Features
@@ -142,7 +138,7 @@ class TrainingSpec:
     command: tuple[str, ...]
     port: int
     liveness_port: int
-    env: tuple[EnvVar, ...] = field(default=())
+    env: tuple[EnvVar, ...] = ()
 
     # ---- derived names --------------------------------------------------------------------
     @property

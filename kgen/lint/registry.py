@@ -10,14 +10,12 @@ Ids that are produced by the parser or the schema engine are registered as ``bui
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kgen.findings import Severity
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(NamedTuple):
     kubernetes_version: str  # "1.37"
 
     @property
@@ -25,15 +23,14 @@ class Context:
         return int(self.kubernetes_version.split(".")[1])
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     id: str
     severity: Severity
     summary: str  # one sentence for the docs
     fix: str  # one sentence: how to fix it
     kinds: frozenset[str] | None = None  # None: every kind
     scope: str = "document"  # document | stream | builtin
-    fn: Callable[..., Iterable[Any]] | None = field(default=None, compare=False)
+    fn: Callable[..., Iterable[Any]] | None = None
 
 
 RULES: dict[str, Rule] = {}

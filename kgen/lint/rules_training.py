@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from kgen.findings import Severity
@@ -23,13 +22,17 @@ _HAND_SET = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 _ENV_REF = re.compile(r"\$\((\w+)\)")
 
 
-@dataclass
 class Workload:
-    doc: Any
-    spec: dict  # pod spec
-    base: tuple  # path of the pod spec
-    nodes: int | None
-    launches: list[tuple[dict, tuple, list[Launch]]] = field(default_factory=list)  # (container, path, launches)
+    """A Job or StatefulSet whose containers launch torchrun, as the training rules see it."""
+
+    __slots__ = ("doc", "spec", "base", "nodes", "launches")
+
+    def __init__(self, doc: Any, spec: dict, base: tuple, nodes: int | None) -> None:
+        self.doc = doc
+        self.spec = spec  # pod spec
+        self.base = base  # path of the pod spec
+        self.nodes = nodes
+        self.launches: list[tuple[dict, tuple, list[Launch]]] = []  # (container, path, launches)
 
     @property
     def name(self) -> str:

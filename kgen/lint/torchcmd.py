@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
 from typing import Any
 
 _SHELLS = {"bash", "sh", "zsh", "dash", "ash"}
@@ -34,12 +33,16 @@ _SLEEP = re.compile(r"^[ \t]*(sleep[ \t]+[^;&|#\n]+)", re.M)
 _PREFIX_WORDS = {"exec", "nohup", "time", "env", "stdbuf"}
 
 
-@dataclass
 class Launch:
-    form: str  # torchrun | kgen
-    flags: dict[str, str | None] = field(default_factory=dict)  # normalised: nnodes, nproc_per_node, ...
-    exports: list[str] = field(default_factory=list)  # variables assigned/exported in the same script
-    sleeps: list[str] = field(default_factory=list)  # sleep commands before/around the launch
+    """One torchrun (or kgen entrypoint) launch found in a container's command."""
+
+    __slots__ = ("form", "flags", "exports", "sleeps")
+
+    def __init__(self, form: str, flags: dict[str, str | None] | None = None) -> None:
+        self.form = form  # torchrun | kgen
+        self.flags: dict[str, str | None] = flags if flags is not None else {}  # nnodes, nproc_per_node, ...
+        self.exports: list[str] = []  # variables assigned/exported in the same script
+        self.sleeps: list[str] = []  # sleep commands before/around the launch
 
     def flag(self, name: str) -> str | None:
         return self.flags.get(name)

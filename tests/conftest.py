@@ -26,4 +26,4 @@ def update_goldens(request):
 def kgen_cmd():
     """The installed console script next to the running interpreter (a real process)."""
     script = Path(sys.executable).parent / "kgen"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "kgen.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "kgen"]

@@ -20,9 +20,11 @@ import gc
 import os
 import sys
 
+GC_THRESHOLD = (50_000, 10, 10)  # Python's default: (700, 10, 10)
+
 
 def main() -> None:
-    gc.set_threshold(50_000, 10, 10)
+    gc.set_threshold(*GC_THRESHOLD)
     from kgen.cli import main as cli_main
 
     try:

@@ -58,44 +58,40 @@ class Document:
         v = self.metadata.get("namespace")
         return v if isinstance(v, str) else ""
 
-    def locate(self, path: tuple) -> tuple[int, int]:
-        """1-based (line, column) of ``path`` (keys and list indexes), or of its deepest existing
-        ancestor. A mapping entry is located at its key."""
+    def _walk(self, path: tuple) -> tuple[Any, Any, bool]:
+        """Follow ``path`` (keys and list indexes) down the node tree: the deepest node reached, the
+        mark that locates it (a mapping entry's key, a list item's start) and whether all of
+        ``path`` exists. Duplicate keys: the last wins, like the decoded value."""
         node = self.node
-        if node is None:
-            return 0, 0
         mark = node.start_mark
         for step in path:
             nxt = None
             if node.id == "mapping":
-                for k, v in node.value:  # last wins, like the decoded value
+                for k, v in node.value:
                     if k.id == "scalar" and k.value == step:
                         nxt, mark = v, k.start_mark
             elif node.id == "sequence" and isinstance(step, int) and 0 <= step < len(node.value):
                 nxt = node.value[step]
                 mark = nxt.start_mark
             if nxt is None:
-                break
+                return node, mark, False
             node = nxt
+        return node, mark, True
+
+    def locate(self, path: tuple) -> tuple[int, int]:
+        """1-based (line, column) of ``path``, or of its deepest existing ancestor; (0, 0) for
+        documents without a node tree."""
+        if self.node is None:
+            return 0, 0
+        _, mark, _ = self._walk(path)
         return mark.line + 1, mark.column + 1
 
     def scalar_at(self, path: tuple) -> Any:
         """The yaml ScalarNode at ``path``, or None (also for documents without a node tree)."""
-        node = self.node
-        if node is None:
+        if self.node is None:
             return None
-        for step in path:
-            nxt = None
-            if node.id == "mapping":
-                for k, v in node.value:
-                    if k.id == "scalar" and k.value == step:
-                        nxt = v
-            elif node.id == "sequence" and isinstance(step, int) and 0 <= step < len(node.value):
-                nxt = node.value[step]
-            if nxt is None:
-                return None
-            node = nxt
-        return node if node.id == "scalar" else None
+        node, _, found = self._walk(path)
+        return node if found and node.id == "scalar" else None
 
     def finding(self, rule_id: str, severity: Severity, message: str, path: tuple = ()) -> Finding:
         line, col = self.locate(path)

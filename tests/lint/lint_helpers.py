@@ -92,7 +92,6 @@ def job(name: str = "llama", nodes: int = 4, gpus: int = 8) -> dict:
 def statefulset(name: str = "llama", nodes: int = 4, gpus: int = 8) -> dict:
     spec = pod_spec(name, nodes, gpus, restart="Always")
     del spec["subdomain"]
-    spec["restartPolicy"] = "Always"
     c = spec["containers"][0]
     c["env"][0] = {
         "name": "NODE_RANK",

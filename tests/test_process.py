@@ -33,7 +33,7 @@ def test_python_dash_m_kgen_is_the_same_process():
     assert done.returncode == 0 and done.stdout.decode().startswith("kgen ")
 
 
-def test_exit_codes_survive_the_fast_exit(kgen_cmd, tmp_path):
+def test_exit_codes_survive_the_fast_exit(kgen_cmd):
     bad = proc(kgen_cmd, "render", "--nodes", "0")
     assert bad.returncode == 2 and bad.stdout == b""
     assert bad.stderr.decode().count("\n") == 1 and b"--nodes" in bad.stderr

@@ -7,12 +7,14 @@ import sys
 HEAVY = ["torch", "kubernetes", "jsonschema", "requests", "numpy", "kubernetes_validate"]
 
 
-def test_render_imports_nothing_heavy():
+def test_render_imports_nothing_heavy(tmp_path):
+    # Never a system path: `-o /dev/null` once replaced the machine's /dev/null (issue 8).
+    target = str(tmp_path / "out.yaml")
     code = (
         "import sys, json\n"
         "from kgen.cli import main\n"
         "try:\n"
-        "    main(['render', '--preset', '64x8', '-o', '/dev/null'])\n"
+        f"    main(['render', '--preset', '64x8', '-o', {target!r}])\n"
         "except SystemExit as e:\n"
         "    assert e.code in (0, None), e.code\n"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"

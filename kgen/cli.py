@@ -184,9 +184,7 @@ class KgenGroup(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
-            rv = super().main(
-                args=args, prog_name=prog_name or "kgen", complete_var=complete_var, standalone_mode=False, **extra
-            )
+            rv = super().main(args=args, prog_name="kgen", complete_var=complete_var, standalone_mode=False, **extra)
         except KgenError as exc:
             _fail(exc.one_line(), exc.exit_code)
         except click.exceptions.NoArgsIsHelpError as exc:

@@ -60,9 +60,16 @@ MAX_SYMLINKS = 40  # as the kernel's path walk (ELOOP beyond)
 
 def final_target(path: str | Path) -> Path:
     """The path a write to ``path`` lands on: symlinks followed (relative ones against their own
-    folder), a dangling link resolved to the file it names. Raises OSError(ELOOP) on a loop."""
+    folder, symlinked folders resolved), a dangling link resolved to the file it names. A file
+    descriptor's link in /proc (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``) is not followed:
+    it names an open file, not a path. Raises OSError(ELOOP) on a loop."""
+    if str(path).endswith(os.sep):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     current = Path(os.path.abspath(path))
     for _ in range(MAX_SYMLINKS):
+        current = Path(os.path.realpath(current.parent)) / current.name
+        if is_fd_link(current):
+            return current
         try:
             link = os.readlink(current)
         except OSError as exc:
@@ -73,6 +80,12 @@ def final_target(path: str | Path) -> Path:
     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
 
 
+def is_fd_link(path: Path) -> bool:
+    """/proc/<pid>[/task/<tid>]/fd/N (folders already resolved): a link to an open file, pipe or socket."""
+    parts = path.parts
+    return len(parts) >= 5 and parts[1] == "proc" and parts[-2] == "fd"
+
+
 def write_file(path: str | Path, data: bytes, *, durable: bool = False) -> None:
     """Write data to path the way a careful Unix tool does, never destroying what is there.
 
@@ -81,9 +94,11 @@ def write_file(path: str | Path, data: bytes, *, durable: bool = False) -> None:
       mode and, where permitted, its owner and group. A hard link to it elsewhere keeps the old data.
     - A new file gets ``0666 & ~umask`` (the kernel applies the umask and any default ACL).
     - A character device, FIFO or any other non-regular file is opened and written, never replaced.
+    - An open file named through /proc (``-o /dev/stdout``) is opened, truncated and written, as the
+      shell's ``>`` does: what it refers to is the caller's, not a path to replace.
     - A folder is an error (EISDIR).
 
-    Raises OSError; nothing is written and no temp file outlives a failure."""
+    Raises OSError; nothing is written and no temp file outlives a failure (for regular files)."""
     target = final_target(path)
     try:
         st: os.stat_result | None = os.stat(target)
@@ -91,8 +106,8 @@ def write_file(path: str | Path, data: bytes, *, durable: bool = False) -> None:
         st = None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        _write_in_place(target, data)
+    if st is not None and (not stat.S_ISREG(st.st_mode) or is_fd_link(target)):
+        _write_in_place(target, data, truncate=stat.S_ISREG(st.st_mode))
     else:
         _replace(target, data, st, durable=durable)
 
@@ -102,9 +117,9 @@ def write_atomic(path: str | Path, data: bytes, *, durable: bool = False) -> Non
     write_file(path, data, durable=durable)
 
 
-def _write_in_place(target: Path, data: bytes) -> None:
-    """A device, FIFO or socket: open it as it is (no create, no truncate) and write everything."""
-    fd = os.open(target, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+def _write_in_place(target: Path, data: bytes, *, truncate: bool = False) -> None:
+    """A device, FIFO or open file: open it as it is (never created) and write everything."""
+    fd = os.open(target, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0))
     try:
         view = memoryview(data)
         while view:

@@ -148,6 +148,22 @@ def test_a_symlink_loop_is_one_line(kgen_cmd, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
 
 
+def test_a_file_descriptor_link_is_the_open_file_not_a_path_to_replace(kgen_cmd, tmp_path, rendered):
+    """`-o /dev/stdout` (here: /proc/self/fd/1, and a private link to it) writes to the open stdout,
+    truncating a regular file as the shell's `>` does; the link is never replaced."""
+    out = tmp_path / "stdout.yaml"
+    out.write_bytes(b"x" * 200_000)  # longer than the manifest: must be truncated
+    link = tmp_path / "my-stdout"
+    link.symlink_to("/proc/self/fd/1")
+    with open(out, "r+b") as fh:  # stdout opened without truncating
+        done = subprocess.run([*kgen_cmd, "render", "--preset", "4x8", "-o", "/proc/self/fd/1"], stdout=fh, timeout=60)
+    assert done.returncode == 0 and out.read_bytes() == rendered
+    piped = run(kgen_cmd, "render", "--preset", "4x8", "-o", str(link))  # stdout is a pipe
+    assert piped.returncode == 0 and piped.stdout == rendered
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my-stdout", "stdout.yaml"]
+
+
 # -- modes, owners, umask ---------------------------------------------------------------------------
 
 

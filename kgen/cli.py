@@ -93,16 +93,22 @@ def _param_for(ctx: click.Context | None, opt: str) -> click.Parameter | None:
 
 
 def _needs_value(exc: click.BadOptionUsage) -> str:
-    """`--nodes: needs a value, e.g. --nodes 4` (the option as the user typed it)."""
+    """`--nodes: needs a value, e.g. --nodes 4` (the option as the user typed it). The example comes from
+    OPTION_EXAMPLES, else the last of the choices (a click.Choice, or a metavar such as yaml|json), else
+    the metavar is shown as the form."""
     opt = exc.option_name
     param = _param_for(exc.ctx, opt)
-    if param is not None and param.name == "output_format":
-        example = param.metavar.split("|")[-1] if param.metavar else None
-    else:
-        example = OPTION_EXAMPLES.get(param.name or "") if param is not None else None
-    if example is None and param is not None and param.metavar:
-        example = param.metavar
-    return f"{opt}: needs a value, e.g. {opt} {example}" if example else f"{opt}: needs a value"
+    if param is None:
+        return f"{opt}: needs a value"
+    metavar = param.metavar or ""
+    example = OPTION_EXAMPLES.get(param.name or "")
+    if example is None and isinstance(param.type, click.Choice) and param.type.choices:
+        example = str(param.type.choices[-1])
+    if example is None and "|" in metavar:
+        example = metavar.split("|")[-1]
+    if example is not None:
+        return f"{opt}: needs a value, e.g. {opt} {example}"
+    return f"{opt}: needs a value ({opt} {metavar})" if metavar else f"{opt}: needs a value"
 
 
 def _script_hint(exc: click.NoSuchOption) -> str:

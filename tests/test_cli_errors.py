@@ -54,6 +54,29 @@ def test_usage_errors_are_one_line_that_names_the_option(args, line):
     assert (res.exit_code, res.stdout, res.stderr) == (2, "", f"kgen: error: {line}\n")
 
 
+def _value_options():
+    import click
+
+    def walk(cmd, path):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, [*path, name])
+            return
+        for param in cmd.params:
+            if isinstance(param, click.Option) and not param.is_flag and param.name != "help":
+                for opt in param.opts:
+                    yield [*path, opt]
+
+    return list(walk(cli, []))
+
+
+@pytest.mark.parametrize("args", _value_options(), ids=" ".join)
+def test_every_option_without_its_value_says_so_by_name(args):
+    res = run(*args)
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.startswith(f"kgen: error: {args[-1]}: needs a value") and res.stderr.count("\n") == 1
+
+
 @pytest.mark.parametrize("args", [[], ["presets"]])
 def test_a_bare_group_prints_its_help_on_stdout_and_exits_0(args):
     """As kubectl and helm: nothing was asked for, so nothing failed; never `kgen: error: Usage: ...`."""

@@ -111,29 +111,40 @@ def _needs_value(exc: click.BadOptionUsage) -> str:
     return f"{opt}: needs a value ({opt} {metavar})" if metavar else f"{opt}: needs a value"
 
 
-def _script_hint(exc: click.NoSuchOption) -> str:
-    """`kgen render train.py --lr 3e-4` (no `--`): say where the training command goes."""
+def _script_start(exc: click.NoSuchOption) -> tuple[list[str], int | None]:
+    """The raw arguments and where a training command given without `--` starts: the first token before
+    the unknown option that is neither an option nor an option's value (None: no such token)."""
     ctx = exc.ctx
     argv: list[str] = list(ctx.meta.get("kgen.args", [])) if ctx is not None else []
     bad = next((i for i, tok in enumerate(argv) if tok.split("=", 1)[0] == exc.option_name), len(argv))
-    # Where the user's command starts: the first token before the bad option that is neither an option
-    # nor an option's value.
-    start, i = None, 0
+    i = 0
     while i < bad:
         tok = argv[i]
         if tok == "--":
-            break
+            return argv, None
         if tok.startswith("-") and len(tok) > 1:
             param = _param_for(ctx, tok.split("=", 1)[0])
             takes_value = isinstance(param, click.Option) and not param.is_flag and "=" not in tok
             i += 2 if takes_value else 1
             continue
-        start = i
-        break
-    if start is None:
-        return "put your training command and its arguments after --, e.g. kgen render -- train.py --lr 3e-4"
-    own = " ".join(["kgen render", *argv[:start]])
-    return f"put the training command after --: {own} -- {' '.join(argv[start:])}"
+        return argv, i
+    return argv, None
+
+
+def _no_such_option(exc: click.NoSuchOption, cmd: str) -> str:
+    """`kgen render train.py --lr 3e-4` (forgot `--`) says where the training command goes."""
+    head = f"{exc.option_name}: not an option of {cmd}"
+    is_render = exc.ctx is not None and exc.ctx.command.name == "render"
+    argv, start = _script_start(exc) if is_render else ([], None)
+    if start is not None:
+        fixed = " ".join(["kgen render", *argv[:start], "--", *argv[start:]])
+        return f"{head}; put the training command after --: {fixed}"
+    close = [p for p in exc.possibilities or () if p not in ("--help", "-h")]
+    if close:
+        return f"{head}; did you mean {' or '.join(close)}?"
+    if is_render:
+        return f"{head}; put your training command and its arguments after --, e.g. kgen render -- train.py --lr 3e-4"
+    return f"{head} (see `{cmd} --help`)"
 
 
 def _usage_message(exc: click.UsageError) -> str:
@@ -143,12 +154,7 @@ def _usage_message(exc: click.UsageError) -> str:
     if isinstance(exc, click.BadOptionUsage) and "requires" in exc.message:
         return _needs_value(exc)
     if isinstance(exc, click.NoSuchOption):
-        close = [p for p in exc.possibilities or () if p not in ("--help", "-h")]
-        if close:
-            return f"{exc.option_name}: no such option for {cmd}; did you mean {' or '.join(close)}?"
-        if ctx is not None and ctx.command.name == "render":
-            return f"{exc.option_name}: not an option of {cmd}; {_script_hint(exc)}"
-        return f"{exc.option_name}: no such option for {cmd} (see `{cmd} --help`)"
+        return _no_such_option(exc, cmd)
     if isinstance(exc, click.exceptions.NoSuchCommand):
         did = f"; did you mean {' or '.join(exc.possibilities)}?" if exc.possibilities else ""
         return f'no such command "{exc.command_name}" for {cmd}{did} (`{cmd} --help` lists them)'

@@ -31,12 +31,16 @@ USAGE_ERRORS = [
         "kgen render --nodes 2 -f v.yaml -- train.py --lr=3e-4 --epochs 3",
     ),
     (
+        ["render", "train.py", "--nam", "x"],
+        "--nam: not an option of kgen render; put the training command after --: kgen render -- train.py --nam x",
+    ),
+    (
         ["render", "--lr", "3e-4"],
         "--lr: not an option of kgen render; put your training command and its arguments after --, "
         "e.g. kgen render -- train.py --lr 3e-4",
     ),
-    (["render", "--nodez", "3"], "--nodez: no such option for kgen render; did you mean --nodes or --name or --kind?"),
-    (["--bogus"], "--bogus: no such option for kgen (see `kgen --help`)"),
+    (["render", "--nodez", "3"], "--nodez: not an option of kgen render; did you mean --nodes or --name or --kind?"),
+    (["--bogus"], "--bogus: not an option of kgen (see `kgen --help`)"),
     (["rendr"], 'no such command "rendr" for kgen; did you mean render? (`kgen --help` lists them)'),
     (
         ["presets", "shw"],

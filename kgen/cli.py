@@ -137,7 +137,9 @@ def _no_such_option(exc: click.NoSuchOption, cmd: str) -> str:
     is_render = exc.ctx is not None and exc.ctx.command.name == "render"
     argv, start = _script_start(exc) if is_render else ([], None)
     if start is not None:
-        fixed = " ".join(["kgen render", *argv[:start], "--", *argv[start:]])
+        import shlex  # only on this error path
+
+        fixed = "kgen render " + shlex.join([*argv[:start], "--", *argv[start:]])
         return f"{head}; put the training command after --: {fixed}"
     close = [p for p in exc.possibilities or () if p not in ("--help", "-h")]
     if close:

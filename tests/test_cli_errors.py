@@ -35,6 +35,11 @@ USAGE_ERRORS = [
         "--nam: not an option of kgen render; put the training command after --: kgen render -- train.py --nam x",
     ),
     (
+        ["render", "--name", "my job", "train.py", "--msg", "a b"],
+        "--msg: not an option of kgen render; put the training command after --: "
+        "kgen render --name 'my job' -- train.py --msg 'a b'",
+    ),
+    (
         ["render", "--lr", "3e-4"],
         "--lr: not an option of kgen render; put your training command and its arguments after --, "
         "e.g. kgen render -- train.py --lr 3e-4",

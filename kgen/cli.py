@@ -6,7 +6,7 @@ stdout, no traceback).
 
 from __future__ import annotations
 
-import os
+import errno
 import sys
 
 import click
@@ -34,31 +34,186 @@ def _fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+_WRITE_FIXES = {
+    errno.EISDIR: "name a file (or - for stdout)",
+    errno.ENOENT: "create the folder first",
+    errno.ENOTDIR: "a part of the path is not a folder",
+    errno.EACCES: "choose a writable location (or - for stdout)",
+    errno.EPERM: "choose a writable location (or - for stdout)",
+    errno.EROFS: "choose a writable location (or - for stdout)",
+    errno.ENOSPC: "free some space",
+    errno.ELOOP: "the symlinks form a loop",
+    errno.ENXIO: "nothing reads that socket or device",
+}
+
+
 def write_output(path: str, text: str) -> None:
-    """-o FILE: all of the text or nothing (kgen.resources.write_atomic), errors as one line."""
-    from kgen.resources import write_atomic
+    """-o FILE: ``-`` is stdout; otherwise kgen.resources.write_file (never destroys what is at the path:
+    devices and FIFOs are written, symlinks followed, regular files replaced all-or-nothing)."""
+    if path == "-":
+        click.echo(text, nl=False)
+        return
+    from kgen.resources import write_file
 
     try:
-        write_atomic(os.path.abspath(path), text.encode("utf-8"), durable=True)
+        write_file(path, text.encode("utf-8"), durable=True)
     except OSError as exc:
-        raise KgenError(f"cannot write {path}: {exc.strerror}", option="-o/--output") from None
+        problem = f"cannot write {path}: {exc.strerror or exc}"
+        fix = _WRITE_FIXES.get(exc.errno or 0)
+        raise KgenError(f"{problem}; {fix}" if fix else problem, option="-o/--output") from None
+
+
+# An example value per option, for "needs a value" errors (options without one show their metavar).
+OPTION_EXAMPLES = {
+    "preset": "4x8",
+    "nodes": "4",
+    "gpus": "8",
+    "kind": "statefulset",
+    "name": "llama-70b",
+    "namespace": "training",
+    "image": "ghcr.io/me/train:1.4",
+    "env": "NCCL_DEBUG=INFO",
+    "values_files": "prod.yaml",
+    "sets": "nccl.debug=INFO",
+    "kubernetes_version": "1.33",
+    "output": "out.yaml",
+    "skip": "KG102,KG111",
+    "engine": "kubeconform",
+    "schema_location": "schemas/",
+}
+
+
+def _param_for(ctx: click.Context | None, opt: str) -> click.Parameter | None:
+    if ctx is None:
+        return None
+    for param in ctx.command.params:
+        if opt in param.opts or opt in param.secondary_opts:
+            return param
+    return None
+
+
+def _needs_value(exc: click.BadOptionUsage) -> str:
+    """`--nodes: needs a value, e.g. --nodes 4` (the option as the user typed it). The example comes from
+    OPTION_EXAMPLES, else the last of the choices (a click.Choice, or a metavar such as yaml|json), else
+    the metavar is shown as the form."""
+    opt = exc.option_name
+    param = _param_for(exc.ctx, opt)
+    if param is None:
+        return f"{opt}: needs a value"
+    metavar = param.metavar or ""
+    example = OPTION_EXAMPLES.get(param.name or "")
+    if example is None and isinstance(param.type, click.Choice) and param.type.choices:
+        example = str(param.type.choices[-1])
+    if example is None and "|" in metavar:
+        example = metavar.split("|")[-1]
+    if example is not None:
+        return f"{opt}: needs a value, e.g. {opt} {example}"
+    return f"{opt}: needs a value ({opt} {metavar})" if metavar else f"{opt}: needs a value"
+
+
+def _script_start(exc: click.NoSuchOption) -> tuple[list[str], int | None]:
+    """The raw arguments and where a training command given without `--` starts: the first token before
+    the unknown option that is neither an option nor an option's value (None: no such token)."""
+    ctx = exc.ctx
+    argv: list[str] = list(ctx.meta.get("kgen.args", [])) if ctx is not None else []
+    bad = next((i for i, tok in enumerate(argv) if tok.split("=", 1)[0] == exc.option_name), len(argv))
+    i = 0
+    while i < bad:
+        tok = argv[i]
+        if tok == "--":
+            return argv, None
+        if tok.startswith("-") and len(tok) > 1:
+            param = _param_for(ctx, tok.split("=", 1)[0])
+            takes_value = isinstance(param, click.Option) and not param.is_flag and "=" not in tok
+            i += 2 if takes_value else 1
+            continue
+        return argv, i
+    return argv, None
+
+
+def _no_such_option(exc: click.NoSuchOption, cmd: str) -> str:
+    """`kgen render train.py --lr 3e-4` (forgot `--`) says where the training command goes."""
+    head = f"{exc.option_name}: not an option of {cmd}"
+    is_render = exc.ctx is not None and exc.ctx.command.name == "render"
+    argv, start = _script_start(exc) if is_render else ([], None)
+    if start is not None:
+        import shlex  # only on this error path
+
+        fixed = "kgen render " + shlex.join([*argv[:start], "--", *argv[start:]])
+        return f"{head}; put the training command after --: {fixed}"
+    close = [p for p in exc.possibilities or () if p not in ("--help", "-h")]
+    if close:
+        return f"{head}; did you mean {' or '.join(close)}?"
+    if is_render:
+        return f"{head}; put your training command and its arguments after --, e.g. kgen render -- train.py --lr 3e-4"
+    return f"{head} (see `{cmd} --help`)"
+
+
+def _usage_message(exc: click.UsageError) -> str:
+    """click's usage errors as one line that names the option and its fix."""
+    ctx = exc.ctx
+    cmd = ctx.command_path if ctx is not None else "kgen"
+    if isinstance(exc, click.BadOptionUsage) and "requires" in exc.message:
+        return _needs_value(exc)
+    if isinstance(exc, click.NoSuchOption):
+        return _no_such_option(exc, cmd)
+    if isinstance(exc, click.exceptions.NoSuchCommand):
+        did = f"; did you mean {' or '.join(exc.possibilities)}?" if exc.possibilities else ""
+        return f'no such command "{exc.command_name}" for {cmd}{did} (`{cmd} --help` lists them)'
+    if isinstance(exc, click.MissingParameter) and isinstance(exc.param, click.Argument):
+        meta = exc.param.metavar or (exc.param.name or "").upper()
+        return f"{cmd}: missing {meta} (see `{cmd} --help`)"
+    return f"{exc.format_message()} (see `{cmd} --help`)"
+
+
+class KgenCommand(click.Command):
+    """Keeps the context on click's parse errors (for messages that name the command) and the raw arguments."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["kgen.args"] = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            if exc.ctx is None:
+                exc.ctx = ctx
+            raise
 
 
 class KgenGroup(click.Group):
-    """Maps every error to one line on stderr and an exit code (also under click's CliRunner)."""
+    """Maps every error to one line on stderr and an exit code (also under click's CliRunner).
+
+    A group called without a command (bare `kgen`, `kgen presets`) prints its help on stdout and exits 0,
+    as kubectl and helm do: nothing was asked for, so nothing failed."""
+
+    command_class = KgenCommand
+    group_class = type  # subgroups are KgenGroups too
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            if exc.ctx is None:
+                exc.ctx = ctx
+            raise
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
-            rv = super().main(
-                args=args, prog_name=prog_name or "kgen", complete_var=complete_var, standalone_mode=False, **extra
-            )
+            rv = super().main(args=args, prog_name="kgen", complete_var=complete_var, standalone_mode=False, **extra)
         except KgenError as exc:
             _fail(exc.one_line(), exc.exit_code)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help())
+            sys.exit(0)
         except click.exceptions.Abort:
             _fail("aborted", 130)
+        except click.UsageError as exc:
+            try:
+                message = _usage_message(exc)
+            except Exception:  # a message we did not foresee: click's own words, still one line
+                message = exc.format_message()
+            _fail(" ".join(message.split()), 2)
         except click.exceptions.ClickException as exc:
-            cmd = getattr(getattr(exc, "ctx", None), "command_path", None) or "kgen"
-            _fail(f"{exc.format_message()} (see `{cmd} --help`)", 2)
+            _fail(exc.format_message(), exc.exit_code)
         except BrokenPipeError:
             sys.stderr.close()
             sys.exit(1)
@@ -231,7 +386,44 @@ def presets_show(name: str) -> None:
     """Print a preset file, ready to copy and use with -f."""
     from kgen import presets as presets_mod
 
-    click.echo(presets_mod.load(name).text, nl=False)
+    try:
+        preset = presets_mod.load(name)
+    except KgenError as exc:
+        exc.option = "kgen presets show"  # the NAME argument here, not render's --preset
+        raise
+    click.echo(preset.text, nl=False)
+
+
+@cli.command("entrypoint")
+@click.option("--path", "show_path", is_flag=True, help="Print where the installed script is instead of its text.")
+@click.option("-o", "--output", metavar="FILE", help="Write the script to FILE (safely; - for stdout).")
+def entrypoint(show_path: bool, output: str | None) -> None:
+    """Print the in-pod entrypoint script (kgen_entrypoint.py), for bare metal and custom images.
+
+    \b
+    Examples:
+      kgen entrypoint -o kgen_entrypoint.py             # bare metal: copy to every node, then on each
+      python3 kgen_entrypoint.py -- train.py --lr 3e-4  #   (NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT set)
+      kgen entrypoint > docker/kgen_entrypoint.py       # custom image: COPY it in
+      kgen entrypoint --path
+    It is the same file `kgen render` ships in the <name>-entrypoint ConfigMap (docs/entrypoint.md).
+    """
+    from kgen.resources import entrypoint_path
+
+    path = entrypoint_path()
+    if show_path and output:
+        raise KgenError("cannot be used with -o/--output; choose one", option="--path")
+    if show_path:
+        click.echo(str(path))
+        return
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise KgenError(f"cannot read the bundled entrypoint {path}: {exc.strerror}; reinstall kgen") from None
+    if output:
+        write_output(output, text)
+    else:
+        click.echo(text, nl=False)
 
 
 def main(argv: list[str] | None = None) -> None:

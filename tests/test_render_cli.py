@@ -163,7 +163,7 @@ BAD_INPUT = [
     (["--kubernetes-version", "latest"], '--kubernetes-version: must look like 1.31, got "latest"'),
     (["--format", "xml"], '--format: must be yaml or json, got "xml"'),
     (["-f", "/nonexistent/values.yaml"], "-f/--values: cannot read /nonexistent/values.yaml"),
-    (["--bogus"], "No such option '--bogus'"),
+    (["--bogus"], "--bogus: not an option of kgen render"),
     # values that pass the values checks and are caught by the lint self-check on the documents
     (["--set", "labels.team=" + "a" * 70], "the rendered manifest fails KG024: label value"),
     (["--set", "tolerations=[{key: a, operator: Sometimes}]"], "fails KG056: operator 'Sometimes' must be"),

@@ -27,3 +27,12 @@ def kgen_cmd():
     """The installed console script next to the running interpreter (a real process)."""
     script = Path(sys.executable).parent / "kgen"
     return [str(script)] if script.exists() else [sys.executable, "-m", "kgen"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_kgen_cache(tmp_path_factory):
+    """No test writes kgen's cache into the real home (~/.cache/kgen): one private folder per session."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("KGEN_CACHE_DIR", str(tmp_path_factory.mktemp("kgen-cache")))
+    yield
+    mp.undo()

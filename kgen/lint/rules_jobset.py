@@ -643,14 +643,17 @@ def jobset_failure_wiring(doc: Any, ctx: Context) -> Iterator:
         for r in _pfp_rules(_job_spec(rjob))
     )
     several_jobs = sum(_replicas(r) for r in rjobs.values()) > 1
+    fails_first = False  # an earlier FailJobSet rule takes PodFailurePolicy failures (first match wins)
     for i, r in _failure_rules(doc):
         path = ("spec", "failurePolicy", "rules", i)
         action = r.get("action")
         reasons = r.get("onJobFailureReasons") or []
         patterns = r.get("onJobFailureMessagePatterns") or []
         matches_pfp = not reasons or "PodFailurePolicy" in reasons
+        if action == "FailJobSet" and matches_pfp:
+            fails_first = True
         if action in ("RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts") and matches_pfp and not patterns:
-            if exit_code_failjob:
+            if exit_code_failjob and not fails_first:
                 forever = " forever" if action == "RestartJobSetAndIgnoreMaxRestarts" else ""
                 yield (
                     path,
@@ -761,9 +764,8 @@ def queue_label_placement(doc: Any, ctx: Context) -> Iterator:
     "KG161",
     W,
     "Contradictory suspend settings: a queued Job/JobSet with suspend: false (Kueue's webhook suspends it "
-    "anyway), a JobSet child Job template with suspend (the JobSet controller and Kueue own it), or "
-    "suspend: true without a queue-name (nothing in the manifest resumes it).",
-    "With Kueue: set the queue-name label and leave suspend to Kueue (or true); without Kueue: delete suspend: true.",
+    "anyway until admission), or a JobSet child Job template with suspend (the JobSet controller and Kueue own it).",
+    "Leave suspend to Kueue (or set it true) on a queued workload; suspend a JobSet through its own spec.suspend.",
     kinds=["Job", "JobSet"],
 )
 def suspend_settings(doc: Any, ctx: Context) -> Iterator:
@@ -774,12 +776,6 @@ def suspend_settings(doc: Any, ctx: Context) -> Iterator:
         yield (
             ("spec", "suspend"),
             "suspend: false on a queued workload: Kueue's webhook suspends it until admission anyway; delete it",
-        )
-    if not queued and suspend is True:
-        yield (
-            ("spec", "suspend"),
-            "suspend: true without kueue.x-k8s.io/queue-name: it never starts unless someone resumes it "
-            "(or the cluster's Kueue manages workloads without a queue name); add --queue or delete suspend",
         )
     if doc.kind == "JobSet":
         for i, rjob in _rjobs(doc):

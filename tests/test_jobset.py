@@ -259,3 +259,18 @@ def test_docs_and_readme_explain_the_choice():
         "Limits",
     ):
         assert needle in doc, needle
+
+
+def test_entrypoint_accepts_jobset_and_puts_the_restart_attempt_in_the_rendezvous_id():
+    import importlib.util
+
+    path = ROOT / "entrypoint" / "kgen_entrypoint.py"
+    spec = importlib.util.spec_from_file_location("kgen_entrypoint_js", path)
+    ep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ep)
+    base = {"NNODES": "2", "NPROC_PER_NODE": "1", "MASTER_ADDR": "t-node-0-0.t", "MASTER_PORT": "29500"}
+    env = {**base, "JOB_COMPLETION_INDEX": "1", "KGEN_KIND": "jobset", "KGEN_JOB_NAME": "t", "KGEN_RUN_ID": "u1"}
+    cfg = ep.load_config({**env, "KGEN_RESTART_ATTEMPT": "3"})
+    assert cfg.problems == [] and cfg.node_rank == 1
+    assert cfg.rdzv_id == "t-u1-attempt3"
+    assert ep.load_config(env).rdzv_id == "t-u1"  # Job / StatefulSet pods: unchanged

@@ -141,7 +141,8 @@ def test_failure_policy_wires_the_entrypoint_exit_codes():
     assert codes == {"containerName": "trainer", "operator": "In", "values": [2, 4]}
     assert all(r["action"] == "FailJob" for r in pfp)
     rules = {r["name"]: r for r in fp["rules"]}
-    assert [r["name"] for r in fp["rules"]] == ["NotRetriable", "Disruption", "Restart"]  # fail first: safe
+    assert [r["name"] for r in fp["rules"]] == ["NotRetriable", "Deadline", "Disruption", "Restart"]  # fail first
+    assert rules["Deadline"]["onJobFailureReasons"] == ["DeadlineExceeded"]
     msg_2 = "Container trainer for pod ml/x-node-0-1-abcde failed with exit code 2 matching FailJob rule at index 1"
     msg_disrupted = "Pod ml/x-node-0-1-abcde has condition DisruptionTarget matching FailJob rule at index 0"
     [p_fail] = rules["NotRetriable"]["onJobFailureMessagePatterns"]

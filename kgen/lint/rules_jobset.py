@@ -334,7 +334,7 @@ def child_job_template(doc: Any, ctx: Context) -> Iterator:
         if not isinstance(tpl, dict) or not isinstance(tpl.get("spec"), dict):
             continue  # KG150
         base = ("spec", "replicatedJobs", i, "template")
-        meta = tpl.get("metadata") if isinstance(tpl.get("metadata"), dict) else {}
+        meta = tpl["metadata"] if isinstance(tpl.get("metadata"), dict) else {}
         child = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "child", **meta}, "spec": tpl["spec"]}
         if validator is not None:
             for path, message in validator.validate(child):

@@ -72,7 +72,7 @@ TOPO = "cloud.google.com/gce-topology-block"
 FAILING = [
     ("KG150", "jobset", _set(FP + ("rules", 0, "action"), "Restart")),
     ("KG150", "jobset", _set(SPEC + ("replicatedJob",), [])),
-    ("KG150", "jobset", _set(FP + ("rules", 2, "onJobFailureReasons"), ["BackoffLimitExceded"])),
+    ("KG150", "jobset", _set(FP + ("rules", 3, "onJobFailureReasons"), ["BackoffLimitExceded"])),
     ("KG150", "jobset", _set(FP + ("rules", 0, "onJobFailureMessagePatterns"), ["index (1$"])),
     ("KG150", "jobset", _set(FP + ("rules", 0, "name"), "not retriable")),
     ("KG150", "jobset", _set(FP + ("rules", 0, "targetReplicatedJobs"), ["workers"])),
@@ -98,9 +98,9 @@ FAILING = [
     ("KG157", "jobset", _del(JOB + ("backoffLimit",))),
     ("KG157", "jobset", _set(POD + ("restartPolicy",), "OnFailure")),
     ("KG158", "jobset", _del(FP)),
-    ("KG158", "jobset", _all(_del(FP + ("rules", 1, "onJobFailureMessagePatterns")), _del(FP + ("rules", 0)))),
-    ("KG158", "jobset", _set(FP + ("rules", 1, "onJobFailureMessagePatterns"), ["matching FailJob rule at index 5$"])),
-    ("KG158", "jobset", _all(_set(RJ + ("replicas",), 2), _set(FP + ("rules", 2, "action"), "RestartJob"))),
+    ("KG158", "jobset", _all(_del(FP + ("rules", 2, "onJobFailureMessagePatterns")), _del(FP + ("rules", 0)))),
+    ("KG158", "jobset", _set(FP + ("rules", 2, "onJobFailureMessagePatterns"), ["matching FailJob rule at index 5$"])),
+    ("KG158", "jobset", _all(_set(RJ + ("replicas",), 2), _set(FP + ("rules", 3, "action"), "RestartJob"))),
     ("KG160", "jobset", _set((0, "metadata", "labels", Q), "team-a")),  # ConfigMap
     ("KG160", "jobset-queue", _set(TPL + ("metadata", "labels", Q), "team-a")),
     ("KG160", "jobset-queue", _set(RJ + ("template", "metadata"), {"labels": {Q: "team-a"}})),
@@ -130,8 +130,8 @@ PASSING = [
     ("KG154", "jobset", _del(POD + ("subdomain",))),  # JobSet sets it
     ("KG155", "jobset", _del(SPEC + ("network", "publishNotReadyAddresses"))),
     ("KG157", "jobset", _set(JOB + ("completions",), 4)),
-    ("KG158", "jobset", _set(FP + ("rules", 2, "onJobFailureReasons"), [])),  # NotRetriable comes first
-    ("KG158", "jobset", _del(FP + ("rules", 1, "onJobFailureMessagePatterns"))),  # ditto
+    ("KG158", "jobset", _set(FP + ("rules", 3, "onJobFailureReasons"), [])),  # NotRetriable comes first
+    ("KG158", "jobset", _del(FP + ("rules", 2, "onJobFailureMessagePatterns"))),  # ditto
     ("KG160", "jobset-queue", _set(JS + ("metadata", "labels", js.PRIORITY_LABEL), "high")),
     ("KG160", "sts", _set((1, "metadata", "labels", Q), "team-a")),
     ("KG161", "jobset-queue", _set(SPEC + ("suspend",), True)),
@@ -180,7 +180,7 @@ def test_every_jobset_and_kueue_rule_has_a_failing_case():
 def test_a_broken_jobset_is_caught_with_messages_that_say_what_to_do():
     docs = jobset_base()
     _set(ENV + (MASTER, "value"), "kgen-train-0.kgen-train")(docs)
-    _del(FP + ("rules", 0, "onJobFailureMessagePatterns"))(docs)
+    _del(FP + ("rules", 0, "onJobFailureMessagePatterns"))(docs)  # FailJobSet now takes disruptions too
     _set(POD + ("restartPolicy",), "OnFailure")(docs)
     result = lint_docs(docs)
     text = "\n".join(f.text() for f in result.findings)

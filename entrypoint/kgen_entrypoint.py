@@ -11,7 +11,7 @@ Usage (what `kgen render` puts in the pod; also works by hand on bare metal):
 
 Environment (docs/design.md is the contract): NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT,
 node rank from NODE_RANK > JOB_COMPLETION_INDEX > KGEN_POD_INDEX > HOSTNAME ordinal, optional
-KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID,
+KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT,
 KGEN_MASTER_WAIT_TIMEOUT, KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT,
 KGEN_MAX_RESTARTS.
 
@@ -96,6 +96,7 @@ class Config:
         self.rank_source = ""
         self.rank_looked_at: list[str] = []
         self.job_name = self.kind = self.run_id = ""
+        self.restart_attempt = ""  # JobSet: label jobset.sigs.k8s.io/restart-attempt (KGEN_RESTART_ATTEMPT)
         self.master_wait = self.hb_interval = self.hb_timeout = 0.0
         self.rdzv_timeout = self.max_restarts = 0
 
@@ -105,7 +106,8 @@ class Config:
 
     @property
     def rdzv_id(self) -> str:
-        return f"{self.job_name or 'kgen'}-{self.run_id or 'local'}"
+        base = f"{self.job_name or 'kgen'}-{self.run_id or 'local'}"
+        return f"{base}-attempt{self.restart_attempt}" if self.restart_attempt else base
 
     @property
     def is_master(self) -> bool:
@@ -245,9 +247,10 @@ def load_config(env: dict) -> Config:
         )
     cfg.job_name = (env.get("KGEN_JOB_NAME") or "").strip()
     cfg.run_id = (env.get("KGEN_RUN_ID") or "").strip()
+    cfg.restart_attempt = (env.get("KGEN_RESTART_ATTEMPT") or "").strip()
     kind = (env.get("KGEN_KIND") or "").strip()
-    if kind not in ("", "job", "statefulset"):
-        p.append(f"KGEN_KIND={kind!r} is not 'job' or 'statefulset': re-render with kgen render")
+    if kind not in ("", "job", "statefulset", "jobset"):
+        p.append(f"KGEN_KIND={kind!r} is not 'job', 'statefulset' or 'jobset': re-render with kgen render")
     cfg.kind = kind
     d = DEFAULTS
     cfg.master_wait = _number(

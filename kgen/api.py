@@ -37,6 +37,7 @@ FLAG_NAMES = {
     "name": "--name",
     "namespace": "--namespace",
     "image": "--image",
+    "queue": "--queue",
 }
 
 
@@ -93,6 +94,11 @@ def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -
 
 def render(request: RenderRequest) -> str:
     """The manifest text kgen prints; raises KgenError (nothing printed) on any problem."""
+    return render_with_notes(request)[0]
+
+
+def render_with_notes(request: RenderRequest) -> tuple[str, list[str]]:
+    """The manifest text and the notes the CLI prints on stderr (e.g. what a queue means)."""
     from kgen.yamlio import dump_json, dump_yaml
 
     if request.output_format not in ("yaml", "json"):
@@ -101,7 +107,31 @@ def render(request: RenderRequest) -> str:
     docs = render_documents(spec)
     if request.lint:
         check_rendered(docs, spec)
-    return dump_yaml(docs) if request.output_format == "yaml" else dump_json(docs)
+    text = dump_yaml(docs) if request.output_format == "yaml" else dump_json(docs)
+    return text, render_notes(spec)
+
+
+def render_notes(spec: TrainingSpec) -> list[str]:
+    """What the user must know about the output that the manifest alone does not say."""
+    notes = []
+    queue = spec.v("queue")
+    if queue and spec.suspended:
+        what = "JobSet" if spec.is_jobset else "Job"
+        notes.append(
+            f"queue {queue}: the {what} is created suspended and starts only when Kueue admits it "
+            f"from LocalQueue {queue!r}; on a cluster without Kueue it never starts"
+        )
+    elif queue:
+        notes.append(
+            f"queue {queue}: Kueue's webhook gates the StatefulSet's pods until it admits them (needs Kueue's "
+            "pod and statefulset integrations); on a cluster without Kueue the StatefulSet starts at once, unqueued"
+        )
+    if spec.is_jobset:
+        notes.append(
+            "kind jobset: needs the JobSet controller (v0.10.0 or newer for onJobFailureMessagePatterns); "
+            "JobSet creates the headless Service itself"
+        )
+    return notes
 
 
 def check_rendered(docs: list[dict], spec: TrainingSpec) -> None:

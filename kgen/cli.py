@@ -240,10 +240,19 @@ def cli() -> None:
 )
 @click.option("--nodes", metavar="N", help="Number of nodes (pods).")
 @click.option("--gpus", metavar="G", help="GPUs per node (0 = CPU job with gloo).")
-@click.option("--kind", metavar="job|statefulset", help="Indexed Job (default) or StatefulSet.")
+@click.option(
+    "--kind",
+    metavar="job|statefulset|jobset",
+    help="Indexed Job (default), StatefulSet, or JobSet (needs the JobSet controller; docs/jobset.md).",
+)
 @click.option("--name", metavar="NAME", help="Job/StatefulSet and Service name (a DNS label).")
 @click.option("--namespace", metavar="NS", help="Namespace of every object.")
 @click.option("--image", metavar="IMAGE", help="Container image with python3 and torch.")
+@click.option(
+    "--queue",
+    metavar="NAME",
+    help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name): the workload waits until Kueue admits it.",
+)
 @click.option("--env", "env", metavar="KEY=VALUE", multiple=True, help="Extra environment variable (repeatable).")
 @click.option(
     "-f", "--values", "values_files", metavar="FILE", multiple=True, help="Values file (repeatable, later wins)."
@@ -267,6 +276,7 @@ def render(
     name,
     namespace,
     image,
+    queue,
     env,
     values_files,
     sets,
@@ -280,8 +290,7 @@ def render(
     COMMAND is the training script and its arguments that torchrun runs on every worker
     (e.g. `-- train.py --lr 3e-4`); without it the pods run kgen's all-reduce smoke test.
     """
-    from kgen.api import RenderRequest
-    from kgen.api import render as render_manifest
+    from kgen.api import RenderRequest, render_with_notes
 
     request = RenderRequest(
         preset=preset,
@@ -289,11 +298,21 @@ def render(
         sets=sets,
         env=env,
         command=command,
-        flags={"nodes": nodes, "gpus": gpus, "kind": kind, "name": name, "namespace": namespace, "image": image},
+        flags={
+            "nodes": nodes,
+            "gpus": gpus,
+            "kind": kind,
+            "name": name,
+            "namespace": namespace,
+            "image": image,
+            "queue": queue,
+        },
         kubernetes_version=kubernetes_version,
         output_format=output_format,
     )
-    text = render_manifest(request)
+    text, notes = render_with_notes(request)
+    for note in notes:
+        click.echo(f"kgen: note: {note}", err=True)
     if output:
         write_output(output, text)
     else:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
+from kgen import jobset as jobset_facts
 from kgen.errors import UsageError
-from kgen.lint.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, parse_quantity
+from kgen.lint.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, is_dns_subdomain, parse_quantity
 
 # ---------------------------------------------------------------------------------------------
 # The values reference. One entry per key: (type, default, one-line doc). Nested keys are dotted.
@@ -21,7 +22,7 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     "description": ("str", "", "One line about the preset (shown by `kgen presets list`; not rendered)."),
     "name": ("str", "kgen-train", "Name of the Job/StatefulSet and the Service; pods are `<name>-<index>`."),
     "namespace": ("str", "", "Namespace of every object; empty = kubectl's current namespace."),
-    "kind": ("str", "job", "`job` (Indexed Job) or `statefulset`."),
+    "kind": ("str", "job", "`job` (Indexed Job), `statefulset` or `jobset` (JobSet; needs the JobSet controller)."),
     "nodes": ("int", 2, "Number of nodes (pods). One Job/StatefulSet object whatever the count."),
     "gpus": ("int", 8, "`nvidia.com/gpu` per node (requests = limits); 0 renders a CPU job (gloo)."),
     "nprocPerNode": ("int", 0, "Processes per node; 0 = auto (= gpus, or 1 for CPU jobs)."),
@@ -69,9 +70,27 @@ VALUES: dict[str, tuple[str, Any, str]] = {
         "Render a PodDisruptionBudget (maxUnavailable 0): voluntary evictions such as node drains wait for the job.",
     ),
     "rdma": ("bool", False, "Opt-in for RDMA/InfiniBand: adds the IPC_LOCK capability (never privileged)."),
+    # --- JobSet and Kueue (docs/jobset.md) ---
+    "jobset.maxRestarts": (
+        "int",
+        3,
+        "JobSet: group restarts after a crash or peer loss (failurePolicy.maxRestarts); preemptions do not count.",
+    ),
+    "queue": (
+        "str",
+        "",
+        "Kueue LocalQueue (label kueue.x-k8s.io/queue-name); the workload waits suspended until Kueue admits it.",
+    ),
+    "workloadPriorityClass": ("str", "", "Kueue WorkloadPriorityClass (label kueue.x-k8s.io/priority-class)."),
+    "topology.required": (
+        "str",
+        "",
+        "Kueue TAS: node label of the level all pods must share, e.g. cloud.google.com/gce-topology-block.",
+    ),
+    "topology.preferred": ("str", "", "Kueue TAS: node label of the level the pods should share (best effort)."),
 }
 
-KINDS = ("job", "statefulset")
+KINDS = ("job", "statefulset", "jobset")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 MIN_K8S, MAX_K8S, DEFAULT_K8S = 27, 37, 27
 
@@ -151,8 +170,9 @@ class TrainingSpec(NamedTuple):
 
     @property
     def master_addr(self) -> str:
-        """Pod 0's own DNS name: <name>-0.<service> (Job subdomain / StatefulSet serviceName)."""
-        return f"{self.name}-0.{self.service_name}"
+        """Pod 0's own DNS name: <name>-0.<service> (Job subdomain / StatefulSet serviceName), or
+        JobSet's <name>-<replicatedJob>-0-0.<subdomain>."""
+        return _master_addr(self.kind, self.name)
 
     @property
     def world_size(self) -> int:
@@ -203,6 +223,55 @@ class TrainingSpec(NamedTuple):
     def v(self, key: str) -> Any:
         return self.values[key]
 
+    # ---- JobSet and Kueue (kgen/jobset.py has the naming facts) ----------------------------
+    @property
+    def is_jobset(self) -> bool:
+        return self.kind == "jobset"
+
+    @property
+    def replicated_job(self) -> str:
+        return jobset_facts.REPLICATED_JOB
+
+    @property
+    def subdomain(self) -> str:
+        return self.name
+
+    @property
+    def workload_labels(self) -> dict[str, str]:
+        """Labels of the Job/StatefulSet/JobSet itself: Kueue reads its queue and priority there."""
+        labels = dict(self.object_labels)
+        if self.values["queue"]:
+            labels[jobset_facts.QUEUE_LABEL] = self.values["queue"]
+        if self.values["workloadPriorityClass"]:
+            labels[jobset_facts.PRIORITY_LABEL] = self.values["workloadPriorityClass"]
+        return labels
+
+    @property
+    def pod_annotations(self) -> dict[str, str]:
+        """Pod template annotations: the values' annotations plus Kueue's topology request."""
+        annotations = dict(self.values["annotations"])
+        if self.values["topology.required"]:
+            annotations[jobset_facts.REQUIRED_TOPOLOGY] = self.values["topology.required"]
+        if self.values["topology.preferred"]:
+            annotations[jobset_facts.PREFERRED_TOPOLOGY] = self.values["topology.preferred"]
+        return annotations
+
+    @property
+    def suspended(self) -> bool:
+        """Created suspended: Kueue unsuspends a queued Job/JobSet when it admits it."""
+        return bool(self.values["queue"]) and self.kind in ("job", "jobset")
+
+    @property
+    def jobset_failure_patterns(self) -> dict[str, str]:
+        return {
+            "disruption": jobset_facts.message_pattern(jobset_facts.PFP_DISRUPTION_INDEX),
+            "not_retriable": jobset_facts.message_pattern(jobset_facts.PFP_NOT_RETRIABLE_INDEX),
+        }
+
+    @property
+    def not_retriable_exit_codes(self) -> list[int]:
+        return list(jobset_facts.NOT_RETRIABLE_EXIT_CODES)
+
 
 # ---------------------------------------------------------------------------------------------
 def _fail(origins: dict[str, str], key: str, message: str, hint: str | None = None) -> UsageError:
@@ -231,7 +300,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
 
     kind = text("kind")
     if kind not in KINDS:
-        raise _fail(o, "kind", f'must be job or statefulset, got "{kind}"')
+        raise _fail(o, "kind", f'must be job, statefulset or jobset, got "{kind}"')
     nodes = integer("nodes", 1, 100_000)
     gpus = integer("gpus", 0, 1024)
     nproc = integer("nprocPerNode", 0, 1024)
@@ -275,6 +344,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
             f"is {len(name)} characters: StatefulSet names must stay <= 52 "
             "(the controller appends a revision hash to a 63-character label)",
         )
+    _check_jobset_and_kueue(v, o, kind, name, nodes)
     namespace = text("namespace")
     if namespace and not is_dns_label(namespace):
         raise _fail(o, "namespace", f'must be a DNS label, got "{namespace}"')
@@ -332,7 +402,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
         user_env.append(EnvVar(key, str(val)))
 
     features = Features(k8s_minor)
-    env = _kgen_env(v, kind, name, nodes, nproc, port, liveness, f"{name}-0.{name}") + user_env
+    env = _kgen_env(v, kind, name, nodes, nproc, port, liveness, _master_addr(kind, name)) + user_env
     return TrainingSpec(
         values=v,
         origins=o,
@@ -388,6 +458,13 @@ def _kgen_env(
     ]
     if kind == "job":
         env.append(EnvVar("KGEN_RUN_ID", field_path="metadata.labels['batch.kubernetes.io/controller-uid']"))
+    elif kind == "jobset":
+        # The child Job's UID: JobSet recreates the child Job on every group restart, so every
+        # attempt is a new run; the attempt number itself goes into the rendezvous id as well.
+        env.append(EnvVar("KGEN_RUN_ID", field_path="metadata.labels['batch.kubernetes.io/controller-uid']"))
+        env.append(
+            EnvVar("KGEN_RESTART_ATTEMPT", field_path=f"metadata.labels['{jobset_facts.RESTART_ATTEMPT_LABEL}']")
+        )
     else:
         env.append(EnvVar("KGEN_RUN_ID", field_path="metadata.labels['controller-revision-hash']"))
         env.append(EnvVar("KGEN_POD_INDEX", field_path="metadata.labels['apps.kubernetes.io/pod-index']"))
@@ -407,3 +484,54 @@ def _kgen_env(
     if v["nccl.ibDisable"] is not None:
         env.append(EnvVar("NCCL_IB_DISABLE", "1" if v["nccl.ibDisable"] else "0"))
     return env
+
+
+# ---- JobSet and Kueue ----------------------------------------------------------------------
+def _master_addr(kind: str, name: str) -> str:
+    if kind == "jobset":
+        return jobset_facts.pod_fqdn(name, name, 0)
+    return f"{name}-0.{name}"
+
+
+def _check_jobset_and_kueue(v: dict[str, Any], o: dict[str, str], kind: str, name: str, nodes: int) -> None:
+    from kgen.lint.k8s import qualified_name_problem
+
+    if kind == "jobset":
+        longest = jobset_facts.longest_pod_name(name, nodes)
+        if len(longest) > 63:
+            raise _fail(
+                o,
+                "name",
+                f'is too long for a JobSet of {nodes} pods: pod name "{longest}" (with the 5-character random '
+                f"suffix) has {len(longest)} characters, the limit is 63",
+                hint=f"use at most {jobset_facts.max_name_length(nodes)} characters",
+            )
+        if not is_dns1035_label(name):
+            raise _fail(o, "name", f'must start with a letter (it is the JobSet\'s DNS subdomain), got "{name}"')
+    restarts = v["jobset.maxRestarts"]
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= 2**31 - 1:
+        raise _fail(o, "jobset.maxRestarts", f'must be an integer >= 0, got "{restarts}"')
+    for key in ("queue", "workloadPriorityClass"):
+        value = v[key]
+        if not isinstance(value, str):
+            raise _fail(o, key, f'must be a string, got "{value}"')
+        if value and not is_dns_subdomain(value):
+            raise _fail(o, key, f'must be a Kubernetes object name (lower case, digits, "-", "."), got "{value}"')
+    for key in ("topology.required", "topology.preferred"):
+        value = v[key]
+        if not isinstance(value, str):
+            raise _fail(o, key, f'must be a string, got "{value}"')
+        problem = qualified_name_problem(value) if value else None
+        if problem:
+            raise _fail(
+                o,
+                key,
+                f'must be a node label key, got "{value}": {problem}',
+                hint="e.g. cloud.google.com/gce-topology-block",
+            )
+    if v["topology.required"] and v["topology.preferred"]:
+        raise _fail(
+            o,
+            "topology.preferred",
+            "set either topology.required or topology.preferred, not both (Kueue takes exactly one per pod set)",
+        )

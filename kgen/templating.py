@@ -108,8 +108,11 @@ def environment() -> jinja2.Environment:
 
 
 def template_names(spec: TrainingSpec) -> list[str]:
-    workload = "job.yaml.j2" if spec.is_job else "statefulset.yaml.j2"
-    names = ["configmap.yaml.j2", "service.yaml.j2", workload]
+    if spec.is_jobset:  # JobSet creates its own headless Service (network.enableDNSHostnames)
+        names = ["configmap.yaml.j2", "jobset.yaml.j2"]
+    else:
+        workload = "job.yaml.j2" if spec.is_job else "statefulset.yaml.j2"
+        names = ["configmap.yaml.j2", "service.yaml.j2", workload]
     if spec.v("podDisruptionBudget"):
         names.append("pdb.yaml.j2")
     return names

@@ -34,5 +34,8 @@ def test_golden(preset, kind, version, update_goldens):
 
 
 def test_no_stale_goldens():
-    expected = {golden_name(*c) for c in CASES}
+    from tests.test_jobset import GOLDEN_CASES as JOBSET_CASES
+    from tests.test_jobset import golden_name as jobset_golden_name
+
+    expected = {golden_name(*c) for c in CASES} | {jobset_golden_name(*c) for c in JOBSET_CASES}
     assert {p.name for p in GOLDEN.glob("*.yaml")} == expected

@@ -153,6 +153,8 @@ POD_TEMPLATE_PATHS = {
     "ReplicationController": ("spec", "template"),
     "PodTemplate": ("template",),
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
+    # The first replicatedJob's pod template (kgen renders one; rules_jobset checks all of them).
+    "JobSet": ("spec", "replicatedJobs", 0, "template", "spec", "template"),
 }
 
 

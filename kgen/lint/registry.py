@@ -67,6 +67,7 @@ def builtin(rule_id: str, severity: Severity, summary: str, fix: str) -> None:
 
 def load_rules() -> dict[str, Rule]:
     """Import every rule module (registration happens at import) and return the registry."""
+    import kgen.lint.rules_jobset  # noqa: F401  (JobSet and Kueue)
     from kgen.lint import rules_meta, rules_pod, rules_service, rules_training, rules_workload  # noqa: F401
 
     return RULES

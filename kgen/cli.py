@@ -246,7 +246,7 @@ def presets_list() -> None:
 @presets.command("show")
 @click.argument("name")
 def presets_show(name: str) -> None:
-    """Print a preset file, ready to copy and use with -f (every other key: `kgen values`)."""
+    """Print a preset file, ready to copy and use with -f (all keys: `kgen values`)."""
     from kgen import presets as presets_mod
 
     click.echo(presets_mod.load(name).text, nl=False)

@@ -45,7 +45,7 @@ def _close(word: str, choices: list[str], cutoff: float) -> str | None:
 def suggest(key: str) -> str | None:
     """A did-you-mean only for a close match: a typo or a case slip, not a different word that
     shares a suffix ("runtimeClassName" is not "priorityClassName")."""
-    match = _close(key, list(VALUES), 0.8)
+    match = _close(key, list(VALUES), 0.75)
     if match is None:  # the last segment alone: "debg" -> "nccl.debug"
         tails = {k.rsplit(".", 1)[-1]: k for k in VALUES if "." in k}
         near = _close(key.rsplit(".", 1)[-1], list(tails), 0.85)

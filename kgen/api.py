@@ -167,7 +167,7 @@ def check_rendered(docs: list[dict], spec: TrainingSpec) -> list[Finding]:
 
 
 def warning_line(finding: Finding) -> str:
-    """One self-check warning as ``kgen render`` prints it on stderr."""
+    """One self-check finding as ``kgen render`` prints it on stderr (after "kgen: ")."""
     return (
-        f"{finding.rule_id} {finding.severity.value}: {finding.message} [{finding.kind}/{finding.name} {finding.path}]"
+        f"{finding.severity.value}: {finding.rule_id}: {finding.message} [{finding.kind}/{finding.name} {finding.path}]"
     )

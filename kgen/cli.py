@@ -156,7 +156,7 @@ def render(
     )
     text, warnings = render_with_warnings(request)
     for finding in warnings:  # the self-check's warnings: the manifest is printed, the user told
-        click.echo(f"kgen: warning: {warning_line(finding)}", err=True)
+        click.echo(f"kgen: {warning_line(finding)}", err=True)
     if output:
         write_output(output, text)
     else:

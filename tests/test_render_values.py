@@ -416,7 +416,7 @@ def test_render_prints_the_self_check_warnings_on_stderr():
     res = run("render", "--env", "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789")
     assert res.exit_code == 0
     assert yaml.safe_load_all(res.stdout)
-    assert res.stderr.startswith("kgen: warning: KG058 warning: HF_TOKEN has a literal value"), res.stderr
+    assert res.stderr.startswith("kgen: warning: KG058: HF_TOKEN has a literal value"), res.stderr
     assert "[Job/kgen-2node-test spec.template.spec.containers[0].env[" in res.stderr
     assert run("render").stderr == ""  # a clean render stays quiet
 

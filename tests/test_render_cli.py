@@ -207,7 +207,14 @@ def test_every_command_is_documented_in_the_readme():
     from tests.conftest import ROOT
 
     readme = (ROOT / "README.md").read_text()
-    for command in ("kgen render", "kgen lint", "kgen presets list", "kgen presets show", "kgen --version"):
+    for command in (
+        "kgen render",
+        "kgen lint",
+        "kgen presets list",
+        "kgen presets show",
+        "kgen values",
+        "kgen --version",
+    ):
         assert command in readme, command
     for preset in PRESETS:
         assert f"`{preset}`" in readme, preset

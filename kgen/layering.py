@@ -63,8 +63,9 @@ def not_a_mapping(prefix: str, value: Any, where: str) -> UsageError:
     """`nccl: INFO`: the key exists, but it holds a mapping of sub-keys."""
     subkeys = [k.split(".", 1)[1] for k in VALUES if k.startswith(prefix + ".")]
     example = f"{prefix}: {{{subkeys[0]}: {value}}}" if value not in (None, "") else f"{prefix}: {{{subkeys[0]}: ...}}"
+    named = "" if where.endswith(f" {prefix}") else f"{prefix}: "  # "--set nccl" names the key already
     return UsageError(
-        f'{prefix}: must be a mapping with the keys {", ".join(subkeys)}, got "{value}"',
+        f'{named}must be a mapping with the keys {", ".join(subkeys)}, got "{value}"',
         option=where,
         hint=f"for example {example}, or --set {prefix}.{subkeys[0]}=...",
     )

@@ -337,7 +337,7 @@ def test_a_command_string_a_shell_would_treat_differently_is_refused(value, mess
     "source,message",
     [
         ("file", 'v.yaml: nccl: must be a mapping with the keys debug, socketIfname, ibDisable, got "INFO"'),
-        ("set", '--set nccl: nccl: must be a mapping with the keys debug, socketIfname, ibDisable, got "INFO"'),
+        ("set", '--set nccl: must be a mapping with the keys debug, socketIfname, ibDisable, got "INFO"'),
     ],
 )
 def test_a_mapping_key_given_a_scalar_says_the_type_is_wrong(tmp_path, source, message):

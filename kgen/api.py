@@ -122,7 +122,7 @@ def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -
     if spec.v("patches"):
         from kgen.patching import apply_patches
 
-        docs = apply_patches(docs, spec.v("patches"), spec.origins.get("patches", "patches"))
+        docs = apply_patches(docs, spec.v("patches"), spec.origins)
     return docs
 
 

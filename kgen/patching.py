@@ -56,8 +56,10 @@ def _merge_named(items: list[dict], patch: list[dict]) -> list[dict]:
     return out
 
 
-def apply_patches(docs: list[dict], patches: list[dict], origin: str) -> list[dict]:
+def apply_patches(docs: list[dict], patches: list[dict], origins: dict[str, str]) -> list[dict]:
     """Apply each patch to the documents it targets; a patch that matches nothing is an error."""
+    from kgen.spec import patch_origin
+
     for i, item in enumerate(patches):
         target = item["target"]
         kind, name = target["kind"].lower(), target.get("name")
@@ -70,8 +72,8 @@ def apply_patches(docs: list[dict], patches: list[dict], origin: str) -> list[di
             rendered = ", ".join(f"{d['kind']}/{d['metadata'].get('name')}" for d in docs)
             wanted = target["kind"] + (f"/{name}" if name is not None else "")
             raise UsageError(
-                f"patches[{i}]: target {wanted} matches no rendered object (rendered: {rendered})",
-                option=origin,
+                f"target {wanted} matches no rendered object (rendered: {rendered})",
+                option=patch_origin(origins, i),
                 hint="fix target.kind or target.name",
             )
         for n in hits:

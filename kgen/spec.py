@@ -527,30 +527,35 @@ def _dns_policy(v: dict[str, Any], o: dict[str, str]) -> str:
 PATCH_KEYS = ("target", "patch")
 
 
+def patch_origin(origins: dict[str, str], index: int) -> str:
+    """`v.yaml: patches[1]`, `--set patches[0]`, `patches[0]` (the default cannot hold patches)."""
+    origin = origins.get("patches", "default")
+    return f"{'patches' if origin == 'default' else origin}[{index}]"
+
+
 def _check_patches(v: dict[str, Any], o: dict[str, str]) -> None:
     for i, item in enumerate(v["patches"]):
-        where = f"patches[{i}]"
+        where = patch_origin(o, i)
         extra = sorted(set(item) - set(PATCH_KEYS))
         if extra or "target" not in item or "patch" not in item:
-            raise _fail(
-                o,
-                "patches",
-                f"{where}: must have exactly the keys target and patch"
+            raise UsageError(
+                "must have exactly the keys target and patch"
                 + (f", got {', '.join(map(str, extra))}" if extra else ""),
+                option=where,
                 hint="for example {target: {kind: Job}, patch: {spec: {suspend: true}}}",
             )
         target = item["target"]
         if not isinstance(target, dict) or not isinstance(target.get("kind"), str) or not target["kind"]:
-            raise _fail(o, "patches", f"{where}.target: must be a mapping with a kind, e.g. {{kind: Job}}")
+            raise UsageError("target: must be a mapping with a kind, e.g. {kind: Job}", option=where)
         bad = sorted(set(target) - {"kind", "name"})
         if bad or not isinstance(target.get("name", ""), str):
-            raise _fail(o, "patches", f"{where}.target: only kind and name (a string) select objects")
+            raise UsageError("target: only kind and name (a string) select objects", option=where)
         patch = item["patch"]
         if not isinstance(patch, dict) or not patch:
-            raise _fail(o, "patches", f"{where}.patch: must be a non-empty mapping (a JSON merge patch)")
+            raise UsageError("patch: must be a non-empty mapping (a JSON merge patch)", option=where)
         for key in ("kind", "apiVersion"):
             if key in patch:
-                raise _fail(o, "patches", f"{where}.patch: cannot change {key}", hint="a patch edits an object")
+                raise UsageError(f"patch: cannot change {key}", option=where, hint="a patch edits an object")
 
 
 RESERVED_VOLUMES = {"kgen-entrypoint", "dshm"}

@@ -279,7 +279,7 @@ def test_a_patched_manifest_is_linted_like_everything_else(tmp_path):
 )
 def test_bad_patches_name_the_file(tmp_path, text, message):
     err = one_line_error(run("render", "-f", values_file(tmp_path, text)))
-    assert message in err and "v.yaml" in err, err
+    assert message in err and "v.yaml: patches" in err, err
 
 
 def test_merge_patch_follows_rfc_7396():

@@ -412,6 +412,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
             integer(key, 0)
 
     _check_volumes(v, o)
+    _check_command(v, o)
 
     user_env: list[EnvVar] = []
     for key, val in v["env"].items():
@@ -525,6 +526,31 @@ def _dns_policy(v: dict[str, Any], o: dict[str, str]) -> str:
 
 
 PATCH_KEYS = ("target", "patch")
+
+
+def _check_command(v: dict[str, Any], o: dict[str, str]) -> None:
+    """A script or module name with spaces is a command line given as one argument: torchrun would
+    look for a script or module called "train.py --lr 3e-4" and fail in the cluster."""
+    command = v["command"]
+    at = 1 if command[:1] == ["-m"] and len(command) > 1 else 0
+    head = command[at] if command else ""
+    if any(c.isspace() for c in head):
+        import shlex
+
+        try:
+            words = [*command[:at], *shlex.split(head), *command[at + 1 :]]
+        except ValueError:
+            words = command
+        fixed = shlex.join(words)
+        from_cli = o.get("command") == "-- COMMAND"
+        raise _fail(
+            o,
+            "command",
+            f"{head!r} is one argument with spaces: torchrun would look for a script or module of that name",
+            hint=f"drop the quotes: -- {fixed}"
+            if from_cli
+            else f"give one string to split like a shell, command: {fixed}, or one list item per argument",
+        )
 
 
 def patch_origin(origins: dict[str, str], index: int) -> str:

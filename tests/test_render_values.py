@@ -305,7 +305,7 @@ def test_merge_patch_follows_rfc_7396():
         ('command: "train.py --lr 3e-4"\n', ["train.py", "--lr", "3e-4"]),
         ("command: train.py --lr 3e-4\n", ["train.py", "--lr", "3e-4"]),
         ("command: \"-m pkg.train --name 'x y'\"\n", ["-m", "pkg.train", "--name", "x y"]),
-        ("command: [train.py --lr]\n", ["train.py --lr"]),  # a list is taken as written
+        ("command: [train.py, --name, x y]\n", ["train.py", "--name", "x y"]),  # a list is taken as written
     ],
 )
 def test_a_command_string_is_split_like_a_shell(tmp_path, text, args):
@@ -330,6 +330,19 @@ def test_a_command_string_from_set_is_split_too():
 def test_a_command_string_a_shell_would_treat_differently_is_refused(value, message):
     err = one_line_error(run("render", "--set", f"command={value}"))
     assert err.startswith("kgen: error: --set command: ") and message in err, err
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--", "train.py --lr 3e-4"], "-- COMMAND: 'train.py --lr 3e-4' is one argument with spaces"),
+        (["--", "-m", "pkg.train --x"], "(drop the quotes: -- -m pkg.train --x)"),
+        (["--set", 'command=["train.py --lr 3e-4"]'], "command: train.py --lr 3e-4, or one list item per argument"),
+    ],
+)
+def test_a_command_line_given_as_one_argument_is_refused(args, message):
+    err = one_line_error(run("render", *args))
+    assert message in err, err
 
 
 # ---------------------------------------------------------------- item 5: messages

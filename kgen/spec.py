@@ -363,14 +363,8 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
     liveness = integer("livenessPort", 1, 65535)
     if port == liveness:
         # Blame the value the user set (the later layer), and name the other one and its origin.
-        blame, other = (
-            ("port", "livenessPort")
-            if o.get("livenessPort", "default") == "default"
-            else (
-                "livenessPort",
-                "port",
-            )
-        )
+        liveness_was_set = o.get("livenessPort", "default") != "default"
+        blame, other = ("livenessPort", "port") if liveness_was_set else ("port", "livenessPort")
         raise _fail(
             o,
             blame,

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from kgen import presets as presets_mod
 from kgen.errors import RenderError, UsageError
+from kgen.findings import Finding
 from kgen.layering import Layers
 from kgen.resources import ENTRYPOINT_FILE, entrypoint_path
 from kgen.spec import DEFAULT_K8S, TrainingSpec, build_spec, parse_k8s_version
@@ -38,16 +39,47 @@ FLAG_NAMES = {
     "namespace": "--namespace",
     "image": "--image",
     "queue": "--queue",
+    "cpu": "--cpu",
+    "memory": "--memory",
 }
+
+# Values that describe what runs (the shape and the command). A request that sets any of them is
+# not the smoke test, so it starts from the neutral built-in defaults, never from 2node-test.
+SHAPE_KEYS = ("nodes", "gpus", "nprocPerNode", "command")
+
+
+class RenderResult(NamedTuple):
+    text: str
+    warnings: list[Finding]  # the self-check's findings below error severity
+    notes: list[str]  # what the manifest alone does not say (e.g. a Kueue queue suspends it)
+
+
+def base_preset(request: RenderRequest) -> str | None:
+    """The preset the values start from.
+
+    --preset names it. Otherwise the 2node-test smoke test is the base only when nothing says
+    what to run: no values file, no shape (--nodes, --gpus, --set nodes/gpus/nprocPerNode) and no
+    command. `kgen render --nodes 4 --gpus 8` therefore starts from the built-in defaults (named
+    kgen-train like every training preset) and carries nothing of the smoke test's identity.
+    Placement flags (--name, --namespace, --image, --kind, --env, --set of other keys) keep it.
+    """
+    if request.preset:
+        return request.preset
+    if request.values_files or request.command:
+        return None
+    if any(v is not None for k, v in (request.flags or {}).items() if k in SHAPE_KEYS):
+        return None
+    set_keys = {a.split("=", 1)[0].strip() for a in request.sets}
+    if set_keys & set(SHAPE_KEYS):
+        return None
+    return presets_mod.DEFAULT_PRESET
 
 
 def build(request: RenderRequest) -> TrainingSpec:
     """Layer the values (defaults < preset < -f files < --set < flags) and build the spec."""
     minor = parse_k8s_version(request.kubernetes_version) if request.kubernetes_version else DEFAULT_K8S
     layers = Layers()
-    # Without --preset the 2node-test preset is the base, unless values files are given: then
-    # they build on the built-in defaults alone (a values file is a complete description).
-    name = request.preset or (None if request.values_files else presets_mod.DEFAULT_PRESET)
+    name = base_preset(request)
     if name:
         preset = presets_mod.load(name)
         raw, typed = preset.mapping()
@@ -89,26 +121,29 @@ def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -
     if configmap["data"].get(ENTRYPOINT_FILE) != ENTRYPOINT_PLACEHOLDER:
         raise RenderError("the ConfigMap template lost the entrypoint placeholder")
     configmap["data"][ENTRYPOINT_FILE] = entrypoint_source
+    if spec.v("patches"):
+        from kgen.patching import apply_patches
+
+        docs = apply_patches(docs, spec.v("patches"), spec.origins)
     return docs
 
 
 def render(request: RenderRequest) -> str:
     """The manifest text kgen prints; raises KgenError (nothing printed) on any problem."""
-    return render_with_notes(request)[0]
+    return render_with_warnings(request).text
 
 
-def render_with_notes(request: RenderRequest) -> tuple[str, list[str]]:
-    """The manifest text and the notes the CLI prints on stderr (e.g. what a queue means)."""
+def render_with_warnings(request: RenderRequest) -> RenderResult:
+    """The manifest text and the self-check's warnings (``kgen render`` prints them on stderr)."""
     from kgen.yamlio import dump_json, dump_yaml
 
     if request.output_format not in ("yaml", "json"):
         raise UsageError(f'must be yaml or json, got "{request.output_format}"', option="--format")
     spec = build(request)
     docs = render_documents(spec)
-    if request.lint:
-        check_rendered(docs, spec)
+    warnings = check_rendered(docs, spec) if request.lint else []
     text = dump_yaml(docs) if request.output_format == "yaml" else dump_json(docs)
-    return text, render_notes(spec)
+    return RenderResult(text, warnings, render_notes(spec))
 
 
 def render_notes(spec: TrainingSpec) -> list[str]:
@@ -134,7 +169,7 @@ def render_notes(spec: TrainingSpec) -> list[str]:
     return notes
 
 
-def check_rendered(docs: list[dict], spec: TrainingSpec) -> None:
+def check_rendered(docs: list[dict], spec: TrainingSpec) -> list[Finding]:
     """Run kgen lint (schema + rules) on the documents render is about to print.
 
     The documents are checked as parsed, not re-read from the printed text: the emitter writes a
@@ -151,5 +186,13 @@ def check_rendered(docs: list[dict], spec: TrainingSpec) -> None:
         raise RenderError(
             f"the rendered manifest fails {first.rule_id}: {first.message} "
             f"[{first.kind}/{first.name} {first.path}]{more}",
-            hint="check the values named in that field",
+            hint="check the values named in that field" + (" and the patches" if spec.v("patches") else ""),
         )
+    return [f for f in result.findings if f.severity.value != "error"]
+
+
+def warning_line(finding: Finding) -> str:
+    """One self-check finding as ``kgen render`` prints it on stderr (after "kgen: ")."""
+    return (
+        f"{finding.severity.value}: {finding.rule_id}: {finding.message} [{finding.kind}/{finding.name} {finding.path}]"
+    )

@@ -13,11 +13,12 @@ import click
 
 from kgen import __version__
 from kgen.errors import KgenError
+from kgen.versions import DEFAULT_KUBERNETES_VERSION
 
 RENDER_EPILOG = """\b
 Examples:
   kgen render                                   # the 2node-test preset: an all-reduce smoke test
-  kgen render --nodes 4 --gpus 8 | kubectl apply -f -
+  kgen render --nodes 4 --gpus 8 | kubectl apply -f -     # kgen-train, 4 x 8 (no preset)
   kgen render --preset 64x8 --name llama-70b --image ghcr.io/me/train:1.4 \\
       -- train.py --config configs/70b.yaml
   kgen render --preset 4x1 --kind statefulset -f prod.yaml --set nccl.debug=INFO
@@ -25,7 +26,9 @@ Examples:
 
 \b
 Layering, later wins: built-in defaults < --preset < -f files (in order) < --set < flags.
-Values reference: kgen presets show 4x8, and the README.
+Without --preset, 2node-test is the base only when no -f, no shape (--nodes, --gpus) and
+no command is given.
+Values reference (every key, its type, default and meaning): kgen values
 """
 
 
@@ -66,6 +69,9 @@ def write_output(path: str, text: str) -> None:
 # An example value per option, for "needs a value" errors (options without one show their metavar).
 OPTION_EXAMPLES = {
     "preset": "4x8",
+    "cpu": "32",
+    "memory": "256Gi",
+    "queue": "team-a",
     "nodes": "4",
     "gpus": "8",
     "kind": "statefulset",
@@ -236,7 +242,7 @@ def cli() -> None:
 @click.option(
     "--preset",
     metavar="NAME",
-    help="Preset to start from (default 2node-test, none when -f is given; see `kgen presets list`).",
+    help="Preset to start from (2node-test when nothing else says what to run; see `kgen presets list`).",
 )
 @click.option("--nodes", metavar="N", help="Number of nodes (pods).")
 @click.option("--gpus", metavar="G", help="GPUs per node (0 = CPU job with gloo).")
@@ -253,6 +259,8 @@ def cli() -> None:
     metavar="NAME",
     help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name): the workload waits until Kueue admits it.",
 )
+@click.option("--cpu", metavar="QTY", help="CPU request per pod, e.g. 32 (default auto: 2 per GPU).")
+@click.option("--memory", metavar="QTY", help="Memory request per pod, e.g. 256Gi (default auto: 8Gi per GPU).")
 @click.option("--env", "env", metavar="KEY=VALUE", multiple=True, help="Extra environment variable (repeatable).")
 @click.option(
     "-f", "--values", "values_files", metavar="FILE", multiple=True, help="Values file (repeatable, later wins)."
@@ -263,7 +271,8 @@ def cli() -> None:
 @click.option(
     "--kubernetes-version",
     metavar="1.NN",
-    help="Oldest Kubernetes the output must run on (default 1.27); newer versions enable newer Job features.",
+    help=f"Oldest Kubernetes the output must run on (default {DEFAULT_KUBERNETES_VERSION}, 1.27 ... 1.37); "
+    "1.31+ adds podFailurePolicy, 1.34+ podReplacementPolicy.",
 )
 @click.option("-o", "--output", metavar="FILE", help="Write to FILE (atomically) instead of stdout.")
 @click.option("--format", "output_format", default="yaml", metavar="yaml|json", help="Output format.")
@@ -277,6 +286,8 @@ def render(
     namespace,
     image,
     queue,
+    cpu,
+    memory,
     env,
     values_files,
     sets,
@@ -290,7 +301,7 @@ def render(
     COMMAND is the training script and its arguments that torchrun runs on every worker
     (e.g. `-- train.py --lr 3e-4`); without it the pods run kgen's all-reduce smoke test.
     """
-    from kgen.api import RenderRequest, render_with_notes
+    from kgen.api import RenderRequest, render_with_warnings, warning_line
 
     request = RenderRequest(
         preset=preset,
@@ -306,13 +317,17 @@ def render(
             "namespace": namespace,
             "image": image,
             "queue": queue,
+            "cpu": cpu,
+            "memory": memory,
         },
         kubernetes_version=kubernetes_version,
         output_format=output_format,
     )
-    text, notes = render_with_notes(request)
+    text, warnings, notes = render_with_warnings(request)
     for note in notes:
         click.echo(f"kgen: note: {note}", err=True)
+    for finding in warnings:  # the self-check's warnings: the manifest is printed, the user told
+        click.echo(f"kgen: {warning_line(finding)}", err=True)
     if output:
         write_output(output, text)
     else:
@@ -323,7 +338,7 @@ def render(
 @click.argument("paths", nargs=-1, metavar="[PATH|DIR|-]...")
 @click.option(
     "--kubernetes-version",
-    default="1.37",
+    default=DEFAULT_KUBERNETES_VERSION,
     show_default=True,
     metavar="1.NN",
     help="Kubernetes version whose schemas and rules apply (1.25 ... 1.37).",
@@ -402,7 +417,7 @@ def presets_list() -> None:
 @presets.command("show")
 @click.argument("name")
 def presets_show(name: str) -> None:
-    """Print a preset file, ready to copy and use with -f."""
+    """Print a preset file, ready to copy and use with -f (all keys: `kgen values`)."""
     from kgen import presets as presets_mod
 
     try:
@@ -443,6 +458,26 @@ def entrypoint(show_path: bool, output: str | None) -> None:
         write_output(output, text)
     else:
         click.echo(text, nl=False)
+
+
+@cli.command("values")
+@click.option(
+    "--format", "output_format", default="text", show_default=True, metavar="text|markdown", help="Output format."
+)
+def values_reference(output_format: str) -> None:
+    """The values reference: every key of a values file (and of --set), with its type, default and meaning.
+
+    \b
+    Nested keys are dotted: nccl.debug is `nccl: {debug: INFO}` in a file, --set nccl.debug=INFO.
+    Examples:
+      kgen values
+      kgen values --format markdown     # the README's table
+    """
+    from kgen.reference import values_reference as reference
+
+    if output_format not in ("text", "markdown"):
+        raise KgenError(f'must be text or markdown, got "{output_format}"', option="--format")
+    click.echo(reference(output_format), nl=False)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -33,21 +33,70 @@ def defaults() -> tuple[dict[str, Any], dict[str, str]]:
     return values, {k: "default" for k in values}
 
 
-def suggest(key: str) -> str | None:
+def _close(word: str, choices: list[str], cutoff: float) -> str | None:
+    """The choice closest to word when it is a likely typo (case ignored), else None."""
     import difflib  # only on the error path
 
-    match = difflib.get_close_matches(key, list(VALUES), n=1, cutoff=0.6)
-    if not match:  # try the last segment alone: "debug" -> "nccl.debug"
-        tails = {k.rsplit(".", 1)[-1]: k for k in VALUES}
-        near = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(tails), n=1, cutoff=0.75)
-        match = [tails[near[0]]] if near else []
-    return match[0] if match else None
+    by_lower = {c.lower(): c for c in choices}
+    near = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=cutoff)
+    return by_lower[near[0]] if near else None
+
+
+def suggest(key: str) -> str | None:
+    """A did-you-mean only for a close match: a typo or a case slip, not a different word that
+    shares a suffix ("runtimeClassName" is not "priorityClassName")."""
+    match = _close(key, list(VALUES), 0.75)
+    if match is None:  # the last segment alone: "debg" -> "nccl.debug"
+        tails = {k.rsplit(".", 1)[-1]: k for k in VALUES if "." in k}
+        near = _close(key.rsplit(".", 1)[-1], list(tails), 0.85)
+        match = tails[near] if near else None
+    return match
 
 
 def unknown_key(key: str, where: str) -> UsageError:
     near = suggest(key)
-    hint = f'did you mean "{near}"?' if near else "see `kgen render --help` for the values reference"
+    hint = f'did you mean "{near}"?' if near else "`kgen values` lists every key"
     return UsageError(f'unknown key "{key}"', option=where, hint=hint)
+
+
+def not_a_mapping(prefix: str, value: Any, where: str) -> UsageError:
+    """`nccl: INFO`: the key exists, but it holds a mapping of sub-keys."""
+    subkeys = [k.split(".", 1)[1] for k in VALUES if k.startswith(prefix + ".")]
+    example = f"{prefix}: {{{subkeys[0]}: {value}}}" if value not in (None, "") else f"{prefix}: {{{subkeys[0]}: ...}}"
+    named = "" if where.endswith(f" {prefix}") else f"{prefix}: "  # "--set nccl" names the key already
+    return UsageError(
+        f'{named}must be a mapping with the keys {", ".join(subkeys)}, got "{value}"',
+        option=where,
+        hint=f"for example {example}, or --set {prefix}.{subkeys[0]}=...",
+    )
+
+
+_SHELL_OPERATORS = {"|", "||", "&", "&&", ";", ";;", ">", ">>", "<", "<<", "(", ")"}
+
+
+def split_command(text: str, where: str) -> list[str]:
+    """A command given as one string is split the way a POSIX shell splits words; shell operators
+    are refused (torchrun runs the command directly, no shell in between)."""
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:  # "No closing quotation"
+        raise UsageError(
+            f"cannot split {text!r} into arguments: {str(exc).lower()}",
+            option=where,
+            hint='close the quote, or give a list: command: [train.py, --lr, "3e-4"]',
+        ) from None
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    operators = [w for w in lexer if w in _SHELL_OPERATORS]
+    if operators:
+        raise UsageError(
+            f"{operators[0]!r} in {text!r} is a shell operator, but no shell runs the command",
+            option=where,
+            hint="put the pipeline in a script and run that, or give a list of arguments",
+        )
+    return words
 
 
 def convert(key: str, raw: Any, typed: Any, where: str) -> Any:
@@ -77,6 +126,14 @@ def convert(key: str, raw: Any, typed: Any, where: str) -> Any:
         if not isinstance(raw, str):
             raise bad("a string")
         return raw
+    if kind == "argv":
+        if raw is None or raw == "":
+            return []
+        if isinstance(raw, str):
+            return split_command(raw, where)
+        if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+            raise bad("a list of strings (or one string, split like a shell would)")
+        return list(raw)
     if kind == "list[str]":
         if raw is None or raw == "":
             return []
@@ -145,6 +202,8 @@ def flatten(raw: dict, typed: dict, where: str, prefix: str = "") -> dict[str, t
             out[dotted] = (val, typed_val)
         elif dotted in _PREFIXES and isinstance(val, dict):
             out.update(flatten(val, typed_val or {}, where, prefix=f"{dotted}."))
+        elif dotted in _PREFIXES:
+            raise not_a_mapping(dotted, val, where)
         else:
             raise unknown_key(dotted, where)
     return out
@@ -195,12 +254,16 @@ class Layers:
         dotted = ".".join(parts)
         if dotted in VALUES:
             kind = VALUES[dotted][0]
-            if kind in ("list[str]", "list[dict]", "dict", "dict[str,str]") and value.strip().startswith(("[", "{")):
+            if kind in ("argv", "list[str]", "list[dict]", "dict", "dict[str,str]") and value.strip().startswith(
+                ("[", "{")
+            ):
                 raw, typed = load_values_text(f"v: {value}", where)
                 self.apply(dotted, convert(dotted, raw["v"], typed["v"], where), where, merge=False)
             else:
                 self.apply(dotted, convert(dotted, value, value, where), where)
             return
+        if dotted in _PREFIXES:
+            raise not_a_mapping(dotted, value, where)
         # dict[str,str] entry: env.FOO=bar, labels.team=ml, nodeSelector.pool=a100
         for n in range(len(parts) - 1, 0, -1):
             head = ".".join(parts[:n])

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from kgen import jobset as jobset_facts
 from kgen.errors import UsageError
 from kgen.lint.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, is_dns_subdomain, parse_quantity
+from kgen.versions import DEFAULT_K8S, MAX_K8S, MIN_K8S
 
 # ---------------------------------------------------------------------------------------------
 # The values reference. One entry per key: (type, default, one-line doc). Nested keys are dotted.
@@ -22,19 +23,43 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     "description": ("str", "", "One line about the preset (shown by `kgen presets list`; not rendered)."),
     "name": ("str", "kgen-train", "Name of the Job/StatefulSet and the Service; pods are `<name>-<index>`."),
     "namespace": ("str", "", "Namespace of every object; empty = kubectl's current namespace."),
-    "kind": ("str", "job", "`job` (Indexed Job), `statefulset` or `jobset` (JobSet; needs the JobSet controller)."),
+    "kind": ("str", "job", "`job` (Indexed Job), `statefulset` or `jobset` (JobSet; needs the JobSet controller); any case."),
     "nodes": ("int", 2, "Number of nodes (pods). One Job/StatefulSet object whatever the count."),
     "gpus": ("int", 8, "`nvidia.com/gpu` per node (requests = limits); 0 renders a CPU job (gloo)."),
     "nprocPerNode": ("int", 0, "Processes per node; 0 = auto (= gpus, or 1 for CPU jobs)."),
     "image": ("str", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "Container image (needs python3 and torch)."),
     "imagePullPolicy": ("str", "IfNotPresent", "Always, IfNotPresent or Never."),
     "python": ("str", "python3", "Interpreter in the image that runs the entrypoint."),
-    "command": ("list[str]", [], "Training script and arguments torchrun runs on every worker; empty = smoke test."),
+    "command": (
+        "argv",
+        [],
+        "Training script and arguments torchrun runs on every worker; empty = smoke test. "
+        "A string is split like a shell would (`train.py --lr 3e-4` = 3 arguments).",
+    ),
     "port": ("int", 29500, "Rendezvous port (torchrun MASTER_PORT) on pod 0."),
     "livenessPort": ("int", 29501, "Port of the entrypoint's peer-liveness channel on pod 0."),
     "shmSize": ("str", "16Gi", "Size limit of the memory-backed /dev/shm."),
     "env": ("dict[str,str]", {}, "Extra environment variables (values stay strings)."),
-    "resources.requests": ("dict[str,str]", {}, 'Extra resource requests, e.g. cpu: "32", memory: 256Gi.'),
+    "cpu": (
+        "str",
+        "auto",
+        "CPU request per pod (a quantity); auto = 2 per GPU (1 per process for CPU jobs); empty = none.",
+    ),
+    "memory": (
+        "str",
+        "auto",
+        "Memory request per pod (a quantity); auto = 8Gi per GPU (2Gi per process for CPU jobs); empty = none.",
+    ),
+    "guaranteed": (
+        "bool",
+        False,
+        "Guaranteed QoS: cpu and memory limits = requests (the memory limit then also bounds /dev/shm use).",
+    ),
+    "resources.requests": (
+        "dict[str,str]",
+        {},
+        "Extra resource requests, e.g. ephemeral-storage: 100Gi (cpu/memory here override `cpu`/`memory`).",
+    ),
     "resources.limits": ("dict[str,str]", {}, "Extra resource limits (GPUs are set from `gpus`)."),
     "envFrom": ("list[dict]", [], "Trainer envFrom (Kubernetes form), e.g. a Secret with HF_TOKEN."),
     "workingDir": ("str", "", "Trainer working directory; empty = the image's."),
@@ -44,6 +69,24 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     "tolerations": ("list[dict]", [], "Pod tolerations (Kubernetes form)."),
     "affinity": ("dict", {}, "Pod affinity (Kubernetes form)."),
     "priorityClassName": ("str", "", "Pod priorityClassName."),
+    "runtimeClassName": ("str", "", "Pod runtimeClassName, e.g. nvidia where the NVIDIA runtime is not the default."),
+    "schedulerName": ("str", "", "Pod schedulerName (e.g. a gang scheduler); empty = the default scheduler."),
+    "topologySpreadConstraints": ("list[dict]", [], "Pod topologySpreadConstraints (Kubernetes form)."),
+    "podSecurityContext": ("dict", {}, "Pod securityContext (Kubernetes form), e.g. fsGroup: 1000, runAsUser."),
+    "initContainers": ("list[dict]", [], "Pod initContainers (Kubernetes form), run before the trainer."),
+    "hostNetwork": (
+        "bool",
+        False,
+        "Use the node's network namespace (e.g. for RDMA without a CNI plugin); "
+        "dnsPolicy then defaults to ClusterFirstWithHostNet.",
+    ),
+    "hostIPC": ("bool", False, "Use the node's IPC namespace and /dev/shm (no memory-backed /dev/shm volume)."),
+    "dnsPolicy": (
+        "str",
+        "",
+        "ClusterFirst, ClusterFirstWithHostNet or None; empty = ClusterFirst "
+        "(ClusterFirstWithHostNet with hostNetwork).",
+    ),
     "imagePullSecrets": ("list[str]", [], "Names of image pull Secrets."),
     "serviceAccountName": ("str", "", "Pod service account (its token is still not mounted)."),
     "labels": ("dict[str,str]", {}, "Extra labels on every object and on the pods."),
@@ -88,11 +131,17 @@ VALUES: dict[str, tuple[str, Any, str]] = {
         "Kueue TAS: node label of the level all pods must share, e.g. cloud.google.com/gce-topology-block.",
     ),
     "topology.preferred": ("str", "", "Kueue TAS: node label of the level the pods should share (best effort)."),
+    "patches": (
+        "list[dict]",
+        [],
+        "Escape hatch: [{target: {kind, name?}, patch: {...}}], JSON merge patches applied to the rendered "
+        "objects (lists of named items merge by name), then linted like everything else.",
+    ),
 }
 
 KINDS = ("job", "statefulset", "jobset")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-MIN_K8S, MAX_K8S, DEFAULT_K8S = 27, 37, 27
+DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "None")
 
 # Environment variables kgen sets itself: user env may not override them.
 RESERVED_ENV = {
@@ -137,6 +186,14 @@ class Features(NamedTuple):
         return self.minor >= 34
 
 
+def kube_escape(text: str) -> str:
+    """Escape a string for Kubernetes' $(VAR) expansion in command, args and env values.
+
+    The kubelet turns "$$" into "$" and "$(NAME)" into NAME's value when NAME is defined earlier;
+    doubling every "$" that precedes "$" or "(" makes the process see exactly ``text``."""
+    return re.sub(r"\$(?=[$(])", "$$", text)
+
+
 class EnvVar(NamedTuple):
     name: str
     value: str | None = None
@@ -158,6 +215,8 @@ class TrainingSpec(NamedTuple):
     port: int
     liveness_port: int
     env: tuple[EnvVar, ...] = ()
+    resources: dict[str, dict[str, Any]] | None = None  # the trainer's requests/limits
+    dns_policy: str = ""  # "" = leave Kubernetes' default
 
     # ---- derived names --------------------------------------------------------------------
     @property
@@ -204,21 +263,17 @@ class TrainingSpec(NamedTuple):
 
     @property
     def entrypoint_args(self) -> list[str]:
-        return ["--", *self.command] if self.command else ["--smoke-test"]
+        """The trainer's args, escaped so that Kubernetes' $(VAR) expansion leaves them as given."""
+        return ["--", *map(kube_escape, self.command)] if self.command else ["--smoke-test"]
 
     @property
-    def gpu_resources(self) -> dict[str, dict[str, Any]]:
-        requests: dict[str, Any] = dict(self.values["resources.requests"])
-        limits: dict[str, Any] = dict(self.values["resources.limits"])
-        if self.gpus:
-            requests["nvidia.com/gpu"] = self.gpus
-            limits["nvidia.com/gpu"] = self.gpus
-        out: dict[str, dict[str, Any]] = {}
-        if requests:
-            out["requests"] = requests
-        if limits:
-            out["limits"] = limits
-        return out
+    def container_command(self) -> list[str]:
+        return [kube_escape(self.values["python"]), "/opt/kgen/kgen_entrypoint.py"]
+
+    @property
+    def shm_volume(self) -> bool:
+        """The memory-backed /dev/shm volume; with hostIPC the node's /dev/shm is used instead."""
+        return not self.values["hostIPC"]
 
     def v(self, key: str) -> Any:
         return self.values[key]
@@ -275,7 +330,18 @@ class TrainingSpec(NamedTuple):
 
 # ---------------------------------------------------------------------------------------------
 def _fail(origins: dict[str, str], key: str, message: str, hint: str | None = None) -> UsageError:
-    return UsageError(message, option=origins.get(key, key), hint=hint)
+    """An error naming where the value came from: the flag, `file: key`, `preset P: key` or the key."""
+    origin = origins.get(key, "default")
+    return UsageError(message, option=key if origin == "default" else origin, hint=hint)
+
+
+def _where(origins: dict[str, str], key: str) -> str:
+    """How a message names another value: `livenessPort (default)` or `livenessPort (from v.yaml)`."""
+    origin = origins.get(key, "default")
+    if origin == "default":
+        return f"{key} (the default)"
+    source = origin[: -len(f": {key}")] if origin.endswith(f": {key}") else origin
+    return f"{key} (from {source})"
 
 
 def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int = DEFAULT_K8S) -> TrainingSpec:
@@ -298,7 +364,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
             raise _fail(o, key, f'must be a string, got "{val}"')
         return val
 
-    kind = text("kind")
+    kind = text("kind").lower()
     if kind not in KINDS:
         raise _fail(o, "kind", f'must be job, statefulset or jobset, got "{kind}"')
     nodes = integer("nodes", 1, 100_000)
@@ -315,6 +381,13 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
         )
 
     name = text("name")
+    if len(name) > 63:
+        raise _fail(
+            o,
+            "name",
+            f"is {len(name)} characters: a name is a DNS label of at most 63 characters",
+            hint="use a shorter name",
+        )
     if not is_dns_label(name):
         raise _fail(
             o,
@@ -359,7 +432,15 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
     port = integer("port", 1, 65535)
     liveness = integer("livenessPort", 1, 65535)
     if port == liveness:
-        raise _fail(o, "livenessPort", f"must differ from port ({port})")
+        # Blame the value the user set (the later layer), and name the other one and its origin.
+        liveness_was_set = o.get("livenessPort", "default") != "default"
+        blame, other = ("livenessPort", "port") if liveness_was_set else ("port", "livenessPort")
+        raise _fail(
+            o,
+            blame,
+            f"is {port}, already used by {_where(o, other)}: the rendezvous and liveness ports must differ",
+            hint=f"choose another {blame}, or set {other} too",
+        )
     shm = text("shmSize")
     if parse_quantity(shm) is None:
         raise _fail(o, "shmSize", f'must be a Kubernetes quantity such as 16Gi, got "{shm}"')
@@ -369,6 +450,15 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
                 raise _fail(o, key, f'{res}: must be a Kubernetes quantity such as 8 or 64Gi, got "{qty}"')
             if res == "nvidia.com/gpu":
                 raise _fail(o, key, "nvidia.com/gpu is set from gpus", hint="use --gpus")
+    resources = _resources(v, o, gpus, nproc)
+    dns_policy = _dns_policy(v, o)
+    for key in ("runtimeClassName", "priorityClassName"):
+        if text(key) and not is_dns_subdomain(v[key]):
+            raise _fail(o, key, f'must be a DNS subdomain (lower-case letters, digits, "-", "."), got "{v[key]}"')
+    scheduler = text("schedulerName")
+    if scheduler and (not scheduler.strip() or any(c.isspace() for c in scheduler)):
+        raise _fail(o, "schedulerName", f'must be a scheduler name without spaces, got "{scheduler}"')
+    _check_patches(v, o)
     for key in ("timeouts.masterWait", "timeouts.rendezvous", "timeouts.heartbeat", "timeouts.heartbeatInterval"):
         integer(key, 1)
     if v["timeouts.heartbeat"] <= v["timeouts.heartbeatInterval"]:
@@ -386,6 +476,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
             integer(key, 0)
 
     _check_volumes(v, o)
+    _check_command(v, o)
 
     user_env: list[EnvVar] = []
     for key, val in v["env"].items():
@@ -399,7 +490,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
         if key in RESERVED_ENV or key.startswith("KGEN_"):
             where = RESERVED_ENV.get(key, "kgen's entrypoint")
             raise _fail(o, "env", f"{key} is set by kgen ({where}); do not set it by hand")
-        user_env.append(EnvVar(key, str(val)))
+        user_env.append(EnvVar(key, kube_escape(str(val))))
 
     features = Features(k8s_minor)
     env = _kgen_env(v, kind, name, nodes, nproc, port, liveness, _master_addr(kind, name)) + user_env
@@ -418,7 +509,143 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
         port=port,
         liveness_port=liveness,
         env=tuple(env),
+        resources=resources,
+        dns_policy=dns_policy,
     )
+
+
+def _resources(v: dict[str, Any], o: dict[str, str], gpus: int, nproc: int) -> dict[str, dict[str, Any]]:
+    """The trainer's requests and limits: cpu/memory (auto from the shape), resources.*, the GPUs."""
+    auto = {"cpu": str(2 * gpus) if gpus else str(nproc), "memory": f"{8 * gpus}Gi" if gpus else f"{2 * nproc}Gi"}
+    requests: dict[str, Any] = {}
+    for key in ("cpu", "memory"):
+        val = v[key]
+        if not isinstance(val, str):
+            raise _fail(o, key, f'must be a string, got "{val}"')
+        val = auto[key] if val == "auto" else val
+        if val and parse_quantity(val) is None:
+            example = '"16" or 500m' if key == "cpu" else "64Gi"
+            raise _fail(o, key, f'must be a Kubernetes quantity such as {example}, or auto, got "{val}"')
+        if val:
+            requests[key] = val
+    requests.update(v["resources.requests"])
+    limits: dict[str, Any] = dict(v["resources.limits"])
+    if v["guaranteed"]:
+        for key in ("cpu", "memory"):
+            if key not in requests:
+                raise _fail(o, "guaranteed", f"needs a {key} request", hint=f"set {key}")
+            limits.setdefault(key, requests[key])
+            if limits[key] != requests[key]:
+                raise _fail(
+                    o,
+                    "resources.limits",
+                    f"{key}: is {limits[key]}, but guaranteed needs limits = requests ({requests[key]})",
+                    hint=f"drop resources.limits.{key} or set it to {requests[key]}",
+                )
+    for res in sorted(set(requests) & set(limits)):
+        request, limit = parse_quantity(str(requests[res])), parse_quantity(str(limits[res]))
+        if request is not None and limit is not None and limit < request:
+            source = "resources.requests" if res in v["resources.requests"] else res
+            raise _fail(
+                o,
+                "resources.limits",
+                f"{res}: limit {limits[res]} is below the request {requests[res]} (from {source})",
+                hint=f"raise the limit, or lower {source}",
+            )
+    if gpus:
+        requests["nvidia.com/gpu"] = gpus
+        limits["nvidia.com/gpu"] = gpus
+    out: dict[str, dict[str, Any]] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _dns_policy(v: dict[str, Any], o: dict[str, str]) -> str:
+    """hostNetwork pods must still resolve MASTER_ADDR (a cluster DNS name): ClusterFirstWithHostNet."""
+    policy = v["dnsPolicy"]
+    if not isinstance(policy, str):
+        raise _fail(o, "dnsPolicy", f'must be a string, got "{policy}"')
+    if policy == "Default":
+        raise _fail(
+            o,
+            "dnsPolicy",
+            "Default resolves through the node, not the cluster DNS: MASTER_ADDR (pod 0's DNS name) would not resolve",
+            hint=f"use one of {', '.join(DNS_POLICIES)}",
+        )
+    if policy and policy not in DNS_POLICIES:
+        raise _fail(o, "dnsPolicy", f'must be one of {", ".join(DNS_POLICIES)}, got "{policy}"')
+    if v["hostNetwork"]:
+        if policy == "ClusterFirst":
+            raise _fail(
+                o,
+                "dnsPolicy",
+                "ClusterFirst with hostNetwork falls back to the node's DNS: MASTER_ADDR would not resolve",
+                hint="use ClusterFirstWithHostNet (the default with hostNetwork)",
+            )
+        return policy or "ClusterFirstWithHostNet"
+    return policy
+
+
+PATCH_KEYS = ("target", "patch")
+
+
+def _check_command(v: dict[str, Any], o: dict[str, str]) -> None:
+    """A script or module name with spaces is a command line given as one argument: torchrun would
+    look for a script or module called "train.py --lr 3e-4" and fail in the cluster."""
+    command = v["command"]
+    at = 1 if command[:1] == ["-m"] and len(command) > 1 else 0
+    head = command[at] if command else ""
+    if any(c.isspace() for c in head):
+        import shlex
+
+        try:
+            words = [*command[:at], *shlex.split(head), *command[at + 1 :]]
+        except ValueError:
+            words = command
+        fixed = shlex.join(words)
+        from_cli = o.get("command") == "-- COMMAND"
+        raise _fail(
+            o,
+            "command",
+            f"{head!r} is one argument with spaces: torchrun would look for a script or module of that name",
+            hint=f"drop the quotes: -- {fixed}"
+            if from_cli
+            else f"give one string to split like a shell, command: {fixed}, or one list item per argument",
+        )
+
+
+def patch_origin(origins: dict[str, str], index: int) -> str:
+    """`v.yaml: patches[1]`, `--set patches[0]`, `patches[0]` (the default cannot hold patches)."""
+    origin = origins.get("patches", "default")
+    return f"{'patches' if origin == 'default' else origin}[{index}]"
+
+
+def _check_patches(v: dict[str, Any], o: dict[str, str]) -> None:
+    for i, item in enumerate(v["patches"]):
+        where = patch_origin(o, i)
+        extra = sorted(set(item) - set(PATCH_KEYS))
+        if extra or "target" not in item or "patch" not in item:
+            raise UsageError(
+                "must have exactly the keys target and patch"
+                + (f", got {', '.join(map(str, extra))}" if extra else ""),
+                option=where,
+                hint="for example {target: {kind: Job}, patch: {spec: {suspend: true}}}",
+            )
+        target = item["target"]
+        if not isinstance(target, dict) or not isinstance(target.get("kind"), str) or not target["kind"]:
+            raise UsageError("target: must be a mapping with a kind, e.g. {kind: Job}", option=where)
+        bad = sorted(set(target) - {"kind", "name"})
+        if bad or not isinstance(target.get("name", ""), str):
+            raise UsageError("target: only kind and name (a string) select objects", option=where)
+        patch = item["patch"]
+        if not isinstance(patch, dict) or not patch:
+            raise UsageError("patch: must be a non-empty mapping (a JSON merge patch)", option=where)
+        for key in ("kind", "apiVersion"):
+            if key in patch:
+                raise UsageError(f"patch: cannot change {key}", option=where, hint="a patch edits an object")
 
 
 RESERVED_VOLUMES = {"kgen-entrypoint", "dshm"}

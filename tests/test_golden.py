@@ -14,7 +14,7 @@ from tests.conftest import KINDS, PRESETS, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
 STUB = "# entrypoint/kgen_entrypoint.py is embedded here\n"
-CASES = [(p, k, None) for p in PRESETS for k in KINDS] + [("4x8", "job", "1.34")]
+CASES = [(p, k, None) for p in PRESETS for k in KINDS] + [("4x8", "job", "1.27"), ("4x8", "job", "1.34")]
 
 
 def golden_name(preset, kind, version):

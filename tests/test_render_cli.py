@@ -157,7 +157,8 @@ BAD_INPUT = [
     (["--set", "nccl.ibDisable=maybe"], '--set nccl.ibDisable: must be true or false, got "maybe"'),
     (["--set", "maxRestarts=3"], '--set maxRestarts: must be 0, got "3"'),
     (["--set", "port=70000"], "--set port: must be an integer between 1 and 65535"),
-    (["--set", "livenessPort=29500"], "livenessPort: must differ from port (29500)"),
+    (["--set", "livenessPort=29500"], "--set livenessPort: is 29500, already used by port (the default)"),
+    (["--set", "port=29501"], "--set port: is 29501, already used by livenessPort (the default)"),
     (["--gpus", "8", "--set", "nprocPerNode=4"], "nprocPerNode: is 4 but gpus is 8"),
     (["--kubernetes-version", "1.20"], "--kubernetes-version: supported versions are 1.27 to 1.37"),
     (["--kubernetes-version", "latest"], '--kubernetes-version: must look like 1.31, got "latest"'),
@@ -206,7 +207,14 @@ def test_every_command_is_documented_in_the_readme():
     from tests.conftest import ROOT
 
     readme = (ROOT / "README.md").read_text()
-    for command in ("kgen render", "kgen lint", "kgen presets list", "kgen presets show", "kgen --version"):
+    for command in (
+        "kgen render",
+        "kgen lint",
+        "kgen presets list",
+        "kgen presets show",
+        "kgen values",
+        "kgen --version",
+    ):
         assert command in readme, command
     for preset in PRESETS:
         assert f"`{preset}`" in readme, preset

@@ -131,8 +131,10 @@ def test_entrypoint_configmap_carries_the_entrypoint_file_byte_for_byte():
 
 
 def test_kubernetes_version_gates_job_failure_features():
-    old = workload(rendered(preset="4x8"))["spec"]
+    old = workload(rendered(preset="4x8", kubernetes_version="1.30"))["spec"]
     assert old["backoffLimit"] == 0 and "podFailurePolicy" not in old and "podReplacementPolicy" not in old
+    default = workload(rendered(preset="4x8"))["spec"]  # the default target (1.33) has the failure policy
+    assert default["podFailurePolicy"]["rules"] and "podReplacementPolicy" not in default
     new = workload(rendered(preset="4x8", kubernetes_version="1.31"))["spec"]
     rules = new["podFailurePolicy"]["rules"]
     assert rules[0]["action"] == "Ignore"
@@ -247,6 +249,6 @@ def test_disruption_budget_is_opt_in_and_covers_exactly_the_pods(kind):
     assert pdb["spec"]["selector"]["matchLabels"] == docs["Service"]["spec"]["selector"]
     pods = workload(docs)["spec"]["template"]["metadata"]["labels"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pods.items()
-    assert "unhealthyPodEvictionPolicy" not in pdb["spec"]  # 1.27 default: a beta field, left out
-    newer = rendered(preset="4x8", kind=kind, sets=["podDisruptionBudget=true"], kubernetes_version="1.31")
-    assert newer["PodDisruptionBudget"]["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"  # GA 1.31, the default target is newer
+    older = rendered(preset="4x8", kind=kind, sets=["podDisruptionBudget=true"], kubernetes_version="1.27")
+    assert "unhealthyPodEvictionPolicy" not in older["PodDisruptionBudget"]["spec"]  # beta before 1.31: left out

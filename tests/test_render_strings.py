@@ -1,5 +1,7 @@
 """Every user string lands exactly in its field and nowhere else, as kubectl (YAML 1.1) reads it."""
 
+import re
+
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -67,6 +69,15 @@ HOSTILE = [
     "\u2028sep",
     "a\r\nb",
     "\x07bell",
+    # Kubernetes expands $(VAR) in env values, command and args, and turns $$ into $:
+    "$(HOME)",
+    "$(MASTER_ADDR)",
+    "$(NNODES)-nodes",
+    "$$",
+    "$$(MASTER_ADDR)",
+    "a$",
+    "$HOME",
+    "${HOME}",
 ]
 
 
@@ -79,6 +90,17 @@ def parsed(text):
 
 def container(docs):
     return docs["Job"]["spec"]["template"]["spec"]["containers"][0]
+
+
+def as_seen(value, container):
+    """What the process sees: Kubernetes' $(VAR) expansion over every variable of the container
+    ($$ -> $, $(NAME) -> NAME's value when defined, anything else as is)."""
+    defined = {e["name"]: f"<{e['name']}>" for e in container["env"]}
+
+    def sub(m):
+        return "$" if m.group(0) == "$$" else defined.get(m.group(1), m.group(0))
+
+    return re.sub(r"\$\$|\$\(([^)]*)\)", sub, value)
 
 
 def render_with(values_text=None, tmp_path=None, **kw):
@@ -94,14 +116,15 @@ def render_with(values_text=None, tmp_path=None, **kw):
 def test_env_value_round_trips_exactly(value):
     text = render(RenderRequest(preset="4x8", env=[f"MY_VAR={value}"]))
     env = {e["name"]: e["value"] for e in container(parsed(text))["env"] if "value" in e}
-    assert env["MY_VAR"] == value
     assert isinstance(env["MY_VAR"], str)
+    assert as_seen(env["MY_VAR"], container(parsed(text))) == value
 
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_command_argument_round_trips_exactly(value):
     text = render(RenderRequest(preset="4x8", command=["train.py", value, "--after"]))
-    assert container(parsed(text))["args"] == ["--", "train.py", value, "--after"]
+    c = container(parsed(text))
+    assert [as_seen(a, c) for a in c["args"]] == ["--", "train.py", value, "--after"]
 
 
 def test_values_file_strings_stay_strings(tmp_path):
@@ -134,14 +157,17 @@ def test_newline_in_a_value_cannot_add_a_key():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    value=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40),
-    arg=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40),
+    value=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
+    | st.text(alphabet="$()NODES_", max_size=12),
+    arg=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
+    | st.text(alphabet="$()NODES_", max_size=12),
 )
 def test_property_any_string_round_trips(value, arg):
     text = render(
         RenderRequest(preset="4x8", env=[f"P={value}"], command=["train.py", arg]),
     )
     docs = parsed(text)
-    env = {e["name"]: e.get("value") for e in container(docs)["env"]}
-    assert env["P"] == value
-    assert container(docs)["args"] == ["--", "train.py", arg]
+    c = container(docs)
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert as_seen(env["P"], c) == value
+    assert [as_seen(a, c) for a in c["args"]] == ["--", "train.py", arg]

@@ -1,0 +1,81 @@
+"""The `patches:` escape hatch: JSON merge patches (RFC 7396) on the rendered objects.
+
+A patch is applied to every rendered object whose kind (any case) and, if given, name match its
+target, after the templates are rendered and parsed and before kgen's lint self-check, so a
+patched manifest is checked like everything else. Merge rules, as RFC 7396 with one addition
+borrowed from Kubernetes' strategic merge patch:
+
+- a mapping merges key by key; ``null`` removes a key; a scalar replaces;
+- a list replaces the list, except when the patch list and the existing list both hold only
+  mappings with a ``name`` (containers, env, volumes, volumeMounts, ports, initContainers ...):
+  then items merge by name, new names are appended, and ``{name: x, $patch: delete}`` removes one.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from kgen.errors import UsageError
+
+DELETE = "$patch"
+
+
+def _named(items: Any) -> bool:
+    return isinstance(items, list) and bool(items) and all(isinstance(i, dict) and "name" in i for i in items)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """The result of applying ``patch`` to ``target`` (neither is modified)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif _named(value) and _named(out.get(key)):
+            out[key] = _merge_named(out[key], value)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _merge_named(items: list[dict], patch: list[dict]) -> list[dict]:
+    out = [dict(i) for i in items]
+    for item in patch:
+        index = next((n for n, cur in enumerate(out) if cur["name"] == item["name"]), None)
+        if item.get(DELETE) == "delete":
+            if index is not None:
+                del out[index]
+            continue
+        change = {k: v for k, v in item.items() if k != DELETE}
+        if index is None:
+            out.append(merge_patch({}, change))
+        else:
+            out[index] = merge_patch(out[index], change)
+    return out
+
+
+def apply_patches(docs: list[dict], patches: list[dict], origins: dict[str, str]) -> list[dict]:
+    """Apply each patch to the documents it targets; a patch that matches nothing is an error."""
+    from kgen.spec import patch_origin
+
+    for i, item in enumerate(patches):
+        target = item["target"]
+        kind, name = target["kind"].lower(), target.get("name")
+        hits = [
+            n
+            for n, doc in enumerate(docs)
+            if str(doc.get("kind", "")).lower() == kind and (name is None or doc["metadata"].get("name") == name)
+        ]
+        if not hits:
+            rendered = ", ".join(f"{d['kind']}/{d['metadata'].get('name')}" for d in docs)
+            wanted = target["kind"] + (f"/{name}" if name is not None else "")
+            raise UsageError(
+                f"target {wanted} matches no rendered object (rendered: {rendered})",
+                option=patch_origin(origins, i),
+                hint="fix target.kind or target.name",
+            )
+        for n in hits:
+            docs[n] = merge_patch(docs[n], item["patch"])
+    return docs

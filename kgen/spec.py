@@ -23,7 +23,7 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     "description": ("str", "", "One line about the preset (shown by `kgen presets list`; not rendered)."),
     "name": ("str", "kgen-train", "Name of the Job/StatefulSet and the Service; pods are `<name>-<index>`."),
     "namespace": ("str", "", "Namespace of every object; empty = kubectl's current namespace."),
-    "kind": ("str", "job", "`job` (Indexed Job), `statefulset` or `jobset` (JobSet; needs the JobSet controller); any case."),
+    "kind": ("str", "job", "`job` (Indexed Job), `statefulset` or `jobset` (needs the JobSet controller); any case."),
     "nodes": ("int", 2, "Number of nodes (pods). One Job/StatefulSet object whatever the count."),
     "gpus": ("int", 8, "`nvidia.com/gpu` per node (requests = limits); 0 renders a CPU job (gloo)."),
     "nprocPerNode": ("int", 0, "Processes per node; 0 = auto (= gpus, or 1 for CPU jobs)."),

@@ -14,7 +14,8 @@ from kgen.errors import RenderError, UsageError
 from kgen.findings import Finding
 from kgen.layering import Layers
 from kgen.resources import ENTRYPOINT_FILE, entrypoint_path
-from kgen.spec import DEFAULT_K8S, TrainingSpec, build_spec, parse_k8s_version
+from kgen.spec import TrainingSpec, build_spec, parse_k8s_version
+from kgen.versions import DEFAULT_K8S
 
 ENTRYPOINT_PLACEHOLDER = "@kgen-entrypoint-source@"
 

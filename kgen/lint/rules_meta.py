@@ -33,6 +33,13 @@ builtin(
     "Give every document a string apiVersion and kind, or delete it.",
 )
 builtin(
+    "KG004",
+    E,
+    "A file is not valid YAML (or not UTF-8 text): it is reported with file and line, every other input is "
+    "still linted and the report written, and the run exits 2 (cannot be skipped).",
+    "Fix the syntax at the line given (often indentation, a tab, or an unclosed quote or bracket).",
+)
+builtin(
     "KG010",
     E,
     "The object does not match the JSON schema of its kind for the chosen Kubernetes version "

@@ -1,4 +1,5 @@
-"""Distributed-training rules, across the documents of one file or stream.
+"""Distributed-training rules, across all documents of one lint run (every file, folder and stdin
+given together are one context; Services pair with workloads of the same namespace).
 
 A *training workload* is a Job or StatefulSet whose containers launch torchrun (see torchcmd.py).
 Its *rendezvous Service* is the Service named by the Job's ``subdomain`` / StatefulSet's
@@ -103,8 +104,23 @@ def _workloads(docs: list) -> list[Workload]:
     return out
 
 
-def services(docs: list) -> dict[str, Any]:
-    return _memo("services", docs, lambda ds: {d.name: d for d in ds if d.kind == "Service" and d.name})
+def services(docs: list) -> list:
+    return _memo("services", docs, lambda ds: [d for d in ds if d.kind == "Service" and d.name])
+
+
+def same_namespace(a: Any, b: Any) -> bool:
+    """Objects of one context meet when their namespaces agree; an object without a namespace goes
+    wherever it is applied (``kubectl apply -n``), so it meets any."""
+    return not a.namespace or not b.namespace or a.namespace == b.namespace
+
+
+def services_for(w: Workload, docs: list) -> dict[str, Any]:
+    """The Services that can serve workload ``w``, by name (an exact namespace match wins)."""
+    out: dict[str, Any] = {}
+    for svc in services(docs):
+        if same_namespace(svc, w.doc) and (svc.name not in out or svc.namespace == w.doc.namespace):
+            out[svc.name] = svc
+    return out
 
 
 def _selector(svc: Any) -> dict:
@@ -120,6 +136,10 @@ def rendezvous_service(w: Workload, svcs: dict) -> Any:
         if k8s.selector_scope(_selector(svc), w.doc) == "all":
             return svc
     return None
+
+
+def _in_ns(w: Workload) -> str:
+    return f" (namespace {w.doc.namespace})" if w.doc.namespace else ""
 
 
 def _multi(w: Workload) -> bool:
@@ -168,11 +188,10 @@ def _env_path(container_path: tuple, container: dict, name: str) -> tuple:
     return container_path + ("env", found[0], "value") if found else container_path
 
 
-def _launch_path(container_path: tuple, container: dict) -> tuple:
-    command, args = container.get("command"), container.get("args")
-    if args and (not command or (isinstance(command, list) and command and command[-1] == "-c")):
-        return container_path + ("args",)
-    return container_path + ("command",) if command else container_path
+def _launch_path(container_path: tuple, launch: Launch | None = None, flag: str | None = None) -> tuple:
+    """Where a finding about a launch (or one of its flags) points: the command/args item that holds
+    it (a flag in ``args:`` is located in args, not at ``command:``)."""
+    return container_path + launch.at(flag) if launch is not None and launch.at(flag) else container_path
 
 
 # --- Service wiring ---------------------------------------------------------------------------
@@ -181,29 +200,32 @@ def _launch_path(container_path: tuple, container: dict) -> tuple:
 @rule(
     "KG100",
     W,
-    "A multi-node training Job/StatefulSet has no Service in the same file/stream that its pods' "
-    "DNS names come from (subdomain/serviceName names none, or none selects its pods).",
+    "A multi-node training Job/StatefulSet has no Service among the linted files (same namespace) that its "
+    "pods' DNS names come from (subdomain/serviceName names none, or none selects its pods).",
     "Add a headless Service (clusterIP: None) selecting the pods, named like the subdomain/serviceName.",
     kinds=["Job", "StatefulSet"],
     scope="stream",
+    needs_all_inputs=True,
 )
 def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
-    svcs = services(docs)
     for w in workloads(docs):
         if not _multi(w):
             continue
+        svcs = services_for(w, docs)
         named, path = w.dns_field
         if named and named not in svcs:
             yield (
                 w.doc,
                 path,
-                f"names Service {named!r}, which is not in this file; add it (headless, selecting the pods)",
+                f"names Service {named!r}, which is not among the linted files{_in_ns(w)}; "
+                "add it (headless, selecting the pods)",
             )
         elif not named and rendezvous_service(w, svcs) is None:
             yield (
                 w.doc,
                 ("metadata", "name"),
-                ("no headless Service in this file selects the pods; pods get no DNS names for rendezvous"),
+                f"no headless Service among the linted files{_in_ns(w)} selects the pods; "
+                "pods get no DNS names for rendezvous",
             )
 
 
@@ -217,10 +239,9 @@ def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
     scope="stream",
 )
 def rendezvous_headless(docs: list, ctx: Context) -> Iterator:
-    svcs = services(docs)
     done = set()
     for w in workloads(docs):
-        svc = rendezvous_service(w, svcs)
+        svc = rendezvous_service(w, services_for(w, docs))
         if svc is not None and id(svc) not in done and k8s.get(svc.data, "spec", "clusterIP") != "None":
             done.add(id(svc))
             yield (
@@ -241,10 +262,9 @@ def rendezvous_headless(docs: list, ctx: Context) -> Iterator:
     scope="stream",
 )
 def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
-    svcs = services(docs)
     done = set()
     for w in workloads(docs):
-        svc = rendezvous_service(w, svcs)
+        svc = rendezvous_service(w, services_for(w, docs))
         if (
             svc is not None
             and id(svc) not in done
@@ -269,14 +289,15 @@ def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
     scope="stream",
 )
 def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
-    svcs = services(docs)
     wls = workloads(docs)
     all_workloads = [d for d in docs if k8s.pod_template(d) and d.kind != "Pod"]
-    for svc in svcs.values():
+    for svc in services(docs):
         sel = _selector(svc)
         if not sel:
             continue
         for w in wls:
+            if not same_namespace(svc, w.doc) or services_for(w, docs).get(svc.name) is not svc:
+                continue
             labels = k8s.template_labels(w.doc)
             named, _ = w.dns_field
             shared = {k for k, v in sel.items() if labels.get(k) == v}
@@ -297,7 +318,9 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
                             ),
                         )
                 others = [
-                    d for d in all_workloads if d is not w.doc and k8s.selector_matches(sel, k8s.template_labels(d))
+                    d
+                    for d in all_workloads
+                    if d is not w.doc and same_namespace(svc, d) and k8s.selector_matches(sel, k8s.template_labels(d))
                 ]
                 for other in others:
                     yield (
@@ -327,10 +350,10 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
     scope="stream",
 )
 def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
-    svcs = services(docs)
     for w in workloads(docs):
         if not _multi(w):
             continue
+        svcs = services_for(w, docs)
         named, path = w.dns_field
         selecting = [
             s
@@ -368,10 +391,10 @@ _POD0 = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
     scope="stream",
 )
 def master_addr(docs: list, ctx: Context) -> Iterator:
-    svcs = services(docs)
     for w in workloads(docs):
         if not _multi(w):
             continue
+        svcs = services_for(w, docs)
         svc = rendezvous_service(w, svcs)
         named, _ = w.dns_field
         svc_name = svc.name if svc is not None else named
@@ -385,7 +408,7 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                 for key in ("master_addr", "rdzv_endpoint"):
                     raw = launch.flag(key)
                     if raw and not raw.startswith("$"):
-                        checks.append((f"--{key.replace('_', '-')}", host_of(raw), _launch_path(cpath, c)))
+                        checks.append((f"--{key.replace('_', '-')}", host_of(raw), _launch_path(cpath, launch, key)))
             for what, value, path in checks:
                 if "$" in value or not value:
                     continue
@@ -432,7 +455,11 @@ def nnodes_agree(docs: list, ctx: Context) -> Iterator:
             for launch in launches:
                 for low, high, where in _nnodes_values(launch, env):
                     if not low <= w.nodes <= high:
-                        path = _env_path(cpath, c, "NNODES") if where.startswith("NNODES") else _launch_path(cpath, c)
+                        path = (
+                            _env_path(cpath, c, "NNODES")
+                            if where.startswith("NNODES")
+                            else _launch_path(cpath, launch, "nnodes")
+                        )
                         yield (
                             w.doc,
                             path,
@@ -461,7 +488,7 @@ def nproc_agree(docs: list, ctx: Context) -> Iterator:
                         path = (
                             _env_path(cpath, c, "NPROC_PER_NODE")
                             if where.startswith("NPROC")
-                            else _launch_path(cpath, c)
+                            else _launch_path(cpath, launch, "nproc_per_node")
                         )
                         yield w.doc, path, f"{where} but the container has {gpus} GPUs; use {gpus}"
 
@@ -521,7 +548,7 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
                 if var in exported:
                     yield (
                         w.doc,
-                        _launch_path(cpath, c),
+                        _launch_path(cpath, launches[0]),
                         f"the script exports {var}, which torchrun overrides per worker; delete it",
                     )
 
@@ -532,18 +559,21 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
 @rule(
     "KG110",
     E,
-    "GPU training pods need a memory-backed /dev/shm (emptyDir medium: Memory); the default 64 MiB "
-    "makes NCCL and DataLoader workers crash.",
+    "GPU training pods need a memory-backed /dev/shm (emptyDir medium: Memory, a hostPath /dev/shm, or "
+    "hostIPC: true); the default 64 MiB makes NCCL and DataLoader workers crash.",
     "Mount an emptyDir {medium: Memory, sizeLimit: ...} at /dev/shm.",
     kinds=["Job", "StatefulSet"],
     scope="stream",
 )
 def dev_shm(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
+        if w.spec.get("hostIPC") is True:
+            continue  # the host's IPC namespace, and with it the host's /dev/shm
         mem_vols = {
             v.get("name")
             for v in w.spec.get("volumes") or []
-            if isinstance(v, dict) and k8s.get(v, "emptyDir", "medium") == "Memory"
+            if isinstance(v, dict)
+            and (k8s.get(v, "emptyDir", "medium") == "Memory" or _is_dev_shm(k8s.get(v, "hostPath", "path")))
         }
         for c, cpath, _ in w.launches:
             if not k8s.gpu_limit(c):
@@ -572,10 +602,14 @@ def dev_shm(docs: list, ctx: Context) -> Iterator:
 )
 def sleep_stagger(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        for c, cpath, launches in w.launches:
+        for _c, cpath, launches in w.launches:
             sleeps = {s for launch in launches for s in launch.sleeps}
             for s in sorted(sleeps):
-                yield w.doc, _launch_path(cpath, c), f"`{s}` staggers start-up; delete it (rendezvous waits actively)"
+                yield (
+                    w.doc,
+                    _launch_path(cpath, launches[0]),
+                    f"`{s}` staggers start-up; delete it (rendezvous waits actively)",
+                )
 
 
 @rule(
@@ -589,19 +623,18 @@ def sleep_stagger(docs: list, ctx: Context) -> Iterator:
 )
 def mixed_rendezvous(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        for c, cpath, launches in w.launches:
+        for _c, cpath, launches in w.launches:
             for launch in launches:
                 backend = (launch.flag("rdzv_backend") or "").lower()
                 dynamic = backend in ("c10d", "etcd", "etcd-v2") or (
                     launch.has("rdzv_endpoint") and backend != "static"
                 )
-                static = [
-                    f"--{k.replace('_', '-')}" for k in ("master_addr", "master_port", "node_rank") if launch.has(k)
-                ]
+                static_keys = [k for k in ("master_addr", "master_port", "node_rank") if launch.has(k)]
+                static = [f"--{k.replace('_', '-')}" for k in static_keys]
                 if dynamic and static:
                     yield (
                         w.doc,
-                        _launch_path(cpath, c),
+                        _launch_path(cpath, launch, static_keys[0]),
                         (
                             f"c10d rendezvous mixed with static flags {', '.join(static)}; "
                             "drop the static ones (or the rdzv ones)"
@@ -695,3 +728,7 @@ def training_job_gang(docs: list, ctx: Context) -> Iterator:
                 ("spec", "parallelism"),
                 f"parallelism {par if par is not None else '1 (default)'} != completions {comp}; the world never forms",
             )
+
+
+def _is_dev_shm(path: Any) -> bool:
+    return isinstance(path, str) and (path.rstrip("/") == "/dev/shm" or path.startswith("/dev/shm/"))

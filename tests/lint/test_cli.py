@@ -48,7 +48,15 @@ def test_json_format(bad_file):
     code, out, _ = run(["--format", "json", str(bad_file)])
     payload = json.loads(out)
     assert code == 1
-    assert payload["summary"] == {"files": 1, "documents": 2, "errors": 1, "warnings": 1, "info": 0, "exitCode": 1}
+    assert payload["summary"] == {
+        "files": 1,
+        "documents": 2,
+        "errors": 1,
+        "warnings": 1,
+        "info": 0,
+        "strict": False,
+        "exitCode": 1,
+    }
     assert payload["findings"][1] == {
         "rule": "KG047",
         "severity": "error",
@@ -104,7 +112,7 @@ def test_skip_option_and_annotation(bad_file):
         (["--kubernetes-version", "1.24"], "--kubernetes-version: unsupported version '1.24'"),
         (["--kubernetes-version", "banana"], "--kubernetes-version: not a Kubernetes version"),
         (["--skip", "KG999"], "--skip: unknown rule id KG999"),
-        (["--format", "xml"], "--format: must be text, json or junit"),
+        (["--format", "xml"], "--format: must be text, json, junit, github or sarif"),
         (["--engine", "kubeval"], "--engine: unknown engine 'kubeval'"),
         (["does-not-exist.yaml"], "does-not-exist.yaml: no such file or directory"),
     ],
@@ -118,12 +126,38 @@ def test_bad_input_exits_2_with_one_line(args, needle):
     assert "Traceback" not in err
 
 
-def test_yaml_syntax_error_exits_2_with_file_and_line(tmp_path):
+def test_yaml_syntax_error_is_reported_the_rest_linted_the_report_written_exit_2(tmp_path, bad_file):
+    """issue 8.6: one broken file no longer ends the run without a report."""
     path = tmp_path / "broken.yaml"
     path.write_text("apiVersion: v1\nkind: ConfigMap\ndata:\n  a: [1, 2\n")
-    code, out, err = run([str(path)])
+    report = tmp_path / "report.xml"
+    code, out, err = run(["--format", "junit", "-o", str(report), str(path), str(bad_file)])
     assert code == 2 and out == ""
-    assert err.startswith(f"kgen: error: {path}:5:") and "YAML syntax error" in err and "Traceback" not in err
+    assert err.startswith(f"kgen: error: {path}:5:1: YAML syntax error") and err.count("\n") == 1
+    root = ET.parse(report).getroot()
+    failures = {f.get("type") for f in root.iter("failure")}
+    assert failures == {"KG004", "KG047"}  # the broken file, and the other file's error finding
+    code, out, _ = run([str(path), str(bad_file)])
+    assert code == 2
+    assert out.splitlines()[0] == (
+        f"{path}:5:1: KG004 error: YAML syntax error: did not find expected ',' or ']'; "
+        "the rest of this file is not linted"
+    )
+    assert any("KG047" in line for line in out.splitlines())
+
+
+def test_syntax_error_cannot_be_skipped(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("kind: [\n")
+    code, out, _ = run(["--skip", "KG004", str(path)])
+    assert code == 2 and "KG004" in out
+
+
+def test_a_file_that_is_not_utf8_is_a_finding_too(tmp_path):
+    (tmp_path / "latin1.yaml").write_bytes("data: caf\xe9\n".encode("latin-1"))
+    (tmp_path / "ok.yaml").write_text((FIXTURES / "valid-job.yaml").read_text())
+    code, out, err = run([str(tmp_path)])
+    assert code == 2 and "latin1.yaml: KG004 error:" in out and "not UTF-8" in out and "not UTF-8" in err
 
 
 @pytest.mark.skipif(shutil.which("kubeconform") is not None, reason="kubeconform is installed here")

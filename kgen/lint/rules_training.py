@@ -153,34 +153,45 @@ def _multi(w: Workload) -> bool:
     return False
 
 
+# Variables that state the node count / processes per node wherever a manifest writes them down
+# (torchrun itself reads PET_NNODES / PET_NPROC_PER_NODE when the flag is absent).
+NNODES_VARS = ("NNODES", "NUM_NODES", "N_NODES", "NODE_COUNT", "PET_NNODES")
+NPROC_VARS = ("NPROC_PER_NODE", "GPUS_PER_NODE", "NUM_GPUS_PER_NODE", "PET_NPROC_PER_NODE")
+
+
 def _nnodes_values(launch: Launch, env: dict) -> list[tuple[int, int, str]]:
-    """(min, max nodes, where) stated by a launch: --nnodes (N or MIN:MAX) and/or NNODES."""
+    """(min, max nodes, where) stated by a launch: --nnodes (N or MIN:MAX) and the container's
+    literal NNODES-like variables (``where`` is "--nnodes=..." or "VAR=...")."""
     out = []
     raw = resolve(launch.flag("nnodes"), env) if launch.has("nnodes") else None
     if raw:
         parts = raw.split(":")
         if len(parts) <= 2 and all(p.isdigit() for p in parts):
             out.append((int(parts[0]), int(parts[-1]), f"--nnodes={raw}"))
-    nn = env.get("NNODES")
-    if isinstance(nn, str) and nn.isdigit() and (launch.form == "kgen" or "NNODES" in (launch.flag("nnodes") or "")):
-        out.append((int(nn), int(nn), f"NNODES={nn}"))
+    for var in NNODES_VARS:
+        nn = env.get(var)
+        if isinstance(nn, str) and nn.isdigit():
+            out.append((int(nn), int(nn), f"{var}={nn}"))
     return out
 
 
 def _nproc_values(launch: Launch, env: dict) -> list[tuple[int, str]]:
     out = []
-    for key in ("nproc_per_node",):
-        raw = resolve(launch.flag(key), env) if launch.has(key) else None
-        if raw and raw.isdigit():
-            out.append((int(raw), f"--nproc-per-node={raw}"))
-    nn = env.get("NPROC_PER_NODE")
-    if (
-        isinstance(nn, str)
-        and nn.isdigit()
-        and (launch.form == "kgen" or "NPROC_PER_NODE" in (launch.flag("nproc_per_node") or ""))
-    ):
-        out.append((int(nn), f"NPROC_PER_NODE={nn}"))
+    raw = resolve(launch.flag("nproc_per_node"), env) if launch.has("nproc_per_node") else None
+    if raw and raw.isdigit():
+        out.append((int(raw), f"--nproc-per-node={raw}"))
+    for var in NPROC_VARS:
+        nn = env.get(var)
+        if isinstance(nn, str) and nn.isdigit():
+            out.append((int(nn), f"{var}={nn}"))
     return out
+
+
+def _where_path(cpath: tuple, c: dict, launch: Launch, flag: str, where: str) -> tuple:
+    """Path of a value named by ``where`` ("--flag=..." or "VAR=...")."""
+    if where.startswith("--"):
+        return _launch_path(cpath, launch, flag)
+    return _env_path(cpath, c, where.split("=", 1)[0])
 
 
 def _env_path(container_path: tuple, container: dict, name: str) -> tuple:
@@ -384,7 +395,8 @@ _POD0 = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
     "KG105",
     E,
     "MASTER_ADDR (and --master-addr / --rdzv-endpoint) must name pod 0 of this workload "
-    "(<name>-0.<service>[.<namespace>.svc...]), not the Service, which resolves to any pod (a Service "
+    "(<name>-0.<service>[.<namespace>.svc...], in the workload's namespace), not the Service, which "
+    "resolves to any pod (a Service "
     "pinned to pod 0 by batch.kubernetes.io/job-completion-index or statefulset.kubernetes.io/pod-name is fine).",
     "Set MASTER_ADDR to <name>-0.<service>.",
     kinds=["Job", "StatefulSet"],
@@ -413,12 +425,14 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                 if "$" in value or not value:
                     continue
                 pod0 = {n for n, s in svcs.items() if k8s.selector_scope(_selector(s), w.doc) == "pod0"}
-                msg = _master_problem(value, w.name, svc_name, set(svcs) - pod0, pod0)
+                msg = _master_problem(value, w.name, svc_name, set(svcs) - pod0, pod0, w.doc.namespace)
                 if msg:
                     yield w.doc, path, f"{what}={value} {msg}"
 
 
-def _master_problem(value: str, name: str, svc: str | None, all_services: set, pod0: set) -> str | None:
+def _master_problem(
+    value: str, name: str, svc: str | None, all_services: set, pod0: set, namespace: str = ""
+) -> str | None:
     want = f"{name}-0.{svc}" if svc else f"{name}-0.<headless service>"
     host = value.lower().rstrip(".")
     first = host.split(".")[0]
@@ -428,6 +442,11 @@ def _master_problem(value: str, name: str, svc: str | None, all_services: set, p
         return f"names the Service, which resolves to any pod; use pod 0's name {want}"
     m = _POD0.match(host)
     if m and m.group("pod") == name and (svc is None or m.group("svc") == svc):
+        parts = host.split(".")
+        if len(parts) >= 3 and namespace and parts[2] != namespace:
+            return f"names namespace {parts[2]!r}, but the pods run in {namespace!r}; use {want}.{namespace}.svc"
+        if len(parts) >= 4 and parts[3] != "svc":
+            return f"is not a cluster DNS name (<pod>.<service>.<namespace>.svc.<domain>); use {want}"
         return None
     if host in ("localhost", "127.0.0.1", "::1"):
         return f"is the pod itself, so every node starts its own world; use {want}"
@@ -455,16 +474,13 @@ def nnodes_agree(docs: list, ctx: Context) -> Iterator:
             for launch in launches:
                 for low, high, where in _nnodes_values(launch, env):
                     if not low <= w.nodes <= high:
-                        path = (
-                            _env_path(cpath, c, "NNODES")
-                            if where.startswith("NNODES")
-                            else _launch_path(cpath, launch, "nnodes")
+                        path = _where_path(cpath, c, launch, "nnodes", where)
+                        why = (
+                            "every pod trains alone as a world of its own"
+                            if high == 1 and where.startswith("--")
+                            else "the world never completes"
                         )
-                        yield (
-                            w.doc,
-                            path,
-                            f"{where} but {what} is {w.nodes}; the world never completes. Make them equal",
-                        )
+                        yield w.doc, path, f"{where} but {what} is {w.nodes}; {why}. Make them equal"
 
 
 @rule(
@@ -485,11 +501,7 @@ def nproc_agree(docs: list, ctx: Context) -> Iterator:
             for launch in launches:
                 for value, where in _nproc_values(launch, env):
                     if value != gpus:
-                        path = (
-                            _env_path(cpath, c, "NPROC_PER_NODE")
-                            if where.startswith("NPROC")
-                            else _launch_path(cpath, launch, "nproc_per_node")
-                        )
+                        path = _where_path(cpath, c, launch, "nproc_per_node", where)
                         yield w.doc, path, f"{where} but the container has {gpus} GPUs; use {gpus}"
 
 

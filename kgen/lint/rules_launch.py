@@ -336,3 +336,59 @@ def nproc_written_twice(docs: list, ctx: Context) -> Iterator:
                     f"CUDA_VISIBLE_DEVICES lists {len(devices)} devices for {want} processes per node; ranks "
                     f"{len(devices)}..{want - 1} get no GPU. Delete it (the device plugin sets the visible GPUs)",
                 )
+
+
+# --- GPU pods that get no GPU ---------------------------------------------------------------------
+
+_GPU_KEY = re.compile(r"nvidia\.com/gpu|amd\.com/gpu|accelerator|gpu", re.I)
+
+
+def _targets_gpu_nodes(spec: dict) -> str | None:
+    """What in the pod spec sends it to GPU nodes (a GPU toleration, node selector or affinity term)."""
+    for t in spec.get("tolerations") or []:
+        if isinstance(t, dict) and isinstance(t.get("key"), str) and _GPU_KEY.search(t["key"]):
+            return f"tolerates {t['key']}"
+    for key in spec.get("nodeSelector") or {}:
+        if isinstance(key, str) and _GPU_KEY.search(key):
+            return f"selects nodes by {key}"
+    terms = k8s.get(
+        spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"
+    )
+    for term in terms if isinstance(terms, list) else []:
+        for expr in k8s.get(term, "matchExpressions") or []:
+            if isinstance(expr, dict) and isinstance(expr.get("key"), str) and _GPU_KEY.search(expr["key"]):
+                return f"requires nodes with {expr['key']}"
+    return None
+
+
+@rule(
+    "KG122",
+    E,
+    "A training container that needs GPUs must request them: --nproc-per-node=gpu without an nvidia.com/gpu "
+    "limit fails at start (no CUDA device), and a pod sent to GPU nodes (GPU toleration, node selector or "
+    "affinity) without a GPU limit gets no GPU from the device plugin.",
+    "Set resources.limits.nvidia.com/gpu to the GPUs per node (and --nproc-per-node to the same number).",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
+def gpu_pod_without_gpus(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        target = _targets_gpu_nodes(w.spec)
+        for c, cpath, launches in w.launches:
+            if k8s.gpu_limit(c):
+                continue
+            auto = [la for la in launches if (la.flag("nproc_per_node") or "").lower() in ("gpu", "cuda")]
+            if auto:
+                yield (
+                    w.doc,
+                    _launch_path(cpath, auto[0], "nproc_per_node"),
+                    f"--nproc-per-node={auto[0].flag('nproc_per_node')} counts CUDA devices, but the container "
+                    "requests no GPU; set resources.limits.nvidia.com/gpu",
+                )
+            elif target:
+                yield (
+                    w.doc,
+                    cpath,
+                    f"the pod {target} but its trainer requests no GPU, so the device plugin gives it none; "
+                    "set resources.limits.nvidia.com/gpu",
+                )

@@ -248,3 +248,28 @@ def object_too_big_for_apply(doc: Any, ctx: Context) -> Iterator:
                 "256 KiB; use `kubectl apply --server-side` or `kubectl create`"
             ),
         )
+
+
+@rule(
+    "KG027",
+    W,
+    "The same object (API group, kind, namespace, name) appears twice among the linted inputs: `kubectl apply` "
+    "applies both and the later silently replaces the earlier.",
+    "Keep one definition (or give the copies different names or namespaces).",
+    scope="stream",
+)
+def duplicate_objects(docs: list, ctx: Context) -> Iterator:
+    seen: dict[tuple, Any] = {}
+    for doc in docs:
+        if not doc.name or not doc.kind:
+            continue
+        group = doc.api_version.rpartition("/")[0] if "/" in doc.api_version else ""
+        key = (group, doc.kind, doc.namespace, doc.name)
+        first = seen.setdefault(key, doc)
+        if first is not doc:
+            where = f"{first.file}:{first.line}" if first.line else first.file
+            yield (
+                doc,
+                ("metadata", "name"),
+                f"{doc.kind} {doc.name!r} is also defined at {where}; kubectl apply keeps only the later one",
+            )

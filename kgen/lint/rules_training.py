@@ -15,7 +15,7 @@ from typing import Any
 from kgen.findings import Severity
 from kgen.lint import k8s
 from kgen.lint.registry import Context, rule
-from kgen.lint.torchcmd import Launch, find_launches, host_of, resolve
+from kgen.lint.torchcmd import _SHELLS, Launch, find_launches, host_of, resolve
 
 E, W = Severity.ERROR, Severity.WARNING
 _MASTERISH = {"master", "leader", "head", "chief", "rank0", "rank-0", "main", "driver", "coordinator"}
@@ -421,6 +421,7 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                     raw = launch.flag(key)
                     if raw and not raw.startswith("$"):
                         checks.append((f"--{key.replace('_', '-')}", host_of(raw), _launch_path(cpath, launch, key)))
+            yield from _self_master(w, c, cpath, launches, svc_name)
             for what, value, path in checks:
                 if "$" in value or not value:
                     continue
@@ -428,6 +429,54 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                 msg = _master_problem(value, w.name, svc_name, set(svcs) - pod0, pod0, w.doc.namespace)
                 if msg:
                     yield w.doc, path, f"{what}={value} {msg}"
+
+
+_SELF_FIELDS = {"status.podIP", "status.podIPs", "metadata.name", "spec.nodeName", "status.hostIP", "status.hostIPs"}
+_VAR_REF = re.compile(r"^\$(?:\{(\w+)\}|\((\w+)\)|(\w+))")
+
+
+def _self_master(w: Workload, c: dict, cpath: tuple, launches: list, svc: str | None) -> Iterator:
+    """MASTER_ADDR / --master-addr / --rdzv-endpoint taken from the pod's own address (fieldRef
+    status.podIP, metadata.name, $HOSTNAME, $(hostname)): every pod is its own master."""
+    want = f"{w.name}-0.{svc}" if svc else f"{w.name}-0.<headless service>"
+    own: dict[str, str] = {"HOSTNAME": "the pod's hostname"}
+    for i, e in enumerate(k8s.env_list(c)):
+        if not isinstance(e, dict) or not isinstance(e.get("name"), str):
+            continue
+        ref = k8s.get(e, "valueFrom", "fieldRef", "fieldPath")
+        value = e.get("value")
+        if ref in _SELF_FIELDS:
+            own[e["name"]] = f"fieldRef {ref}"
+        elif isinstance(value, str) and _VAR_REF.match(value) and _var_name(value) in own:
+            own[e["name"]] = own[_var_name(value)]
+        if e["name"] == "MASTER_ADDR" and e["name"] in own:
+            yield (
+                w.doc,
+                cpath + ("env", i),
+                f"MASTER_ADDR from {own['MASTER_ADDR']} is each pod's own address, so every pod starts a world "
+                f"of its own; use pod 0's name {want}",
+            )
+    for launch in launches:
+        for key in ("master_addr", "rdzv_endpoint"):
+            raw = launch.flag(key)
+            if not raw:
+                continue
+            name = _var_name(raw) if _VAR_REF.match(raw) else None
+            source = own.get(name) if name and name != "MASTER_ADDR" else None
+            if source is None and ("$(hostname" in raw or "`hostname" in raw):
+                source = "the pod's hostname"
+            if source:
+                yield (
+                    w.doc,
+                    _launch_path(cpath, launch, key),
+                    f"--{key.replace('_', '-')}={raw} is {source}, each pod's own address, so every pod starts "
+                    f"a world of its own; use pod 0's name {want}",
+                )
+
+
+def _var_name(text: str) -> str:
+    m = _VAR_REF.match(text)
+    return (m.group(1) or m.group(2) or m.group(3)) if m else ""
 
 
 def _master_problem(
@@ -676,35 +725,64 @@ def statefulset_parallel(docs: list, ctx: Context) -> Iterator:
 @rule(
     "KG114",
     E,
-    "$(VAR) in an env value expands only variables defined earlier in the same env list; "
-    "$(JOB_COMPLETION_INDEX) is added by the Job controller after yours and is never expanded.",
-    "Read the variable in the command instead (e.g. $JOB_COMPLETION_INDEX in the shell), or use a fieldRef.",
+    "$(VAR) expands only variables the container defines: in an env value those earlier in the same env "
+    "list (or from envFrom), in command/args any of its env; $(JOB_COMPLETION_INDEX) is added by the Job "
+    "controller after yours, so an env value never sees it. Anything else stays literal.",
+    "Define the variable in env (before its use), read it in the shell ($VAR), or use a fieldRef.",
 )
 def env_refs(doc: Any, ctx: Context) -> Iterator:
     ps = k8s.pod_spec(doc)
     if not ps:
         return
+    indexed_job = doc.kind == "Job" and k8s.get(doc.data, "spec", "completionMode") == "Indexed"
     for c, cpath in k8s.containers(*ps):
+        from_env = bool(c.get("envFrom"))  # unknown names: a ConfigMap or Secret may define anything
         defined: set = set()
         for i, e in enumerate(k8s.env_list(c)):
             if not isinstance(e, dict):
                 continue
             value = e.get("value")
-            if isinstance(value, str) and "$(" in value:
-                for m in _ENV_REF.finditer(value):
-                    var = m.group(1)
-                    start = m.start()
-                    if start > 0 and value[start - 1] == "$":
-                        continue  # $$(VAR) is an escape
-                    if var not in defined:
-                        why = (
-                            "the Job controller adds it after your variables"
-                            if var == "JOB_COMPLETION_INDEX"
-                            else "it is not defined earlier in this env list"
-                        )
-                        yield cpath + ("env", i, "value"), f"$({var}) stays literal: {why}"
+            for var in _refs(value):
+                if var == "JOB_COMPLETION_INDEX":
+                    yield (
+                        cpath + ("env", i, "value"),
+                        (f"$({var}) stays literal: the Job controller adds it after your variables"),
+                    )
+                elif var not in defined and not from_env:
+                    yield (
+                        cpath + ("env", i, "value"),
+                        f"$({var}) stays literal: it is not defined earlier in this env list",
+                    )
             if isinstance(e.get("name"), str):
                 defined.add(e["name"])
+        if from_env or _is_shell_script(c):
+            continue  # a shell reads $(cmd) as command substitution: not ours to judge
+        if indexed_job:
+            defined.add("JOB_COMPLETION_INDEX")
+        for key in ("command", "args"):
+            items = c.get(key)
+            for j, item in enumerate(items if isinstance(items, list) else []):
+                for var in _refs(item):
+                    if var not in defined:
+                        yield (
+                            cpath + (key, j),
+                            (
+                                f"$({var}) stays literal: the container defines no env var {var}, so the program "
+                                f"receives the text $({var})"
+                            ),
+                        )
+
+
+def _refs(value: Any) -> list[str]:
+    """Variables referenced as $(VAR) in ``value`` ($$(VAR) is an escape)."""
+    if not isinstance(value, str) or "$(" not in value:
+        return []
+    return [m.group(1) for m in _ENV_REF.finditer(value) if not (m.start() > 0 and value[m.start() - 1] == "$")]
+
+
+def _is_shell_script(c: dict) -> bool:
+    argv = [x for key in ("command", "args") for x in (c.get(key) if isinstance(c.get(key), list) else [])]
+    return bool(argv) and isinstance(argv[0], str) and argv[0].rsplit("/", 1)[-1] in _SHELLS
 
 
 @rule(

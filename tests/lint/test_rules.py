@@ -322,6 +322,38 @@ FAILING = [
         "1.37",
     ),
     ("KG121", "job", _append(ENV, {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2,3"}), "1.37"),
+    # GPUs needed but not requested
+    (
+        "KG122",
+        "job",
+        _all(_set(RES, {"requests": {"cpu": "8", "memory": "64Gi"}}), _set(C0 + ("args", 1), "--nproc-per-node=gpu")),
+        "1.37",
+    ),
+    (
+        "KG122",
+        "job",
+        _all(
+            _set(RES, {"requests": {"cpu": "8", "memory": "64Gi"}}),
+            _set(POD + ("tolerations",), [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+        ),
+        "1.37",
+    ),
+    # the master address is each pod's own
+    (
+        "KG105",
+        "job",
+        _append(ENV, {"name": "MASTER_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
+        "1.37",
+    ),
+    ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=$(HOSTNAME)"), "1.37"),
+    ("KG114", "job", _set(C0 + ("args", 3), "--master-addr=$(MASTER_ADDR)"), "1.37"),  # no such env var
+    # the same object twice among the inputs
+    (
+        "KG027",
+        "cm",
+        _append((), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "llama-config", "namespace": "ml"}}),
+        "1.37",
+    ),
 ]
 
 # (rule, base, mutation, version) -- near-misses that must NOT report `rule`
@@ -410,6 +442,44 @@ PASSING = [
         "1.37",
     ),
     ("KG120", "sts", lambda docs: None, "1.28"),
+    ("KG114", "job", _set(C0 + ("args", 2), "--node-rank=$(JOB_COMPLETION_INDEX)"), "1.37"),  # Indexed Job: defined
+    (
+        "KG114",
+        "job",
+        _all(
+            _set(C0 + ("args", 3), "--master-addr=$(MASTER_ADDR)"),
+            _set(C0 + ("envFrom",), [{"configMapRef": {"name": "llama-env"}}]),
+        ),
+        "1.37",
+    ),  # may come from the ConfigMap
+    (
+        "KG114",
+        "job",
+        _all(
+            _set(C0 + ("command",), ["bash", "-c"]),
+            _set(
+                C0 + ("args",),
+                [
+                    "exec torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$JOB_COMPLETION_INDEX "
+                    "--master-addr=llama-0.llama --rdzv-id=$(hostname) train.py"
+                ],
+            ),
+        ),
+        "1.37",
+    ),  # the shell's command substitution
+    (
+        "KG027",
+        "cm",
+        _append((), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "llama-config"}}),
+        "1.37",
+    ),
+    (
+        "KG122",
+        "job",
+        _set(POD + ("tolerations",), [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+        "1.37",
+    ),  # tolerates GPU nodes and requests 8 GPUs
+    ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=$(MASTER_ADDR)"), "1.37"),  # checked at the env
     ("KG121", "job", _append(ENV, {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2,3,4,5,6,7"}), "1.37"),
     ("KG114", "job", _append(ENV, {"name": "ADDR", "value": "$(NCCL_DEBUG)-x"}), "1.37"),  # defined earlier
     ("KG114", "job", _append(ENV, {"name": "LITERAL", "value": "$$(JOB_COMPLETION_INDEX)"}), "1.37"),  # escaped

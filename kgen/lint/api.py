@@ -251,6 +251,7 @@ def _lint_docs(docs: list[Document], texts: dict[str, str], p: _Prepared, result
     """Document rules per document; stream rules once over all documents (one context)."""
     objects: list[Document] = []
     per_doc: dict[int, list[Finding]] = {}
+    broken = {f.file for f in result.input_errors}
     for doc in docs:
         found = per_doc.setdefault(id(doc), [])
         found.extend(doc.findings)
@@ -276,7 +277,7 @@ def _lint_docs(docs: list[Document], texts: dict[str, str], p: _Prepared, result
             )
             continue
         objects.append(doc)
-        if p.kubeconform is None:
+        if p.kubeconform is None or doc.file in broken:  # kubeconform would stop at the file's syntax error
             schema_found = _schema_findings(doc, p)
             found.extend(schema_found)
             malformed = any(f.rule_id in ("KG010", "KG002") for f in schema_found)

@@ -307,8 +307,8 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
         if not sel:
             continue
         for w in wls:
-            if not same_namespace(svc, w.doc) or services_for(w, docs).get(svc.name) is not svc:
-                continue
+            if not any(s is svc for s in services_for(w, docs).values()):
+                continue  # another namespace, or a same-named Service of the workload's own namespace wins
             labels = k8s.template_labels(w.doc)
             named, _ = w.dns_field
             shared = {k for k, v in sel.items() if labels.get(k) == v}
@@ -781,7 +781,8 @@ def _refs(value: Any) -> list[str]:
 
 
 def _is_shell_script(c: dict) -> bool:
-    argv = [x for key in ("command", "args") for x in (c.get(key) if isinstance(c.get(key), list) else [])]
+    command, args = c.get("command"), c.get("args")
+    argv = (command if isinstance(command, list) else []) + (args if isinstance(args, list) else [])
     return bool(argv) and isinstance(argv[0], str) and argv[0].rsplit("/", 1)[-1] in _SHELLS
 
 

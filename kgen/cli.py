@@ -167,7 +167,7 @@ def render(
     "output_format",
     default="text",
     show_default=True,
-    metavar="text|json|junit|github|sarif",
+    metavar="text|json|github|sarif|junit",
     help="Output format: github = GitHub Actions annotations, sarif = SARIF 2.1.0 (code scanning).",
 )
 @click.option(

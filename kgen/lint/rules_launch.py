@@ -225,6 +225,7 @@ def launcher_mode(docs: list, ctx: Context) -> Iterator:
 
 _JOB_INDEX = ("batch.kubernetes.io/job-completion-index",)
 _STS_INDEX = ("apps.kubernetes.io/pod-index", "statefulset.kubernetes.io/pod-name")
+_VAR = re.compile(r"^\$(?:\{(\w+)\}|\((\w+)\)|(\w+))$")
 _JOB_ENV = re.compile(r"\$(?:\{|\()?JOB_COMPLETION_INDEX\b")
 
 
@@ -252,7 +253,7 @@ def _rank_sources(c: dict, cpath: tuple) -> Iterator[tuple[tuple, str]]:
     "The node rank must come from a source the pod has: JOB_COMPLETION_INDEX and the job-completion-index "
     "label/annotation exist only in Indexed Job pods, apps.kubernetes.io/pod-index and "
     "statefulset.kubernetes.io/pod-name only in StatefulSet pods, and the two index labels only from "
-    "Kubernetes 1.28; elsewhere they are empty.",
+    "Kubernetes 1.28; elsewhere they are empty. A --node-rank from the pod's name or IP is not a number.",
     "Use the source of the workload's kind: Job metadata.annotations['batch.kubernetes.io/job-completion-index'], "
     "StatefulSet metadata.labels['apps.kubernetes.io/pod-index'] (1.28+) or the HOSTNAME ordinal.",
     kinds=["Job", "StatefulSet"],
@@ -264,6 +265,7 @@ def node_rank_source(docs: list, ctx: Context) -> Iterator:
         for c, cpath, launches in w.launches:
             if all(launch.form == "kgen" for launch in launches):
                 continue  # kgen's entrypoint skips an empty rank source and falls back to the HOSTNAME ordinal
+            yield from _rank_not_a_number(w, c, cpath, launches)
             for path, text in _rank_sources(c, cpath):
                 fieldref = path[-1] == "fieldPath"
                 if not is_job and (_JOB_ENV.search(text) or (fieldref and any(k in text for k in _JOB_INDEX))):
@@ -288,6 +290,29 @@ def node_rank_source(docs: list, ctx: Context) -> Iterator:
                         "Use metadata.annotations['batch.kubernetes.io/job-completion-index'] (Job) or the "
                         "HOSTNAME ordinal (StatefulSet)",
                     )
+
+
+def _rank_not_a_number(w: Workload, c: dict, cpath: tuple, launches: list) -> Iterator:
+    """--node-rank=$(VAR) where VAR is a fieldRef to something that is not an index (the pod's name
+    or IP): torchrun refuses it (not an int)."""
+    refs = {
+        e.get("name"): (i, k8s.get(e, "valueFrom", "fieldRef", "fieldPath"))
+        for i, e in enumerate(k8s.env_list(c))
+        if isinstance(e, dict)
+    }
+    for launch in launches:
+        raw = launch.flag("node_rank")
+        m = _VAR.match(raw or "")
+        if not m:
+            continue
+        i, ref = refs.get(m.group(1) or m.group(2) or m.group(3), (None, None))
+        if isinstance(ref, str) and "index" not in ref:
+            yield (
+                w.doc,
+                cpath + ("env", i, "valueFrom", "fieldRef", "fieldPath"),
+                f"--node-rank={raw} reads {ref}, which is not a number; use the pod's index "
+                "(job-completion-index annotation, apps.kubernetes.io/pod-index label)",
+            )
 
 
 # --- counts written twice in one container ---------------------------------------------------------
@@ -392,3 +417,30 @@ def gpu_pod_without_gpus(docs: list, ctx: Context) -> Iterator:
                     f"the pod {target} but its trainer requests no GPU, so the device plugin gives it none; "
                     "set resources.limits.nvidia.com/gpu",
                 )
+
+
+# --- cluster DNS from the host network --------------------------------------------------------------
+
+
+@rule(
+    "KG123",
+    E,
+    "A multi-node training pod with hostNetwork: true needs dnsPolicy: ClusterFirstWithHostNet; with the "
+    "default ClusterFirst it falls back to the node's resolver and pod names such as <name>-0.<service> do "
+    "not resolve.",
+    "Set dnsPolicy: ClusterFirstWithHostNet (or drop hostNetwork).",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
+def host_network_dns(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        if w.spec.get("hostNetwork") is not True or not _multi(w):
+            continue
+        policy = w.spec.get("dnsPolicy")
+        if policy in (None, "ClusterFirst", "Default"):
+            yield (
+                w.doc,
+                w.base + (("dnsPolicy",) if policy else ("hostNetwork",)),
+                f"hostNetwork with dnsPolicy {policy or 'ClusterFirst (default)'} uses the node's resolver, so "
+                f"{w.name}-0.<service> does not resolve; set dnsPolicy: ClusterFirstWithHostNet",
+            )

@@ -309,6 +309,15 @@ FAILING = [
         "1.37",
     ),
     ("KG120", "sts", lambda docs: None, "1.27"),  # the pod-index label arrives in 1.28
+    (
+        "KG120",
+        "job",
+        _set(ENV + (0, "valueFrom", "fieldRef", "fieldPath"), "metadata.name"),
+        "1.37",
+    ),  # --node-rank=$(NODE_RANK) from the pod's name: not a number
+    # hostNetwork without cluster DNS
+    ("KG123", "job", _set(POD + ("hostNetwork",), True), "1.37"),
+    ("KG123", "sts", _all(_set(POD + ("hostNetwork",), True), _set(POD + ("dnsPolicy",), "Default")), "1.37"),
     # processes per node written twice
     (
         "KG121",
@@ -442,6 +451,12 @@ PASSING = [
         "1.37",
     ),
     ("KG120", "sts", lambda docs: None, "1.28"),
+    (
+        "KG123",
+        "job",
+        _all(_set(POD + ("hostNetwork",), True), _set(POD + ("dnsPolicy",), "ClusterFirstWithHostNet")),
+        "1.37",
+    ),
     ("KG114", "job", _set(C0 + ("args", 2), "--node-rank=$(JOB_COMPLETION_INDEX)"), "1.37"),  # Indexed Job: defined
     (
         "KG114",

@@ -33,9 +33,12 @@ E, W = Severity.ERROR, Severity.WARNING
 
 
 def _flag(launch: Launch, env: dict, name: str) -> tuple[bool, str | None]:
-    """(given?, value) of a torchrun flag, from the command line or from PET_<NAME>."""
+    """(given?, value) of a torchrun flag, from the command line or from PET_<NAME>; "given" also when
+    an expansion ($DISTRIBUTED_ARGS) may hold it."""
     if launch.has(name):
         return True, launch.flag(name)
+    if launch.opaque:
+        return True, None
     pet = env.get(f"PET_{name.upper()}")
     if pet is not None or any(e == f"PET_{name.upper()}" for e in env):
         return True, pet if isinstance(pet, str) else None

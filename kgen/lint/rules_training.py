@@ -508,7 +508,8 @@ def _master_problem(
 @rule(
     "KG106",
     E,
-    "NNODES / --nnodes must equal the number of pods: Job completions (= parallelism) or StatefulSet replicas.",
+    "The node count, wherever it is written (--nnodes, NNODES, NUM_NODES, PET_NNODES ...), must equal the "
+    "number of pods: Job completions (= parallelism) or StatefulSet replicas.",
     "Make them equal (kgen render derives both from --nodes).",
     kinds=["Job", "StatefulSet"],
     scope="stream",
@@ -535,7 +536,8 @@ def nnodes_agree(docs: list, ctx: Context) -> Iterator:
 @rule(
     "KG107",
     E,
-    "NPROC_PER_NODE / --nproc-per-node must equal the GPUs per pod (nvidia.com/gpu limit) for GPU pods.",
+    "Processes per node, wherever written (--nproc-per-node, NPROC_PER_NODE, GPUS_PER_NODE ...), must equal "
+    "the GPUs per pod (nvidia.com/gpu limit) for GPU pods.",
     "Set it to the GPU limit, or to 'gpu'.",
     kinds=["Job", "StatefulSet"],
     scope="stream",

@@ -36,7 +36,7 @@ _PREFIX_WORDS = {"exec", "nohup", "time", "env", "stdbuf"}
 class Launch:
     """One torchrun (or kgen entrypoint) launch found in a container's command."""
 
-    __slots__ = ("form", "flags", "exports", "sleeps", "where", "flag_where", "script")
+    __slots__ = ("form", "flags", "exports", "sleeps", "where", "flag_where", "script", "opaque")
 
     def __init__(self, form: str, flags: dict[str, str | None] | None = None) -> None:
         self.form = form  # torchrun | kgen
@@ -46,6 +46,7 @@ class Launch:
         self.where: tuple = ()  # ("command"|"args", index) of the launcher (or of the shell script)
         self.flag_where: dict[str, tuple] = {}  # flag -> ("command"|"args", index) of the item holding it
         self.script = False  # found inside a `sh -c` script
+        self.opaque = False  # some flags come from an expansion ($ARGS, "$@"): absent flags are unknown
 
     def at(self, flag: str | None = None) -> tuple:
         """Where in the container a flag (or the launch itself) is written: ("args", 3), ..."""
@@ -117,14 +118,21 @@ def _launch_start(tokens: list[str]) -> tuple[str, int] | None:
     return None
 
 
-def _parse_flags(tokens: list[str], where: list[tuple] | None = None) -> tuple[dict[str, str | None], dict[str, tuple]]:
+def _parse_flags(
+    tokens: list[str], where: list[tuple] | None = None
+) -> tuple[dict[str, str | None], dict[str, tuple], bool]:
     """torchrun's flags up to the script; with ``where`` (the source of each token) also where each
-    flag is written."""
+    flag is written; and whether an expansion such as $ARGS may hold more flags."""
     flags: dict[str, str | None] = {}
     at: dict[str, tuple] = {}
+    opaque = False
     i = 0
     while i < len(tokens):
         tok = tokens[i]
+        if tok.startswith("$"):
+            opaque = True  # torchrun $DISTRIBUTED_ARGS train.py
+            i += 1
+            continue
         if tok == "--" or not tok.startswith("-") or tok == "-":
             break
         if "=" in tok:
@@ -141,7 +149,7 @@ def _parse_flags(tokens: list[str], where: list[tuple] | None = None) -> tuple[d
         if where is not None:
             at[key] = where[i if "=" in tok or key in _BOOL_FLAGS else i - 1]
         i += 1
-    return flags, at
+    return flags, at, opaque
 
 
 def find_launches(container: dict) -> list[Launch]:
@@ -186,8 +194,9 @@ def find_launches(container: dict) -> list[Launch]:
             if start:
                 form, at = start
                 where = None if script_at else src[at:]
-                flags, flag_where = _parse_flags(tokens[at:], where) if form == "torchrun" else ({}, {})
+                flags, flag_where, opaque = _parse_flags(tokens[at:], where) if form == "torchrun" else ({}, {}, False)
                 launch = Launch(form, flags)
+                launch.opaque = opaque
                 launch.script = bool(script_at)
                 launch.where = script_at or src[max(at - 1, 0)]
                 launch.flag_where = flag_where

@@ -452,6 +452,15 @@ PASSING = [
     ),
     ("KG120", "sts", lambda docs: None, "1.28"),
     (
+        "KG119",
+        "job",
+        _all(
+            _set(C0 + ("command",), ["bash", "-c"]),
+            _set(C0 + ("args",), ["exec torchrun $DISTRIBUTED_ARGS train.py --lr 3e-4"]),
+        ),
+        "1.37",
+    ),  # the flags are in a variable: absent ones are unknown, not missing
+    (
         "KG123",
         "job",
         _all(_set(POD + ("hostNetwork",), True), _set(POD + ("dnsPolicy",), "ClusterFirstWithHostNet")),

@@ -149,7 +149,24 @@ def lint_paths(paths: Iterable[str], opts: LintOptions, stdin: Any = None) -> Li
 
 
 def _lint_inputs(inputs: list[tuple[str, str | InputError]], p: _Prepared) -> LintResult:
-    """Parse every input, then lint all their documents together (one context)."""
+    """Parse every input, then lint all their documents together (one context).
+
+    All node trees of a run stay alive until the stream rules have located their findings; the
+    cyclic garbage collector would rescan that growing heap over and over (3-5x the run time on a
+    folder of 2000 documents) although parsing creates no cycles, so it is paused meanwhile.
+    """
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _lint_all(inputs, p)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _lint_all(inputs: list[tuple[str, str | InputError]], p: _Prepared) -> LintResult:
     from kgen.lint.parse import ParseError, parse_stream_partial
 
     result = LintResult(fail_on_warnings=p.opts.fail_on_warnings)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from kgen.findings import Severity
@@ -114,12 +115,90 @@ def same_namespace(a: Any, b: Any) -> bool:
     return not a.namespace or not b.namespace or a.namespace == b.namespace
 
 
+class _ServiceIndex:
+    """The Services of one context, indexed so that pairing them with workloads stays linear in a
+    folder of hundreds of apps: by name, by every selector pair, and those whose selector uses only
+    controller-set keys (job-name, pod index, pod name)."""
+
+    __slots__ = ("by_name", "by_pair", "special", "for_workload")
+
+    def __init__(self, docs: list) -> None:
+        self.by_name: dict[str, list] = {}
+        self.by_pair: dict[tuple, list] = {}
+        self.special: list = []
+        self.for_workload: dict[int, dict[str, Any]] = {}
+        by_label = workloads_by_label(docs)
+        for svc in services(docs):
+            self.by_name.setdefault(svc.name, []).append(svc)
+            pairs = _plain_pairs(svc)
+            if pairs:
+                # A Service selects a workload's pods only if all its pairs are among their labels, so one
+                # pair finds it: the one fewest pod templates carry (the instance label, not app=kgen).
+                rarest = min(pairs, key=lambda p: (len(by_label.get(p, ())), p))
+                self.by_pair.setdefault(rarest, []).append(svc)
+            elif _selector(svc):
+                self.special.append(svc)
+
+    def named(self, name: str, w: Workload) -> bool:
+        return any(same_namespace(s, w.doc) for s in self.by_name.get(name, ()))
+
+
+_CONTROLLER_KEYS = {
+    "job-name",
+    "batch.kubernetes.io/job-name",
+    "controller-uid",
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-completion-index",
+    "apps.kubernetes.io/pod-index",
+    "statefulset.kubernetes.io/pod-name",
+    "controller-revision-hash",
+}
+
+
+def _service_index(docs: list) -> _ServiceIndex:
+    return _memo("service_index", docs, _ServiceIndex)
+
+
 def services_for(w: Workload, docs: list) -> dict[str, Any]:
-    """The Services that can serve workload ``w``, by name (an exact namespace match wins)."""
+    """The Services that may serve workload ``w``, by name: the one its subdomain/serviceName names
+    and every one that can select its pods (all selector labels on the pod template, or only
+    controller-set keys), of its namespace (an exact namespace match wins a name clash)."""
+    index = _service_index(docs)
+    got = index.for_workload.get(id(w.doc))
+    if got is not None:
+        return got
+    candidates: list = []
+    named, _ = w.dns_field
+    if named:
+        candidates.extend(index.by_name.get(named, ()))
+    for pair in k8s.template_labels(w.doc).items():
+        if isinstance(pair[1], str):
+            candidates.extend(index.by_pair.get(pair, ()))
+    candidates.extend(index.special)
     out: dict[str, Any] = {}
-    for svc in services(docs):
+    for svc in sorted(set(candidates), key=lambda s: (s.file, s.index)):
         if same_namespace(svc, w.doc) and (svc.name not in out or svc.namespace == w.doc.namespace):
             out[svc.name] = svc
+    index.for_workload[id(w.doc)] = out
+    return out
+
+
+def _plain_pairs(svc: Any) -> list[tuple]:
+    return [(k, v) for k, v in _selector(svc).items() if k not in _CONTROLLER_KEYS and isinstance(v, str)]
+
+
+def workloads_by_label(docs: list) -> dict[tuple, list]:
+    return _memo("workloads_by_label", docs, _workloads_by_label)
+
+
+def _workloads_by_label(docs: list) -> dict[tuple, list]:
+    """Every object with a pod template (but Pods), by each (key, value) of its template labels."""
+    out: dict[tuple, list] = {}
+    for d in docs:
+        if d.kind != "Pod" and k8s.pod_template(d):
+            for pair in k8s.template_labels(d).items():
+                if isinstance(pair[1], str):
+                    out.setdefault(pair, []).append(d)
     return out
 
 
@@ -300,18 +379,13 @@ def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
     scope="stream",
 )
 def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
-    wls = workloads(docs)
-    all_workloads = [d for d in docs if k8s.pod_template(d) and d.kind != "Pod"]
-    for svc in services(docs):
-        sel = _selector(svc)
-        if not sel:
-            continue
-        for w in wls:
-            if not any(s is svc for s in services_for(w, docs).values()):
-                continue  # another namespace, or a same-named Service of the workload's own namespace wins
-            labels = k8s.template_labels(w.doc)
+    by_label = workloads_by_label(docs)
+    for w in workloads(docs):
+        for svc in services_for(w, docs).values():
+            sel = _selector(svc)
+            if not sel:
+                continue
             named, _ = w.dns_field
-            shared = {k for k, v in sel.items() if labels.get(k) == v}
             scope = k8s.selector_scope(sel, w.doc)
             if scope in ("pod0", "some"):
                 continue  # a Service for one pod (e.g. the master), pinned by a per-pod label
@@ -328,9 +402,10 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
                                 f"job's pods and use {w.name}-0.{svc.name} for MASTER_ADDR"
                             ),
                         )
+                plain = [(k, v) for k, v in sel.items() if isinstance(v, str)]
                 others = [
                     d
-                    for d in all_workloads
+                    for d in (by_label.get(plain[0], []) if plain else [])
                     if d is not w.doc and same_namespace(svc, d) and k8s.selector_matches(sel, k8s.template_labels(d))
                 ]
                 for other in others:
@@ -342,13 +417,43 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
                             "add a label unique to the training pods"
                         ),
                     )
-            elif named == svc.name or (shared and k8s.get(svc.data, "spec", "clusterIP") == "None"):
-                missing = ", ".join(f"{k}={v}" for k, v in sel.items() if labels.get(k) != v)
-                yield (
-                    svc,
-                    ("spec", "selector"),
-                    (f"selector selects none of the pods of {w.doc.kind} {w.name!r}: the pod template lacks {missing}"),
-                )
+            elif named == svc.name:
+                yield svc, ("spec", "selector"), _selects_none(svc, w)
+    yield from _headless_selecting_nothing(docs)
+
+
+def _selects_none(svc: Any, w: Workload) -> str:
+    labels = k8s.template_labels(w.doc)
+    missing = ", ".join(f"{k}={v}" for k, v in _selector(svc).items() if labels.get(k) != v)
+    return f"selector selects none of the pods of {w.doc.kind} {w.name!r}: the pod template lacks {missing}"
+
+
+def _headless_selecting_nothing(docs: list) -> Iterator:
+    """A headless Service whose selector selects no pod template of the context, no workload names it,
+    and which shares labels with a training workload's pods: reported once, against the workload it
+    shares most labels with (e.g. a 'role: master' no pod carries)."""
+    by_label = workloads_by_label(docs)
+    wls = workloads(docs)
+    named = {(w.dns_field[0], w.doc.namespace) for w in wls}
+    for svc in services(docs):
+        sel = _selector(svc)
+        pairs = _plain_pairs(svc)
+        if not pairs or k8s.get(svc.data, "spec", "clusterIP") != "None":
+            continue
+        if any(name == svc.name and (not ns or not svc.namespace or ns == svc.namespace) for name, ns in named):
+            continue  # checked against the workload that names it
+        rarest = min(pairs, key=lambda p: (len(by_label.get(p, ())), p))
+        if any(same_namespace(svc, d) and k8s.selector_scope(sel, d) != "none" for d in by_label.get(rarest, ())):
+            continue  # it serves some pods
+        best, most = None, 0
+        for w in wls:
+            if same_namespace(svc, w.doc):
+                labels = k8s.template_labels(w.doc)
+                shared = sum(1 for k, v in pairs if labels.get(k) == v)
+                if shared > most:
+                    best, most = w, shared
+        if best is not None:
+            yield svc, ("spec", "selector"), _selects_none(svc, best)
 
 
 @rule(
@@ -403,6 +508,7 @@ _POD0 = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
     scope="stream",
 )
 def master_addr(docs: list, ctx: Context) -> Iterator:
+    index = _service_index(docs)
     for w in workloads(docs):
         if not _multi(w):
             continue
@@ -426,7 +532,7 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                 if "$" in value or not value:
                     continue
                 pod0 = {n for n, s in svcs.items() if k8s.selector_scope(_selector(s), w.doc) == "pod0"}
-                msg = _master_problem(value, w.name, svc_name, set(svcs) - pod0, pod0, w.doc.namespace)
+                msg = _master_problem(value, w.name, svc_name, partial(index.named, w=w), pod0, w.doc.namespace)
                 if msg:
                     yield w.doc, path, f"{what}={value} {msg}"
 
@@ -480,14 +586,14 @@ def _var_name(text: str) -> str:
 
 
 def _master_problem(
-    value: str, name: str, svc: str | None, all_services: set, pod0: set, namespace: str = ""
+    value: str, name: str, svc: str | None, is_service: Any, pod0: set, namespace: str = ""
 ) -> str | None:
     want = f"{name}-0.{svc}" if svc else f"{name}-0.<headless service>"
     host = value.lower().rstrip(".")
     first = host.split(".")[0]
     if first in pod0:
         return None  # a Service that selects only pod 0 (per-pod label) is a stable master address
-    if first == svc or first in all_services:
+    if first == svc or is_service(first):
         return f"names the Service, which resolves to any pod; use pod 0's name {want}"
     m = _POD0.match(host)
     if m and m.group("pod") == name and (svc is None or m.group("svc") == svc):

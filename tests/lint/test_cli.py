@@ -371,3 +371,21 @@ def test_sarif_relative_paths_stay_relative(tmp_path, monkeypatch):
     check_sarif(log)
     [res] = log["runs"][0]["results"]
     assert code == 1 and res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "deploy/cm.yaml"
+
+
+def test_a_folder_of_several_apps_sharing_labels_is_clean(tmp_path):
+    """One context must not pair app A's Service with app B's Job because both carry
+    app.kubernetes.io/name: kgen (found by bench/lint_throughput: 37,611 false KG103)."""
+    from lint_helpers import job, service
+
+    for name in ("llama", "mistral", "qwen"):
+        (tmp_path / f"{name}.yaml").write_text(dump([service(name), job(name)]))
+    assert run(["--strict", str(tmp_path)]) == (0, "", "")
+    # a Service that selects nothing is still reported, once, against the workload it resembles
+    broken = service("mistral")
+    broken["metadata"]["name"] = "mistral-master"
+    broken["spec"]["selector"]["role"] = "master"
+    (tmp_path / "master.yaml").write_text(dump([broken]))
+    code, out, _ = run([str(tmp_path)])
+    assert code == 1 and out.count(" KG103 ") == 1
+    assert "selects none of the pods of Job 'mistral': the pod template lacks role=master" in out

@@ -197,8 +197,8 @@ def sarif_log(result: Any) -> dict:
     results = []
     for f in result.findings:
         location: dict = {"physicalLocation": {"artifactLocation": {"uri": _artifact_uri(f.file)}}}
-        if f.line:
-            location["physicalLocation"]["region"] = {"startLine": f.line, "startColumn": max(f.column, 1)}
+        # code scanning places every result on a line: a finding about a whole file goes on line 1
+        location["physicalLocation"]["region"] = {"startLine": max(f.line, 1), "startColumn": max(f.column, 1)}
         if f.path or f.kind:
             logical = f"{f.kind}/{f.name}" + (f".{f.path}" if f.path else "")
             location["logicalLocations"] = [{"fullyQualifiedName": logical}]

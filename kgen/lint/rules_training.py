@@ -304,6 +304,8 @@ def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
         svcs = services_for(w, docs)
         named, path = w.dns_field
         if named and named not in svcs:
+            if _service_index(docs).by_name.get(named):
+                continue  # it exists in another namespace: KG124
             yield (
                 w.doc,
                 path,
@@ -931,3 +933,28 @@ def training_job_gang(docs: list, ctx: Context) -> Iterator:
 
 def _is_dev_shm(path: Any) -> bool:
     return isinstance(path, str) and (path.rstrip("/") == "/dev/shm" or path.startswith("/dev/shm/"))
+
+
+@rule(
+    "KG124",
+    E,
+    "The Service a training workload's subdomain/serviceName names must be in the workload's namespace: "
+    "pod DNS names <name>-N.<service> exist only in the Service's own namespace.",
+    "Put the Service and the Job/StatefulSet in the same namespace.",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
+def rendezvous_service_namespace(docs: list, ctx: Context) -> Iterator:
+    index = _service_index(docs)
+    for w in workloads(docs):
+        named, path = w.dns_field
+        if not named or named in services_for(w, docs):
+            continue
+        elsewhere = sorted({s.namespace for s in index.by_name.get(named, ())})
+        if elsewhere:
+            yield (
+                w.doc,
+                path,
+                f"Service {named!r} is in namespace {', '.join(elsewhere)}, but the pods run in "
+                f"{w.doc.namespace!r}; pod DNS names exist only in the Service's namespace",
+            )

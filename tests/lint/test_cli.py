@@ -250,7 +250,8 @@ def test_services_pair_with_workloads_of_the_same_namespace(tmp_path):
     svc["metadata"]["namespace"] = "other"
     _split(tmp_path, [svc, job], ["svc.yaml", "job.yaml"])
     code, out, _ = run([str(tmp_path)])
-    assert "KG100 warning: names Service 'llama', which is not among the linted files (namespace ml)" in out
+    assert code == 1 and "KG124 error: Service 'llama' is in namespace other, but the pods run in 'ml'" in out
+    assert "KG100" not in out
     del svc["metadata"]["namespace"]  # no namespace: goes wherever it is applied
     _split(tmp_path, [svc, job], ["svc.yaml", "job.yaml"])
     assert run(["--strict", str(tmp_path)]) == (0, "", "")

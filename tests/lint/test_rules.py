@@ -356,6 +356,7 @@ FAILING = [
     ),
     ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=$(HOSTNAME)"), "1.37"),
     ("KG114", "job", _set(C0 + ("args", 3), "--master-addr=$(MASTER_ADDR)"), "1.37"),  # no such env var
+    ("KG124", "job", _set(SVC + ("metadata", "namespace"), "default"), "1.37"),
     # the same object twice among the inputs
     (
         "KG027",
@@ -451,6 +452,7 @@ PASSING = [
         "1.37",
     ),
     ("KG120", "sts", lambda docs: None, "1.28"),
+    ("KG124", "job", _del(SVC + ("metadata", "namespace")), "1.37"),  # lands wherever it is applied
     (
         "KG119",
         "job",

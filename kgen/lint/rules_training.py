@@ -278,9 +278,17 @@ def _env_path(container_path: tuple, container: dict, name: str) -> tuple:
     return container_path + ("env", found[0], "value") if found else container_path
 
 
-def _launch_path(container_path: tuple, launch: Launch | None = None, flag: str | None = None) -> tuple:
+def _launch_path(container_path: tuple, launch: Launch | dict | None = None, flag: str | None = None) -> tuple:
     """Where a finding about a launch (or one of its flags) points: the command/args item that holds
-    it (a flag in ``args:`` is located in args, not at ``command:``)."""
+    it (a flag in ``args:`` is located in args, not at ``command:``). Callers that pass the container
+    instead of a launch (``_launch_path(cpath, c)``) get its first launch's first flag."""
+    if isinstance(launch, dict):
+        found = find_launches(launch)
+        if not found:
+            return container_path
+        launch = found[0]
+        if flag is None and launch.flag_where:
+            return container_path + next(iter(launch.flag_where.values()))
     return container_path + launch.at(flag) if launch is not None and launch.at(flag) else container_path
 
 

@@ -344,10 +344,20 @@ def render(
     help="Kubernetes version whose schemas and rules apply (1.25 ... 1.37).",
 )
 @click.option(
-    "--skip", "skip", metavar="KG012,...", multiple=True, help="Rule ids to skip (comma-separated, repeatable)."
+    "--skip",
+    "skip",
+    metavar="KG012,...",
+    multiple=True,
+    help="Rule ids to skip (comma-separated, repeatable, any case).",
 )
+@click.option("--strict", is_flag=True, help="Warnings fail too (exit 1), like `helm lint --strict`.")
 @click.option(
-    "--format", "output_format", default="text", show_default=True, metavar="text|json|junit", help="Output format."
+    "--format",
+    "output_format",
+    default="text",
+    show_default=True,
+    metavar="text|json|github|sarif|junit",
+    help="Output format: github = GitHub Actions annotations, sarif = SARIF 2.1.0 (code scanning).",
 )
 @click.option(
     "--engine",
@@ -363,28 +373,44 @@ def render(
     "'schemas/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json'.",
 )
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE (atomically) instead of stdout.")
-def lint(paths, kubernetes_version, skip, output_format, engine, schema_location, output) -> None:
+@click.option("--list-rules", is_flag=True, help="Print every rule id, severity and summary, then exit.")
+def lint(paths, kubernetes_version, skip, strict, output_format, engine, schema_location, output, list_rules) -> None:
     """Check manifests offline: Kubernetes JSON schemas plus the rules schemas miss.
+
+    All files, folders and stdin given together are one context (a Service in svc.yaml serves
+    the Job in job.yaml).
 
     \b
     Examples:
       kgen lint deploy/                 # every *.yaml / *.yml below deploy/
       kgen render --preset 4x8 | kgen lint -
-      kgen lint --format junit -o report.xml manifests/   (CI)
+      kgen lint --strict --format junit -o report.xml manifests/   (CI)
+      kgen lint --format github deploy/ # annotations in a GitHub Actions run
       kgen lint --skip KG102,KG111 manifests/
     Rules: docs/lint.md. Per object: annotation kgen.dev/lint-skip: "KG102,KG111".
-    Exit 0 clean, 1 on error findings, 2 on usage or parse errors.
+    Exit 0 clean, 1 on error findings (and warnings with --strict), 2 on usage errors or files
+    that are not valid YAML (reported as KG004; the other files are still linted).
     """
     import io
 
     from kgen.lint.api import LintOptions, lint_paths
-    from kgen.output import write_findings
+    from kgen.output import FORMATS, write_findings
 
-    if output_format not in ("text", "json", "junit"):
-        raise KgenError(f'must be text, json or junit, got "{output_format}"', option="--format")
+    if list_rules:
+        from kgen.lint.registry import load_rules
+
+        for r in sorted(load_rules().values(), key=lambda r: r.id):
+            click.echo(f"{r.id}  {r.severity.value:<7}  {r.summary}")
+        return
+    if output_format not in FORMATS:
+        raise KgenError(f'must be {", ".join(FORMATS[:-1])} or {FORMATS[-1]}, got "{output_format}"', option="--format")
     skipped = frozenset(s.strip() for item in skip for s in item.split(",") if s.strip())
     opts = LintOptions(
-        kubernetes_version=kubernetes_version, skip=skipped, engine=engine, schema_location=schema_location
+        kubernetes_version=kubernetes_version,
+        skip=skipped,
+        engine=engine,
+        schema_location=schema_location,
+        fail_on_warnings=strict,
     )
     if not paths and sys.stdin.isatty():
         raise KgenError("no input: pass files or folders, or '-' to read stdin (e.g. kgen render | kgen lint -)")
@@ -395,6 +421,11 @@ def lint(paths, kubernetes_version, skip, output_format, engine, schema_location
         write_output(output, buf.getvalue())
     else:
         click.echo(buf.getvalue(), nl=False)
+    if result.input_errors:
+        first = result.input_errors[0]
+        more = f" (and {len(result.input_errors) - 1} more)" if len(result.input_errors) > 1 else ""
+        where = f"{first.file}:{first.line}:{first.column}" if first.line else first.file
+        click.echo(f"kgen: error: {where}: {first.message}{more}; the report lists every finding", err=True)
     sys.exit(result.exit_code)
 
 

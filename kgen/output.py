@@ -1,27 +1,29 @@
-"""Finding writers: text (default), json and junit. They write to the stream they are given."""
+"""Finding writers: text (default), json, junit, github (GitHub Actions workflow commands) and sarif
+(SARIF 2.1.0, for code scanning). They write to the stream they are given."""
 
 from __future__ import annotations
 
 import json
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 from xml.sax.saxutils import escape, quoteattr
 
 from kgen.errors import UsageError
 from kgen.findings import Finding, Severity
 
-FORMATS = ("text", "json", "junit")
+FORMATS = ("text", "json", "junit", "github", "sarif")
 
 
 def write_findings(result: Any, fmt: str, stream: IO[str]) -> None:
-    """Write ``result`` (a LintResult) as ``fmt`` (text|json|junit) to ``stream``."""
-    if fmt == "text":
-        _text(result, stream)
-    elif fmt == "json":
-        _json(result, stream)
-    elif fmt == "junit":
-        _junit(result, stream)
-    else:
-        raise UsageError(f'must be text, json or junit, got "{fmt}"', option="--format")
+    """Write ``result`` (a LintResult) as ``fmt`` (one of FORMATS) to ``stream``."""
+    writer = _WRITERS.get(fmt)
+    if writer is None:
+        raise UsageError(f'must be {", ".join(FORMATS[:-1])} or {FORMATS[-1]}, got "{fmt}"', option="--format")
+    writer(result, stream)
+
+
+def _fails(result: Any, f: Finding) -> bool:
+    fails = getattr(result, "fails", None)
+    return fails(f) if fails is not None else f.severity is Severity.ERROR
 
 
 def _text(result: Any, stream: IO[str]) -> None:
@@ -52,6 +54,7 @@ def _json(result: Any, stream: IO[str]) -> None:
             "errors": result.count(Severity.ERROR),
             "warnings": result.count(Severity.WARNING),
             "info": result.count(Severity.INFO),
+            "strict": bool(getattr(result, "fail_on_warnings", False)),
             "exitCode": result.exit_code,
         },
     }
@@ -65,31 +68,36 @@ def _junit(result: Any, stream: IO[str]) -> None:
     suites: dict[str, list] = {name: [] for name in result.files}
     for ref in result.documents:
         suites.setdefault(ref.file, []).append(ref)
+    for f in getattr(result, "input_errors", []):
+        # the unparsable part of a file is a testcase of its own, starting at the error's line
+        suites.setdefault(f.file, []).append(_Ref(f.file, f.line, "", ""))
     lines_by_file: dict[str, list[int]] = {}
-    for ref in result.documents:
-        lines_by_file.setdefault(ref.file, []).append(ref.line)
+    for refs in suites.values():
+        for ref in refs:
+            lines_by_file.setdefault(ref.file, []).append(ref.line)
     for f in result.findings:
         starts = [ln for ln in lines_by_file.get(f.file, []) if ln <= max(f.line, 1)]
         key = (f.file, max(starts) if starts else 0)
         by_doc.setdefault(key, []).append(f)
-    total_tests = len(result.documents)
+    total_tests = sum(len(refs) for refs in suites.values())
     total_fail = sum(
-        1 for ref in result.documents if any(x.severity is Severity.ERROR for x in by_doc.get((ref.file, ref.line), []))
+        1
+        for refs in suites.values()
+        for ref in refs
+        if any(_fails(result, x) for x in by_doc.get((ref.file, ref.line), []))
     )
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<testsuites name="kgen lint" tests="{total_tests}" failures="{total_fail}" errors="0">',
     ]
     for name, refs in suites.items():
-        fails = sum(
-            1 for ref in refs if any(x.severity is Severity.ERROR for x in by_doc.get((ref.file, ref.line), []))
-        )
+        fails = sum(1 for ref in refs if any(_fails(result, x) for x in by_doc.get((ref.file, ref.line), [])))
         out.append(f'  <testsuite name={quoteattr(name)} tests="{len(refs)}" failures="{fails}" errors="0">')
         for ref in refs:
-            label = f"{ref.kind or '?'}/{ref.name or '?'} (line {ref.line})"
+            label = f"{ref.kind or '?'}/{ref.name or '?'} (line {ref.line})" if ref.kind else f"YAML (line {ref.line})"
             found = by_doc.get((ref.file, ref.line), [])
-            errors = [x for x in found if x.severity is Severity.ERROR]
-            other = [x for x in found if x.severity is not Severity.ERROR]
+            errors = [x for x in found if _fails(result, x)]
+            other = [x for x in found if not _fails(result, x)]
             out.append(f"    <testcase classname={quoteattr(name)} name={quoteattr(label)}>")
             for x in errors:
                 out.append(
@@ -102,3 +110,130 @@ def _junit(result: Any, stream: IO[str]) -> None:
         out.append("  </testsuite>")
     out.append("</testsuites>")
     stream.write("\n".join(out) + "\n")
+
+
+class _Ref(NamedTuple):
+    file: str
+    line: int
+    kind: str
+    name: str
+
+
+# --- GitHub Actions workflow commands ---------------------------------------------------------
+
+_GITHUB_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
+
+
+def _gh_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_prop(text: str) -> str:
+    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_line(f: Finding) -> str:
+    """``::error file=F,line=L,col=C,title=KG105::message [path]`` (GitHub Actions annotation)."""
+    props = [f"file={_gh_prop(f.file)}"]
+    if f.line:
+        props += [f"line={f.line}", f"col={f.column or 1}"]
+    props.append(f"title={_gh_prop(f.rule_id)}")
+    field = f" [{f.path}]" if f.path else ""
+    return f"::{_GITHUB_LEVEL[f.severity]} {','.join(props)}::{_gh_data(f.message + field)}"
+
+
+def _github(result: Any, stream: IO[str]) -> None:
+    for f in result.findings:
+        stream.write(github_line(f) + "\n")
+
+
+# --- SARIF 2.1.0 --------------------------------------------------------------------------------
+
+SARIF_VERSION = "2.1.0"
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_SARIF_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+
+
+def _artifact_uri(name: str) -> str:
+    """A URI reference for a file name: relative paths stay relative (code scanning resolves them
+    against the checkout), absolute ones become file:// URIs, stdin is 'stdin'."""
+    from pathlib import PurePath
+    from urllib.parse import quote
+
+    if name in ("<stdin>", "-"):
+        return "stdin"
+    if name.startswith("<") and name.endswith(">"):
+        return quote(name[1:-1])
+    p = PurePath(name)
+    if p.is_absolute():
+        return "file://" + quote(p.as_posix())
+    return quote(p.as_posix())
+
+
+def sarif_log(result: Any) -> dict:
+    """The SARIF 2.1.0 log of ``result``: one run, every registered rule, one result per finding."""
+    from kgen import __version__
+    from kgen.lint.registry import load_rules
+
+    rules = sorted(load_rules().values(), key=lambda r: r.id)
+    index = {r.id: i for i, r in enumerate(rules)}
+    driver = {
+        "name": "kgen",
+        "version": __version__,
+        "informationUri": "https://github.com/kgen-dev/kgen/blob/main/docs/lint.md",
+        "rules": [
+            {
+                "id": r.id,
+                "name": r.id,
+                "shortDescription": {"text": r.summary},
+                "fullDescription": {"text": r.summary},
+                "help": {"text": r.fix},
+                "helpUri": f"https://github.com/kgen-dev/kgen/blob/main/docs/lint.md#{r.id.lower()}",
+                "defaultConfiguration": {"level": _SARIF_LEVEL[r.severity]},
+            }
+            for r in rules
+        ],
+    }
+    results = []
+    for f in result.findings:
+        location: dict = {"physicalLocation": {"artifactLocation": {"uri": _artifact_uri(f.file)}}}
+        # code scanning places every result on a line: a finding about a whole file goes on line 1
+        location["physicalLocation"]["region"] = {"startLine": max(f.line, 1), "startColumn": max(f.column, 1)}
+        if f.path or f.kind:
+            logical = f"{f.kind}/{f.name}" + (f".{f.path}" if f.path else "")
+            location["logicalLocations"] = [{"fullyQualifiedName": logical}]
+        entry: dict = {
+            "ruleId": f.rule_id,
+            "level": _SARIF_LEVEL[f.severity],
+            "message": {"text": f.message},
+            "locations": [location],
+        }
+        if f.rule_id in index:
+            entry["ruleIndex"] = index[f.rule_id]
+        results.append(entry)
+    artifacts = [{"location": {"uri": _artifact_uri(name)}} for name in result.files]
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": SARIF_VERSION,
+        "runs": [
+            {
+                "tool": {"driver": driver},
+                "artifacts": artifacts,
+                "results": results,
+                "invocations": [
+                    {
+                        "executionSuccessful": not getattr(result, "input_errors", []),
+                        "exitCode": result.exit_code,
+                    }
+                ],
+                "columnKind": "unicodeCodePoints",
+            }
+        ],
+    }
+
+
+def _sarif(result: Any, stream: IO[str]) -> None:
+    stream.write(json.dumps(sarif_log(result), indent=2, ensure_ascii=False) + "\n")
+
+
+_WRITERS = {"text": _text, "json": _json, "junit": _junit, "github": _github, "sarif": _sarif}

@@ -223,74 +223,108 @@ def _node_path(root: Any, target: Any) -> tuple | None:
     return None
 
 
+class ParseError(InputError):
+    """A file that is not valid YAML (or that kubectl would refuse to decode), with its position."""
+
+    def __init__(self, file: str, line: int, column: int, problem: str) -> None:
+        self.file, self.line, self.column, self.problem = file, line, column, problem
+        where = f"{file}:{line}:{column}" if column else (f"{file}:{line}" if line else file)
+        super().__init__(f"{where}: {problem}")
+
+
 def parse_stream(text: str, file: str) -> list[Document]:
-    """All non-empty documents of a YAML stream. Raises InputError on a syntax error."""
-    try:
-        nodes = list(yaml.compose_all(text, Loader=_Loader))
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else file
-        problem = " ".join(str(err.problem or err.context or "invalid YAML").split())
-        raise InputError(f"{where}: YAML syntax error: {problem}") from None
-    except yaml.YAMLError as err:
-        raise InputError(f"{file}: YAML error: {' '.join(str(err).split())}") from None
+    """All non-empty documents of a YAML stream. Raises ParseError (an InputError) on the first
+    syntax error."""
+    docs, errors = parse_stream_partial(text, file)
+    if errors:
+        raise errors[0]
+    return docs
+
+
+def parse_stream_partial(text: str, file: str) -> tuple[list[Document], list[ParseError]]:
+    """Like ``parse_stream``, but keeps going: the documents before a syntax error (which ends the
+    stream: nothing after it can be trusted), and every document that parses around one that
+    kubectl would refuse (alias cycles, excessive aliasing, too deep), plus the errors."""
     docs: list[Document] = []
-    for node in nodes:
+    errors: list[ParseError] = []
+    nodes = yaml.compose_all(text, Loader=_Loader)
+    while True:
+        try:
+            node = next(nodes)
+        except StopIteration:
+            break
+        except yaml.MarkedYAMLError as err:
+            mark = err.problem_mark or err.context_mark
+            problem = " ".join(str(err.problem or err.context or "invalid YAML").split())
+            line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+            errors.append(ParseError(file, line, col, f"YAML syntax error: {problem}"))
+            break
+        except yaml.YAMLError as err:
+            errors.append(ParseError(file, 0, 0, f"YAML error: {' '.join(str(err).split())}"))
+            break
         if node is None:
             continue
-        conv = _Converter()
         try:
-            data = conv.convert(node)
-        except RecursionError:
-            raise InputError(
-                f"{file}:{node.start_mark.line + 1}: YAML nests too deeply (or an alias refers to itself)"
-            ) from None
-        try:
-            expanded = _expanded_size(node, {}) if conv.aliased else 0
-        except RecursionError:
-            raise InputError(f"{file}:{node.start_mark.line + 1}: YAML aliases nest too deeply") from None
-        except _Cycle as cycle:
-            mark = cycle.node.start_mark
-            raise InputError(
-                f"{file}:{mark.line + 1}:{mark.column + 1}: YAML alias refers to a node that "
-                "contains it (kubectl rejects it)"
-            ) from None
-        if expanded > MAX_EXPANDED_NODES:
-            raise InputError(
-                f"{file}:{node.start_mark.line + 1}: YAML aliases expand this document to more than "
-                f"{MAX_EXPANDED_NODES} nodes (excessive aliasing); refusing to lint it"
+            _add_document(node, file, docs)
+        except ParseError as err:
+            errors.append(err)
+    return docs, errors
+
+
+def _add_document(node: Any, file: str, docs: list[Document]) -> None:
+    line = node.start_mark.line + 1
+    conv = _Converter()
+    try:
+        data = conv.convert(node)
+    except RecursionError:
+        raise ParseError(file, line, 0, "YAML nests too deeply (or an alias refers to itself)") from None
+    try:
+        expanded = _expanded_size(node, {}) if conv.aliased else 0
+    except RecursionError:
+        raise ParseError(file, line, 0, "YAML aliases nest too deeply") from None
+    except _Cycle as cycle:
+        mark = cycle.node.start_mark
+        raise ParseError(
+            file, mark.line + 1, mark.column + 1, "YAML alias refers to a node that contains it (kubectl rejects it)"
+        ) from None
+    if expanded > MAX_EXPANDED_NODES:
+        raise ParseError(
+            file,
+            line,
+            0,
+            f"YAML aliases expand this document to more than {MAX_EXPANDED_NODES} nodes (excessive aliasing); "
+            "refusing to lint it",
+        )
+    if data is None:
+        return  # empty document (only comments or `---`)
+    doc = Document(file, len(docs), node, data)
+    for mapping, knode in conv.dups:
+        parent = _node_path(node, mapping) or ()
+        path = parent + (knode.value,)
+        doc.findings.append(
+            Finding(
+                "KG001",
+                Severity.ERROR,
+                f"duplicate key {knode.value!r}: kubectl rejects it (strict field validation); keep one",
+                file,
+                knode.start_mark.line + 1,
+                knode.start_mark.column + 1,
+                format_path(path),
+                doc.kind,
+                doc.name,
             )
-        if data is None:
-            continue  # empty document (only comments or `---`)
-        doc = Document(file, len(docs), node, data)
-        for mapping, knode in conv.dups:
-            parent = _node_path(node, mapping) or ()
-            path = parent + (knode.value,)
-            doc.findings.append(
-                Finding(
-                    "KG001",
-                    Severity.ERROR,
-                    f"duplicate key {knode.value!r}: kubectl rejects it (strict field validation); keep one",
-                    file,
-                    knode.start_mark.line + 1,
-                    knode.start_mark.column + 1,
-                    format_path(path),
-                    doc.kind,
-                    doc.name,
-                )
-            )
-        items = _list_items(doc)
-        if items is None:
-            docs.append(doc)
-            continue
-        if doc.findings and items:  # duplicate keys found while converting the List: report them once
-            items[0].findings.extend(doc.findings)
-        elif doc.findings:
-            docs.append(doc)
-        for item in items:
-            item.index = len(docs)
-            docs.append(item)
-    return docs
+        )
+    items = _list_items(doc)
+    if items is None:
+        docs.append(doc)
+        return
+    if doc.findings and items:  # duplicate keys found while converting the List: report them once
+        items[0].findings.extend(doc.findings)
+    elif doc.findings:
+        docs.append(doc)
+    for item in items:
+        item.index = len(docs)
+        docs.append(item)
 
 
 def _list_items(doc: Document) -> list[Document] | None:

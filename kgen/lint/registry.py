@@ -1,10 +1,14 @@
 """The rule registry: every rule is a small function registered with a stable id and severity.
 
 Document rules get one ``Document`` and yield ``(path, message)``; stream rules get all documents
-of one file (or stdin, or a render) and yield ``(document, path, message)``. Paths are tuples of
+of one lint run (every file, folder and stdin given together, or one render) and yield
+``(document, path, message)``. Paths are tuples of
 keys and list indexes; the registry turns them into Findings with file, line and column.
 Ids that are produced by the parser or the schema engine are registered as ``builtin`` rules
 (no function) so ``--skip``, the docs and the tests know about them.
+
+Every module ``kgen/lint/rules_*.py`` is imported by ``load_rules`` (sorted by name), so a new rule
+family is one new module: no list to edit here.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class Rule(NamedTuple):
     kinds: frozenset[str] | None = None  # None: every kind
     scope: str = "document"  # document | stream | builtin
     fn: Callable[..., Iterable[Any]] | None = None
+    needs_all_inputs: bool = False  # reports something *missing*: skipped when an input did not parse
 
 
 RULES: dict[str, Rule] = {}
@@ -49,11 +54,12 @@ def rule(
     fix: str,
     kinds: Iterable[str] | None = None,
     scope: str = "document",
+    needs_all_inputs: bool = False,
 ) -> Callable:
     """Decorator: register a document (or stream) rule."""
 
     def wrap(fn: Callable) -> Callable:
-        _add(Rule(rule_id, severity, summary, fix, frozenset(kinds) if kinds else None, scope, fn))
+        _add(Rule(rule_id, severity, summary, fix, frozenset(kinds) if kinds else None, scope, fn, needs_all_inputs))
         fn.rule_id = rule_id  # type: ignore[attr-defined]
         return fn
 
@@ -66,8 +72,14 @@ def builtin(rule_id: str, severity: Severity, summary: str, fix: str) -> None:
 
 
 def load_rules() -> dict[str, Rule]:
-    """Import every rule module (registration happens at import) and return the registry."""
-    import kgen.lint.rules_jobset  # noqa: F401  (JobSet and Kueue)
-    from kgen.lint import rules_meta, rules_pod, rules_service, rules_training, rules_workload  # noqa: F401
+    """Import every rule module ``kgen.lint.rules_*`` (registration happens at import) and return the
+    registry."""
+    import importlib
+    import pkgutil
 
+    import kgen.lint
+
+    for info in sorted(pkgutil.iter_modules(kgen.lint.__path__), key=lambda m: m.name):
+        if info.name.startswith("rules_"):
+            importlib.import_module(f"kgen.lint.{info.name}")
     return RULES

@@ -33,6 +33,13 @@ builtin(
     "Give every document a string apiVersion and kind, or delete it.",
 )
 builtin(
+    "KG004",
+    E,
+    "A file is not valid YAML (or not UTF-8 text): it is reported with file and line, every other input is "
+    "still linted and the report written, and the run exits 2 (cannot be skipped).",
+    "Fix the syntax at the line given (often indentation, a tab, or an unclosed quote or bracket).",
+)
+builtin(
     "KG010",
     E,
     "The object does not match the JSON schema of its kind for the chosen Kubernetes version "
@@ -241,3 +248,28 @@ def object_too_big_for_apply(doc: Any, ctx: Context) -> Iterator:
                 "256 KiB; use `kubectl apply --server-side` or `kubectl create`"
             ),
         )
+
+
+@rule(
+    "KG027",
+    W,
+    "The same object (API group, kind, namespace, name) appears twice among the linted inputs: `kubectl apply` "
+    "applies both and the later silently replaces the earlier.",
+    "Keep one definition (or give the copies different names or namespaces).",
+    scope="stream",
+)
+def duplicate_objects(docs: list, ctx: Context) -> Iterator:
+    seen: dict[tuple, Any] = {}
+    for doc in docs:
+        if not doc.name or not doc.kind:
+            continue
+        group = doc.api_version.rpartition("/")[0] if "/" in doc.api_version else ""
+        key = (group, doc.kind, doc.namespace, doc.name)
+        first = seen.setdefault(key, doc)
+        if first is not doc:
+            where = f"{first.file}:{first.line}" if first.line else first.file
+            yield (
+                doc,
+                ("metadata", "name"),
+                f"{doc.kind} {doc.name!r} is also defined at {where}; kubectl apply keeps only the later one",
+            )

@@ -10,7 +10,7 @@ from kgen.findings import Severity
 from kgen.lint import k8s
 from kgen.lint.registry import Context, rule
 
-E, W = Severity.ERROR, Severity.WARNING
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 MAX_PARALLELISM_INDEXED = 100_000
 
 
@@ -221,7 +221,7 @@ def pod_failure_policy_rules(doc: Any, ctx: Context) -> Iterator:
 
 @rule(
     "KG067",
-    W,
+    INFO,
     "Kubernetes <= 1.34 schemas (and kubeconform) require onPodConditions[].status although the "
     'server defaults it to "True".',
     'Always write status: "True".',

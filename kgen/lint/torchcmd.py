@@ -36,13 +36,23 @@ _PREFIX_WORDS = {"exec", "nohup", "time", "env", "stdbuf"}
 class Launch:
     """One torchrun (or kgen entrypoint) launch found in a container's command."""
 
-    __slots__ = ("form", "flags", "exports", "sleeps")
+    __slots__ = ("form", "flags", "exports", "sleeps", "where", "flag_where", "script", "opaque")
 
     def __init__(self, form: str, flags: dict[str, str | None] | None = None) -> None:
         self.form = form  # torchrun | kgen
         self.flags: dict[str, str | None] = flags if flags is not None else {}  # nnodes, nproc_per_node, ...
         self.exports: list[str] = []  # variables assigned/exported in the same script
         self.sleeps: list[str] = []  # sleep commands before/around the launch
+        self.where: tuple = ()  # ("command"|"args", index) of the launcher (or of the shell script)
+        self.flag_where: dict[str, tuple] = {}  # flag -> ("command"|"args", index) of the item holding it
+        self.script = False  # found inside a `sh -c` script
+        self.opaque = False  # some flags come from an expansion ($ARGS, "$@"): absent flags are unknown
+
+    def at(self, flag: str | None = None) -> tuple:
+        """Where in the container a flag (or the launch itself) is written: ("args", 3), ..."""
+        if flag is not None and flag in self.flag_where:
+            return self.flag_where[flag]
+        return self.where
 
     def flag(self, name: str) -> str | None:
         return self.flags.get(name)
@@ -108,35 +118,59 @@ def _launch_start(tokens: list[str]) -> tuple[str, int] | None:
     return None
 
 
-def _parse_flags(tokens: list[str]) -> dict[str, str | None]:
+def _parse_flags(
+    tokens: list[str], where: list[tuple] | None = None
+) -> tuple[dict[str, str | None], dict[str, tuple], bool]:
+    """torchrun's flags up to the script; with ``where`` (the source of each token) also where each
+    flag is written; and whether an expansion such as $ARGS may hold more flags."""
     flags: dict[str, str | None] = {}
+    at: dict[str, tuple] = {}
+    opaque = False
     i = 0
     while i < len(tokens):
         tok = tokens[i]
+        if tok.startswith("$"):
+            opaque = True  # torchrun $DISTRIBUTED_ARGS train.py
+            i += 1
+            continue
         if tok == "--" or not tok.startswith("-") or tok == "-":
             break
         if "=" in tok:
             name, value = tok.split("=", 1)
-            flags[_norm(name)] = value
+            key = _norm(name)
+            flags[key] = value
         elif _norm(tok) in _BOOL_FLAGS:
-            flags[_norm(tok)] = None
+            key = _norm(tok)
+            flags[key] = None
         else:
-            flags[_norm(tok)] = tokens[i + 1] if i + 1 < len(tokens) else None
+            key = _norm(tok)
+            flags[key] = tokens[i + 1] if i + 1 < len(tokens) else None
             i += 1
+        if where is not None:
+            at[key] = where[i if "=" in tok or key in _BOOL_FLAGS else i - 1]
         i += 1
-    return flags
+    return flags, at, opaque
 
 
 def find_launches(container: dict) -> list[Launch]:
-    parts = [container.get("command"), container.get("args")]
-    argv = [str(x) for part in parts if isinstance(part, list) for x in part if isinstance(x, (str, int, float))]
+    argv: list[str] = []
+    src: list[tuple] = []  # ("command"|"args", index) of each argv item
+    for key in ("command", "args"):
+        part = container.get(key)
+        if isinstance(part, list):
+            for i, x in enumerate(part):
+                if isinstance(x, (str, int, float)):
+                    argv.append(str(x))
+                    src.append((key, i))
     if not argv:
         return []
     scripts: list[tuple[list[list[str]], str]] = []
+    script_at: tuple = ()
     if argv[0].rsplit("/", 1)[-1] in _SHELLS and "-c" in argv[1:]:
         idx = argv.index("-c", 1)
         if idx + 1 < len(argv):
             scripts.append((_commands(argv[idx + 1]), argv[idx + 1]))
+            script_at = src[idx + 1]
     else:
         scripts.append(([argv], ""))
     launches: list[Launch] = []
@@ -159,7 +193,14 @@ def find_launches(container: dict) -> list[Launch]:
             start = _launch_start(tokens)
             if start:
                 form, at = start
-                found.append(Launch(form, _parse_flags(tokens[at:]) if form == "torchrun" else {}))
+                where = None if script_at else src[at:]
+                flags, flag_where, opaque = _parse_flags(tokens[at:], where) if form == "torchrun" else ({}, {}, False)
+                launch = Launch(form, flags)
+                launch.opaque = opaque
+                launch.script = bool(script_at)
+                launch.where = script_at or src[max(at - 1, 0)]
+                launch.flag_where = flag_where
+                found.append(launch)
         for launch in found:
             launch.exports = exports
             launch.sleeps = sleeps

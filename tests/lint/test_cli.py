@@ -48,7 +48,15 @@ def test_json_format(bad_file):
     code, out, _ = run(["--format", "json", str(bad_file)])
     payload = json.loads(out)
     assert code == 1
-    assert payload["summary"] == {"files": 1, "documents": 2, "errors": 1, "warnings": 1, "info": 0, "exitCode": 1}
+    assert payload["summary"] == {
+        "files": 1,
+        "documents": 2,
+        "errors": 1,
+        "warnings": 1,
+        "info": 0,
+        "strict": False,
+        "exitCode": 1,
+    }
     assert payload["findings"][1] == {
         "rule": "KG047",
         "severity": "error",
@@ -104,7 +112,7 @@ def test_skip_option_and_annotation(bad_file):
         (["--kubernetes-version", "1.24"], "--kubernetes-version: unsupported version '1.24'"),
         (["--kubernetes-version", "banana"], "--kubernetes-version: not a Kubernetes version"),
         (["--skip", "KG999"], "--skip: unknown rule id KG999"),
-        (["--format", "xml"], "--format: must be text, json or junit"),
+        (["--format", "xml"], "--format: must be text, json, junit, github or sarif"),
         (["--engine", "kubeval"], "--engine: unknown engine 'kubeval'"),
         (["does-not-exist.yaml"], "does-not-exist.yaml: no such file or directory"),
     ],
@@ -118,12 +126,38 @@ def test_bad_input_exits_2_with_one_line(args, needle):
     assert "Traceback" not in err
 
 
-def test_yaml_syntax_error_exits_2_with_file_and_line(tmp_path):
+def test_yaml_syntax_error_is_reported_the_rest_linted_the_report_written_exit_2(tmp_path, bad_file):
+    """issue 8.6: one broken file no longer ends the run without a report."""
     path = tmp_path / "broken.yaml"
     path.write_text("apiVersion: v1\nkind: ConfigMap\ndata:\n  a: [1, 2\n")
-    code, out, err = run([str(path)])
+    report = tmp_path / "report.xml"
+    code, out, err = run(["--format", "junit", "-o", str(report), str(path), str(bad_file)])
     assert code == 2 and out == ""
-    assert err.startswith(f"kgen: error: {path}:5:") and "YAML syntax error" in err and "Traceback" not in err
+    assert err.startswith(f"kgen: error: {path}:5:1: YAML syntax error") and err.count("\n") == 1
+    root = ET.parse(report).getroot()
+    failures = {f.get("type") for f in root.iter("failure")}
+    assert failures == {"KG004", "KG047"}  # the broken file, and the other file's error finding
+    code, out, _ = run([str(path), str(bad_file)])
+    assert code == 2
+    assert out.splitlines()[0] == (
+        f"{path}:5:1: KG004 error: YAML syntax error: did not find expected ',' or ']'; "
+        "the rest of this file is not linted"
+    )
+    assert any("KG047" in line for line in out.splitlines())
+
+
+def test_syntax_error_cannot_be_skipped(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("kind: [\n")
+    code, out, _ = run(["--skip", "KG004", str(path)])
+    assert code == 2 and "KG004" in out
+
+
+def test_a_file_that_is_not_utf8_is_a_finding_too(tmp_path):
+    (tmp_path / "latin1.yaml").write_bytes("data: caf\xe9\n".encode("latin-1"))
+    (tmp_path / "ok.yaml").write_text((FIXTURES / "valid-job.yaml").read_text())
+    code, out, err = run([str(tmp_path)])
+    assert code == 2 and "latin1.yaml: KG004 error:" in out and "not UTF-8" in out and "not UTF-8" in err
 
 
 @pytest.mark.skipif(shutil.which("kubeconform") is not None, reason="kubeconform is installed here")
@@ -146,3 +180,213 @@ def test_empty_stdin_is_an_input_error_not_a_clean_pass():
         assert (
             res.stderr == "kgen: error: <stdin>: empty input; nothing to lint (did the command before the pipe fail?)\n"
         )
+
+
+# --- issue 8.6: lint fit for CI ------------------------------------------------------------------
+
+
+@pytest.fixture
+def warning_only_file(tmp_path):
+    docs = BASES["job"]()
+    docs[0]["spec"].pop("publishNotReadyAddresses")  # KG102, a warning
+    path = tmp_path / "warn.yaml"
+    path.write_text(dump(docs))
+    return path
+
+
+def test_strict_makes_warnings_fail(warning_only_file, tmp_path):
+    code, out, _ = run([str(warning_only_file)])
+    assert code == 0 and " KG102 warning: " in out
+    code, out, _ = run(["--strict", str(warning_only_file)])
+    assert code == 1 and " KG102 warning: " in out
+    report = tmp_path / "r.xml"
+    code, _, _ = run(["--strict", "--format", "junit", "-o", str(report), str(warning_only_file)])
+    [failure] = ET.parse(report).getroot().iter("failure")  # a failing warning is a JUnit failure
+    assert code == 1 and failure.get("type") == "KG102"
+    code, out, _ = run(["--strict", "--format", "json", str(warning_only_file)])
+    assert code == 1 and json.loads(out)["summary"]["strict"] is True and json.loads(out)["summary"]["exitCode"] == 1
+
+
+def test_strict_does_not_fail_on_info(tmp_path):
+    crd = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n"
+    (tmp_path / "crd.yaml").write_text(crd)
+    code, out, _ = run(["--strict", str(tmp_path / "crd.yaml")])
+    assert code == 0 and " KG011 info: " in out
+
+
+@pytest.mark.parametrize("name", ["valid-job.yaml", "valid-statefulset.yaml", "valid-web-app.yaml"])
+def test_valid_fixtures_are_clean_under_strict(name):
+    assert run(["--strict", str(FIXTURES / name)]) == (0, "", "")
+
+
+def _split(tmp_path, docs, names):
+    for doc, name in zip(docs, names, strict=True):
+        (tmp_path / name).write_text(dump([doc]))
+
+
+def test_a_folder_is_one_context(tmp_path):
+    """Service in svc.yaml, Job in job.yaml: no 'Service missing' (KG100), and cross-file checks run."""
+    _split(tmp_path, BASES["job"](), ["svc.yaml", "job.yaml"])
+    assert run(["--strict", str(tmp_path)]) == (0, "", "")
+    assert run(["--strict", str(tmp_path / "job.yaml"), str(tmp_path / "svc.yaml")]) == (0, "", "")
+    code, out, _ = run(["--strict", str(tmp_path / "job.yaml")])  # alone, the Service is missing
+    assert code == 1 and " KG100 warning: names Service 'llama', which is not among the linted files" in out
+    # a cross-file defect is still found: the Service in svc.yaml is not headless (KG101)
+    docs = BASES["job"]()
+    docs[0]["spec"]["clusterIP"] = "10.0.0.9"
+    _split(tmp_path, docs, ["svc.yaml", "job.yaml"])
+    code, out, _ = run([str(tmp_path)])
+    assert code == 1 and out.startswith(f"{tmp_path / 'svc.yaml'}:") and " KG101 error: " in out
+
+
+def test_stdin_and_files_are_one_context(tmp_path):
+    svc, job = BASES["job"]()
+    (tmp_path / "svc.yaml").write_text(dump([svc]))
+    assert run(["--strict", "-", str(tmp_path / "svc.yaml")], input=dump([job])) == (0, "", "")
+
+
+def test_services_pair_with_workloads_of_the_same_namespace(tmp_path):
+    svc, job = BASES["job"]()
+    svc["metadata"]["namespace"] = "other"
+    _split(tmp_path, [svc, job], ["svc.yaml", "job.yaml"])
+    code, out, _ = run([str(tmp_path)])
+    assert code == 1 and "KG124 error: Service 'llama' is in namespace other, but the pods run in 'ml'" in out
+    assert "KG100" not in out
+    del svc["metadata"]["namespace"]  # no namespace: goes wherever it is applied
+    _split(tmp_path, [svc, job], ["svc.yaml", "job.yaml"])
+    assert run(["--strict", str(tmp_path)]) == (0, "", "")
+
+
+def test_a_broken_file_does_not_make_the_others_report_a_missing_service(tmp_path):
+    svc, job = BASES["job"]()
+    (tmp_path / "svc.yaml").write_text(dump([svc]).replace("clusterIP: None", "clusterIP: [None"))
+    (tmp_path / "job.yaml").write_text(dump([job]))
+    code, out, _ = run([str(tmp_path)])
+    assert code == 2 and "KG004" in out and "KG100" not in out
+
+
+def test_skip_is_case_insensitive_and_unknown_ids_suggest(bad_file):
+    assert run(["--skip", "kg047,Kg102", str(bad_file)])[:2] == (0, "")
+    code, out, err = run(["--skip", "KG10", str(bad_file)])
+    assert code == 2 and out == ""
+    assert err.startswith("kgen: error: --skip: unknown rule id KG10; did you mean KG") and err.count("\n") == 1
+    docs = BASES["job"]()
+    docs[0]["spec"].pop("publishNotReadyAddresses")
+    docs[0]["metadata"]["annotations"] = {"kgen.dev/lint-skip": "kg102"}
+    assert run(["--strict", "-"], input=dump(docs)) == (0, "", "")
+
+
+def test_list_rules_prints_every_rule():
+    from kgen.lint.registry import load_rules
+
+    code, out, _ = run(["--list-rules"])
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == sorted(load_rules())
+
+
+def test_findings_in_args_point_at_the_args_item(tmp_path):
+    """issue 8.6: a wrong --nnodes in args: is located at that args item, not at command:."""
+    docs = BASES["job"]()
+    docs[1]["spec"]["template"]["spec"]["containers"][0]["args"][0] = "--nnodes=2"
+    path = tmp_path / "job.yaml"
+    path.write_text(dump(docs))
+    lines = path.read_text().splitlines()
+    code, out, _ = run([str(path)])
+    [line] = [x for x in out.splitlines() if " KG106 " in x]
+    lineno = int(line.split(":")[1])
+    assert lines[lineno - 1].strip() == "- --nnodes=2"
+    assert line.endswith("[spec.template.spec.containers[0].args[0]]")
+
+
+def test_github_annotations(bad_file):
+    code, out, _ = run(["--format", "github", str(bad_file)])
+    assert code == 1
+    assert out.splitlines() == [
+        f"::warning file={bad_file},line=9,col=1,title=KG102::set publishNotReadyAddresses: true so llama-N.llama "
+        "resolves before the pods are Ready [spec]",
+        f"::error file={bad_file},line=70,col=13,title=KG047::'512GB' is not a Kubernetes quantity (e.g. 512Gi, "
+        "500m, 8) [spec.template.spec.containers[0].resources.limits.memory]",
+    ]
+
+
+def test_github_annotation_escaping():
+    from kgen.findings import Finding, Severity
+    from kgen.output import github_line
+
+    f = Finding("KG004", Severity.ERROR, "100% bad\nline", "a,b:c.yaml", 3, 2)
+    assert github_line(f) == "::error file=a%2Cb%3Ac.yaml,line=3,col=2,title=KG004::100%25 bad%0Aline"
+
+
+def check_sarif(log: dict) -> None:
+    """The key structure of SARIF 2.1.0 (OASIS sarif-v2.1.0 §3.13-3.27) that code scanning reads."""
+    assert log["version"] == "2.1.0" and log["$schema"].endswith("sarif-2.1.0.json")
+    assert isinstance(log["runs"], list) and log["runs"]
+    for run_ in log["runs"]:
+        driver = run_["tool"]["driver"]
+        assert isinstance(driver["name"], str) and driver["name"]
+        ids = [r["id"] for r in driver["rules"]]
+        assert len(ids) == len(set(ids))
+        for r in driver["rules"]:
+            assert r["shortDescription"]["text"] and r["defaultConfiguration"]["level"] in ("error", "warning", "note")
+        for res in run_["results"]:
+            assert set(res) <= {"ruleId", "ruleIndex", "level", "message", "locations"}
+            assert res["level"] in ("none", "note", "warning", "error")
+            assert isinstance(res["message"]["text"], str) and res["message"]["text"]
+            if "ruleIndex" in res:
+                assert driver["rules"][res["ruleIndex"]]["id"] == res["ruleId"]
+            for loc in res["locations"]:
+                phys = loc["physicalLocation"]
+                assert isinstance(phys["artifactLocation"]["uri"], str)
+                region = phys.get("region")
+                if region is not None:
+                    assert region["startLine"] >= 1 and region.get("startColumn", 1) >= 1
+
+
+def test_sarif_report(bad_file, tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: [\n")
+    report = tmp_path / "kgen.sarif"
+    code, out, err = run(["--format", "sarif", "-o", str(report), str(bad_file), str(broken), "-"], input="")
+    assert code == 2 and "empty input" in err and not report.exists()  # empty stdin: a usage error, no report
+    code, out, _ = run(["--format", "sarif", "-o", str(report), str(bad_file), str(broken)])
+    assert code == 2 and out == ""
+    log = json.loads(report.read_text())
+    check_sarif(log)
+    results = log["runs"][0]["results"]
+    assert [(r["ruleId"], r["level"]) for r in results] == [
+        ("KG102", "warning"),
+        ("KG047", "error"),
+        ("KG004", "error"),
+    ]
+    loc = results[1]["locations"][0]["physicalLocation"]
+    assert loc["artifactLocation"]["uri"] == "file://" + str(bad_file)
+    assert loc["region"] == {"startLine": 70, "startColumn": 13}
+    assert log["runs"][0]["invocations"][0] == {"executionSuccessful": False, "exitCode": 2}
+
+
+def test_sarif_relative_paths_stay_relative(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "deploy").mkdir()
+    (tmp_path / "deploy" / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: Bad_Name}\n")
+    code, out, _ = run(["--format", "sarif", "deploy"])
+    log = json.loads(out)
+    check_sarif(log)
+    [res] = log["runs"][0]["results"]
+    assert code == 1 and res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "deploy/cm.yaml"
+
+
+def test_a_folder_of_several_apps_sharing_labels_is_clean(tmp_path):
+    """One context must not pair app A's Service with app B's Job because both carry
+    app.kubernetes.io/name: kgen (found by bench/lint_throughput: 37,611 false KG103)."""
+    from lint_helpers import job, service
+
+    for name in ("llama", "mistral", "qwen"):
+        (tmp_path / f"{name}.yaml").write_text(dump([service(name), job(name)]))
+    assert run(["--strict", str(tmp_path)]) == (0, "", "")
+    # a Service that selects nothing is still reported, once, against the workload it resembles
+    broken = service("mistral")
+    broken["metadata"]["name"] = "mistral-master"
+    broken["spec"]["selector"]["role"] = "master"
+    (tmp_path / "master.yaml").write_text(dump([broken]))
+    code, out, _ = run([str(tmp_path)])
+    assert code == 1 and out.count(" KG103 ") == 1
+    assert "selects none of the pods of Job 'mistral': the pod template lacks role=master" in out

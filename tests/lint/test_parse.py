@@ -89,11 +89,26 @@ def test_unquoted_number_in_string_field_says_quote_it():
     assert f.rule_id == "KG010" and 'quote it: "29500"' in f.message and f.line == 15
 
 
-def test_yaml_syntax_error_raises_input_error_with_file_and_line():
-    with pytest.raises(InputError) as err:
-        lint_text("kind: Job\nmetadata:\n  name: [unclosed\n", "broken.yaml", LintOptions())
-    msg = str(err.value)
-    assert msg.startswith("broken.yaml:4:") and "YAML syntax error" in msg and "\n" not in msg
+def _input_error(text, name):
+    """The one KG004 finding (exit 2) that an unparsable stream becomes."""
+    result = lint_text(text, name, LintOptions())
+    [f] = result.input_errors
+    assert result.exit_code == 2 and f in result.findings and f.rule_id == "KG004"
+    return f
+
+
+def test_yaml_syntax_error_is_a_KG004_finding_with_file_and_line():
+    f = _input_error("kind: Job\nmetadata:\n  name: [unclosed\n", "broken.yaml")
+    assert f.text().startswith("broken.yaml:4:") and "YAML syntax error" in f.message and "\n" not in f.message
+    with pytest.raises(InputError, match="broken.yaml:4:"):  # parse_stream itself still raises
+        parse_stream("kind: Job\nmetadata:\n  name: [unclosed\n", "broken.yaml")
+
+
+def test_documents_before_a_syntax_error_are_still_linted():
+    text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: Bad_Name}\n---\nkind: [\n"
+    result = lint_text(text, "half.yaml", LintOptions())
+    assert [(f.rule_id, f.line) for f in result.findings] == [("KG021", 3), ("KG004", 6)]
+    assert result.exit_code == 2
 
 
 def test_non_object_documents_are_KG003():
@@ -107,13 +122,12 @@ def test_billion_laughs_is_refused_not_expanded():
     for i in range(1, 10):
         refs = ", ".join([f"*a{i - 1}"] * 9)
         lines.append(f"a{i}: &a{i} [{refs}]")
-    with pytest.raises(InputError, match="excessive aliasing"):
-        lint_text("\n".join(lines) + "\n", "bomb.yaml", LintOptions())
+    assert "excessive aliasing" in _input_error("\n".join(lines) + "\n", "bomb.yaml").message
 
 
 def test_self_referencing_alias_is_an_input_error():
-    with pytest.raises(InputError, match="bad.yaml:3:11: YAML alias refers to a node that contains it"):
-        lint_text("apiVersion: v1\nkind: ConfigMap\nmetadata: &m {labels: {a: *m}}\n", "bad.yaml", LintOptions())
+    f = _input_error("apiVersion: v1\nkind: ConfigMap\nmetadata: &m {labels: {a: *m}}\n", "bad.yaml")
+    assert f.text().startswith("bad.yaml:3:11: KG004 error: YAML alias refers to a node that contains it")
 
 
 def test_kind_list_items_are_linted_as_objects_with_exact_lines():

@@ -43,7 +43,21 @@ def test_seed000_2node_job_defects():
     # c10d flags mixed with --node_rank / --master_addr / --master_port
     assert "--node-rank" in found["KG112"][0].message and "--master-addr" in found["KG112"][0].message
     assert "your-opensora-image:latest" in found["KG059"][0].message  # an unpinned image
-    assert set(found) == {"KG059", "KG102", "KG103", "KG104", "KG105", "KG109", "KG111", "KG112"}
+    # no failure policy: the default backoffLimit retries one pod alone, which cannot rejoin the world
+    assert "default backoffLimit (6)" in found["KG117"][0].message and found["KG117"][0].path == "spec"
+    assert "BestEffort" in found["KG118"][0].message  # GPU limits only: no cpu/memory requests
+    assert set(found) == {
+        "KG059",
+        "KG102",
+        "KG103",
+        "KG104",
+        "KG105",
+        "KG109",
+        "KG111",
+        "KG112",
+        "KG117",
+        "KG118",
+    }
 
 
 def test_seed001_multinode_guide_defects():
@@ -53,7 +67,7 @@ def test_seed001_multinode_guide_defects():
     assert "lacks role=master" in found["KG103"][0].message
     assert "sleep $((RANDOM % 30 + 30))" in found["KG111"][0].message  # random-sleep staggering
     assert "names the Service" in found["KG105"][0].message
-    assert {"KG104", "KG109", "KG112"} <= set(found)
+    assert {"KG104", "KG109", "KG112", "KG117", "KG118"} <= set(found)
     assert result.exit_code == 1
 
 

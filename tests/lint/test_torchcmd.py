@@ -98,3 +98,30 @@ def test_elastic_nnodes_range_must_contain_the_pod_count(nnodes, flagged):
     docs = BASES["job"]()
     docs[1]["spec"]["template"]["spec"]["containers"][0]["args"][0] = f"--nnodes={nnodes}"
     assert ("KG106" in rule_ids(lint_docs(docs))) is flagged
+
+
+def test_flags_know_the_command_or_args_item_that_holds_them():
+    c = {"command": ["torchrun", "--standalone"], "args": ["--nnodes", "4", "--nproc-per-node=8", "train.py", "--x=1"]}
+    [launch] = find_launches(c)
+    assert launch.where == ("command", 0)
+    assert launch.at("standalone") == ("command", 1)
+    assert launch.at("nnodes") == ("args", 0) and launch.at("nproc_per_node") == ("args", 2)
+    assert launch.at("x") == ("command", 0)  # the script's own flags are not torchrun's
+    script = {"command": ["bash", "-c"], "args": ["exec torchrun --nnodes=4 train.py"]}
+    [launch] = find_launches(script)
+    assert launch.script and launch.at("nnodes") == ("args", 0)
+
+
+def test_flags_in_an_expansion_are_unknown():
+    [launch] = find_launches({"command": ["bash", "-c", "torchrun $DISTRIBUTED_ARGS train.py"]})
+    assert launch.opaque and not launch.has("nnodes")
+    [launch] = find_launches({"command": ["torchrun", "--nnodes=2", "train.py"]})
+    assert not launch.opaque
+
+
+def test_launch_path_accepts_the_container_as_older_callers_pass_it():
+    from kgen.lint.rules_training import _launch_path
+
+    c = {"command": ["torchrun"], "args": ["--nnodes=4", "train.py"]}
+    assert _launch_path(("c",), c) == ("c", "args", 0)
+    assert _launch_path(("c",), {"command": ["python", "train.py"]}) == ("c",)

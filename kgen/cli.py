@@ -234,6 +234,11 @@ def presets_show(name: str) -> None:
     click.echo(presets_mod.load(name).text, nl=False)
 
 
+from kgen.cli_cluster import register as _register_cluster_verbs  # noqa: E402  (status/logs/stop/submit/list)
+
+_register_cluster_verbs(cli)
+
+
 def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv)
 

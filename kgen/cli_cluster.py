@@ -119,7 +119,9 @@ Exit codes: 0 succeeded, 1 failed, 3 running (starting, running, restarting),
 @click.argument("name")
 @cluster_options
 @click.option("-o", "--output", "output_format", default="text", metavar="text|json", help="Output format.")
-@click.option("-w", "--watch", is_flag=True, help="Follow the run's pods and workload; print each change until it ends.")
+@click.option(
+    "-w", "--watch", is_flag=True, help="Follow the run's pods and workload; print each change until it ends."
+)
 @click.option("--no-logs", is_flag=True, help="Do not read log tails (FAIL-STOP lines) for the root cause.")
 @click.option("--brief", is_flag=True, help="Only the verdict, no row per rank.")
 def status(name, namespace, context, kubeconfig, output_format, watch, no_logs, brief):
@@ -146,7 +148,7 @@ def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: 
     import queue
 
     from kgen.cluster import views
-    from kgen.cluster.client import pod_selector
+    from kgen.cluster.labels import pod_selector
     from kgen.cluster.state import RunState, terminal
 
     pods, workload, events, logs = raw
@@ -276,7 +278,7 @@ def parse_duration(value: str | None) -> int | None:
 def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, timestamps, previous, max_streams):
     """Every rank's log, merged, each line prefixed with its node rank."""
     from kgen.cluster import logs as L
-    from kgen.cluster.client import pod_selector
+    from kgen.cluster.labels import pod_selector
 
     rank_set = parse_ranks(ranks)
     since_s = parse_duration(since)
@@ -362,7 +364,7 @@ STOP_KINDS = ("Job", "StatefulSet", "Service", "ConfigMap", "PodDisruptionBudget
 
 def stop_run(cluster, name: str, wait: bool, timeout: float) -> int:
     """Delete every object of the run (foreground propagation); returns how many were deleted."""
-    from kgen.cluster.client import pod_selector, run_selector
+    from kgen.cluster.labels import run_selector
 
     deleted = 0
     for kind in STOP_KINDS:
@@ -522,7 +524,7 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
     from datetime import datetime, timezone
 
     from kgen.cluster import views
-    from kgen.cluster.client import MANAGED_SELECTOR
+    from kgen.cluster.labels import MANAGED_SELECTOR
     from kgen.cluster.verdict import INSTANCE_LABEL, decide
 
     if output_format not in ("text", "json"):

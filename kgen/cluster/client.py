@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from kgen.cluster.errors import ClusterError, NotFound
+from kgen.cluster.labels import MANAGED_SELECTOR, pod_selector, run_selector  # noqa: F401 (re-exported)
 
 FIELD_MANAGER = "kgen"
 REQUEST_TIMEOUT = (5.0, 60.0)  # connect, read (seconds)
@@ -38,19 +39,6 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "Event": ("/api/v1", "events"),
 }
 WORKLOAD_KINDS = ("Job", "StatefulSet")
-
-
-def run_selector(name: str) -> str:
-    """Every object of run NAME carries these labels (templates/_metadata.yaml.j2)."""
-    return f"app.kubernetes.io/instance={name},app.kubernetes.io/managed-by=kgen"
-
-
-def pod_selector(name: str) -> str:
-    """The pods of run NAME: the workload's own selector labels (users cannot override them)."""
-    return f"app.kubernetes.io/instance={name},kgen.dev/role=trainer"
-
-
-MANAGED_SELECTOR = "app.kubernetes.io/managed-by=kgen"
 
 
 @dataclass
@@ -222,7 +210,9 @@ class Cluster:
         previous: bool = False,
         container: str = "trainer",
     ) -> str:
-        resp = self._send("GET", self._path("Pod", pod) + "/log", log_query(container, tail, since, timestamps, previous))
+        resp = self._send(
+            "GET", self._path("Pod", pod) + "/log", log_query(container, tail, since, timestamps, previous)
+        )
         data = resp.read()
         if resp.status >= 400:
             raise status_error(resp.status, data, f"log of pod {pod}", self.namespace)

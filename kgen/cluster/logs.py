@@ -166,7 +166,9 @@ class Follower:
                         cs = trainer_status(pod) or {}
                         meta = pod["metadata"]
                         restarts = int(cs.get("restartCount") or 0)
-                        self.add(Source(pod_rank(pod), meta["name"], restarts, False, meta.get("creationTimestamp") or ""))
+                        self.add(
+                            Source(pod_rank(pod), meta["name"], restarts, False, meta.get("creationTimestamp") or "")
+                        )
             except Exception as exc:
                 self.errors.append(str(exc))
                 return

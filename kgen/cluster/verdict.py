@@ -545,9 +545,7 @@ def decide(
     gone = gone_pods(name, list(pods), deleted, events) if kind == "Job" else []
     gone_count = Counter(f.rank for f in gone if f.rank is not None)
     deleted_count = Counter(pod_rank(p) for p in deleted)
-    rows = [
-        pod_row(current[r], counts[r] + gone_count.get(r, 0) + deleted_count.get(r, 0)) for r in sorted(current)
-    ]
+    rows = [pod_row(current[r], counts[r] + gone_count.get(r, 0) + deleted_count.get(r, 0)) for r in sorted(current)]
 
     # failures, incidents, root cause
     failures: list[Failure] = []
@@ -577,7 +575,9 @@ def decide(
             pods_by_rank.setdefault(f.rank, []).insert(0, f.pod)
     incidents = _incidents(failures)
     causes = [_root_cause(inc, logs, expected, pods_by_rank) for inc in incidents]
-    incident_lines = [f"{i + 1}. {_fmt_cause(rc)}" + (f"; {rc.followers}" if rc.followers else "") for i, rc in enumerate(causes)]
+    incident_lines = [
+        f"{i + 1}. {_fmt_cause(rc)}" + (f"; {rc.followers}" if rc.followers else "") for i, rc in enumerate(causes)
+    ]
 
     # re-formations: Job = extra pods per completion index (deleted ones included); StatefulSet = restarts
     if kind == "StatefulSet":
@@ -621,7 +621,9 @@ def decide(
         _live_state(v, rows, expected, kind, workload, pods, logs)
     if v.state != "failed" and causes and (v.reformations or v.state == "restarting"):
         label = "restarting after" if v.state == "restarting" else "re-formed after"
-        v.details.append(f"{label}: {_fmt_cause(causes[-1])}" + (f"; {causes[-1].followers}" if causes[-1].followers else ""))
+        v.details.append(
+            f"{label}: {_fmt_cause(causes[-1])}" + (f"; {causes[-1].followers}" if causes[-1].followers else "")
+        )
         if len(causes) > 1:
             v.details.append(f"first incident: {_fmt_cause(causes[0])}")
     if v.job_reason:

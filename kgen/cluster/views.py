@@ -11,7 +11,7 @@ from kgen.cluster.verdict import Verdict, parse_time
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
 
 
 def status_text(v: Verdict, rows: bool = True) -> str:

@@ -180,6 +180,16 @@ class Replay:
             resource = ns_parts[0]
             name = ns_parts[1] if len(ns_parts) > 1 else None
             sub = ns_parts[2] if len(ns_parts) > 2 else None
+        namespace = parts[parts.index("namespaces") + 1] if "namespaces" in parts else None
+        selector = dict(kv.split("=", 1) for kv in q.get("labelSelector", "").split(",") if "=" in kv)
+        other_run = selector.get("app.kubernetes.io/instance", self.name) != self.name
+        if namespace not in (None, "rec") or other_run:  # one run, recorded in namespace rec
+            if name is None and method == "GET" and q.get("watch") not in ("true", "1"):
+                kind = GROUP_OF.get(resource, ("", "Unknown"))[1]
+                return h._send(
+                    200, json.dumps({"kind": f"{kind}List", "apiVersion": "v1", "metadata": {}, "items": []}).encode()
+                )
+            return h._send(404, not_found(resource, name or ""))
         if method != "GET":
             return self._write(h, method, resource, name)
         if q.get("watch") in ("true", "1"):

@@ -19,41 +19,79 @@ EXPECTED = {
     "job-succeeded": dict(state="succeeded", ranks=None, reform=0, words=["Succeeded: 2/2"]),
     "job-running": dict(state="running", ranks=None, reform=0, words=["Running: 3/3 ranks up"]),
     "job-worker-killed": dict(
-        state="failed", ranks=[1], code=137, reason="BackoffLimitExceeded", reform=0,
+        state="failed",
+        ranks=[1],
+        code=137,
+        reason="BackoffLimitExceeded",
+        reform=0,
         words=["rank 1", "exit 137", "killed (SIGKILL)", "2 ranks stopped by fail-stop (exit 75)"],
     ),
     "job-master-killed": dict(
-        state="failed", ranks=[0], code=137, reason="BackoffLimitExceeded", reform=0,
+        state="failed",
+        ranks=[0],
+        code=137,
+        reason="BackoffLimitExceeded",
+        reform=0,
         words=["rank 0", "exit 137", "2 ranks stopped by fail-stop"],
     ),
     "job-pfp-killed": dict(
-        state="failed", ranks=[1], code=137, reason="PodFailurePolicy", reform=0,
+        state="failed",
+        ranks=[1],
+        code=137,
+        reason="PodFailurePolicy",
+        reform=0,
         words=["rank 1 (pod rec-pfp-killed-1-hx22q", "exit 137"],
     ),
     "job-pfp-evicted-reformed/t1-reformed-running": dict(
-        state="running", ranks=[1], code=None, reform=1, words=["Running: 3/3", "1 re-formation"],
+        state="running",
+        ranks=[1],
+        code=None,
+        reform=1,
+        words=["Running: 3/3", "1 re-formation"],
     ),
     "job-pfp-evicted-reformed/t2-complete": dict(
-        state="succeeded", ranks=[1], code=None, reform=1, words=["Succeeded: 3/3", "1 re-formation"],
+        state="succeeded",
+        ranks=[1],
+        code=None,
+        reform=1,
+        words=["Succeeded: 3/3", "1 re-formation"],
     ),
-    "job-frozen-rank": dict(state="failed", ranks=[1], code=None, reason="PodFailurePolicy", reform=1, words=["rank 1"]),
+    "job-frozen-rank": dict(
+        state="failed", ranks=[1], code=None, reason="PodFailurePolicy", reform=1, words=["rank 1"]
+    ),
     "job-unschedulable": dict(
-        state="pending", ranks=None, reform=0,
+        state="pending",
+        ranks=None,
+        reform=0,
         words=["Pending: 0/3 placed", "3 unschedulable", "4 Insufficient nvidia.com/gpu"],
     ),
     "job-bad-service": dict(
-        state="failed", ranks=[1, 2], code=3, reason="BackoffLimitExceeded", reform=0,
+        state="failed",
+        ranks=[1, 2],
+        code=3,
+        reason="BackoffLimitExceeded",
+        reform=0,
         words=["ranks 1, 2", "together", "exit 3", "node 0 never became reachable", "rank 0 deleted"],
     ),
     "statefulset-running": dict(state="running", ranks=None, reform=0, words=["Running: 2/2 ranks up"]),
     "statefulset-restarting/t1-after-first-restart": dict(
-        state="running", ranks=[1], code=137, reform=1, words=["Running: 2/2", "1 re-formation"],
+        state="running",
+        ranks=[1],
+        code=137,
+        reform=1,
+        words=["Running: 2/2", "1 re-formation"],
     ),
     "statefulset-restarting/t2-crashloopbackoff": dict(
-        state="restarting", ranks=[1], code=137, reform=1, words=["CrashLoopBackOff", "re-formation 2 pending"],
+        state="restarting",
+        ranks=[1],
+        code=137,
+        reform=1,
+        words=["CrashLoopBackOff", "re-formation 2 pending"],
     ),
     "job-scale-1000-pending": dict(
-        state="pending", ranks=None, reform=0,
+        state="pending",
+        ranks=None,
+        reform=0,
         words=["Pending: 16/1000 placed", "984 unschedulable", "16 Insufficient nvidia.com/gpu"],
     ),
 }
@@ -171,7 +209,11 @@ def test_fail_stop_lines_parse():
         "[kgen node 0 15:10:19 +40.1s] FAIL-STOP: node rank(s) [1, 3] did not connect within KGEN_RDZV_TIMEOUT=40s\n"
         "[kgen node 1 15:05:15 +15.1s] FAIL-STOP: the liveness connection to node 0 closed (node 0 died)\n"
     )
-    assert [(b.ranks, b.reporter, b.at) for b in got] == [([1], 2, "15:04:52"), ([1, 3], 0, "15:10:19"), ([0], 1, "15:05:15")]
+    assert [(b.ranks, b.reporter, b.at) for b in got] == [
+        ([1], 2, "15:04:52"),
+        ([1, 3], 0, "15:10:19"),
+        ([0], 1, "15:05:15"),
+    ]
     assert got[0].text.startswith("node 1 closed")
 
 

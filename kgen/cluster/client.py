@@ -229,12 +229,13 @@ class Cluster:
         previous: bool = False,
         container: str = "trainer",
     ) -> Iterator[bytes]:
-        """The pod's log, line by line as the API server sends it (``follow``: until the container ends)."""
+        """The pod's log as the API server sends it (``follow``: until the container ends), in blocks of
+        whole lines (one block per read: the merger handles a block at a time, not a line at a time)."""
         query = log_query(container, tail, since, timestamps, previous) + ([("follow", "true")] if follow else [])
         resp = self._send("GET", self._path("Pod", pod) + "/log", query, timeout=STREAM_TIMEOUT)
         if resp.status >= 400:
             raise status_error(resp.status, resp.read(), f"log of pod {pod}", self.namespace)
-        return _lines(resp.response)
+        return _blocks(resp.response)
 
     def watch(self, kind: str, selector: str | None = None, field: str | None = None, rv: str | None = None):
         """Watch events (dicts with type and object) until the server ends the stream."""
@@ -282,6 +283,24 @@ def log_query(container: str, tail, since, timestamps: bool, previous: bool) -> 
     if previous:
         query.append(("previous", "true"))
     return query
+
+
+def _blocks(response) -> Iterator[bytes]:
+    """Whole lines as they arrive, several per block; a last line without newline comes at the end."""
+    rest = b""
+    try:
+        for chunk in response.stream(64 * 1024, decode_content=True):
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                yield data[:cut]
+            rest = data[cut:]
+        if rest:
+            yield rest + b"\n"
+    except urllib3.exceptions.HTTPError as exc:
+        raise ClusterError(f"the stream broke: {exc}", hint="run the command again") from None
+    finally:
+        response.release_conn()
 
 
 def _lines(response) -> Iterator[bytes]:

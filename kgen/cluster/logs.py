@@ -46,6 +46,11 @@ def split_ts(line: str) -> tuple[str | None, str]:
     return (m.group(1), line[m.end() :]) if m else (None, line)
 
 
+def _show(line: str, timestamps: bool) -> str:
+    ts, body = split_ts(line)
+    return f"{ts} {body}" if (timestamps and ts) else body
+
+
 def _keyed(rank: int, text: str, timestamps: bool) -> Iterator[tuple[str, int, int, str]]:
     last = ""
     for i, line in enumerate(text.splitlines()):
@@ -119,7 +124,7 @@ class Follower:
         self.width = width
         self.timestamps = timestamps
         self.pool = ThreadPoolExecutor(max_workers=max(1, max_streams), thread_name_prefix="kgen-log")
-        self.lines: queue.Queue = queue.Queue(maxsize=10000)
+        self.lines: queue.Queue = queue.Queue(maxsize=4096)  # blocks of lines; bounded memory
         self.lock = threading.Lock()
         self.seen: set[tuple[str, int]] = set()
         self.newest: dict[int, str] = {}  # rank -> creationTimestamp of its newest followed pod
@@ -140,16 +145,19 @@ class Follower:
         self.pool.submit(self._pump, source)
 
     def _pump(self, source: Source) -> None:
+        head = prefix(source.rank, self.width)
         try:
-            for raw in self.open_stream(source):
+            for block in self.open_stream(source):  # whole lines, one or many per block
                 if self.stopping.is_set():
                     break
-                line = raw.decode("utf-8", "replace").rstrip("\n")
-                ts, body = split_ts(line)
-                shown = f"{ts} {body}" if (self.timestamps and ts) else body
-                self.lines.put(prefix(source.rank, self.width) + shown)
+                text = block.decode("utf-8", "replace")
+                if self.timestamps or TS.match(text):
+                    shown = [head + _show(line, self.timestamps) for line in text.splitlines()]
+                else:
+                    shown = [head + line for line in text.splitlines()]
+                self.lines.put(shown)
         except Exception as exc:  # one broken stream must not end the others: report it inline
-            self.lines.put(f"{prefix(source.rank, self.width)}(kgen: log of pod {source.pod} unavailable: {exc})")
+            self.lines.put([f"{head}(kgen: log of pod {source.pod} unavailable: {exc})"])
         finally:
             with self.lock:
                 self.active -= 1
@@ -190,7 +198,7 @@ class Follower:
                 except queue.Empty:
                     item = None
                 if item is not None:
-                    yield item
+                    yield from item
                     continue
                 with self.lock:
                     idle = self.active == 0

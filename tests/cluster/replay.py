@@ -51,13 +51,27 @@ def not_found(resource: str, name: str) -> bytes:
 class Replay:
     """One capture served on 127.0.0.1:<port>; ``kubeconfig(tmp_path)`` writes a kubeconfig for it."""
 
-    def __init__(self, capture: str, *, log_repeat: int = 1, deny: bool = False):
+    def __init__(
+        self,
+        capture: str,
+        *,
+        log_repeat: int = 1,
+        deny: bool = False,
+        pods_limit: int | None = None,
+        log_source: Path | None = None,
+        log_pace: float = 0.0,
+    ):
         self.capture = capture
         self.dir = ROOT / capture
         self.scenario = ROOT / capture.split("/")[0]
         self.name = run_name(capture)
         self.log_repeat = log_repeat  # bench only: a recorded log sent N times in one body
         self.deny = deny  # answer 403 Forbidden to everything (RBAC missing)
+        # bench only: serve the first N recorded pods, give every pod the same recorded log, and
+        # send a followed log in 16 KiB chunks with this many seconds between them (a live log)
+        self.pods_limit = pods_limit
+        self.log_source = log_source
+        self.log_pace = log_pace
         self.requests: list[tuple[str, str, bytes, str]] = []  # method, path, body, Content-Type
         self.deleted: set[str] = set()
         self.lock = threading.Lock()
@@ -69,6 +83,7 @@ class Replay:
             ("configmaps", f"{self.name}-entrypoint"): self.dir / "configmap.json",
         }
         self._log_cache: dict[Path, bytes] = {}
+        self._body_cache: dict[str, bytes] = {}
         handler = self._handler()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
@@ -213,7 +228,7 @@ class Replay:
 
     def _list(self, h, resource: str) -> None:
         if resource == "pods":
-            raw = (self.dir / "pods.json").read_bytes()
+            raw = self._pods_body()
             if not self.deleted:
                 return h._send(200, raw)
             doc = json.loads(raw)
@@ -235,6 +250,8 @@ class Replay:
         prev = q.get("previous") == "true"
         status = logs / f"{pod}.log.status.json"
         path = logs / (f"{pod}.previous.log" if prev else f"{pod}.log")
+        if self.log_source is not None:
+            status, path = logs / "-", self.log_source
         if status.exists() and not prev:
             body = status.read_bytes()
             return h._send(int(json.loads(body).get("code", 500)), body)
@@ -247,8 +264,18 @@ class Replay:
         if "limitBytes" in q:
             data = data[: int(q["limitBytes"])]
         if q.get("follow") == "true":
-            return h._chunked(_line_chunks(data), "text/plain")
+            return h._chunked(_paced(_line_chunks(data), self.log_pace), "text/plain")
         return h._send(200, data, "text/plain")
+
+    def _pods_body(self) -> bytes:
+        if "pods" not in self._body_cache:
+            raw = (self.dir / "pods.json").read_bytes()
+            if self.pods_limit is not None:
+                doc = json.loads(raw)
+                doc["items"] = doc["items"][: self.pods_limit]
+                raw = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+            self._body_cache["pods"] = raw
+        return self._body_cache["pods"]
 
     def _pods(self, name: str):
         return (i for i in json.loads((self.dir / "pods.json").read_text())["items"] if i["metadata"]["name"] == name)
@@ -275,8 +302,8 @@ class Replay:
 
 
 def _paced(lines, pace: float):
-    for line in lines:
-        if pace:
+    for i, line in enumerate(lines):
+        if pace and i:
             time.sleep(pace)
         yield line
 
@@ -284,3 +311,30 @@ def _paced(lines, pace: float):
 def _line_chunks(data: bytes, size: int = 16 * 1024):
     for i in range(0, len(data), size):
         yield data[i : i + size]
+
+
+def main() -> None:
+    """Serve one capture from its own process (benchmarks: the server must not share the client's GIL).
+
+    Prints the kubeconfig path and the run name, then serves until stdin closes.
+    """
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("capture")
+    ap.add_argument("--dir", required=True, help="where to write the kubeconfig")
+    ap.add_argument("--pods-limit", type=int)
+    ap.add_argument("--log-source", type=Path)
+    ap.add_argument("--log-repeat", type=int, default=1)
+    ap.add_argument("--log-pace", type=float, default=0.0)
+    a = ap.parse_args()
+    with Replay(
+        a.capture, pods_limit=a.pods_limit, log_source=a.log_source, log_repeat=a.log_repeat, log_pace=a.log_pace
+    ) as r:
+        print(r.kubeconfig(Path(a.dir)), r.name, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

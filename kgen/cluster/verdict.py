@@ -447,7 +447,8 @@ def _root_cause(
         t0 = min(f.time for f in chosen if f.time) if any(f.time for f in chosen) else (min(vt) if vt else None)
         span = int((max(vt) - t0).total_seconds()) if vt and t0 else 0
         n = len({f.rank for f in victims})
-        followers = f"{n} rank{'s' if n != 1 else ''} stopped by fail-stop (exit 75) within {max(span, 0)} s"
+        when = f"within {span} s" if span > 0 else "in the same second"
+        followers = f"{n} rank{'s' if n != 1 else ''} stopped by fail-stop (exit 75) {when}"
     rest = [f for f in others if f.role != "victim"]
     if rest:
         tail = "; ".join(f"{_rank_list([f.rank])} {f.describe()}" for f in rest)
@@ -546,6 +547,23 @@ def decide(
     gone_count = Counter(f.rank for f in gone if f.rank is not None)
     deleted_count = Counter(pod_rank(p) for p in deleted)
     rows = [pod_row(current[r], counts[r] + gone_count.get(r, 0) + deleted_count.get(r, 0)) for r in sorted(current)]
+    # a rank without a pod still gets its row: its pod was deleted (the Job's events name it) or never made
+    have = set(current)
+    last_gone: dict[int, Mapping] = {}
+    for p in sorted(deleted, key=_creation):
+        last_gone[pod_rank(p)] = p  # type: ignore[index]
+    for r in range(expected):
+        if r in have:
+            continue
+        if r in last_gone:
+            row = pod_row(last_gone[r], gone_count.get(r, 0) + deleted_count.get(r, 0))
+            row.state = "Deleted"
+        else:
+            g = [f for f in gone if f.rank == r]
+            row = Row(r, g[-1].pod if g else "-", "", "Deleted" if g else "NoPod", False, 0, None, "", len(g))
+            row.meaning = "pod gone (deleted; its status and log with it)" if g else "no pod (yet)"
+        rows.append(row)
+    rows.sort(key=lambda row: -1 if row.rank is None else row.rank)
 
     # failures, incidents, root cause
     failures: list[Failure] = []
@@ -683,7 +701,7 @@ def _live_state(v: Verdict, rows: list[Row], expected: int, kind: str, workload,
             else ""
         )
         return
-    failed_rows = [r for r in rows if r.state in ("Failed", "Terminating") and r.exit_code != 0]
+    failed_rows = [r for r in rows if r.state in ("Failed", "Terminating", "Deleted") and r.exit_code != 0]
     done = [r for r in rows if r.state == "Succeeded"]
     if failed_rows and up:
         v.state = "degraded"
@@ -694,8 +712,8 @@ def _live_state(v: Verdict, rows: list[Row], expected: int, kind: str, workload,
     if terminal and not up and failed_rows:
         v.state = "restarting"
         v.headline = (
-            f"Re-forming: 0/{expected} ranks up; {len(terminal)} ranks ended, waiting for the Job "
-            "controller (replacements come after its pod failure back-off; no event explains the wait)"
+            f"Re-forming: 0/{expected} ranks up; the ranks ended and the Job controller has not replaced them "
+            "yet (its pod failure back-off: no event explains the wait) or is failing the Job"
         )
         return
     if done and up + len(done) == expected:
@@ -707,7 +725,7 @@ def _live_state(v: Verdict, rows: list[Row], expected: int, kind: str, workload,
         v.headline = f"Completing: {expected}/{expected} ranks done, waiting for the Job's Complete condition"
         return
     v.state = "starting"
-    pending = states.get("Pending", 0) + states.get("ContainerCreating", 0) + missing
+    pending = states.get("Pending", 0) + states.get("ContainerCreating", 0) + states.get("NoPod", 0) + missing
     v.headline = f"Starting: {up}/{expected} ranks up" + (f", {pending} not started yet" if pending else "")
     if states.get("Pending") and all(r.node for r in rows if r.state == "Pending"):
         v.details.append(f"{states['Pending']} pod(s) bound to a node but no container started yet")

@@ -14,7 +14,6 @@ import queue
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kgen.cluster.verdict import pod_rank, trainer_status
@@ -123,7 +122,11 @@ class Follower:
         self.ranks = ranks
         self.width = width
         self.timestamps = timestamps
-        self.pool = ThreadPoolExecutor(max_workers=max(1, max_streams), thread_name_prefix="kgen-log")
+        # daemon workers (not a ThreadPoolExecutor: its threads are joined at exit, so Ctrl-C would
+        # wait for every followed stream to end); at most max_streams streams are open at once
+        self.max_streams = max(1, max_streams)
+        self.pending: queue.Queue = queue.Queue()
+        self.workers: list[threading.Thread] = []
         self.lines: queue.Queue = queue.Queue(maxsize=4096)  # blocks of lines; bounded memory
         self.lock = threading.Lock()
         self.seen: set[tuple[str, int]] = set()
@@ -142,7 +145,19 @@ class Follower:
             self.newest[source.rank] = max(source.created, self.newest.get(source.rank, ""))
             self.seen.add(key)
             self.active += 1
-        self.pool.submit(self._pump, source)
+            if len(self.workers) < self.max_streams:
+                worker = threading.Thread(target=self._work, name="kgen-log", daemon=True)
+                self.workers.append(worker)
+                worker.start()
+        self.pending.put(source)
+
+    def _work(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                source = self.pending.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._pump(source)
 
     def _pump(self, source: Source) -> None:
         head = prefix(source.rank, self.width)
@@ -208,4 +223,3 @@ class Follower:
                     return
         finally:
             self.stopping.set()
-            self.pool.shutdown(wait=False, cancel_futures=True)

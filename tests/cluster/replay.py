@@ -48,6 +48,14 @@ def not_found(resource: str, name: str) -> bytes:
     return (json.dumps(body, separators=(",", ":")) + "\n").encode()
 
 
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):  # a client that hung up
+            super().handle_error(request, client_address)
+
+
 class Replay:
     """One capture served on 127.0.0.1:<port>; ``kubeconfig(tmp_path)`` writes a kubeconfig for it."""
 
@@ -85,7 +93,7 @@ class Replay:
         self._log_cache: dict[Path, bytes] = {}
         self._body_cache: dict[str, bytes] = {}
         handler = self._handler()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = QuietServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -291,6 +299,9 @@ class Replay:
                 self.deleted.add(name)
                 return h._send(200, json.dumps(next(self._pods(name))).encode())
             return h._send(404, not_found(resource, name))
+        if key in self.files and method == "PATCH":  # apply (re)creates it: the recorded object again
+            self.deleted.discard(key)
+            return h._send(200, self.files[key].read_bytes())
         if key in self.files and key not in self.deleted:
             body = self.files[key].read_bytes()
             if method == "DELETE":

@@ -301,6 +301,18 @@ def test_submit_replace_stops_first(served):
     assert methods.index("DELETE") < methods.index("PATCH")
 
 
+def test_submit_wait_follows_until_every_rank_runs(served):
+    """--replace stops the recorded run, applies it again, then --wait follows the recorded watch
+    streams (the run's own history from apply to training) until every rank runs."""
+    r, kc = served("job-running")
+    args = ["submit", "--name", r.name, "--nodes", "3", "--gpus", "0", "--replace", "--wait", "--timeout", "30"]
+    res = run(*args, "--kubeconfig", kc)
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "job/rec-running applied" in out
+    assert out.index("Starting: 0/3 ranks up") < out.index("Running: 3/3 ranks up")
+
+
 # ------------------------------------------------------------------------------------------ list
 def test_list(served):
     r, kc = served("statefulset-restarting/t2-crashloopbackoff")
@@ -310,3 +322,37 @@ def test_list(served):
     assert lines[1].split()[:5] == ["rec", "rec-sts-restarting", "StatefulSet", "2x1cpu", "restarting"]
     got = json.loads(run("list", "-A", "-o", "json", "--kubeconfig", kc).stdout)
     assert got[0]["name"] == "rec-sts-restarting" and got[0]["state"] == "restarting"
+
+
+def test_logs_follow_stops_at_once_on_ctrl_c(tmp_path):
+    """`kgen logs -f` on a running run (streams open, 5 s between chunks): SIGINT ends it at once,
+    one line, exit 130, although every stream is still open."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with Replay("job-running", log_repeat=20, log_pace=5.0) as r:
+        kc = r.kubeconfig(tmp_path)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kgen", "logs", r.name, "-f", "--kubeconfig", kc],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            first = proc.stdout.readline()
+            assert first.startswith("["), first
+            proc.send_signal(signal.SIGINT)
+            start = time.monotonic()
+            out, err = proc.communicate(timeout=10)
+            assert time.monotonic() - start < 5
+            assert proc.returncode == 130
+            assert err.strip().splitlines()[-1] == "kgen: error: aborted"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

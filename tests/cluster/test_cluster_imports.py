@@ -50,6 +50,19 @@ def test_render_works_without_kubernetes(tmp_path):
     assert "kind: Job" in target.read_text()
 
 
+def test_lint_does_not_import_kubernetes(tmp_path):
+    target = tmp_path / "run.yaml"
+    code = (
+        "import sys, json\nfrom kgen.cli import main\n"
+        f"for argv in (['render', '-o', {str(target)!r}], ['lint', {str(target)!r}]):\n"
+        "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code in (0, None), e.code\n"
+        "print(json.dumps([m for m in ('kubernetes', 'urllib3') if m in sys.modules]))\n"
+    )
+    out = probe(code)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
 @pytest.mark.parametrize("command", ["status", "logs", "stop", "submit", "list"])
 def test_help_has_examples(command):
     res = CliRunner().invoke(cli, [command, "--help"])

@@ -349,8 +349,13 @@ def _event_time(ev: Mapping) -> datetime | None:
     return parse_time(ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp"))
 
 
-def gone_pods(name: str, pods: list[Mapping], deleted: list[Mapping], events: list[Mapping]) -> list[Failure]:
-    """Pods the workload created (its Events say so) that are no longer in the pod list nor in ``deleted``."""
+def gone_pods(
+    name: str, pods: list[Mapping], deleted: list[Mapping], events: list[Mapping], workload_uid: str | None = None
+) -> list[Failure]:
+    """Pods the workload created (its Events say so) that are no longer in the pod list nor in ``deleted``.
+
+    Only this workload's events count (``workload_uid``): a stopped and re-submitted run of the same
+    name leaves the old Job's events behind for an hour."""
     known = {_meta(p).get("name") for p in pods} | {_meta(p).get("name") for p in deleted}
     created: dict[str, datetime | None] = {}
     deleted_by: dict[str, datetime | None] = {}
@@ -358,7 +363,8 @@ def gone_pods(name: str, pods: list[Mapping], deleted: list[Mapping], events: li
     for ev in events:
         obj = ev.get("involvedObject") or {}
         msg = ev.get("message") or ""
-        if obj.get("name") == name and obj.get("kind") in ("Job", "StatefulSet"):
+        same = obj.get("name") == name and obj.get("kind") in ("Job", "StatefulSet")
+        if same and (workload_uid is None or obj.get("uid") in (None, workload_uid)):
             m = re.match(r"(Created|Deleted) pod: (\S+)", msg) or re.match(r"(Create|Delete) Pod (\S+) in", msg)
             if m:
                 target = created if m.group(1).startswith("Creat") else deleted_by
@@ -543,7 +549,8 @@ def decide(
     current, counts = current_pods(pods)
 
     # rows: the newest pod of every rank, generation = how many pods that rank has had
-    gone = gone_pods(name, list(pods), deleted, events) if kind == "Job" else []
+    uid = _meta(workload or {}).get("uid")
+    gone = gone_pods(name, list(pods), deleted, events, uid) if kind == "Job" else []
     gone_count = Counter(f.rank for f in gone if f.rank is not None)
     deleted_count = Counter(pod_rank(p) for p in deleted)
     rows = [pod_row(current[r], counts[r] + gone_count.get(r, 0) + deleted_count.get(r, 0)) for r in sorted(current)]

@@ -291,3 +291,17 @@ def test_watch_replay_intermediate_states(scenario):
     if "failed" in seq:  # once the Job is failing, it never looks healthy again
         assert all(s == "failed" for s in seq[seq.index("failed") :]), seq
     assert seq[0] in ("starting", "pending"), seq  # every run begins before its ranks are up
+
+
+def test_events_of_an_earlier_run_of_the_same_name_are_ignored():
+    """`kgen stop NAME; kgen submit --name NAME`: the old Job's events stay for an hour; only the
+    current Job's (by uid) may name pods that are gone."""
+    d = load("job-frozen-rank")
+    assert all(e["involvedObject"].get("uid") for e in d["events"] if e["involvedObject"]["kind"] == "Job")
+    old_run = copy.deepcopy(d["workload"])
+    old_run["metadata"]["uid"] = "another-job-of-the-same-name"
+    v = decide(d["name"], d["pods"], old_run, d["events"])
+    assert "rec-frozen-1-tkprk" not in [r.pod for r in v.rows]
+    assert [r.state for r in v.rows if r.rank == 1] == ["NoPod"]
+    same = decide(d["name"], d["pods"], d["workload"], d["events"])
+    assert [r.pod for r in same.rows if r.rank == 1] == ["rec-frozen-1-tkprk"]

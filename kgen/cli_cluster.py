@@ -85,11 +85,10 @@ def fetch_verdict_logs(cluster, pods, workload) -> dict[str, str]:
             break
         wanted.setdefault(pod, source == "previous container")
     jobs = [(pod, {"tail": LOG_TAIL_FOR_VERDICT, "previous": prev}) for pod, prev in wanted.items()]
-    if not jobs:
-        rank0 = [p for p in pods if V.pod_rank(p) == 0 and V.trainer_status(p)]
-        if rank0:
-            newest = max(rank0, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-            jobs = [(newest["metadata"]["name"], {"tail": 400})]
+    rank0 = [p for p in pods if V.pod_rank(p) == 0 and V.trainer_status(p)]
+    if rank0:  # whether (and how often) the group formed: the start of node 0's log, and its end
+        newest = max(rank0, key=lambda p: p["metadata"].get("creationTimestamp") or "")["metadata"]["name"]
+        jobs += [(newest, {"limit_bytes": 64 * 1024}), (newest, {"tail": LOG_TAIL_FOR_VERDICT})]
 
     def one(job):
         pod, kw = job
@@ -98,8 +97,12 @@ def fetch_verdict_logs(cluster, pods, workload) -> dict[str, str]:
         except ClusterError:
             return pod, ""  # a deleted pod or an unreachable node: the verdict works without it
 
+    logs: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(jobs)))) as pool:
-        return {pod: text for pod, text in pool.map(one, jobs) if text}
+        for pod, text in pool.map(one, jobs):
+            if text and text not in logs.get(pod, ""):
+                logs[pod] = f"{logs[pod]}\n{text}" if pod in logs else text
+    return logs
 
 
 STATUS_EPILOG = """\b

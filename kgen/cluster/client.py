@@ -209,10 +209,12 @@ class Cluster:
         timestamps: bool = False,
         previous: bool = False,
         container: str = "trainer",
+        limit_bytes: int | None = None,
     ) -> str:
-        resp = self._send(
-            "GET", self._path("Pod", pod) + "/log", log_query(container, tail, since, timestamps, previous)
-        )
+        query = log_query(container, tail, since, timestamps, previous)
+        if limit_bytes is not None:
+            query.append(("limitBytes", str(limit_bytes)))
+        resp = self._send("GET", self._path("Pod", pod) + "/log", query)
         data = resp.read()
         if resp.status >= 400:
             raise status_error(resp.status, data, f"log of pod {pod}", self.namespace)

@@ -28,7 +28,10 @@ TABLE: dict[int, ExitMeaning] = {
         ExitMeaning(2, "bad kgen configuration or usage (entrypoint exit 2)", "cause"),
         ExitMeaning(3, "node 0 never became reachable (KGEN_MASTER_WAIT_TIMEOUT)", "cause"),
         ExitMeaning(4, "the group never formed: some ranks did not connect (KGEN_RDZV_TIMEOUT)", "cause"),
+        # 5 and 76 come with in-place re-formation (KGEN_MAX_REFORMATIONS > 0)
+        ExitMeaning(5, "the run failed as a whole (re-formation limit, or another node's script error)", "victim"),
         ExitMeaning(75, "fail-stop: a peer died, froze or was cut off", "victim"),
+        ExitMeaning(76, "dropped from the group: this node froze or was cut off", "cause"),
         ExitMeaning(130, "interrupted (SIGINT)", "stopped"),
         ExitMeaning(134, "aborted (SIGABRT)", "cause"),
         ExitMeaning(137, "killed (SIGKILL)", "cause"),

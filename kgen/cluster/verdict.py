@@ -238,7 +238,8 @@ def pod_failures(pod: Mapping, source: str = "pod") -> list[Failure]:
 
 # ------------------------------------------------------------------------------------ FAIL-STOP
 FAIL_STOP = re.compile(r"FAIL-STOP: (.*)")
-RELAYED = re.compile(r"^node \d+ stopped the job: ")
+RELAYED = re.compile(r"^node \d+ (?:stopped the job|ended the run): ")
+GENERATION = re.compile(r"\bgeneration (\d+)\b")
 LOG_PREFIX = re.compile(r"\[kgen node (\d+) (\d\d:\d\d:\d\d)")
 
 
@@ -277,7 +278,15 @@ def fail_stop_blames(log: str) -> list[Blame]:
 
 
 def error_lines(log: str) -> list[str]:
-    return [ln.strip() for ln in log.splitlines() if "kgen-entrypoint: error:" in ln]
+    """The entrypoint's own last word: ``kgen-entrypoint: error: ...`` or ``kgen-entrypoint: stopped: ...``."""
+    return [
+        ln.strip() for ln in log.splitlines() if "kgen-entrypoint: error:" in ln or "kgen-entrypoint: stopped:" in ln
+    ]
+
+
+def log_generation(logs: Mapping[str, str]) -> int:
+    """The highest group generation the logs name (in-place re-formation counts generations from 0)."""
+    return max((int(m.group(1)) for text in logs.values() for m in GENERATION.finditer(text)), default=0)
 
 
 # ------------------------------------------------------------------------------------ the verdict
@@ -613,6 +622,8 @@ def decide(
             if f.rank is not None:
                 per_rank[f.rank] += 1
         reformations = max(per_rank.values(), default=1) - 1
+    # in place (survivors stay and re-form): only the logs count these
+    reformations = max(reformations, log_generation(logs))
 
     v = Verdict(name=name, kind=kind, state="starting", headline="", rows=rows, ranks_expected=expected)
     v.reformations = reformations

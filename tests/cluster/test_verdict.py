@@ -305,3 +305,16 @@ def test_events_of_an_earlier_run_of_the_same_name_are_ignored():
     assert [r.state for r in v.rows if r.rank == 1] == ["NoPod"]
     same = decide(d["name"], d["pods"], d["workload"], d["events"])
     assert [r.pod for r in same.rows if r.rank == 1] == ["rec-frozen-1-tkprk"]
+
+
+def test_in_place_reformation_codes_and_lines():
+    """The re-forming entrypoint (survivors stay; KGEN_MAX_REFORMATIONS > 0) adds exit 5 (the run
+    failed as a whole: a reaction) and 76 (this node was dropped: it froze or was cut off), relays
+    with "node 0 ended the run:", and counts generations from 0 in its log lines."""
+    from kgen.cluster.verdict import log_generation
+
+    assert exitcodes.meaning(5).role == "victim" and exitcodes.meaning(76).role == "cause"
+    (b,) = fail_stop_blames("[kgen node 2 10:00:01 +9.0s] FAIL-STOP: node 0 ended the run: node 1 silent for 5.0s")
+    assert b.ranks == [1] and b.text == "node 1 silent for 5.0s"
+    assert log_generation({"p": "[kgen node 0 10:00:00 +0.1s] all 3 nodes connected after 0.1s: generation 2"}) == 2
+    assert log_generation({"p": "[kgen node 0 15:04:37 +0.1s] all 3 nodes connected after 0.1s"}) == 0

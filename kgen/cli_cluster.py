@@ -4,7 +4,7 @@ Thin click commands: flags -> kgen.cluster.client (the only importer of `kuberne
 lazily here so that `kgen render`/`lint`/`--help` never load it) -> kgen.cluster.verdict -> views.
 
 Exit codes of `kgen status` (and of `--watch`, `submit --wait`): 0 succeeded, 1 failed, 3 running
-(starting, running or restarting), 4 pending (unschedulable, image pull errors); 2 is always bad
+(starting, running, degraded or restarting), 4 pending (unschedulable, image pull errors); 2 is always bad
 input or a cluster error (no kubeconfig, unreachable, forbidden, unknown run), one line on stderr.
 """
 
@@ -113,7 +113,7 @@ Examples:
   kgen status llama-70b -n team-a --context prod
 
 \b
-Exit codes: 0 succeeded, 1 failed, 3 running (starting, running, restarting),
+Exit codes: 0 succeeded, 1 failed, 3 running (starting, running, degraded, restarting),
 4 pending (unschedulable, image pull errors), 2 bad input or cluster error.
 """
 

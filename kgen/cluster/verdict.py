@@ -63,6 +63,11 @@ def pod_rank(pod: Mapping) -> int | None:
         value = labels.get(key) or (meta.get("annotations") or {}).get(key)
         if value is not None and str(value).isdigit():
             return int(value)
+    # before 1.28 a StatefulSet pod has no pod-index label: its ordinal ends its name
+    if any(ref.get("kind") == "StatefulSet" for ref in meta.get("ownerReferences") or []):
+        tail = (meta.get("name") or "").rsplit("-", 1)[-1]
+        if tail.isdigit():
+            return int(tail)
     return None
 
 
@@ -538,6 +543,15 @@ def _fmt_cause(rc: RootCause) -> str:
     return f"{who}{loc}{together}: {code}{rc.meaning} at {rc.time}{seen}"
 
 
+def _owner_kind(pods: Iterable[Mapping]) -> str:
+    """The workload kind from the pods' owner references (the workload itself is gone)."""
+    for p in pods:
+        for ref in _meta(p).get("ownerReferences") or []:
+            if ref.get("controller") and ref.get("kind") in ("Job", "StatefulSet"):
+                return ref["kind"]
+    return "?"
+
+
 def decide(
     name: str,
     pods: list[Mapping],
@@ -552,7 +566,7 @@ def decide(
     events = list(events or [])
     logs = dict(logs or {})
     deleted = list(deleted or [])
-    kind = kind or (workload or {}).get("kind") or ("Job" if any(pod_rank(p) is not None for p in pods) else "?")
+    kind = kind or (workload or {}).get("kind") or _owner_kind(pods)
     expected = expected_ranks(workload, pods)
     all_pods = list(pods) + deleted
     current, counts = current_pods(pods)
@@ -653,6 +667,12 @@ def decide(
                 f"the Job is failing (FailureTarget since {clock(ft_time)}), "
                 f"{wl_status.get('terminating', 0)} pod(s) still terminating"
             )
+    elif condition(workload or {}, "Suspended"):
+        v.state = "pending"
+        v.headline = (
+            f"Pending: the Job is suspended (spec.suspend), {v.ranks_up}/{expected} ranks up; "
+            "a queue such as Kueue starts it when admitted, or `kubectl patch` it"
+        )
     else:
         _live_state(v, rows, expected, kind, workload, pods, logs)
     if v.state != "failed" and causes and (v.reformations or v.state == "restarting"):

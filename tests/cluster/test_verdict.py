@@ -318,3 +318,21 @@ def test_in_place_reformation_codes_and_lines():
     assert b.ranks == [1] and b.text == "node 1 silent for 5.0s"
     assert log_generation({"p": "[kgen node 0 10:00:00 +0.1s] all 3 nodes connected after 0.1s: generation 2"}) == 2
     assert log_generation({"p": "[kgen node 0 15:04:37 +0.1s] all 3 nodes connected after 0.1s"}) == 0
+
+
+def test_kind_from_the_pods_when_the_workload_is_gone():
+    for capture, kind in (("job-running", "Job"), ("statefulset-running", "StatefulSet")):
+        d = load(capture)
+        assert decide(d["name"], d["pods"], None, d["events"]).kind == kind
+
+
+def test_statefulset_rank_without_the_pod_index_label():
+    """Clusters before 1.28 do not set apps.kubernetes.io/pod-index: the ordinal ends the pod name."""
+    from kgen.cluster.verdict import pod_rank
+
+    d = load("statefulset-running")
+    pods = copy.deepcopy(d["pods"])
+    for p in pods:
+        del p["metadata"]["labels"]["apps.kubernetes.io/pod-index"]
+    assert sorted(pod_rank(p) for p in pods) == [0, 1]
+    assert decide(d["name"], pods, d["workload"], d["events"]).state == "running"

@@ -23,6 +23,7 @@ from kubernetes.config.config_exception import ConfigException
 from kgen.cluster.errors import ClusterError, NotFound
 from kgen.cluster.labels import MANAGED_SELECTOR, pod_selector, run_selector  # noqa: F401 (re-exported)
 
+_List = list  # the class's own `list` method shadows the builtin in its annotations
 FIELD_MANAGER = "kgen"
 REQUEST_TIMEOUT = (5.0, 60.0)  # connect, read (seconds)
 STREAM_TIMEOUT = (5.0, None)  # log follows and watches read for as long as they run
@@ -173,7 +174,7 @@ class Cluster:
         obj.setdefault("kind", kind)
         return obj
 
-    def list(self, kind: str, selector: str | None = None, all_namespaces: bool = False) -> list[dict]:
+    def list(self, kind: str, selector: str | None = None, all_namespaces: bool = False) -> _List[dict]:
         return self.list_rv(kind, selector, all_namespaces)[0]
 
     def list_rv(self, kind: str, selector: str | None = None, all_namespaces: bool = False):
@@ -194,10 +195,10 @@ class Cluster:
                 return obj
         return None
 
-    def pods(self, name: str) -> list[dict]:
+    def pods(self, name: str) -> _List[dict]:
         return self.list("Pod", pod_selector(name))
 
-    def events(self) -> list[dict]:
+    def events(self) -> _List[dict]:
         return self.list("Event")
 
     def log(

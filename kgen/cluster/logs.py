@@ -185,13 +185,12 @@ class Follower:
                     if self.stopping.is_set():
                         return
                     pod = ev.get("object") or {}
-                    if ev.get("type") in ("ADDED", "MODIFIED") and started(pod) and pod_rank(pod) is not None:
+                    rank = pod_rank(pod)
+                    if ev.get("type") in ("ADDED", "MODIFIED") and started(pod) and rank is not None:
                         cs = trainer_status(pod) or {}
                         meta = pod["metadata"]
                         restarts = int(cs.get("restartCount") or 0)
-                        self.add(
-                            Source(pod_rank(pod), meta["name"], restarts, False, meta.get("creationTimestamp") or "")
-                        )
+                        self.add(Source(rank, meta["name"], restarts, False, meta.get("creationTimestamp") or ""))
             except Exception as exc:
                 self.errors.append(str(exc))
                 return

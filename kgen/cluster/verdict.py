@@ -484,16 +484,16 @@ def _root_cause(
             best = [b for b in blames if set(b.ranks) & {f.rank for f in chosen}]
             if best:
                 detail = f"rank {best[0].reporter}'s log: FAIL-STOP: {best[0].text}"
-        first = chosen[0]
+        lead = chosen[0]
         same_code = len({f.exit_code for f in chosen}) == 1
         return RootCause(
             ranks=sorted({f.rank for f in chosen if f.rank is not None}),
             pods=[f.pod for f in chosen],
             nodes=[f.node for f in chosen],
-            exit_code=first.exit_code if same_code else None,
-            meaning=first.describe() if same_code else "; ".join(f.describe() for f in chosen),
-            time=clock(first.time),
-            evidence="pod status" if first.source != "events" else "events (the pod is gone)",
+            exit_code=lead.exit_code if same_code else None,
+            meaning=lead.describe() if same_code else "; ".join(f.describe() for f in chosen),
+            time=clock(lead.time),
+            evidence="pod status" if lead.source != "events" else "events (the pod is gone)",
             detail=detail,
             followers=followers,
         )
@@ -615,9 +615,9 @@ def decide(
             f.meaning += " (after the Job controller started failing the Job)"
     pods_by_rank: dict[int, list[str]] = {}
     for p in sorted(all_pods, key=_creation):
-        r = pod_rank(p)
-        if r is not None:
-            pods_by_rank.setdefault(r, []).append(_meta(p).get("name", "?"))
+        prank = pod_rank(p)
+        if prank is not None:
+            pods_by_rank.setdefault(prank, []).append(_meta(p).get("name", "?"))
     for f in gone:
         if f.rank is not None:
             pods_by_rank.setdefault(f.rank, []).insert(0, f.pod)

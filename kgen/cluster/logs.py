@@ -131,6 +131,7 @@ class Follower:
         self.lock = threading.Lock()
         self.seen: set[tuple[str, int]] = set()
         self.newest: dict[int, str] = {}  # rank -> creationTimestamp of its newest followed pod
+        self.restarts: dict[str, int] = {}  # pod -> restartCount of its newest followed container
         self.active = 0
         self.stopping = threading.Event()
         self.errors: list[str] = []
@@ -142,6 +143,9 @@ class Follower:
                 return
             if source.created and source.created < self.newest.get(source.rank, ""):
                 return  # an older generation of a rank already followed
+            if source.restarts < self.restarts.get(source.pod, -1):
+                return  # an earlier container of a pod already followed
+            self.restarts[source.pod] = source.restarts
             self.newest[source.rank] = max(source.created, self.newest.get(source.rank, ""))
             self.seen.add(key)
             self.active += 1

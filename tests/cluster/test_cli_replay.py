@@ -356,3 +356,32 @@ def test_logs_follow_stops_at_once_on_ctrl_c(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_logs_follow_statefulset_sees_each_container_once(served):
+    """The recorded pod watch of an in-place restart: containers newer than the followed one get a
+    stream, older states replayed by the watch do not."""
+    from kgen.cluster import logs as L
+    from kgen.cluster.client import Cluster
+    from kgen.cluster.labels import pod_selector
+
+    r, kc = served("statefulset-restarting/t1-after-first-restart")
+    cluster = Cluster.connect(kubeconfig=kc)
+    opened = []
+
+    def open_stream(s):
+        opened.append((s.pod, s.restarts))
+        return cluster.log_stream(s.pod, follow=True)
+
+    ends = iter([False, True])
+    f = L.Follower(open_stream, lambda: cluster.watch("Pod", selector=pod_selector(r.name)), lambda: next(ends, True))
+    lines = list(f.run(L.select_sources(cluster.pods(r.name), None, False)))
+    # the initial containers (restartCount 1 at t1), then the ones after the second crash (2), each once;
+    # the watch's replay of restartCount 0 states opens nothing
+    assert sorted(opened) == [
+        ("rec-sts-restarting-0", 1),
+        ("rec-sts-restarting-0", 2),
+        ("rec-sts-restarting-1", 1),
+        ("rec-sts-restarting-1", 2),
+    ]
+    assert any(line.startswith("[1] ") for line in lines)

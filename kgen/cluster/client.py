@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from kgen.cluster.errors import ClusterError, NotFound
-from kgen.cluster.labels import MANAGED_SELECTOR, pod_selector, run_selector  # noqa: F401 (re-exported)
+from kgen.cluster.labels import pod_selector
 
 _List = list  # the class's own `list` method shadows the builtin in its annotations
 FIELD_MANAGER = "kgen"

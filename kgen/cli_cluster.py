@@ -362,7 +362,7 @@ Examples:
   kgen stop llama-70b -n team-a       # stopping a stopped run says so and succeeds
 """
 
-STOP_KINDS = ("Job", "StatefulSet", "Service", "ConfigMap", "PodDisruptionBudget")
+STOP_KINDS = ("Job", "StatefulSet", "JobSet", "Service", "ConfigMap", "PodDisruptionBudget")
 
 
 def stop_run(cluster, name: str, wait: bool, timeout: float) -> int:
@@ -533,9 +533,7 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
     if output_format not in ("text", "json"):
         raise UsageError(f'must be text or json, got "{output_format}"', option="-o/--output")
     cluster = connect(namespace, context, kubeconfig)
-    workloads = cluster.list("Job", MANAGED_SELECTOR, all_namespaces) + cluster.list(
-        "StatefulSet", MANAGED_SELECTOR, all_namespaces
-    )
+    workloads = [w for k in ("Job", "StatefulSet", "JobSet") for w in cluster.list(k, MANAGED_SELECTOR, all_namespaces)]
     pods = cluster.list("Pod", MANAGED_SELECTOR, all_namespaces)
     by_run: dict[tuple[str, str], list] = {}
     for p in pods:

@@ -32,6 +32,7 @@ SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # kind -> (API group path, resource): every kind a kgen run is made of
 RESOURCES: dict[str, tuple[str, str]] = {
     "Job": ("/apis/batch/v1", "jobs"),
+    "JobSet": ("/apis/jobset.x-k8s.io/v1alpha2", "jobsets"),  # a CRD: 404 where JobSet is not installed
     "StatefulSet": ("/apis/apps/v1", "statefulsets"),
     "Service": ("/api/v1", "services"),
     "ConfigMap": ("/api/v1", "configmaps"),
@@ -39,7 +40,7 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "Pod": ("/api/v1", "pods"),
     "Event": ("/api/v1", "events"),
 }
-WORKLOAD_KINDS = ("Job", "StatefulSet")
+WORKLOAD_KINDS = ("Job", "StatefulSet", "JobSet")
 
 
 @dataclass
@@ -181,14 +182,18 @@ class Cluster:
         """The items and the list's resourceVersion (where a watch starts)."""
         query = [("labelSelector", selector)] if selector else []
         path = self._path(kind, namespace=None if all_namespaces else "")
-        body = self._json("GET", path, f"{RESOURCES[kind][1]}", query)
+        try:
+            body = self._json("GET", path, f"{RESOURCES[kind][1]}", query)
+        except NotFound:  # the kind itself is unknown (JobSet not installed): nothing of it exists
+            return [], None
         items = body.get("items") or []
         for item in items:  # list items carry no kind/apiVersion
             item.setdefault("kind", kind)
         return items, (body.get("metadata") or {}).get("resourceVersion")
 
     def workload(self, name: str) -> dict | None:
-        """The run's Job, else its StatefulSet (a GET each, by name: kgen names them after the run)."""
+        """The run's Job, else its StatefulSet, else its JobSet (a GET each, by name: kgen names them
+        after the run)."""
         for kind in WORKLOAD_KINDS:
             obj = self.get(kind, name)
             if obj is not None:
@@ -269,6 +274,8 @@ class Cluster:
     def apply(self, obj: Mapping, force: bool = False) -> dict:
         """Server-side apply with field manager ``kgen``."""
         kind, name = obj["kind"], obj["metadata"]["name"]
+        if kind not in RESOURCES:
+            raise ClusterError(f"kgen cannot apply a {kind} yet", hint="apply the rendered manifest with kubectl")
         query = [("fieldManager", FIELD_MANAGER)] + ([("force", "true")] if force else [])
         return self._json(
             "PATCH", self._path(kind, name), f"{kind} {name}", query, dict(obj), "application/apply-patch+yaml"

@@ -336,6 +336,11 @@ class Verdict:
 
 def expected_ranks(workload: Mapping | None, pods: Iterable[Mapping]) -> int:
     spec = (workload or {}).get("spec") or {}
+    if spec.get("replicatedJobs"):  # JobSet: replicas x completions of each replicated Job
+        return sum(
+            int(rj.get("replicas") or 1) * int(((rj.get("template") or {}).get("spec") or {}).get("completions") or 1)
+            for rj in spec["replicatedJobs"]
+        )
     for key in ("completions", "parallelism", "replicas"):
         if spec.get(key) is not None:
             return int(spec[key])
@@ -638,6 +643,8 @@ def decide(
         reformations = max(per_rank.values(), default=1) - 1
     # in place (survivors stay and re-form): only the logs count these
     reformations = max(reformations, log_generation(logs))
+    if kind == "JobSet":  # every group restart recreates the child Jobs and bumps status.restarts
+        reformations = max(reformations, int(wl_status.get("restarts") or 0))
 
     v = Verdict(name=name, kind=kind, state="starting", headline="", rows=rows, ranks_expected=expected)
     v.reformations = reformations
@@ -645,7 +652,12 @@ def decide(
     v.root_cause = causes[0] if causes else None
     v.ranks_up = sum(1 for r in rows if r.state == "Running")
 
-    complete = condition(workload or {}, "Complete") or condition(workload or {}, "SuccessCriteriaMet")
+    complete = (
+        condition(workload or {}, "Complete")
+        or condition(workload or {}, "SuccessCriteriaMet")
+        or condition(workload or {}, "Completed")  # JobSet
+    )
+
     failed = condition(workload or {}, "Failed") or failure_target
     reform_text = f"{reformations} re-formation{'s' if reformations != 1 else ''}"
     if failed:

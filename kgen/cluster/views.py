@@ -63,6 +63,8 @@ def age(created: str | None, now: datetime) -> str:
 def shape(workload: Mapping) -> str:
     """NODESxGPUS (or NODESxcpu) from the Job/StatefulSet spec kgen rendered."""
     spec = workload.get("spec") or {}
+    if spec.get("replicatedJobs"):  # JobSet: kgen renders one replicated Job
+        spec = (spec["replicatedJobs"][0].get("template") or {}).get("spec") or {}
     nodes = spec.get("completions") or spec.get("parallelism") or spec.get("replicas") or 0
     containers = (((spec.get("template") or {}).get("spec") or {}).get("containers")) or [{}]
     trainer = next((c for c in containers if c.get("name") == "trainer"), containers[0])

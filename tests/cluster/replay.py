@@ -203,6 +203,8 @@ class Replay:
             resource = ns_parts[0]
             name = ns_parts[1] if len(ns_parts) > 1 else None
             sub = ns_parts[2] if len(ns_parts) > 2 else None
+        if resource not in GROUP_OF:  # a kind this server does not serve (the JobSet CRD is not installed)
+            return h._send(404, not_found(resource, name or ""))
         namespace = parts[parts.index("namespaces") + 1] if "namespaces" in parts else None
         selector = dict(kv.split("=", 1) for kv in q.get("labelSelector", "").split(",") if "=" in kv)
         other_run = selector.get("app.kubernetes.io/instance", self.name) != self.name

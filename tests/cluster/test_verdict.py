@@ -336,3 +336,40 @@ def test_statefulset_rank_without_the_pod_index_label():
         del p["metadata"]["labels"]["apps.kubernetes.io/pod-index"]
     assert sorted(pod_rank(p) for p in pods) == [0, 1]
     assert decide(d["name"], pods, d["workload"], d["events"]).state == "running"
+
+
+# The JobSet kgen renders (templates/jobset.yaml.j2 on main: one replicatedJob "node" of N Indexed pods),
+# reduced to the fields the verdict reads. No JobSet was recorded, so only the shape is tested here.
+JOBSET = {
+    "kind": "JobSet",
+    "metadata": {"name": "rec-running", "labels": {"app.kubernetes.io/managed-by": "kgen"}},
+    "spec": {
+        "replicatedJobs": [
+            {
+                "name": "node",
+                "replicas": 1,
+                "template": {
+                    "spec": {
+                        "completions": 3,
+                        "parallelism": 3,
+                        "template": {"spec": {"containers": [{"name": "trainer", "env": []}]}},
+                    }
+                },
+            }
+        ]
+    },
+    "status": {"restarts": 2},
+}
+
+
+def test_jobset_shape_ranks_and_restarts():
+    from kgen.cluster.views import shape
+
+    d = load("job-running")
+    v = decide(d["name"], d["pods"], JOBSET, d["events"])
+    assert v.kind == "JobSet" and v.ranks_expected == 3 and v.state == "running"
+    assert v.reformations == 2  # status.restarts: the group restarts JobSet made
+    done = copy.deepcopy(JOBSET)
+    done["status"]["conditions"] = [{"type": "Completed", "status": "True"}]
+    assert decide(d["name"], d["pods"], done, d["events"]).state == "succeeded"
+    assert shape(JOBSET) == "3x1cpu"

@@ -511,6 +511,11 @@ def values_reference(output_format: str) -> None:
     click.echo(reference(output_format), nl=False)
 
 
+from kgen.cli_cluster import register as _register_cluster_verbs  # noqa: E402  (status/logs/stop/submit/list)
+
+_register_cluster_verbs(cli)
+
+
 def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv)
 

@@ -1,0 +1,575 @@
+"""The cluster verbs: `kgen status`, `logs`, `stop`, `submit`, `list` (issue 10).
+
+Thin click commands: flags -> kgen.cluster.client (the only importer of `kubernetes`, imported
+lazily here so that `kgen render`/`lint`/`--help` never load it) -> kgen.cluster.verdict -> views.
+
+Exit codes of `kgen status` (and of `--watch`, `submit --wait`): 0 succeeded, 1 failed, 3 running
+(starting, running, degraded or restarting), 4 pending (unschedulable, image pull errors); 2 is always bad
+input or a cluster error (no kubeconfig, unreachable, forbidden, unknown run), one line on stderr.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import click
+
+from kgen.cluster.errors import ClusterError, MissingClient
+from kgen.errors import UsageError
+
+SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+LOG_TAIL_FOR_VERDICT = 200  # lines: a FAIL-STOP line is followed by torchrun's ~35-line traceback
+MAX_VERDICT_LOGS = 8  # log tails fetched for the root cause (victims tell who they lost)
+
+
+def cluster_options(f):
+    f = click.option("--kubeconfig", metavar="FILE", help="Kubeconfig file (default $KUBECONFIG, ~/.kube/config).")(f)
+    f = click.option("--context", metavar="NAME", help="Kubeconfig context to use (default: the current one).")(f)
+    f = click.option(
+        "-n", "--namespace", metavar="NS", help="Namespace (default: the context's, in a pod its own, else default)."
+    )(f)
+    return f
+
+
+def connect(namespace, context, kubeconfig, max_connections: int = 16):
+    try:
+        from kgen.cluster.client import Cluster
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] in ("kubernetes", "urllib3"):
+            raise MissingClient() from None
+        raise
+    return Cluster.connect(kubeconfig=kubeconfig, context=context, namespace=namespace, max_connections=max_connections)
+
+
+def _warn(text: str) -> None:
+    click.echo(f"kgen: {text}", err=True)
+
+
+# ------------------------------------------------------------------------------------------ status
+def gather(cluster, name: str, with_logs: bool = True):
+    """Everything the verdict needs, one list call per kind (+ a few log tails when something failed)."""
+    from kgen.cluster import verdict as V
+
+    workload = cluster.workload(name)
+    pods = cluster.pods(name)
+    if workload is None and not pods:
+        raise ClusterError(
+            f"no run {name} in namespace {cluster.namespace} (no Job or StatefulSet {name}, no pods labelled "
+            f"app.kubernetes.io/instance={name})",
+            hint="see `kgen list -A` for the runs kgen finds",
+        )
+    events = cluster.events()
+    logs: dict[str, str] = {}
+    if with_logs:
+        logs = fetch_verdict_logs(cluster, pods, workload)
+    return V.decide(name, pods, workload, events, logs), (pods, workload, events, logs)
+
+
+def fetch_verdict_logs(cluster, pods, workload) -> dict[str, str]:
+    """Tails of the logs that can tell the root cause: the first fail-stopped ranks and the failed ones;
+    for a run without failures, the head of rank 0's log (whether the group formed)."""
+    from kgen.cluster import verdict as V
+
+    failed = []
+    for p in pods:
+        for f in V.pod_failures(p):
+            failed.append((f.time or V.parse_time("9999-12-31T00:00:00Z"), f.role != "victim", f.pod, f.source))
+    failed.sort()
+    wanted: dict[str, bool] = {}
+    for _, _, pod, source in failed:
+        if len(wanted) >= MAX_VERDICT_LOGS:
+            break
+        wanted.setdefault(pod, source == "previous container")
+    jobs = [(pod, {"tail": LOG_TAIL_FOR_VERDICT, "previous": prev}) for pod, prev in wanted.items()]
+    rank0 = [p for p in pods if V.pod_rank(p) == 0 and V.trainer_status(p)]
+    if rank0:  # whether (and how often) the group formed: the start of node 0's log, and its end
+        newest = max(rank0, key=lambda p: p["metadata"].get("creationTimestamp") or "")["metadata"]["name"]
+        jobs += [(newest, {"limit_bytes": 64 * 1024}), (newest, {"tail": LOG_TAIL_FOR_VERDICT})]
+
+    def one(job):
+        pod, kw = job
+        try:
+            return pod, cluster.log(pod, **kw)
+        except ClusterError:
+            return pod, ""  # a deleted pod or an unreachable node: the verdict works without it
+
+    logs: dict[str, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(jobs)))) as pool:
+        for pod, text in pool.map(one, jobs):
+            if text and text not in logs.get(pod, ""):
+                logs[pod] = f"{logs[pod]}\n{text}" if pod in logs else text
+    return logs
+
+
+STATUS_EPILOG = """\b
+Examples:
+  kgen status llama-70b                 # one row per node rank, then the verdict
+  kgen status llama-70b -o json | jq .root_cause
+  kgen status llama-70b --watch         # follow until the run ends; exit code = final state
+  kgen status llama-70b -n team-a --context prod
+
+\b
+Exit codes: 0 succeeded, 1 failed, 3 running (starting, running, degraded, restarting),
+4 pending (unschedulable, image pull errors), 2 bad input or cluster error.
+"""
+
+
+@click.command("status", epilog=STATUS_EPILOG, context_settings=SETTINGS)
+@click.argument("name")
+@cluster_options
+@click.option("-o", "--output", "output_format", default="text", metavar="text|json", help="Output format.")
+@click.option(
+    "-w", "--watch", is_flag=True, help="Follow the run's pods and workload; print each change until it ends."
+)
+@click.option("--no-logs", is_flag=True, help="Do not read log tails (FAIL-STOP lines) for the root cause.")
+@click.option("--brief", is_flag=True, help="Only the verdict, no row per rank.")
+def status(name, namespace, context, kubeconfig, output_format, watch, no_logs, brief):
+    """Show a run: one row per node rank and one verdict line (root cause of a failure).
+
+    NAME is the run name (kgen render --name): its Job or StatefulSet and its pods are found by
+    kgen's labels.
+    """
+    from kgen.cluster import views
+
+    if output_format not in ("text", "json"):
+        raise UsageError(f'must be text or json, got "{output_format}"', option="-o/--output")
+    cluster = connect(namespace, context, kubeconfig)
+    v, raw = gather(cluster, name, with_logs=not no_logs)
+    if not watch:
+        click.echo(views.status_json(v) if output_format == "json" else views.status_text(v, rows=not brief), nl=False)
+        sys.exit(v.exit_code)
+    v = watch_run(cluster, name, raw, output_format, brief, no_logs)
+    sys.exit(v.exit_code)
+
+
+def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: bool = False, timeout=None):
+    """Follow the pod and workload watches; print each new verdict line; return the final verdict."""
+    import queue
+
+    from kgen.cluster import views
+    from kgen.cluster.labels import pod_selector
+    from kgen.cluster.state import RunState, terminal
+
+    pods, workload, events, logs = raw
+    state = RunState(name, pods, workload, events, logs)
+    v = state.verdict()
+    if output_format == "text":
+        click.echo(views.status_text(v, rows=not brief), nl=False)
+    else:
+        click.echo(views.status_json(v), nl=False)
+    if terminal(v, state.workload) or (until_running and v.state == "running"):
+        return v
+    kind = (workload or {}).get("kind") or "Job"
+    events_q: queue.Queue = queue.Queue()
+    stop = threading.Event()
+
+    def pump(kind_, selector=None, field=None):
+        while not stop.is_set():
+            try:
+                for ev in cluster.watch(kind_, selector=selector, field=field):
+                    events_q.put(ev)
+                    if stop.is_set():
+                        return
+            except ClusterError as exc:
+                events_q.put({"type": "ERROR", "error": str(exc)})
+                return
+            events_q.put({"type": "ENDED"})
+            stop.wait(1.0)
+
+    threads = [
+        threading.Thread(target=pump, args=("Pod", pod_selector(name)), daemon=True),
+        threading.Thread(target=pump, args=(kind, None, f"metadata.name={name}"), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    last = v.headline
+    deadline = time.monotonic() + timeout if timeout else None
+    try:
+        while True:
+            try:
+                ev = events_q.get(timeout=1.0)
+            except queue.Empty:
+                ev = None
+            if deadline and time.monotonic() > deadline:
+                break
+            if ev is None or ev.get("type") == "ENDED":
+                continue
+            if ev.get("type") == "ERROR" and "error" in ev:
+                raise ClusterError(ev["error"])
+            state.apply(ev)
+            v = state.verdict()
+            if v.headline != last:
+                last = v.headline
+                stamp = time.strftime("%H:%M:%S", time.gmtime())
+                if output_format == "text":
+                    click.echo(f"{stamp}  {v.headline}")
+                else:
+                    click.echo(views.status_json(v), nl=False)
+            if terminal(v, state.workload) or (until_running and v.state == "running"):
+                break
+    finally:
+        stop.set()
+    if terminal(v, state.workload):
+        # the final word from fresh lists, events and log tails (the root cause may be in them)
+        state.pods = {p["metadata"]["name"]: p for p in cluster.pods(name)}
+        state.workload = cluster.workload(name) or state.workload
+        state.events = cluster.events()
+        if not no_logs:
+            state.logs.update(fetch_verdict_logs(cluster, list(state.pods.values()), state.workload))
+        v = state.verdict()
+        if output_format == "text":
+            click.echo("")
+            click.echo(views.status_text(v, rows=not brief), nl=False)
+        else:
+            click.echo(views.status_json(v), nl=False)
+    return v
+
+
+# ------------------------------------------------------------------------------------------ logs
+LOGS_EPILOG = """\b
+Examples:
+  kgen logs llama-70b                       # every rank, merged by time, "[rank] " prefixes
+  kgen logs llama-70b -f                    # follow all pods at once, and new pods of re-formed groups
+  kgen logs llama-70b --rank 0 --rank 17-19 --tail 100
+  kgen logs llama-70b --since 10m --timestamps
+  kgen logs llama-70b --previous            # the containers before their last restart
+"""
+
+
+def parse_ranks(values) -> set[int] | None:
+    if not values:
+        return None
+    out: set[int] = set()
+    for value in values:
+        for part in str(value).split(","):
+            part = part.strip()
+            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            if not m:
+                raise UsageError(f'expected N, N-M or a comma list, got "{value}"', option="--rank", hint="e.g. 0,3-5")
+            lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+            if hi < lo:
+                raise UsageError(f'empty range "{part}"', option="--rank", hint="write the lower rank first")
+            out.update(range(lo, hi + 1))
+    return out
+
+
+def parse_duration(value: str | None) -> int | None:
+    if value is None:
+        return None
+    m = re.fullmatch(r"(\d+)([smhd]?)", value.strip())
+    if not m or int(m.group(1)) == 0:
+        raise UsageError(f'expected a duration like 30s, 10m or 2h, got "{value}"', option="--since")
+    return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+@click.command("logs", epilog=LOGS_EPILOG, context_settings=SETTINGS)
+@click.argument("name")
+@cluster_options
+@click.option("-f", "--follow", is_flag=True, help="Follow every rank's log until the run ends.")
+@click.option("--rank", "ranks", multiple=True, metavar="N[-M][,..]", help="Only these node ranks (repeatable).")
+@click.option("--tail", type=int, metavar="N", help="The last N lines of each rank.")
+@click.option("--since", metavar="DURATION", help="Only lines newer than DURATION (30s, 10m, 2h).")
+@click.option("--timestamps", is_flag=True, help="Show the API server's timestamp on every line.")
+@click.option("-p", "--previous", is_flag=True, help="The previous container of each rank (after a restart).")
+@click.option(
+    "--max-streams", default=128, show_default=True, metavar="N", type=int, help="Concurrent log streams at most."
+)
+def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, timestamps, previous, max_streams):
+    """Every rank's log, merged, each line prefixed with its node rank."""
+    from kgen.cluster import logs as L
+    from kgen.cluster.labels import pod_selector
+
+    rank_set = parse_ranks(ranks)
+    since_s = parse_duration(since)
+    if tail is not None and tail < 0:
+        raise UsageError(f"must be 0 or more, got {tail}", option="--tail")
+    if max_streams < 1:
+        raise UsageError(f"must be 1 or more, got {max_streams}", option="--max-streams")
+    if follow and previous:
+        raise UsageError("cannot follow a previous container", option="--previous", hint="drop -f or --previous")
+    cluster = connect(namespace, context, kubeconfig, max_connections=max_streams + 4)
+    pods = cluster.pods(name)
+    workload = cluster.workload(name) if follow or not pods else None
+    if not pods and workload is None:
+        raise ClusterError(
+            f"no run {name} in namespace {cluster.namespace}", hint="see `kgen list -A` for the runs kgen finds"
+        )
+    sources = L.select_sources(pods, rank_set, previous)
+    expected = [p for p in pods if L.started(p) or previous]  # an unstarted container has no log yet
+    if rank_set is not None and not sources:
+        raise UsageError(f"no pod of run {name} has rank {sorted(rank_set)}", option="--rank")
+    width = L.rank_width([s.rank for s in sources] or [0])
+    if not follow:
+        ok_sources = [s for s in sources if any(p["metadata"]["name"] == s.pod for p in expected)]
+
+        def one(s):
+            try:
+                return s, cluster.log(s.pod, tail=tail, since=since_s, timestamps=True, previous=s.previous), None
+            except ClusterError as exc:
+                return s, "", exc
+
+        with ThreadPoolExecutor(max_workers=max(1, min(max_streams, len(ok_sources) or 1))) as pool:
+            results = list(pool.map(one, ok_sources))
+        for s, _, exc in results:
+            if exc is not None:
+                _warn(f"rank {s.rank} (pod {s.pod}): log unavailable: {exc}")
+        merged = L.merge({s.rank: text for s, text, exc in results if exc is None}, timestamps=timestamps)
+        for line in merged:
+            click.echo(line)
+        return
+    initial = {(s.pod, s.restarts) for s in sources}
+
+    def open_stream(s):
+        first = (s.pod, s.restarts) in initial
+        return cluster.log_stream(
+            s.pod, follow=True, tail=tail if first else None, since=since_s if first else None, timestamps=True
+        )
+
+    def run_over() -> bool:
+        from kgen.cluster.state import terminal
+        from kgen.cluster.verdict import decide
+
+        wl = cluster.workload(name)
+        if wl is None:
+            return True
+        return terminal(decide(name, [], wl), wl)
+
+    follower = L.Follower(
+        open_stream,
+        lambda: cluster.watch("Pod", selector=pod_selector(name)),
+        run_over,
+        ranks=rank_set,
+        max_streams=max_streams,
+        width=width,
+        timestamps=timestamps,
+    )
+    live = [s for s in sources if any(p["metadata"]["name"] == s.pod for p in expected)]
+    if len(live) > max_streams:
+        _warn(f"{len(live)} ranks, following {max_streams} at a time (--max-streams)")
+    for line in follower.run(live):
+        click.echo(line)
+
+
+# ------------------------------------------------------------------------------------------ stop
+STOP_EPILOG = """\b
+Examples:
+  kgen stop llama-70b                 # delete the Job/StatefulSet, Service, ConfigMap, PDB and pods
+  kgen stop llama-70b --wait          # ... and wait (at most --timeout) until the pods are gone
+  kgen stop llama-70b -n team-a       # stopping a stopped run says so and succeeds
+"""
+
+STOP_KINDS = ("Job", "StatefulSet", "JobSet", "Service", "ConfigMap", "PodDisruptionBudget")
+
+
+def stop_run(cluster, name: str, wait: bool, timeout: float) -> int:
+    """Delete every object of the run (foreground propagation); returns how many were deleted."""
+    from kgen.cluster.labels import run_selector
+
+    deleted = 0
+    for kind in STOP_KINDS:
+        for obj in cluster.list(kind, run_selector(name)):
+            if cluster.delete(kind, obj["metadata"]["name"], propagation="Foreground"):
+                deleted += 1
+                click.echo(f"{kind.lower()}/{obj['metadata']['name']} deleted")
+    pods = cluster.pods(name)
+    for p in pods:
+        if not (p.get("metadata") or {}).get("deletionTimestamp") and cluster.delete("Pod", p["metadata"]["name"]):
+            deleted += 1
+    if pods:
+        click.echo(f"{len(pods)} pod(s) deleting")
+    if not wait:
+        return deleted
+    start = time.monotonic()
+    last = None
+    while True:
+        left = cluster.pods(name)
+        if not left:
+            click.echo(f"all pods gone after {time.monotonic() - start:.0f}s")
+            return deleted
+        if time.monotonic() - start > timeout:
+            names = ", ".join(p["metadata"]["name"] for p in left[:3]) + (" ..." if len(left) > 3 else "")
+            raise ClusterError(
+                f"{len(left)} pod(s) still there after {timeout:.0f}s ({names})",
+                option="--timeout",
+                hint="they may ignore SIGTERM until their grace period ends; check `kgen status`",
+            )
+        if len(left) != last:
+            _warn(f"waiting: {len(left)} pod(s) terminating ({time.monotonic() - start:.0f}s)")
+            last = len(left)
+        time.sleep(1.0)
+
+
+@click.command("stop", epilog=STOP_EPILOG, context_settings=SETTINGS)
+@click.argument("name")
+@cluster_options
+@click.option("--wait", is_flag=True, help="Wait until the run's pods are gone.")
+@click.option("--timeout", default=300.0, show_default=True, metavar="SECONDS", help="Bound for --wait.")
+def stop(name, namespace, context, kubeconfig, wait, timeout):
+    """Stop a run: delete its Job or StatefulSet, Service, ConfigMap, PDB and pods (foreground)."""
+    cluster = connect(namespace, context, kubeconfig)
+    if not stop_run(cluster, name, wait, timeout):
+        click.echo(f"run {name} is already stopped: nothing of it left in namespace {cluster.namespace}")
+
+
+# ------------------------------------------------------------------------------------------ submit
+SUBMIT_EPILOG = """\b
+Examples:
+  kgen submit --preset 4x8 --name llama-70b --image ghcr.io/me/train:1.4 -- train.py --lr 3e-4
+  kgen submit --nodes 2 --gpus 0 --wait         # the smoke test; wait until every rank runs
+  kgen submit -f prod.yaml --name llama-70b --replace   # stop the old run of that name first
+
+\b
+Render options are those of `kgen render`; the manifest is linted, then applied with server-side
+apply (field manager "kgen"). A run of the same name must be stopped first (a Job's pod template
+is immutable): `kgen stop NAME`, another --name, or --replace.
+"""
+
+
+@click.command("submit", epilog=SUBMIT_EPILOG, context_settings=SETTINGS)
+@click.option("--preset", metavar="NAME", help="Preset to start from (see `kgen presets list`).")
+@click.option("--nodes", metavar="N", help="Number of nodes (pods).")
+@click.option("--gpus", metavar="G", help="GPUs per node (0 = CPU job with gloo).")
+@click.option("--kind", metavar="job|statefulset", help="Indexed Job (default) or StatefulSet.")
+@click.option("--name", metavar="NAME", help="Run name (Job/StatefulSet and Service).")
+@click.option("--image", metavar="IMAGE", help="Container image with python3 and torch.")
+@click.option("--env", "env", metavar="KEY=VALUE", multiple=True, help="Extra environment variable (repeatable).")
+@click.option("-f", "--values", "values_files", metavar="FILE", multiple=True, help="Values file (repeatable).")
+@click.option("--set", "sets", metavar="KEY=VALUE", multiple=True, help="Set one value (repeatable).")
+@click.option("--kubernetes-version", metavar="1.NN", help="Oldest Kubernetes the manifest must run on.")
+@cluster_options
+@click.option("--replace", is_flag=True, help="Stop an existing run of the same name first (waits for its pods).")
+@click.option("--wait", is_flag=True, help="Show progress until every rank runs or the run ends.")
+@click.option("--timeout", default=600.0, show_default=True, metavar="SECONDS", help="Bound for --wait/--replace.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS...]]")
+def submit(
+    preset,
+    nodes,
+    gpus,
+    kind,
+    name,
+    image,
+    env,
+    values_files,
+    sets,
+    kubernetes_version,
+    namespace,
+    context,
+    kubeconfig,
+    replace,
+    wait,
+    timeout,
+    command,
+):
+    """Render, lint and apply a run in one step, after checking no run of that name exists."""
+    from kgen.api import RenderRequest, build, check_rendered, render_documents
+
+    request = RenderRequest(
+        preset=preset,
+        values_files=values_files,
+        sets=sets,
+        env=env,
+        command=command,
+        flags={"nodes": nodes, "gpus": gpus, "kind": kind, "name": name, "namespace": namespace, "image": image},
+        kubernetes_version=kubernetes_version,
+    )
+    spec = build(request)
+    docs = render_documents(spec)
+    check_rendered(docs, spec)
+    cluster = connect(spec.namespace or namespace, context, kubeconfig)
+    existing = cluster.workload(spec.name)
+    if existing is not None:
+        if not replace:
+            from kgen.cluster.verdict import decide
+
+            v = decide(spec.name, cluster.pods(spec.name), existing)
+            raise ClusterError(
+                f"run {spec.name} already exists in namespace {cluster.namespace} "
+                f"({existing.get('kind')}, {v.state}); a Job's pod template cannot be changed in place",
+                option="--name",
+                hint=f"`kgen stop {spec.name}` first, choose another --name, or pass --replace",
+            )
+        click.echo(f"replacing run {spec.name}: stopping it first")
+        stop_run(cluster, spec.name, wait=True, timeout=timeout)
+    for doc in docs:
+        doc.setdefault("metadata", {}).setdefault("namespace", cluster.namespace)
+        cluster.apply(doc)
+        click.echo(f"{doc['kind'].lower()}/{doc['metadata']['name']} applied (server-side, field manager kgen)")
+    if wait:
+        from kgen.cluster.state import terminal
+
+        v, raw = gather(cluster, spec.name, with_logs=False)
+        v = watch_run(cluster, spec.name, raw, "text", True, False, until_running=True, timeout=timeout)
+        if v.state == "running" or terminal(v, raw[1]):
+            sys.exit(0 if v.state in ("running", "succeeded") else v.exit_code)
+        sys.exit(v.exit_code)
+
+
+# ------------------------------------------------------------------------------------------ list
+LIST_EPILOG = """\b
+Examples:
+  kgen list                 # kgen runs in the current namespace
+  kgen list -A              # in every namespace
+  kgen list -o json
+"""
+
+
+@click.command("list", epilog=LIST_EPILOG, context_settings=SETTINGS)
+@cluster_options
+@click.option("-A", "--all-namespaces", is_flag=True, help="Runs in every namespace.")
+@click.option("-o", "--output", "output_format", default="text", metavar="text|json", help="Output format.")
+def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
+    """The kgen-managed runs (found by kgen's labels): shape, kind, state, age and verdict."""
+    import json
+    from datetime import datetime, timezone
+
+    from kgen.cluster import views
+    from kgen.cluster.labels import MANAGED_SELECTOR
+    from kgen.cluster.verdict import INSTANCE_LABEL, decide
+
+    if output_format not in ("text", "json"):
+        raise UsageError(f'must be text or json, got "{output_format}"', option="-o/--output")
+    cluster = connect(namespace, context, kubeconfig)
+    workloads = [w for k in ("Job", "StatefulSet", "JobSet") for w in cluster.list(k, MANAGED_SELECTOR, all_namespaces)]
+    pods = cluster.list("Pod", MANAGED_SELECTOR, all_namespaces)
+    by_run: dict[tuple[str, str], list] = {}
+    for p in pods:
+        meta = p["metadata"]
+        by_run.setdefault((meta.get("namespace", ""), (meta.get("labels") or {}).get(INSTANCE_LABEL, "")), []).append(p)
+    now = datetime.now(timezone.utc)
+    runs = []
+    for wl in sorted(workloads, key=lambda w: (w["metadata"].get("namespace", ""), w["metadata"]["name"])):
+        meta = wl["metadata"]
+        kind = wl.get("kind") or ("Job" if "completions" in (wl.get("spec") or {}) else "StatefulSet")
+        run = (meta.get("labels") or {}).get(INSTANCE_LABEL, meta["name"])
+        v = decide(run, by_run.get((meta.get("namespace", ""), run), []), wl, kind=kind)
+        runs.append(
+            {
+                "namespace": meta.get("namespace", ""),
+                "name": run,
+                "kind": kind,
+                "shape": views.shape(wl),
+                "state": v.state,
+                "age": views.age(meta.get("creationTimestamp"), now),
+                "headline": v.headline,
+            }
+        )
+    if output_format == "json":
+        click.echo(json.dumps(runs, indent=2))
+    elif not runs:
+        where = "any namespace" if all_namespaces else f"namespace {cluster.namespace}"
+        click.echo(f"no kgen runs in {where}")
+    else:
+        for line in views.list_rows(runs):
+            click.echo(line)
+
+
+COMMANDS = (status, logs, stop, submit, list_runs)
+
+
+def register(group: click.Group) -> None:
+    for command in COMMANDS:
+        group.add_command(command)

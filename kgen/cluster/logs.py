@@ -1,0 +1,228 @@
+"""`kgen logs`: every rank's log merged, each line prefixed with its node rank.
+
+``merge`` (pure) orders the lines of several finished logs by their API timestamps (``timestamps=true``
+is always requested; the prefix is dropped again unless --timestamps) and keeps each pod's own order.
+``Follower`` follows all pods at once with a bounded thread pool, and picks up new pods (a re-formed
+Job generation) and restarted containers (StatefulSet) from a pod watch. It yields text lines; only
+the CLI prints.
+"""
+
+from __future__ import annotations
+
+import heapq
+import queue
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from kgen.cluster.verdict import pod_rank, trainer_status
+
+TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One log to show: a pod's current (or previous) container."""
+
+    rank: int
+    pod: str
+    restarts: int = 0
+    previous: bool = False
+    created: str = ""  # the pod's creationTimestamp
+
+
+def prefix(rank: int, width: int) -> str:
+    return f"[{rank:>{width}}] "
+
+
+def rank_width(ranks: Iterable[int]) -> int:
+    return len(str(max(ranks, default=0)))
+
+
+def split_ts(line: str) -> tuple[str | None, str]:
+    m = TS.match(line)
+    return (m.group(1), line[m.end() :]) if m else (None, line)
+
+
+def _show(line: str, timestamps: bool) -> str:
+    ts, body = split_ts(line)
+    return f"{ts} {body}" if (timestamps and ts) else body
+
+
+def _keyed(rank: int, text: str, timestamps: bool) -> Iterator[tuple[str, int, int, str]]:
+    last = ""
+    for i, line in enumerate(text.splitlines()):
+        ts, body = split_ts(line)
+        last = _norm(ts) if ts else last
+        shown = f"{ts} {body}" if (timestamps and ts) else body
+        yield (last, rank, i, shown)
+
+
+def _norm(ts: str) -> str:
+    # 2026-11-22T15:04:37.123456789Z and ...:37Z sort right once the fraction is padded
+    head, _, frac = ts.rstrip("Z").partition(".")
+    return f"{head}.{(frac + '000000000')[:9]}"
+
+
+def merge(logs: Mapping[int, str], timestamps: bool = False) -> list[str]:
+    """Lines of finished logs (rank -> text), ordered by time, each with its ``[rank]`` prefix."""
+    width = rank_width(logs)
+    streams = [_keyed(rank, text, timestamps) for rank, text in sorted(logs.items())]
+    return [prefix(rank, width) + shown for _, rank, _, shown in heapq.merge(*streams)]
+
+
+def select_sources(pods: Iterable[Mapping], ranks: set[int] | None, previous: bool) -> list[Source]:
+    """The newest pod per rank whose container has started (or, with --previous, restarted)."""
+    newest: dict[int, Mapping] = {}
+    for p in pods:
+        r = pod_rank(p)
+        if r is None or (ranks is not None and r not in ranks):
+            continue
+        key = ((p.get("metadata") or {}).get("creationTimestamp") or "", p["metadata"]["name"])
+        cur = newest.get(r)
+        if cur is None or key > ((cur.get("metadata") or {}).get("creationTimestamp") or "", cur["metadata"]["name"]):
+            newest[r] = p
+    out = []
+    for r, p in sorted(newest.items()):
+        cs = trainer_status(p) or {}
+        restarts = int(cs.get("restartCount") or 0)
+        if previous and not (cs.get("lastState") or {}).get("terminated") and not restarts:
+            continue
+        out.append(Source(r, p["metadata"]["name"], restarts, previous, p["metadata"].get("creationTimestamp") or ""))
+    return out
+
+
+def started(pod: Mapping) -> bool:
+    state = (trainer_status(pod) or {}).get("state") or {}
+    return "running" in state or "terminated" in state
+
+
+class Follower:
+    """Follow many pods' logs at once; yields ``[rank] line`` strings until every stream has ended
+    and ``run_over()`` says the run will start no more pods.
+
+    ``open_stream(source) -> iterable of bytes lines``, ``watch_pods() -> iterable of watch events``
+    (may end; it is restarted while the run goes on), ``run_over() -> bool``.
+    """
+
+    def __init__(
+        self,
+        open_stream: Callable[[Source], Iterable[bytes]],
+        watch_pods: Callable[[], Iterable[Mapping]] | None,
+        run_over: Callable[[], bool],
+        ranks: set[int] | None = None,
+        max_streams: int = 128,
+        width: int = 1,
+        timestamps: bool = False,
+    ):
+        self.open_stream = open_stream
+        self.watch_pods = watch_pods
+        self.run_over = run_over
+        self.ranks = ranks
+        self.width = width
+        self.timestamps = timestamps
+        # daemon workers (not a ThreadPoolExecutor: its threads are joined at exit, so Ctrl-C would
+        # wait for every followed stream to end); at most max_streams streams are open at once
+        self.max_streams = max(1, max_streams)
+        self.pending: queue.Queue = queue.Queue()
+        self.workers: list[threading.Thread] = []
+        self.lines: queue.Queue = queue.Queue(maxsize=4096)  # blocks of lines; bounded memory
+        self.lock = threading.Lock()
+        self.seen: set[tuple[str, int]] = set()
+        self.newest: dict[int, str] = {}  # rank -> creationTimestamp of its newest followed pod
+        self.restarts: dict[str, int] = {}  # pod -> restartCount of its newest followed container
+        self.active = 0
+        self.stopping = threading.Event()
+        self.errors: list[str] = []
+
+    def add(self, source: Source) -> None:
+        key = (source.pod, source.restarts)
+        with self.lock:
+            if key in self.seen or (self.ranks is not None and source.rank not in self.ranks):
+                return
+            if source.created and source.created < self.newest.get(source.rank, ""):
+                return  # an older generation of a rank already followed
+            if source.restarts < self.restarts.get(source.pod, -1):
+                return  # an earlier container of a pod already followed
+            self.restarts[source.pod] = source.restarts
+            self.newest[source.rank] = max(source.created, self.newest.get(source.rank, ""))
+            self.seen.add(key)
+            self.active += 1
+            if len(self.workers) < self.max_streams:
+                worker = threading.Thread(target=self._work, name="kgen-log", daemon=True)
+                self.workers.append(worker)
+                worker.start()
+        self.pending.put(source)
+
+    def _work(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                source = self.pending.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._pump(source)
+
+    def _pump(self, source: Source) -> None:
+        head = prefix(source.rank, self.width)
+        try:
+            for block in self.open_stream(source):  # whole lines, one or many per block
+                if self.stopping.is_set():
+                    break
+                text = block.decode("utf-8", "replace")
+                if self.timestamps or TS.match(text):
+                    shown = [head + _show(line, self.timestamps) for line in text.splitlines()]
+                else:
+                    shown = [head + line for line in text.splitlines()]
+                self.lines.put(shown)
+        except Exception as exc:  # one broken stream must not end the others: report it inline
+            self.lines.put([f"{head}(kgen: log of pod {source.pod} unavailable: {exc})"])
+        finally:
+            with self.lock:
+                self.active -= 1
+            self.lines.put(None)
+
+    def _watch(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                for ev in self.watch_pods():  # type: ignore[misc]
+                    if self.stopping.is_set():
+                        return
+                    pod = ev.get("object") or {}
+                    rank = pod_rank(pod)
+                    if ev.get("type") in ("ADDED", "MODIFIED") and started(pod) and rank is not None:
+                        cs = trainer_status(pod) or {}
+                        meta = pod["metadata"]
+                        restarts = int(cs.get("restartCount") or 0)
+                        self.add(Source(rank, meta["name"], restarts, False, meta.get("creationTimestamp") or ""))
+            except Exception as exc:
+                self.errors.append(str(exc))
+                return
+            if self.run_over():
+                return
+            self.stopping.wait(1.0)
+
+    def run(self, initial: Iterable[Source]) -> Iterator[str]:
+        for s in initial:
+            self.add(s)
+        watcher = None
+        if self.watch_pods is not None:
+            watcher = threading.Thread(target=self._watch, name="kgen-log-watch", daemon=True)
+            watcher.start()
+        try:
+            while True:
+                try:
+                    item = self.lines.get(timeout=0.5)
+                except queue.Empty:
+                    item = None
+                if item is not None:
+                    yield from item
+                    continue
+                with self.lock:
+                    idle = self.active == 0
+                if idle and self.lines.empty() and (watcher is None or not watcher.is_alive()):
+                    return
+                if idle and self.lines.empty() and self.run_over():
+                    return
+        finally:
+            self.stopping.set()

@@ -1,0 +1,387 @@
+"""The cluster verbs end to end through the real `kubernetes` client against a local HTTP server that
+replays the recorded API responses (tests/cluster/replay.py): status, logs, stop, submit, list and
+the one-line errors."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from click.testing import CliRunner
+from recordings import load
+from replay import Replay
+
+from kgen.cli import cli
+from kgen.cluster.verdict import decide
+
+
+def run(*args, env=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], env=env, catch_exceptions=False)
+
+
+@pytest.fixture
+def served(tmp_path):
+    opened = []
+
+    def serve(capture, **kw):
+        r = Replay(capture, **kw).__enter__()
+        opened.append(r)
+        return r, r.kubeconfig(tmp_path)
+
+    yield serve
+    for r in opened:
+        r.__exit__()
+
+
+CAPTURES = [
+    ("job-worker-killed", 1, "Failed: rank 1 (pod rec-worker-killed-1-9wdcf; node sim-node-1): exit 137"),
+    ("job-bad-service", 1, "Failed: ranks 1, 2"),
+    ("job-frozen-rank", 1, "Failed: rank 1 (pod rec-frozen-1-tkprk): node 1 silent for 5.0s"),
+    ("job-succeeded", 0, "Succeeded: 2/2 ranks completed"),
+    ("job-running", 3, "Running: 3/3 ranks up, the group formed"),
+    ("job-unschedulable", 4, "Pending: 0/3 placed"),
+    ("statefulset-restarting/t2-crashloopbackoff", 3, "Restarting: 0/2 ranks up; 2 in CrashLoopBackOff"),
+    ("job-scale-1000-pending", 4, "Pending: 16/1000 placed"),
+]
+
+
+@pytest.mark.parametrize("capture,code,headline", CAPTURES)
+def test_status_over_replay(served, capture, code, headline):
+    r, kc = served(capture)
+    res = run("status", r.name, "--kubeconfig", kc)
+    assert res.exit_code == code, res.output
+    assert headline in res.stdout
+    assert res.stderr == ""
+    # one list call per kind: workload, pods, events (+ a few log tails, never one per pod at scale)
+    gets = [p for m, p, _, _ in r.requests if m == "GET"]
+    assert sum("/pods?" in p for p in gets) == 1 and sum("/events" in p for p in gets) == 1
+    assert sum("/log?" in p for p in gets) <= 10  # 8 failed ranks at most, and node 0's head and tail
+
+
+def test_status_json_is_the_pure_verdict(served):
+    r, kc = served("job-pfp-killed")
+    res = run("status", r.name, "--kubeconfig", kc, "-o", "json")
+    got = json.loads(res.stdout)
+    d = load("job-pfp-killed")
+    want = decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"]).to_dict()
+    assert got == json.loads(json.dumps(want, default=str))
+    assert got["state"] == "failed" and got["exit_code"] == 1 and got["root_cause"]["ranks"] == [1]
+    assert [row["rank"] for row in got["rows"]] == [0, 1, 2]
+
+
+def test_status_rows_one_per_rank(served):
+    r, kc = served("job-worker-killed")
+    lines = run("status", r.name, "--kubeconfig", kc).stdout.splitlines()
+    assert lines[0].split() == ["RANK", "POD", "NODE", "STATE", "RESTARTS", "EXIT", "MEANING"]
+    assert lines[2].split()[:6] == ["1", "rec-worker-killed-1-9wdcf", "sim-node-1", "Failed", "0", "137"]
+    assert "fail-stop" in lines[1] and "fail-stop" in lines[3]
+
+
+def test_status_namespace_from_the_context_and_flag(served, tmp_path):
+    r, _ = served("job-running")
+    kc = r.kubeconfig(tmp_path, namespace=None)
+    res = run("status", r.name, "--kubeconfig", kc)
+    assert res.exit_code == 2 and "namespace default" in res.stderr  # recorded objects live in rec
+    assert run("status", r.name, "--kubeconfig", kc, "-n", "rec").exit_code == 3
+
+
+def test_status_watch_follows_until_the_run_ends(served):
+    r, kc = served("job-pfp-evicted-reformed/t2-complete")
+    res = run("status", r.name, "--kubeconfig", kc, "--watch", "--brief")
+    assert res.exit_code == 0
+    assert res.stdout.splitlines()[0].startswith("Succeeded: 3/3")
+
+
+def test_status_watch_replays_the_stream(served):
+    """A StatefulSet never ends: the watch loop replays both recorded streams, then its bound stops it."""
+    import click
+
+    from kgen.cli_cluster import gather, watch_run
+    from kgen.cluster.client import Cluster
+
+    r, kc = served("statefulset-running")
+    cluster = Cluster.connect(kubeconfig=kc)
+    v, raw = gather(cluster, r.name)
+    with click.Context(cli):
+        final = watch_run(cluster, r.name, raw, "text", True, True, timeout=2.0)
+    assert final.state == "running"
+    watches = [p for _, p, _, _ in r.requests if "watch=true" in p]
+    assert any("statefulsets" in p and "metadata.name%3Drec-sts-running" in p for p in watches), watches
+    assert any("/pods?" in p for p in watches)
+
+
+# ------------------------------------------------------------------------------------------ errors
+def one_line_error(res, *words):
+    assert res.exit_code == 2, res.output
+    assert res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kgen: error: "), res.stderr
+    assert "Traceback" not in res.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_unknown_run(served):
+    r, kc = served("job-running")
+    one_line_error(run("status", "no-such-run", "--kubeconfig", kc), "no run no-such-run in namespace rec", "kgen list")
+    one_line_error(run("logs", "no-such-run", "--kubeconfig", kc), "no run no-such-run")
+
+
+def test_forbidden(served):
+    r, kc = served("job-running", deny=True)
+    one_line_error(run("status", r.name, "--kubeconfig", kc), "forbidden", "RBAC")
+
+
+def test_unreachable(tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    kc = tmp_path / "kc"
+    kc.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    one_line_error(run("status", "r", "--kubeconfig", kc), "unreachable", "kubectl cluster-info")
+
+
+def test_no_kubeconfig(tmp_path):
+    env = {"KUBECONFIG": str(tmp_path / "missing"), "KUBERNETES_SERVICE_HOST": None}
+    one_line_error(run("status", "r", env=env), "no kubeconfig found", "--kubeconfig")
+    one_line_error(run("list", "--kubeconfig", tmp_path / "nope"), "--kubeconfig", "does not exist")
+
+
+def test_unknown_context(served):
+    r, kc = served("job-running")
+    one_line_error(run("status", r.name, "--kubeconfig", kc, "--context", "nope"), "--context")
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["status", "x", "-o", "yaml"], ["-o/--output", "text or json"]),
+        (["logs", "x", "--rank", "a"], ["--rank"]),
+        (["logs", "x", "--rank", "5-2"], ["--rank", "empty range"]),
+        (["logs", "x", "--since", "10 minutes"], ["--since"]),
+        (["logs", "x", "-f", "--previous"], ["--previous"]),
+    ],
+)
+def test_bad_flags(served, args, words):
+    r, kc = served("job-running")
+    one_line_error(run(*args, "--kubeconfig", kc), *words)
+
+
+# ------------------------------------------------------------------------------------------ logs
+def test_logs_merged_with_rank_prefixes(served):
+    r, kc = served("job-worker-killed")
+    res = run("logs", r.name, "--kubeconfig", kc)
+    assert res.exit_code == 0
+    lines = res.stdout.splitlines()
+    want = sum(len(t.splitlines()) for t in load("job-worker-killed")["logs"].values())
+    assert len(lines) == want
+    assert {ln[:4] for ln in lines} == {"[0] ", "[1] ", "[2] "}
+    assert any(ln.startswith("[1] SUM_OK rank=1 world=3") for ln in lines)
+    logq = [p for _, p, _, _ in r.requests if "/log?" in p]
+    assert all("timestamps=true" in p and "container=trainer" in p for p in logq)
+
+
+def test_logs_rank_and_tail(served):
+    r, kc = served("job-worker-killed")
+    res = run("logs", r.name, "--kubeconfig", kc, "--rank", "0,2", "--tail", "1")
+    assert res.stdout.splitlines() == [
+        "[0] [kgen node 0 15:04:53 +16.0s] local process tree stopped; exit 75",
+        "[2] [kgen node 2 15:04:53 +15.8s] local process tree stopped; exit 75",
+    ]
+
+
+def test_logs_previous_container(served):
+    r, kc = served("statefulset-restarting/t1-after-first-restart")
+    res = run("logs", r.name, "--kubeconfig", kc, "--previous", "--rank", "0")
+    assert "FAIL-STOP: node 1 closed its liveness connection" in res.stdout
+    assert any("previous=true" in p for _, p, _, _ in r.requests)
+
+
+def test_logs_of_unscheduled_pods_are_empty(served):
+    r, kc = served("job-unschedulable")
+    res = run("logs", r.name, "--kubeconfig", kc)
+    assert res.exit_code == 0 and res.stdout == ""
+
+
+def test_log_of_a_pod_on_a_dead_node_is_one_line_error(served):
+    """Index 0 of the 1,000-pod run is bound to a node without an agent: the API answered 500."""
+    from kgen.cluster.client import Cluster
+    from kgen.cluster.errors import ClusterError
+
+    r, kc = served("job-scale-1000-pending")
+    cluster = Cluster.connect(kubeconfig=kc)
+    pod0 = next(
+        p for p in cluster.pods(r.name) if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "0"
+    )
+    with pytest.raises(ClusterError) as exc:
+        cluster.log(pod0["metadata"]["name"])
+    assert "answered 500" in str(exc.value) and "connection refused" in str(exc.value)
+    assert "\n" not in str(exc.value)
+    # and `kgen logs` asks no pod whose container never started (no 1,000 requests for nothing)
+    before = len(r.requests)
+    res = run("logs", r.name, "--kubeconfig", kc)
+    assert res.exit_code == 0 and res.stdout == ""
+    assert not [p for _, p, _, _ in r.requests[before:] if "/log" in p]
+
+
+def test_logs_follow_all_pods_and_new_generations(served):
+    r, kc = served("job-frozen-rank")
+    res = run("logs", r.name, "--kubeconfig", kc, "-f")
+    assert res.exit_code == 0
+    out = res.stdout
+    # both generations of rank 0 and 2 (the first came from the watch), rank 1 is gone with its log
+    assert "[0] [kgen node 0 15:09:39" in out and "[2] [kgen node 2 15:10:19" in out
+    assert "exit 4" in out
+    assert any("follow=true" in p for _, p, _, _ in r.requests)
+    assert any("watch=true" in p for _, p, _, _ in r.requests)
+
+
+# ------------------------------------------------------------------------------------------ stop
+def test_stop_deletes_everything_foreground_and_is_idempotent(served):
+    r, kc = served("job-worker-killed")
+    res = run("stop", r.name, "--kubeconfig", kc, "--wait", "--timeout", "10")
+    assert res.exit_code == 0, res.output
+    deletes = [(p, json.loads(b)) for m, p, b, _ in r.requests if m == "DELETE"]
+    paths = [p for p, _ in deletes]
+    assert "/apis/batch/v1/namespaces/rec/jobs/rec-worker-killed" in paths
+    assert "/api/v1/namespaces/rec/services/rec-worker-killed" in paths
+    assert "/api/v1/namespaces/rec/configmaps/rec-worker-killed-entrypoint" in paths
+    assert sum("/pods/" in p for p in paths) == 3
+    assert all(b["propagationPolicy"] == "Foreground" for _, b in deletes)
+    assert "all pods gone" in res.stdout
+    lists = [p for m, p, _, _ in r.requests if m == "GET" and "labelSelector" in p]
+    assert any("poddisruptionbudgets" in p for p in lists)
+    assert all(
+        "app.kubernetes.io%2Finstance%3Drec-worker-killed" in p or "instance%3D" in p.replace("/", "%2F") for p in lists
+    )
+    again = run("stop", r.name, "--kubeconfig", kc)
+    assert again.exit_code == 0 and "already stopped" in again.stdout
+
+
+# ------------------------------------------------------------------------------------------ submit
+def test_submit_refuses_an_existing_run(served):
+    r, kc = served("job-running")
+    res = run("submit", "--name", r.name, "--nodes", "3", "--gpus", "0", "--kubeconfig", kc)
+    one_line_error(res, "already exists", f"kgen stop {r.name}", "--replace", "another --name")
+    assert not [m for m, *_ in r.requests if m == "PATCH"]
+
+
+def test_submit_applies_server_side_with_field_manager_kgen(served):
+    r, kc = served("job-running")
+    res = run("submit", "--name", "fresh-run", "--nodes", "2", "--gpus", "0", "--kubeconfig", kc)
+    assert res.exit_code == 0, res.output
+    patches = [(p, json.loads(b), ct) for m, p, b, ct in r.requests if m == "PATCH"]
+    assert [body["kind"] for _, body, _ in patches] == ["ConfigMap", "Service", "Job"]
+    for path, body, ctype in patches:
+        assert "fieldManager=kgen" in path and ctype == "application/apply-patch+yaml"
+        assert body["metadata"]["namespace"] == "rec"
+    assert patches[-1][0].startswith("/apis/batch/v1/namespaces/rec/jobs/fresh-run?")
+
+
+def test_submit_replace_stops_first(served):
+    r, kc = served("job-succeeded")
+    res = run(
+        "submit", "--name", r.name, "--nodes", "2", "--gpus", "0", "--replace", "--timeout", "10", "--kubeconfig", kc
+    )
+    assert res.exit_code == 0, res.output
+    methods = [m for m, *_ in r.requests]
+    assert methods.index("DELETE") < methods.index("PATCH")
+
+
+def test_submit_wait_follows_until_every_rank_runs(served):
+    """--replace stops the recorded run, applies it again, then --wait follows the recorded watch
+    streams (the run's own history from apply to training) until every rank runs."""
+    r, kc = served("job-running")
+    args = ["submit", "--name", r.name, "--nodes", "3", "--gpus", "0", "--replace", "--wait", "--timeout", "30"]
+    res = run(*args, "--kubeconfig", kc)
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "job/rec-running applied" in out
+    assert out.index("Starting: 0/3 ranks up") < out.index("Running: 3/3 ranks up")
+
+
+# ------------------------------------------------------------------------------------------ list
+def test_list(served):
+    r, kc = served("statefulset-restarting/t2-crashloopbackoff")
+    res = run("list", "--kubeconfig", kc)
+    lines = res.stdout.splitlines()
+    assert lines[0].split() == ["NAMESPACE", "NAME", "KIND", "SHAPE", "STATE", "AGE", "VERDICT"]
+    assert lines[1].split()[:5] == ["rec", "rec-sts-restarting", "StatefulSet", "2x1cpu", "restarting"]
+    got = json.loads(run("list", "-A", "-o", "json", "--kubeconfig", kc).stdout)
+    assert got[0]["name"] == "rec-sts-restarting" and got[0]["state"] == "restarting"
+
+
+def test_logs_follow_stops_at_once_on_ctrl_c(tmp_path):
+    """`kgen logs -f` on a running run (streams open, 5 s between chunks): SIGINT ends it at once,
+    one line, exit 130, although every stream is still open."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with Replay("job-running", log_repeat=20, log_pace=5.0) as r:
+        kc = r.kubeconfig(tmp_path)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kgen", "logs", r.name, "-f", "--kubeconfig", kc],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            first = proc.stdout.readline()
+            assert first.startswith("["), first
+            proc.send_signal(signal.SIGINT)
+            start = time.monotonic()
+            out, err = proc.communicate(timeout=10)
+            assert time.monotonic() - start < 5
+            assert proc.returncode == 130
+            assert err.strip().splitlines()[-1] == "kgen: error: aborted"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_logs_follow_statefulset_sees_each_container_once(served):
+    """The recorded pod watch of an in-place restart: containers newer than the followed one get a
+    stream, older states replayed by the watch do not."""
+    from kgen.cluster import logs as L
+    from kgen.cluster.client import Cluster
+    from kgen.cluster.labels import pod_selector
+
+    r, kc = served("statefulset-restarting/t1-after-first-restart")
+    cluster = Cluster.connect(kubeconfig=kc)
+    opened = []
+
+    def open_stream(s):
+        opened.append((s.pod, s.restarts))
+        return cluster.log_stream(s.pod, follow=True)
+
+    ends = iter([False, True])
+    f = L.Follower(open_stream, lambda: cluster.watch("Pod", selector=pod_selector(r.name)), lambda: next(ends, True))
+    lines = list(f.run(L.select_sources(cluster.pods(r.name), None, False)))
+    # the initial containers (restartCount 1 at t1), then the ones after the second crash (2), each once;
+    # the watch's replay of restartCount 0 states opens nothing
+    assert sorted(opened) == [
+        ("rec-sts-restarting-0", 1),
+        ("rec-sts-restarting-0", 2),
+        ("rec-sts-restarting-1", 1),
+        ("rec-sts-restarting-1", 2),
+    ]
+    assert any(line.startswith("[1] ") for line in lines)

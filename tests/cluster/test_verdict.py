@@ -1,0 +1,375 @@
+"""The verdict of every recorded capture (real API objects from a real 1.36 control plane) is the
+one shared/cluster-recordings/README.md gives; with and without the logs' FAIL-STOP lines."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from recordings import captures, deleted_pods, load, watch_events
+
+from kgen.cluster import exitcodes
+from kgen.cluster.state import RunState, terminal
+from kgen.cluster.verdict import decide, fail_stop_blames, parse_time
+
+# capture -> what the README says: state, root-cause ranks, its exit code, Job reason, re-formations,
+# and words the verdict line must hold
+EXPECTED = {
+    "job-succeeded": dict(state="succeeded", ranks=None, reform=0, words=["Succeeded: 2/2"]),
+    "job-running": dict(state="running", ranks=None, reform=0, words=["Running: 3/3 ranks up"]),
+    "job-worker-killed": dict(
+        state="failed",
+        ranks=[1],
+        code=137,
+        reason="BackoffLimitExceeded",
+        reform=0,
+        words=["rank 1", "exit 137", "killed (SIGKILL)", "2 ranks stopped by fail-stop (exit 75)"],
+    ),
+    "job-master-killed": dict(
+        state="failed",
+        ranks=[0],
+        code=137,
+        reason="BackoffLimitExceeded",
+        reform=0,
+        words=["rank 0", "exit 137", "2 ranks stopped by fail-stop"],
+    ),
+    "job-pfp-killed": dict(
+        state="failed",
+        ranks=[1],
+        code=137,
+        reason="PodFailurePolicy",
+        reform=0,
+        words=["rank 1 (pod rec-pfp-killed-1-hx22q", "exit 137"],
+    ),
+    "job-pfp-evicted-reformed/t1-reformed-running": dict(
+        state="running",
+        ranks=[1],
+        code=None,
+        reform=1,
+        words=["Running: 3/3", "1 re-formation"],
+    ),
+    "job-pfp-evicted-reformed/t2-complete": dict(
+        state="succeeded",
+        ranks=[1],
+        code=None,
+        reform=1,
+        words=["Succeeded: 3/3", "1 re-formation"],
+    ),
+    "job-frozen-rank": dict(
+        state="failed", ranks=[1], code=None, reason="PodFailurePolicy", reform=1, words=["rank 1"]
+    ),
+    "job-unschedulable": dict(
+        state="pending",
+        ranks=None,
+        reform=0,
+        words=["Pending: 0/3 placed", "3 unschedulable", "4 Insufficient nvidia.com/gpu"],
+    ),
+    "job-bad-service": dict(
+        state="failed",
+        ranks=[1, 2],
+        code=3,
+        reason="BackoffLimitExceeded",
+        reform=0,
+        words=["ranks 1, 2", "together", "exit 3", "node 0 never became reachable", "rank 0 deleted"],
+    ),
+    "statefulset-running": dict(state="running", ranks=None, reform=0, words=["Running: 2/2 ranks up"]),
+    "statefulset-restarting/t1-after-first-restart": dict(
+        state="running",
+        ranks=[1],
+        code=137,
+        reform=1,
+        words=["Running: 2/2", "1 re-formation"],
+    ),
+    "statefulset-restarting/t2-crashloopbackoff": dict(
+        state="restarting",
+        ranks=[1],
+        code=137,
+        reform=1,
+        words=["CrashLoopBackOff", "re-formation 2 pending"],
+    ),
+    "job-scale-1000-pending": dict(
+        state="pending",
+        ranks=None,
+        reform=0,
+        words=["Pending: 16/1000 placed", "984 unschedulable", "16 Insufficient nvidia.com/gpu"],
+    ),
+}
+
+
+def test_every_capture_has_an_expectation():
+    assert sorted(captures()) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("with_logs", [False, True], ids=["objects", "objects+logs"])
+@pytest.mark.parametrize("capture", sorted(EXPECTED))
+def test_recorded_verdict(capture, with_logs):
+    d = load(capture)
+    want = EXPECTED[capture]
+    v = decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"] if with_logs else None)
+    assert v.state == want["state"], v.headline
+    for word in want["words"]:
+        assert word in v.headline + " " + " ".join(v.details), (word, v.headline, v.details)
+    assert v.reformations == want["reform"]
+    if want["ranks"] is None:
+        assert v.root_cause is None
+    else:
+        assert v.root_cause is not None and v.root_cause.ranks == want["ranks"], v.headline
+        if "code" in want:
+            assert v.root_cause.exit_code == want["code"], v.headline
+    assert v.job_reason == want.get("reason", "")
+    assert v.exit_code == {"succeeded": 0, "failed": 1, "running": 3, "restarting": 3, "pending": 4}[v.state]
+    json.dumps(v.to_dict())  # -o json never fails
+
+
+def test_victims_are_never_the_root_cause():
+    for capture in EXPECTED:
+        d = load(capture)
+        v = decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"])
+        if v.root_cause and v.root_cause.exit_code is not None:
+            assert v.root_cause.exit_code != 75, capture
+
+
+def test_frozen_rank_is_named_from_the_logs_and_the_failjob_message_is_flagged():
+    d = load("job-frozen-rank")
+    v = decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"])
+    assert "silent for 5.0s" in v.headline and "frozen or cut off" in v.headline
+    assert "seen in the logs" in v.headline
+    assert v.root_cause.pods == ["rec-frozen-1-tkprk"]  # known only from the Job's events: it was deleted
+    assert any("names a rank that reacted, not the root cause" in x for x in v.details)
+    # the second incident: the re-formation attempt failed with exit 4 at rank 0
+    assert len(v.incidents) == 2 and "rank 0" in v.incidents[1] and "exit 4" in v.incidents[1]
+    # without logs the pods alone still point at rank 1: the only rank of generation 1 that did not fail
+    bare = decide(d["name"], d["pods"], d["workload"], d["events"])
+    assert bare.root_cause.ranks == [1] and "only reacted" in bare.headline
+
+
+def test_eviction_is_named_from_the_deleted_pod_a_watch_kept():
+    cap = "job-pfp-evicted-reformed/t1-reformed-running"
+    d = load(cap)
+    v = decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"], deleted=deleted_pods(cap))
+    rc = v.root_cause
+    assert rc.ranks == [1] and rc.exit_code == 143
+    assert "EvictionByEvictionAPI" in rc.meaning and "DisruptionTarget" in rc.meaning
+    assert rc.time == "15:06:01"  # when the eviction was decided, before the victims' 15:06:02
+    # without the watch: the kubelet's Killing event on the gone pod still names rank 1
+    v2 = decide(d["name"], d["pods"], d["workload"], d["events"])
+    assert v2.root_cause.ranks == [1] and "Killing" in v2.root_cause.meaning
+
+
+def test_bad_service_rank0_deletion_is_a_consequence_not_a_cause():
+    d = load("job-bad-service")
+    v = decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"], deleted=deleted_pods("job-bad-service"))
+    assert v.root_cause.ranks == [1, 2] and v.root_cause.exit_code == 3
+    assert "does not resolve" in v.root_cause.detail  # the entrypoint's own words
+
+
+def test_tie_in_the_same_second_is_broken_by_exit_codes():
+    """finishedAt has 1 s resolution: put the crash and the fail-stop in the same second (an earlier
+    take of statefulset-restarting did that) and the 137, not the 75, is the root cause."""
+    d = load("statefulset-restarting/t1-after-first-restart")
+    pods = copy.deepcopy(d["pods"])
+    for p in pods:
+        p["status"]["containerStatuses"][0]["lastState"]["terminated"]["finishedAt"] = "2026-11-22T15:23:21Z"
+    v = decide(d["name"], pods, d["workload"], d["events"])
+    assert v.root_cause.ranks == [1] and v.root_cause.exit_code == 137
+
+
+def test_tie_among_causes_is_broken_by_fail_stop_lines():
+    """Two non-victim failures in the same second: the one the survivors' FAIL-STOP lines name wins."""
+    d = load("job-worker-killed")
+    pods = copy.deepcopy(d["pods"])
+    rank0 = next(p for p in pods if p["metadata"]["name"].startswith("rec-worker-killed-0-"))
+    term = rank0["status"]["containerStatuses"][0]["state"]["terminated"]
+    term["exitCode"], term["finishedAt"] = 1, "2026-11-22T15:04:52Z"
+    v = decide(d["name"], pods, d["workload"], d["events"], d["logs"])
+    assert v.root_cause.ranks == [1], v.headline  # rank 2's log says node 1 closed its connection
+    bare = decide(d["name"], pods, d["workload"], d["events"])
+    assert bare.root_cause.ranks == [0, 1]  # without logs: both, together
+
+
+def test_failure_target_before_failed():
+    """During FailureTarget (Failed not yet set) the run is failed but not over."""
+    events = watch_events("job-frozen-rank", "workload")
+    target = [e["object"] for e in events if _conds(e["object"]) == {"FailureTarget"}]
+    assert target, "the recording has the FailureTarget-only window"
+    d = load("job-frozen-rank")
+    v = decide(d["name"], d["pods"], target[-1], d["events"], d["logs"])
+    assert v.state == "failed" and not terminal(v, target[-1])
+    assert any("FailureTarget since" in x for x in v.details)
+
+
+def _conds(obj):
+    return {c["type"] for c in (obj.get("status") or {}).get("conditions") or [] if c["status"] == "True"}
+
+
+def test_fail_stop_lines_parse():
+    got = fail_stop_blames(
+        "[kgen node 2 15:04:52 +15.0s] FAIL-STOP: node 0 stopped the job: node 1 closed its liveness connection (x)\n"
+        "[kgen node 0 15:10:19 +40.1s] FAIL-STOP: node rank(s) [1, 3] did not connect within KGEN_RDZV_TIMEOUT=40s\n"
+        "[kgen node 1 15:05:15 +15.1s] FAIL-STOP: the liveness connection to node 0 closed (node 0 died)\n"
+    )
+    assert [(b.ranks, b.reporter, b.at) for b in got] == [
+        ([1], 2, "15:04:52"),
+        ([1, 3], 0, "15:10:19"),
+        ([0], 1, "15:05:15"),
+    ]
+    assert got[0].text.startswith("node 1 closed")
+
+
+def test_exit_code_table():
+    assert exitcodes.meaning(75).role == "victim"
+    assert exitcodes.meaning(137, "OOMKilled").meaning.startswith("OOMKilled")
+    assert exitcodes.meaning(137).meaning == "killed (SIGKILL)"
+    assert exitcodes.meaning(143).role == "stopped"
+    assert exitcodes.meaning(3).role == exitcodes.meaning(4).role == "cause"
+    assert "signal 10" in exitcodes.meaning(138).meaning
+    assert exitcodes.meaning(42).role == "cause"
+
+
+def test_parse_time_resolutions():
+    assert parse_time("2026-11-22T15:06:42.015560Z").microsecond == 15560
+    assert parse_time("2026-11-22T15:06:42Z").second == 42
+    assert parse_time(None) is None
+
+
+# ------------------------------------------------------------------- intermediate states (watch replay)
+def replay_states(scenario: str) -> list[str]:
+    """Apply the recorded pod and workload watch events in etcd order (resourceVersion); the state
+    after each event, consecutive repeats dropped."""
+    evs = [e for e in watch_events(scenario, "pods") + watch_events(scenario, "workload") if e.get("object")]
+    evs.sort(key=lambda e: int(e["object"]["metadata"]["resourceVersion"]))
+    name = load(scenario if scenario in EXPECTED else next(c for c in EXPECTED if c.startswith(scenario)))["name"]
+    st = RunState(name)
+    seq: list[str] = []
+    for e in evs:
+        st.apply(e)
+        s = st.verdict().state
+        if not seq or seq[-1] != s:
+            seq.append(s)
+    return seq
+
+
+def _ordered(seq: list[str], *milestones: str) -> bool:
+    it = iter(seq)
+    return all(any(s == m for s in it) for m in milestones)
+
+
+WATCH_EXPECTED = {
+    "job-succeeded": ("running", "succeeded"),
+    "job-running": ("running",),
+    "job-worker-killed": ("running", "degraded", "failed"),
+    "job-master-killed": ("running", "degraded", "failed"),
+    "job-pfp-killed": ("running", "degraded", "failed"),
+    "job-pfp-evicted-reformed": ("running", "degraded", "restarting", "running", "succeeded"),
+    "job-frozen-rank": ("running", "degraded", "running", "degraded", "failed"),
+    "job-unschedulable": ("pending",),
+    "job-bad-service": ("running", "degraded", "failed"),
+    "statefulset-running": ("running",),
+    "statefulset-restarting": ("running", "restarting", "running"),
+}
+
+
+def test_degraded_names_the_crashed_rank_while_the_others_still_run():
+    evs = [e for e in watch_events("job-worker-killed", "pods") + watch_events("job-worker-killed", "workload")]
+    evs.sort(key=lambda e: int(e["object"]["metadata"]["resourceVersion"]))
+    st = RunState("rec-worker-killed")
+    for e in evs:
+        st.apply(e)
+        v = st.verdict()
+        if v.state == "degraded":
+            assert v.headline.startswith("Degraded: 2/3 ranks up") and "rank 1" in v.headline and "137" in v.headline
+            return
+    raise AssertionError("no degraded state in the replay")
+
+
+@pytest.mark.parametrize("scenario", sorted(WATCH_EXPECTED))
+def test_watch_replay_intermediate_states(scenario):
+    seq = replay_states(scenario)
+    assert _ordered(seq, *WATCH_EXPECTED[scenario]), seq
+    assert "succeeded" not in seq or seq[-1] == "succeeded"
+    if "failed" in seq:  # once the Job is failing, it never looks healthy again
+        assert all(s == "failed" for s in seq[seq.index("failed") :]), seq
+    assert seq[0] in ("starting", "pending"), seq  # every run begins before its ranks are up
+
+
+def test_events_of_an_earlier_run_of_the_same_name_are_ignored():
+    """`kgen stop NAME; kgen submit --name NAME`: the old Job's events stay for an hour; only the
+    current Job's (by uid) may name pods that are gone."""
+    d = load("job-frozen-rank")
+    assert all(e["involvedObject"].get("uid") for e in d["events"] if e["involvedObject"]["kind"] == "Job")
+    old_run = copy.deepcopy(d["workload"])
+    old_run["metadata"]["uid"] = "another-job-of-the-same-name"
+    v = decide(d["name"], d["pods"], old_run, d["events"])
+    assert "rec-frozen-1-tkprk" not in [r.pod for r in v.rows]
+    assert [r.state for r in v.rows if r.rank == 1] == ["NoPod"]
+    same = decide(d["name"], d["pods"], d["workload"], d["events"])
+    assert [r.pod for r in same.rows if r.rank == 1] == ["rec-frozen-1-tkprk"]
+
+
+def test_in_place_reformation_codes_and_lines():
+    """The re-forming entrypoint (survivors stay; KGEN_MAX_REFORMATIONS > 0) adds exit 5 (the run
+    failed as a whole: a reaction) and 76 (this node was dropped: it froze or was cut off), relays
+    with "node 0 ended the run:", and counts generations from 0 in its log lines."""
+    from kgen.cluster.verdict import log_generation
+
+    assert exitcodes.meaning(5).role == "victim" and exitcodes.meaning(76).role == "cause"
+    (b,) = fail_stop_blames("[kgen node 2 10:00:01 +9.0s] FAIL-STOP: node 0 ended the run: node 1 silent for 5.0s")
+    assert b.ranks == [1] and b.text == "node 1 silent for 5.0s"
+    assert log_generation({"p": "[kgen node 0 10:00:00 +0.1s] all 3 nodes connected after 0.1s: generation 2"}) == 2
+    assert log_generation({"p": "[kgen node 0 15:04:37 +0.1s] all 3 nodes connected after 0.1s"}) == 0
+
+
+def test_kind_from_the_pods_when_the_workload_is_gone():
+    for capture, kind in (("job-running", "Job"), ("statefulset-running", "StatefulSet")):
+        d = load(capture)
+        assert decide(d["name"], d["pods"], None, d["events"]).kind == kind
+
+
+def test_statefulset_rank_without_the_pod_index_label():
+    """Clusters before 1.28 do not set apps.kubernetes.io/pod-index: the ordinal ends the pod name."""
+    from kgen.cluster.verdict import pod_rank
+
+    d = load("statefulset-running")
+    pods = copy.deepcopy(d["pods"])
+    for p in pods:
+        del p["metadata"]["labels"]["apps.kubernetes.io/pod-index"]
+    assert sorted(pod_rank(p) for p in pods) == [0, 1]
+    assert decide(d["name"], pods, d["workload"], d["events"]).state == "running"
+
+
+# The JobSet kgen renders (templates/jobset.yaml.j2 on main: one replicatedJob "node" of N Indexed pods),
+# reduced to the fields the verdict reads. No JobSet was recorded, so only the shape is tested here.
+JOBSET = {
+    "kind": "JobSet",
+    "metadata": {"name": "rec-running", "labels": {"app.kubernetes.io/managed-by": "kgen"}},
+    "spec": {
+        "replicatedJobs": [
+            {
+                "name": "node",
+                "replicas": 1,
+                "template": {
+                    "spec": {
+                        "completions": 3,
+                        "parallelism": 3,
+                        "template": {"spec": {"containers": [{"name": "trainer", "env": []}]}},
+                    }
+                },
+            }
+        ]
+    },
+    "status": {"restarts": 2},
+}
+
+
+def test_jobset_shape_ranks_and_restarts():
+    from kgen.cluster.views import shape
+
+    d = load("job-running")
+    v = decide(d["name"], d["pods"], JOBSET, d["events"])
+    assert v.kind == "JobSet" and v.ranks_expected == 3 and v.state == "running"
+    assert v.reformations == 2  # status.restarts: the group restarts JobSet made
+    done = copy.deepcopy(JOBSET)
+    done["status"]["conditions"] = [{"type": "Completed", "status": "True"}]
+    assert decide(d["name"], d["pods"], done, d["events"]).state == "succeeded"
+    assert shape(JOBSET) == "3x1cpu"

@@ -150,7 +150,7 @@ def test_torchrun_argv_is_one_static_configuration():
         "--master-addr=job-0.job",
         "--master-port=29500",
         "--node-rank=2",
-        "--rdzv-id=llm-uid-1",
+        "--rdzv-id=llm-uid-1-g0",
         "--rdzv-conf=timeout=120",
         "--max-restarts=0",
         "--monitor-interval=0.1",

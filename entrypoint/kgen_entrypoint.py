@@ -655,7 +655,7 @@ MSG_STATUS = "status"
 MSG_HB = "hb"  # heartbeat, both ways, from the supervising processes
 MSG_START = "start"  # node 0 -> nodes: every node is there; start torchrun for generation `gen`
 MSG_ABORT = "abort"  # node 0 -> nodes: a node was lost; stop torch, join again for the next generation
-MSG_END = "end"  # node 0 -> nodes: the run failed as a whole; stop torch, exit with `code`
+MSG_END = "end"  # node 0 -> nodes: the run failed as a whole; stop torch, exit with `code` (`blame`: the node at fault)
 MSG_DONE = "done"  # either way: my torchrun finished successfully
 MSG_FAIL = "fail"  # node -> node 0: my torchrun exited non-zero (node 0 decides: lost node or script error)
 MSG_LEAVE = "leave"  # node -> node 0: I am going away (signal: pod deleted or stopped)
@@ -1019,11 +1019,11 @@ class Hub:
         self.form_started = time.monotonic()
         self.why_forming = f"generation {self.gen}: {reason}"
 
-    def end(self, code: int, reason: str) -> None:
-        """The run failed as a whole: every node exits with `code`."""
+    def end(self, code: int, reason: str, blame: int | None = None) -> None:
+        """The run failed as a whole: every node exits with `code` (the node to blame: its own)."""
         for conn in self.peers.values():
             if not conn.done:
-                conn.send({"t": MSG_END, "code": code, "reason": reason})
+                conn.send({"t": MSG_END, "code": code, "reason": reason, "blame": blame})
         self._close_peers()
         self.close_listeners()
 
@@ -1076,7 +1076,7 @@ class Spoke:
         self.cfg, self.sel, self.conn = cfg, sel, conn
         self.master_done = False
         self.start_gen: int | None = None
-        # what node 0 (or its loss) decided: ("abort", reason) | ("end", code, reason) | ("lost", reason)
+        # what node 0 (or its loss) decided: ("abort", reason) | ("end", code, blame, reason) | ("lost", reason)
         self.verdict: tuple | None = None
         sel.register(conn.sock, selectors.EVENT_READ, ("conn", conn))
         if b"\n" in conn.inbuf:
@@ -1105,7 +1105,8 @@ class Spoke:
             elif t == MSG_ABORT:
                 self._set(("abort", msg.get("reason", "unknown")))
             elif t == MSG_END:
-                self._set(("end", int(msg.get("code", EXIT_RUN_FAILED)), msg.get("reason", "unknown")))
+                code = int(msg.get("code", EXIT_RUN_FAILED))
+                self._set(("end", code, msg.get("blame"), msg.get("reason", "unknown")))
             elif t == MSG_DONE:
                 self.master_done = True
                 log("node 0 finished successfully")
@@ -1338,12 +1339,12 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                     hold_if_statefulset(cfg, sigs)
                     return Stop(0, "succeeded")
                 continue
-            fault = None
+            fault, blame = None, None
             if hub.lost is not None:
                 fault, reason, what = "lost", hub.lost, "peer lost"
             elif hub.script_fail is not None and now - hub.script_fail[2] >= FAIL_VERDICT_WAIT:
-                rank, rc, _ = hub.script_fail
-                fault, reason, what = "script", f"node {rank}'s torchrun exited with code {rc}", "script failed"
+                blame, rc, _ = hub.script_fail
+                fault, reason, what = "script", f"node {blame}'s torchrun exited with code {rc}", "script failed"
             if fault is None:
                 continue
             verdict, code = decide(cfg, fault, hub.gen)
@@ -1353,9 +1354,9 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                 child.kill_tree(ABORT_GRACE)
                 break
             log(f"FAIL-STOP: {reason}")
-            hub.end(code, reason)
+            hub.end(code, reason, blame)
             child.kill_tree(ABORT_GRACE)
-            if own_rc:
+            if own_rc and blame == 0:
                 return Stop(own_rc, f"torch failed with code {own_rc}")
             return Stop(code, f"{what} ({reason})")
 
@@ -1374,8 +1375,8 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
             verdict = spoke.verdict
             spoke.close()
             if verdict[0] == "end":
-                log(f"FAIL-STOP: node 0 ended the run: {verdict[2]}")
-                return Stop(verdict[1], f"node 0 ended the run ({verdict[2]})")
+                log(f"FAIL-STOP: node 0 ended the run: {verdict[-1]}")
+                return Stop(verdict[1], f"node 0 ended the run ({verdict[-1]})")
             log(f"node 0 lost while waiting to start ({verdict[-1]}): joining again")
             continue
         gen = spoke.start_gen
@@ -1409,7 +1410,7 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
             if kind == "end":
                 log(f"FAIL-STOP: node 0 ended the run: {reason}")
                 child.kill_tree(ABORT_GRACE)
-                if own_rc:
+                if own_rc and spoke.verdict[2] == cfg.node_rank:
                     return Stop(own_rc, f"torch failed with code {own_rc}")
                 return Stop(spoke.verdict[1], f"node 0 ended the run ({reason})")
             if kind == "lost":

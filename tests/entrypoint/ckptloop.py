@@ -39,7 +39,9 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--sleep", type=float, default=0.2)
     ap.add_argument("--ckpt", required=True)
-    ap.add_argument("--fail-at", type=int, default=-1, help="rank 0 exits 1 at this step (a script bug)")
+    ap.add_argument("--fail-at", type=int, default=-1, help="--fail-rank exits 1 at this step (a script bug)")
+    ap.add_argument("--fail-rank", type=int, default=0)
+    ap.add_argument("--fail-once", action="store_true", help="only in the first generation")
     a = ap.parse_args()
     rank = int(os.environ["RANK"])
     gen = int(os.environ.get("KGEN_RESTART_COUNT", "0"))
@@ -50,7 +52,7 @@ def main():
     state = load(a.ckpt)  # every rank reads the same checkpoint
     evt(rank, "resume", f"gen={gen} step={state['step']}")
     for step in range(state["step"], a.steps):
-        if step == a.fail_at and rank == 0:
+        if step == a.fail_at and rank == a.fail_rank and not (a.fail_once and gen > 0):
             evt(rank, "script-bug", str(step))
             sys.exit(1)
         x = torch.full((256,), float(rank + 1 + step))

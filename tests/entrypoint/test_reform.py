@@ -111,3 +111,124 @@ def test_deleted_pod_sigterm_is_replaced_and_the_group_reforms(cluster, tmp_path
     assert old.returncode == 143  # podFailurePolicy: Ignore (replaced), not FailJob
     assert old.log().rstrip().endswith("kgen-entrypoint: stopped: signal SIGTERM")
     assert "received SIGTERM" in c.pods[1 if victim != 1 else 2].log()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_frozen_worker_dropped_then_thawed_learns_it_is_stale_and_is_replaced(cluster, tmp_path):
+    nodes, steps = 3, 60
+    c, ckpt = start_run(cluster, tmp_path, "rfz", nodes, steps)
+    assert c.wait_for_log(r"rank=\d+ step 8 gen=0", nodes, 120), c.logs()
+    t0 = time.time()
+    c.pods[1].freeze()
+    # node 0 drops it after KGEN_HEARTBEAT_TIMEOUT and waits for a replacement; the survivors stay
+    assert c.wait_for_log(r"node 1 silent for .* frozen or cut off", 1, 20, [c.pods[0]]), c.logs()
+    dropped_after = time.time() - t0
+    assert c.pods[0].running and c.pods[2].running
+    time.sleep(3)
+    c.pods[1].thaw()
+    assert c.pods[1].wait(30) == ep_dropped(), c.logs()
+    assert "was dropped from generation 0" in c.pods[1].log()
+    assert c.pods[1].log().rstrip().splitlines()[-1].startswith("kgen-entrypoint: stopped: dropped from the group")
+    replace_when_exited(c, 1)
+    t1 = wait_training(c, 1, 60, nodes)
+    report("freeze node 1 (thawed after ~8 s)", nodes, t0, t1)
+    print(f"reform freeze: node 1 dropped {dropped_after:.1f} s after the freeze")
+    assert dropped_after < 8.5
+    finish_and_check(c, ckpt, steps, nodes)
+
+
+def ep_dropped() -> int:
+    return 76
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_frozen_for_good_fails_the_run_after_the_replacement_bound_naming_the_rank(cluster, tmp_path):
+    c, _ = start_run(cluster, tmp_path, "rfg", 3, 400, sets=("reform.replacementTimeout=10",))
+    assert c.wait_for_log(r"rank=\d+ step 5 gen=0", 3, 120), c.logs()
+    t0 = time.time()
+    c.pods[1].freeze()
+    codes = c.wait_all(60, [c.pods[0], c.pods[2]])
+    took = time.time() - t0
+    print(f"\nreform frozen for good: run failed {took:.1f} s after the freeze with {codes} (bound 5 s + 10 s)")
+    assert codes == [4, 4], c.logs()
+    assert 14 < took < 30
+    for pod in (c.pods[0], c.pods[2]):
+        last = pod.log().rstrip().splitlines()[-1]
+        assert last.startswith("kgen-entrypoint: stopped:") and "node rank(s) [1] did not come back" in last, last
+        assert "KGEN_REPLACEMENT_TIMEOUT=10s" in last
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_replacement_that_never_comes_fails_the_run_bounded(cluster, tmp_path):
+    c, _ = start_run(cluster, tmp_path, "rnc", 3, 400, sets=("reform.replacementTimeout=8",))
+    assert c.wait_for_log(r"rank=\d+ step 5 gen=0", 3, 120), c.logs()
+    t0 = time.time()
+    c.pods[2].kill()
+    codes = c.wait_all(60, c.pods[:2])
+    took = time.time() - t0
+    print(f"\nreform replacement never comes: run failed {took:.1f} s after the kill with {codes} (bound 8 s)")
+    assert codes == [4, 4], c.logs()
+    assert 7.5 < took < 20
+    assert "node rank(s) [2] did not come back within KGEN_REPLACEMENT_TIMEOUT=8s" in c.pods[1].log()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_disruptions_in_a_row_then_the_limit(cluster, tmp_path):
+    """Worker killed, then the master: two re-formations, each as fast as the first; a third
+    disruption passes reform.maxReformations=2 and fails the run as a whole (exit 5)."""
+    nodes, steps = 3, 400
+    c, _ = start_run(cluster, tmp_path, "r2x", nodes, steps, sets=("reform.maxReformations=2",))
+    assert c.wait_for_log(r"rank=\d+ step 5 gen=0", nodes, 120), c.logs()
+    took = []
+    for gen, victim in ((1, 1), (2, 0)):
+        t0 = time.time()
+        c.pods[victim].kill()
+        replace_when_exited(c, victim)
+        t1 = wait_training(c, gen, 60, nodes)
+        report(f"disruption {gen} (kill node {victim})", nodes, t0, t1)
+        assert t1 is not None and t1 - t0 < BOUND, c.logs()
+        took.append(t1 - t0)
+    assert "all 3 nodes connected after" in c.pods[0].log() and "generation 2" in c.pods[0].log()
+    c.pods[2].kill()
+    codes = c.wait_all(40, c.pods[:2])
+    assert codes == [5, 5], c.logs()
+    for pod in c.pods[:2]:
+        assert "re-formation limit" in pod.log().rstrip().splitlines()[-1] or "KGEN_MAX_REFORMATIONS=2" in pod.log()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_five_nodes_worker_killed(cluster, tmp_path):
+    fault_and_reform(cluster, tmp_path, "r5k", "kill", 3, nodes=5, steps=50)
+
+
+@pytest.mark.timeout(180)
+def test_script_error_fails_the_run_fast_by_default(cluster, tmp_path):
+    c, _ = start_run(cluster, tmp_path, "rse", 3, 400, extra=("--fail-at", "6", "--fail-rank", "1"))
+    codes = c.wait_all(150)
+    assert codes == [5, 1, 5], c.logs()  # node 1 (the bug) exits its own code: FailJob
+    assert c.pods[1].log().rstrip().endswith("kgen-entrypoint: stopped: torch failed with code 1")
+    assert "node 1's torchrun exited with code 1" in c.pods[0].log().rstrip().splitlines()[-1]
+    assert "gen=1" not in c.logs()  # never retried
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_script_error_reforms_when_values_say_so(cluster, tmp_path):
+    nodes, steps = 3, 40
+    c, ckpt = start_run(
+        cluster,
+        tmp_path,
+        "rsr",
+        nodes,
+        steps,
+        sets=("reform.onScriptError=reform",),
+        extra=("--fail-at", "6", "--fail-rank", "2", "--fail-once"),
+    )
+    finish_and_check(c, ckpt, steps, nodes, timeout=200)
+    assert "script failed: node 2's torchrun exited with code 1" in c.pods[0].log()
+    assert all(p.incarnation == 0 for p in c.pods)  # nobody was replaced: the group re-formed in place

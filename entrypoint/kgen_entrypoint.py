@@ -664,19 +664,19 @@ REFORM = "reform"
 FAIL = "fail"
 
 
-def decide(cfg: Config, fault: str, gen: int) -> tuple[str, int]:
-    """What a fault in generation `gen` leads to: (REFORM, 0) or (FAIL, exit code of the nodes).
+def decide(cfg: Config, fault: str, gen: int) -> tuple[str, int, str]:
+    """What a fault in generation `gen` leads to: (REFORM, 0, "") or (FAIL, exit code, why).
 
     fault: "lost" (a node died, was deleted, evicted, frozen or cut off) or "script" (a node's
     torchrun exited non-zero while no node was lost: the training script's own error).
     Not decided here: a group that never forms (4), a node that learns it was dropped (76)."""
-    if cfg.max_reformations == 0:
-        return FAIL, EXIT_PEER_LOST  # re-formation off: fail-stop, the controller replaces the group
+    if cfg.max_reformations == 0:  # re-formation off: fail-stop, the controller replaces the group
+        return FAIL, EXIT_PEER_LOST, "re-formation is off (KGEN_MAX_REFORMATIONS=0)"
     if fault == "script" and cfg.on_script_error == "fail":
-        return FAIL, EXIT_RUN_FAILED
+        return FAIL, EXIT_RUN_FAILED, "a training script failed (KGEN_ON_SCRIPT_ERROR=fail)"
     if gen + 1 > cfg.max_reformations:
-        return FAIL, EXIT_RUN_FAILED
-    return REFORM, 0
+        return FAIL, EXIT_RUN_FAILED, f"re-formation limit reached (KGEN_MAX_REFORMATIONS={cfg.max_reformations})"
+    return REFORM, 0, ""
 
 
 def check_torch() -> None:
@@ -1312,7 +1312,7 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
             if sigs.pending:
                 sig = sigs.pending[0]
                 reason = f"node 0 received {signal.Signals(sig).name} (pod deleted or stopped)"
-                verdict, code = decide(cfg, "lost", hub.gen)
+                verdict, code, _ = decide(cfg, "lost", hub.gen)
                 if hub.state == "training":
                     hub.abort(reason) if verdict == REFORM else hub.end(code, reason)
                 hub.close()
@@ -1347,12 +1347,14 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                 fault, reason, what = "script", f"node {blame}'s torchrun exited with code {rc}", "script failed"
             if fault is None:
                 continue
-            verdict, code = decide(cfg, fault, hub.gen)
+            verdict, code, why = decide(cfg, fault, hub.gen)
             if verdict == REFORM:
                 log(f"{what}: {reason}; stopping torch and re-forming (generation {hub.gen + 1})")
                 hub.abort(reason)
                 child.kill_tree(ABORT_GRACE)
                 break
+            if code == EXIT_RUN_FAILED and fault == "lost":
+                reason = f"{why}: {reason}"
             log(f"FAIL-STOP: {reason}")
             hub.end(code, reason, blame)
             child.kill_tree(ABORT_GRACE)
@@ -1414,11 +1416,12 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
                     return Stop(own_rc, f"torch failed with code {own_rc}")
                 return Stop(spoke.verdict[1], f"node 0 ended the run ({reason})")
             if kind == "lost":
-                verdict, code = decide(cfg, "lost", gen)
+                verdict, code, why = decide(cfg, "lost", gen)
                 if verdict != REFORM:
                     log(f"FAIL-STOP: {reason}")
                     child.kill_tree(ABORT_GRACE)
-                    return Stop(code, f"peer lost (node 0: {reason})")
+                    what = "peer lost" if code == EXIT_PEER_LOST else why
+                    return Stop(code, f"{what} (node 0: {reason})")
                 reason = f"node 0 lost: {reason}"
             log(f"re-forming: {reason}; stopping torch (generation {gen})")
             child.kill_tree(ABORT_GRACE)
@@ -1545,10 +1548,10 @@ def _iface_check(var: str, value: str | None) -> tuple[bool, str]:
 def probe_status(sock: socket.socket, cfg: Config) -> str:
     """Ask node 0's entrypoint which nodes have joined (read-only; not counted as a peer)."""
     try:
-        answer, _ = handshake(cfg, sock, {"t": "probe"})
+        answer, _ = handshake(cfg, sock, {"t": MSG_PROBE})
     except (OSError, ValueError):
         return " (no answer from node 0's entrypoint)"
-    if answer.get("t") != "status":
+    if answer.get("t") != MSG_STATUS:
         return ""
     joined = answer.get("joined", [])
     missing = sorted(set(range(1, int(answer.get("nnodes", 1)))) - set(joined))
@@ -1556,6 +1559,23 @@ def probe_status(sock: socket.socket, cfg: Config) -> str:
         f"; node 0's entrypoint (run {answer.get('id')}) has {len(joined)} of "
         f"{int(answer.get('nnodes', 1)) - 1} peers" + (f", missing {missing}" if missing else "")
     )
+
+
+def running_job_status(cfg: Config) -> str:
+    """Inside a running job: node 0's own entrypoint answers a probe on the liveness port."""
+    try:
+        sock = socket.create_connection(("127.0.0.1", cfg.liveness_port), timeout=2)
+    except OSError:
+        return ""
+    try:
+        answer, _ = handshake(cfg, sock, {"t": MSG_PROBE})
+    except (OSError, ValueError):
+        return ""
+    finally:
+        sock.close()
+    if answer.get("t") != MSG_STATUS or answer.get("id") != cfg.rdzv_id:
+        return ""
+    return f"node 0's entrypoint (run {answer.get('id')}) is running with {len(answer.get('joined', []))} peer(s)"
 
 
 def diagnose(env: dict) -> int:
@@ -1603,6 +1623,7 @@ def diagnose(env: dict) -> int:
             )
         if addrs and cfg.master_port and cfg.liveness_port:
             if cfg.node_rank == 0:
+                running = running_job_status(cfg)
                 for label, port in (("rendezvous", cfg.master_port), ("liveness", cfg.liveness_port)):
                     s = socket.socket()
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -1610,12 +1631,16 @@ def diagnose(env: dict) -> int:
                         s.bind(("0.0.0.0", port))
                         check(True, f"master {label} port", f"{port} is free on node 0")
                     except OSError as exc:
-                        check(
-                            False,
-                            f"master {label} port",
-                            f"{port} cannot be bound on node 0 ({exc.strerror}): another process "
-                            f"holds it (a running job? then this is expected) or pick another port",
-                        )
+                        if running:
+                            check(True, f"master {label} port", f"{port} is in use by this job: {running}")
+                        else:
+                            check(
+                                False,
+                                f"master {label} port",
+                                f"{port} cannot be bound on node 0 ({exc.strerror}) and no kgen entrypoint of "
+                                f"this run answers on the liveness port: another process holds it; pick another "
+                                f"port",
+                            )
                     finally:
                         s.close()
             else:

@@ -30,6 +30,7 @@ def test_smoke_test_all_ranks_join_and_all_reduce_is_right(cluster, kind, nodes)
     assert c.container["args"] == ["--smoke-test"]
     t = time.monotonic()
     c.start()
+    release_statefulset(c, 130)
     codes = c.wait_all(130)
     print(f"\n{kind} x{nodes}: all pods done in {time.monotonic() - t:.1f}s")
     assert codes == [0] * nodes, c.logs()
@@ -43,11 +44,43 @@ def test_smoke_test_all_ranks_join_and_all_reduce_is_right(cluster, kind, nodes)
         assert f"node {i}/{nodes} (rank from {src}={i})" in pod.log()
 
 
+HOLD = "run succeeded; holding idle so restartPolicy Always does not retrain; kgen stop NAME to remove"
+
+
+def release_statefulset(c, timeout: float) -> None:
+    """StatefulSet pods hold idle after a successful run (issue 8.3): check, then stop them as
+    `kgen stop` / a scale-down would (SIGTERM); they exit 0."""
+    if c.kind != "StatefulSet":
+        return
+    assert c.wait_for_log(re.escape(HOLD), c.nodes, timeout), c.logs()
+    for pod in c.pods:
+        pod.term()
+
+
+@pytest.mark.timeout(120)
+def test_statefulset_holds_idle_after_success_and_never_trains_twice(cluster):
+    port = free_port_pair()
+    c = cluster(render_cpu_job("hold", 2, "statefulset", port, command=[str(TRAINLOOP)], nproc=1))
+    c.start()
+    assert c.wait_for_log(re.escape(HOLD), 2, 100), c.logs()
+    time.sleep(3)
+    assert all(p.running for p in c.pods), c.logs()  # restartPolicy Always would have restarted an exit
+    for pod in c.pods:
+        assert pod.log().count(HOLD) == 1
+    assert len(re.findall(r"rank=\d+ done", c.logs())) == 2  # trained once
+    for pod in c.pods:
+        pod.term()
+    assert c.wait_all(30) == [0, 0], c.logs()
+    for pod in c.pods:
+        assert pod.log().rstrip().endswith("kgen-entrypoint: stopped: succeeded")
+
+
 @pytest.mark.timeout(120)
 def test_statefulset_on_old_cluster_uses_hostname_ordinal(cluster):
     port = free_port_pair()
     c = cluster(render_cpu_job("old", 2, "statefulset", port, command=[str(TRAINLOOP)]), old_cluster=True)
     c.start()
+    release_statefulset(c, 100)
     assert c.wait_all(100) == [0, 0], c.logs()
     assert "node 1/2 (rank from HOSTNAME=old-1)" in c.pods[1].log()
     assert len(re.findall(r"rank=\d+ done", c.logs())) == 4

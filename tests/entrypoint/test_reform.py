@@ -232,3 +232,64 @@ def test_script_error_reforms_when_values_say_so(cluster, tmp_path):
     finish_and_check(c, ckpt, steps, nodes, timeout=200)
     assert "script failed: node 2's torchrun exited with code 1" in c.pods[0].log()
     assert all(p.incarnation == 0 for p in c.pods)  # nobody was replaced: the group re-formed in place
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_bare_metal_node_restarted_by_hand_rejoins(tmp_path):
+    """No Kubernetes: three plain processes given the five variables; node 2 is killed and started
+    again by hand (as systemd would), and the group re-forms."""
+    import os
+    import subprocess
+    import sys
+
+    from podharness import REPO
+
+    port = free_port_pair()
+    ckpt = tmp_path / "ckpt.json"
+    entry = REPO / "entrypoint" / "kgen_entrypoint.py"
+    steps = 50
+    cmd = [sys.executable, str(entry), "--", str(CKPTLOOP), "--steps", str(steps), "--sleep", "0.15"]
+    cmd += ["--ckpt", str(ckpt)]
+    procs: dict[int, subprocess.Popen] = {}
+    logs = []
+
+    def start(rank: int) -> None:
+        env = {
+            "PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin",
+            "NNODES": "3",
+            "NPROC_PER_NODE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "NODE_RANK": str(rank),
+            "GLOO_SOCKET_IFNAME": "lo",
+        }
+        path = tmp_path / f"node{rank}.{len(logs)}.log"
+        logs.append(path)
+        with open(path, "w") as log:
+            procs[rank] = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def text() -> str:
+        return "".join(p.read_text() for p in logs)
+
+    try:
+        for rank in (0, 1, 2):
+            start(rank)
+        deadline = time.monotonic() + 120
+        while len(re.findall(r"step 8 gen=0", text())) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        t0 = time.time()
+        os.killpg(procs[2].pid, 9)
+        procs[2].wait(10)
+        start(2)
+        codes = [procs[r].wait(150) for r in (0, 1, 2)]
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+    back = [float(t) for t in re.findall(r"KGEN_EVT (\S+) rank=\d+ step \d+ gen=1\b", text())]
+    print(f"\nreform bare metal restart N=3: fault -> first step of generation 1 after {min(back) - t0:.1f} s")
+    assert codes == [0, 0, 0], text()
+    state = json.loads(ckpt.read_text())
+    assert state == {"step": steps, "total": expected_total(steps, 3)}

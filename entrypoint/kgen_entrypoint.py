@@ -1209,15 +1209,13 @@ def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
         raise AssertionError from exc  # unreachable
 
 
-def poll(sel: selectors.BaseSelector, sigs: Signals, link, timeout: float = 0.1) -> float:
-    """One turn of the event loop; returns how long it took (a long turn means we were frozen)."""
-    before = time.monotonic()
+def poll(sel: selectors.BaseSelector, sigs: Signals, link, timeout: float = 0.1) -> None:
+    """One turn of the event loop: wait up to `timeout` for messages or signals and handle them."""
     for key, _ in sel.select(timeout=timeout):
         if key.data[0] == "signal":
             sigs.drain()
         elif link is not None:
             link.on_event(key.data)
-    return time.monotonic() - before
 
 
 def stop_after_signal(sigs: Signals, child: Child | None, sig: int) -> Stop:
@@ -1296,10 +1294,13 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
         hub.start(gen)
         child = start_torchrun(cfg, command, gen)
         own_rc: int | None = None
+        now = time.monotonic()
         while True:
-            took = poll(sel, sigs, hub)
+            before = now
+            poll(sel, sigs, hub)
             child.reap()
             now = time.monotonic()
+            took = now - before  # one turn of this loop; longer than the heartbeat timeout = frozen
             if took > cfg.hb_timeout:
                 reason = (
                     f"this node was frozen for {took:.1f}s (> KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): the "

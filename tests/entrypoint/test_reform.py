@@ -293,3 +293,50 @@ def test_bare_metal_node_restarted_by_hand_rejoins(tmp_path):
     assert codes == [0, 0, 0], text()
     state = json.loads(ckpt.read_text())
     assert state == {"step": steps, "total": expected_total(steps, 3)}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_frozen_master_thawed_knows_it_was_dropped_and_its_replacement_takes_over(cluster, tmp_path):
+    nodes, steps = 3, 60
+    c, ckpt = start_run(cluster, tmp_path, "rfm", nodes, steps)
+    assert c.wait_for_log(r"rank=\d+ step 8 gen=0", nodes, 120), c.logs()
+    t0 = time.time()
+    c.pods[0].freeze()
+    assert c.wait_for_log(r"node 0 silent for .* frozen or cut off", 2, 20, c.pods[1:]), c.logs()
+    c.pods[0].thaw()
+    assert c.pods[0].wait(30) == ep_dropped(), c.logs()
+    assert "this node was frozen for" in c.pods[0].log()
+    replace_when_exited(c, 0)
+    t1 = wait_training(c, 1, 60, nodes)
+    report("freeze node 0 (thawed after ~6 s)", nodes, t0, t1)
+    assert t1 is not None, c.logs()
+    finish_and_check(c, ckpt, steps, nodes)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_statefulset_only_the_lost_pod_restarts(cluster, tmp_path):
+    """restartPolicy Always: the kubelet restarts the killed container in place (played here by a
+    new pod with the same name); the survivors never exit, so they never enter CrashLoopBackOff."""
+    nodes, steps = 3, 50
+    port = free_port_pair()
+    ckpt = tmp_path / "ckpt.json"
+    cmd = [str(CKPTLOOP), "--steps", str(steps), "--sleep", "0.15", "--ckpt", str(ckpt)]
+    c = cluster(render_cpu_job("rss", nodes, "statefulset", port, command=cmd, nproc=1))
+    c.start()
+    assert c.wait_for_log(r"rank=\d+ step 8 gen=0", nodes, 120), c.logs()
+    t0 = time.time()
+    c.pods[2].kill()
+    replace_when_exited(c, 2)
+    t1 = wait_training(c, 1, 60, nodes)
+    report("statefulset kill node 2", nodes, t0, t1)
+    assert t1 is not None and t1 - t0 < BOUND, c.logs()
+    hold = "run succeeded; holding idle"
+    assert c.wait_for_log(hold, nodes, 120), c.logs()
+    assert [p.incarnation for p in c.pods] == [0, 0, 1]
+    state = json.loads(ckpt.read_text())
+    assert state == {"step": steps, "total": expected_total(steps, nodes)}
+    for pod in c.pods:
+        pod.term()
+    assert c.wait_all(30) == [0] * nodes, c.logs()

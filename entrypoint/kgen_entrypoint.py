@@ -11,14 +11,18 @@ Usage (what `kgen render` puts in the pod; also works by hand on bare metal):
 
 Environment (docs/design.md is the contract): NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT,
 node rank from NODE_RANK > JOB_COMPLETION_INDEX > KGEN_POD_INDEX > HOSTNAME ordinal, optional
-KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID,
+KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT,
 KGEN_MASTER_WAIT_TIMEOUT, KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT,
-KGEN_MAX_RESTARTS.
+KGEN_MAX_RESTARTS, KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR.
+Set for the training processes: KGEN_RESTART_COUNT (the generation, 0 first), KGEN_RDZV_ID.
 
-Exit codes: 0 success; 2 bad environment or usage; 3 node 0 never became reachable within
-KGEN_MASTER_WAIT_TIMEOUT; 4 (node 0) some nodes never connected within KGEN_RDZV_TIMEOUT; 75 stopped
-because a peer died, froze or was cut off
-(fail-stop); otherwise torchrun's exit code; 128+N after signal N.
+Exit codes: 0 success; 2 bad environment, usage or no torch; 3 node 0 not reachable (within
+KGEN_MASTER_WAIT_TIMEOUT, or KGEN_REPLACEMENT_TIMEOUT after a loss); 4 the group could not form
+(nodes missing after KGEN_RDZV_TIMEOUT, or a lost node's replacement after KGEN_REPLACEMENT_TIMEOUT);
+5 the run failed as a whole (re-formation limit, another node's script error); 75 a peer was lost
+and re-formation is off (KGEN_MAX_REFORMATIONS=0); 76 this node was dropped from the group (it froze
+or was cut off): replace it; otherwise torchrun's exit code; 128+N after signal N. The last log
+line says why: "kgen-entrypoint: stopped: <reason>".
 
 Standard library only in the supervising parent; torch is imported by the smoke-test worker and
 by the GPU check of --diagnose. How it works and what was measured: docs/entrypoint.md.
@@ -112,6 +116,7 @@ class Config:
         self.rank_source = ""
         self.rank_looked_at: list[str] = []
         self.job_name = self.kind = self.run_id = ""
+        self.restart_attempt = ""  # JobSet: label jobset.sigs.k8s.io/restart-attempt (KGEN_RESTART_ATTEMPT)
         self.master_wait = self.hb_interval = self.hb_timeout = 0.0
         self.rdzv_timeout = self.max_restarts = self.max_reformations = 0
         self.replacement_timeout = 0.0
@@ -123,7 +128,8 @@ class Config:
 
     @property
     def rdzv_id(self) -> str:
-        return f"{self.job_name or 'kgen'}-{self.run_id or 'local'}"
+        base = f"{self.job_name or 'kgen'}-{self.run_id or 'local'}"
+        return f"{base}-attempt{self.restart_attempt}" if self.restart_attempt else base
 
     @property
     def is_master(self) -> bool:
@@ -264,9 +270,10 @@ def load_config(env: dict) -> Config:
         )
     cfg.job_name = (env.get("KGEN_JOB_NAME") or "").strip()
     cfg.run_id = (env.get("KGEN_RUN_ID") or "").strip()
+    cfg.restart_attempt = (env.get("KGEN_RESTART_ATTEMPT") or "").strip()
     kind = (env.get("KGEN_KIND") or "").strip()
-    if kind not in ("", "job", "statefulset"):
-        p.append(f"KGEN_KIND={kind!r} is not 'job' or 'statefulset': re-render with kgen render")
+    if kind not in ("", "job", "statefulset", "jobset"):
+        p.append(f"KGEN_KIND={kind!r} is not 'job', 'statefulset' or 'jobset': re-render with kgen render")
     cfg.kind = kind
     d = DEFAULTS
     cfg.master_wait = _number(

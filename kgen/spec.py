@@ -438,7 +438,8 @@ def _kgen_env(
         EnvVar("KGEN_HEARTBEAT_INTERVAL", str(v["timeouts.heartbeatInterval"])),
         EnvVar("KGEN_HEARTBEAT_TIMEOUT", str(v["timeouts.heartbeat"])),
         EnvVar("KGEN_MAX_RESTARTS", str(v["maxRestarts"])),
-        EnvVar("KGEN_MAX_REFORMATIONS", str(v["reform.maxReformations"])),
+        # A JobSet restarts its whole group itself (jobset.maxRestarts): no re-formation in place there.
+        EnvVar("KGEN_MAX_REFORMATIONS", "0" if kind == "jobset" else str(v["reform.maxReformations"])),
         EnvVar("KGEN_REPLACEMENT_TIMEOUT", str(v["reform.replacementTimeout"])),
         EnvVar("KGEN_ON_SCRIPT_ERROR", v["reform.onScriptError"]),
     ]

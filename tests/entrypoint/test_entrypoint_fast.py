@@ -81,7 +81,7 @@ def test_rank_missing_names_everything_it_looked_at():
         ({"KGEN_HEARTBEAT_TIMEOUT": "soon"}, "KGEN_HEARTBEAT_TIMEOUT='soon' is not a number"),
         ({"KGEN_MASTER_WAIT_TIMEOUT": "-5"}, "KGEN_MASTER_WAIT_TIMEOUT='-5' must be >= 1"),
         ({"KGEN_RDZV_TIMEOUT": "1.5"}, "KGEN_RDZV_TIMEOUT='1.5' is not an integer"),
-        ({"KGEN_KIND": "deployment"}, "KGEN_KIND='deployment' is not 'job' or 'statefulset'"),
+        ({"KGEN_KIND": "deployment"}, "KGEN_KIND='deployment' is not 'job', 'statefulset' or 'jobset'"),
         ({"KGEN_MAX_RESTARTS": "3"}, "KGEN_MAX_RESTARTS=3: in-place torchrun restarts are not supported"),
     ],
 )

@@ -1225,6 +1225,14 @@ def poll(sel: selectors.BaseSelector, sigs: Signals, link, timeout: float = 0.1)
             link.on_event(key.data)
 
 
+def excuse_own_absence(conns, took: float, cfg: Config) -> None:
+    """This process was not running for `took` seconds (stopped, starved): that silence is ours,
+    not the peers'; do not count it against them. (Whether they dropped us, node 0 tells.)"""
+    if took > 2 * cfg.hb_interval:
+        for conn in conns:
+            conn.last_rx += took
+
+
 def stop_after_signal(sigs: Signals, child: Child | None, sig: int) -> Stop:
     """Forward `sig` to torchrun, give it SIGNAL_GRACE, then kill what is left."""
     name = signal.Signals(sig).name
@@ -1307,16 +1315,17 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
             poll(sel, sigs, hub)
             child.reap()
             now = time.monotonic()
-            took = now - before  # one turn of this loop; longer than the heartbeat timeout = frozen
-            if took > cfg.hb_timeout:
+            took = now - before  # one turn of this loop (normally <= 0.1 s)
+            if took > cfg.hb_timeout - cfg.hb_interval:  # the others have (almost surely) dropped us
                 reason = (
-                    f"this node was frozen for {took:.1f}s (> KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): the "
+                    f"this node was frozen for {took:.1f}s (about KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): the "
                     f"others have dropped it"
                 )
                 log(f"FAIL-STOP: {reason}")
                 hub.close()
                 child.kill_tree(ABORT_GRACE)
                 return Stop(EXIT_DROPPED, f"dropped from the group ({reason})")
+            excuse_own_absence(hub.peers.values(), took, cfg)
             if sigs.pending:
                 sig = sigs.pending[0]
                 reason = f"node 0 received {signal.Signals(sig).name} (pod deleted or stopped)"
@@ -1392,9 +1401,13 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
         gen = spoke.start_gen
         child = start_torchrun(cfg, command, gen)
         own_rc: int | None = None
+        now = time.monotonic()
         while True:
+            before = now
             poll(sel, sigs, spoke)
             child.reap()
+            now = time.monotonic()
+            excuse_own_absence([spoke.conn], now - before, cfg)
             if sigs.pending:
                 sig = sigs.pending[0]
                 spoke.send(

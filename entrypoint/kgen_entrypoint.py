@@ -1451,17 +1451,20 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
 
 
 def run(cfg: Config, command: list[str]) -> int:
-    """Wait for node 0 (non-masters), start torchrun, supervise it and the liveness channel."""
+    """Wait for node 0 (non-masters), start torchrun, supervise it and the liveness channel.
+    Ends by raising Stop (exit code and reason), which main() turns into the last log line."""
     sigs = Signals()
     sel = selectors.DefaultSelector()
     sel.register(sigs.rfd, selectors.EVENT_READ, ("signal", None))
     set_child_subreaper()
     check_torch()
     if cfg.nnodes == 1:
-        raise run_single(cfg, command, sigs)
-    if cfg.is_master:
-        raise run_hub(cfg, command, sigs, sel)
-    raise run_spoke(cfg, command, sigs, sel)
+        stop = run_single(cfg, command, sigs)
+    elif cfg.is_master:
+        stop = run_hub(cfg, command, sigs, sel)
+    else:
+        stop = run_spoke(cfg, command, sigs, sel)
+    raise stop
 
 
 # --------------------------------------------------------------------------------------------

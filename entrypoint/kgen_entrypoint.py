@@ -13,12 +13,16 @@ Environment (docs/design.md is the contract): NNODES, NPROC_PER_NODE, MASTER_ADD
 node rank from NODE_RANK > JOB_COMPLETION_INDEX > KGEN_POD_INDEX > HOSTNAME ordinal, optional
 KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT,
 KGEN_MASTER_WAIT_TIMEOUT, KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT,
-KGEN_MAX_RESTARTS.
+KGEN_MAX_RESTARTS, KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR.
+Set for the training processes: KGEN_RESTART_COUNT (the generation, 0 first), KGEN_RDZV_ID.
 
-Exit codes: 0 success; 2 bad environment or usage; 3 node 0 never became reachable within
-KGEN_MASTER_WAIT_TIMEOUT; 4 (node 0) some nodes never connected within KGEN_RDZV_TIMEOUT; 75 stopped
-because a peer died, froze or was cut off
-(fail-stop); otherwise torchrun's exit code; 128+N after signal N.
+Exit codes: 0 success; 2 bad environment, usage or no torch; 3 node 0 not reachable (within
+KGEN_MASTER_WAIT_TIMEOUT, or KGEN_REPLACEMENT_TIMEOUT after a loss); 4 the group could not form
+(nodes missing after KGEN_RDZV_TIMEOUT, or a lost node's replacement after KGEN_REPLACEMENT_TIMEOUT);
+5 the run failed as a whole (re-formation limit, another node's script error); 75 a peer was lost
+and re-formation is off (KGEN_MAX_REFORMATIONS=0); 76 this node was dropped from the group (it froze
+or was cut off): replace it; otherwise torchrun's exit code; 128+N after signal N. The last log
+line says why: "kgen-entrypoint: stopped: <reason>".
 
 Standard library only in the supervising parent; torch is imported by the smoke-test worker and
 by the GPU check of --diagnose. How it works and what was measured: docs/entrypoint.md.
@@ -42,7 +46,9 @@ EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_MASTER_UNREACHABLE = 3
 EXIT_PEERS_MISSING = 4  # distinct from 75: a pod that never starts is not a disruption to retry
-EXIT_PEER_LOST = 75
+EXIT_RUN_FAILED = 5  # the run failed as a whole: re-formation limit, or another node's script error
+EXIT_PEER_LOST = 75  # re-formation off (KGEN_MAX_REFORMATIONS=0): a peer was lost, the group is replaced
+EXIT_DROPPED = 76  # this node froze or was cut off and the group moved on without it: replace this pod
 
 # Fixed tuning (documented in docs/entrypoint.md).
 ABORT_GRACE = 3.0  # fail-stop: SIGTERM to the local tree, then SIGKILL after this many seconds
@@ -50,7 +56,8 @@ SIGNAL_GRACE = 20.0  # SIGTERM/SIGINT received: torchrun gets this long before S
 PROGRESS_EVERY = 10.0  # a progress line while waiting for node 0
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0  # master wait: exponential backoff with jitter
 HANDSHAKE_TIMEOUT = 5.0  # node 0 must answer a hello within this
-PROTOCOL = 1
+FAIL_VERDICT_WAIT = 2.0  # a torchrun failed: node 0 waits this long for a lost node to explain it
+PROTOCOL = 2
 
 DEFAULTS = {
     "KGEN_MASTER_WAIT_TIMEOUT": 600.0,
@@ -58,7 +65,11 @@ DEFAULTS = {
     "KGEN_HEARTBEAT_INTERVAL": 1.0,
     "KGEN_HEARTBEAT_TIMEOUT": 5.0,
     "KGEN_MAX_RESTARTS": 0,
+    "KGEN_MAX_REFORMATIONS": 10,
+    "KGEN_REPLACEMENT_TIMEOUT": 300.0,
+    "KGEN_ON_SCRIPT_ERROR": "fail",
 }
+ON_SCRIPT_ERROR = ("fail", "reform")
 
 _TAG = "kgen"
 _T0 = time.monotonic()
@@ -73,11 +84,20 @@ def log(msg: str) -> None:
         pass
 
 
+class Stop(Exception):
+    """How this node's run ends: the exit code and the one-line reason logged last."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code, self.reason = code, reason
+
+
 def fatal(code: int, lines: list[str] | str) -> None:
-    for line in [lines] if isinstance(lines, str) else lines:
+    lines = [lines] if isinstance(lines, str) else lines
+    for line in lines:
         sys.stderr.write(f"kgen-entrypoint: error: {line}\n")
     sys.stderr.flush()
-    sys.exit(code)
+    raise Stop(code, "configuration error" if code == EXIT_CONFIG else lines[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,7 +118,9 @@ class Config:
         self.job_name = self.kind = self.run_id = ""
         self.restart_attempt = ""  # JobSet: label jobset.sigs.k8s.io/restart-attempt (KGEN_RESTART_ATTEMPT)
         self.master_wait = self.hb_interval = self.hb_timeout = 0.0
-        self.rdzv_timeout = self.max_restarts = 0
+        self.rdzv_timeout = self.max_restarts = self.max_reformations = 0
+        self.replacement_timeout = 0.0
+        self.on_script_error = "fail"
 
     @property
     def world_size(self) -> int:
@@ -120,7 +142,8 @@ class Config:
             f"master {self.master_addr}:{self.master_port}, liveness port {self.liveness_port}; "
             f"rendezvous static id={self.rdzv_id} timeout={self.rdzv_timeout}s; "
             f"master wait {self.master_wait:g}s; heartbeat every {self.hb_interval:g}s, "
-            f"peer lost after {self.hb_timeout:g}s of silence"
+            f"peer lost after {self.hb_timeout:g}s of silence; re-formations up to {self.max_reformations}, "
+            f"replacement wait {self.replacement_timeout:g}s, on script error: {self.on_script_error}"
         )
 
 
@@ -312,6 +335,31 @@ def load_config(env: dict) -> Config:
             f"(with static rendezvous, torch 2.13's restarted workers read stale peer addresses and "
             f"hang); set maxRestarts: 0 and let the Job's backoffLimit restart the whole group"
         )
+    cfg.max_reformations = _number(
+        env,
+        "KGEN_MAX_REFORMATIONS",
+        p,
+        int,
+        default=d["KGEN_MAX_REFORMATIONS"],
+        lo=0,
+        fix="how often the group may re-form after a lost node (values reform.maxReformations; 0 = off), e.g. 10",
+    )
+    cfg.replacement_timeout = _number(
+        env,
+        "KGEN_REPLACEMENT_TIMEOUT",
+        p,
+        float,
+        default=d["KGEN_REPLACEMENT_TIMEOUT"],
+        lo=1,
+        fix="seconds to wait for a lost node's replacement (values reform.replacementTimeout), e.g. 300",
+    )
+    ose = (env.get("KGEN_ON_SCRIPT_ERROR") or d["KGEN_ON_SCRIPT_ERROR"]).strip()
+    if ose not in ON_SCRIPT_ERROR:
+        p.append(
+            f"KGEN_ON_SCRIPT_ERROR={ose!r} is not 'fail' or 'reform': set values reform.onScriptError to "
+            f"fail (default: a training script's own error fails the run) or reform"
+        )
+    cfg.on_script_error = ose
     derive_rank(env, cfg.nnodes, cfg)
     return cfg
 
@@ -332,8 +380,27 @@ def set_child_subreaper() -> bool:
         return False
 
 
+_PROC_OURS: bool | None = None
+
+
+def proc_is_ours() -> bool:
+    """Is /proc this PID namespace's? (A sandbox without its own /proc mount shows the host's
+    processes; PIDs read there must never be signalled.)"""
+    global _PROC_OURS
+    if _PROC_OURS is None:
+        try:
+            _PROC_OURS = os.readlink("/proc/self") == str(os.getpid())
+        except OSError:
+            _PROC_OURS = False
+        if not _PROC_OURS:
+            log("/proc is not this PID namespace's: stopping torch by process group only")
+    return _PROC_OURS
+
+
 def descendants(root: int | None = None) -> list[int]:
-    """Live (non-zombie) processes below `root` (default: us), from /proc."""
+    """Live (non-zombie) processes below `root` (default: us), from /proc; [] when /proc is not ours."""
+    if not proc_is_ours():
+        return []
     root = os.getpid() if root is None else root
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
@@ -375,8 +442,8 @@ def signal_tree(sig: int, extra_pgid: int | None = None) -> int:
 class Child:
     """torchrun, started in its own session; reaped by us (we may be a subreaper or PID 1)."""
 
-    def __init__(self, argv: list[str]) -> None:
-        self.proc = subprocess.Popen(argv, start_new_session=True)
+    def __init__(self, argv: list[str], env: dict | None = None) -> None:
+        self.proc = subprocess.Popen(argv, start_new_session=True, env=env)
         self.pid = self.proc.pid
         self.rc: int | None = None
 
@@ -395,12 +462,12 @@ class Child:
 
     def kill_tree(self, grace: float, first: int = signal.SIGTERM) -> None:
         """Signal everything below us, wait up to `grace` seconds, then SIGKILL what is left."""
-        if signal_tree(first, self.pid if self.rc is None else None) == 0:
+        if signal_tree(first, self.pid if self.rc is None else None) == 0 and (proc_is_ours() or self.rc is not None):
             return
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             self.reap()
-            if not descendants():
+            if not descendants() and (proc_is_ours() or self.rc is not None):
                 return
             time.sleep(0.05)
         left = signal_tree(signal.SIGKILL, self.pid if self.rc is None else None)
@@ -431,6 +498,7 @@ class Conn:
         self.last_rx = self.last_tx = time.monotonic()
         self.closed = False
         self.rank: int | None = None
+        self.host = ""
         self.done = False
         self.since = time.monotonic()
 
@@ -495,14 +563,10 @@ def resolve(host: str, port: int) -> list[tuple]:
     return [info[4] for info in infos]
 
 
-class MasterUnreachable(Exception):
-    pass
-
-
 class Rejected(Exception):
-    def __init__(self, reason: str, fatal: bool) -> None:
+    def __init__(self, reason: str, code: int) -> None:
         super().__init__(reason)
-        self.fatal = fatal
+        self.code = code
 
 
 def handshake(cfg: Config, sock: socket.socket, hello: dict) -> tuple[dict, bytes]:
@@ -539,7 +603,8 @@ def connect_once(cfg: Config, hello: dict, timeout: float) -> tuple[socket.socke
         if answer.get("t") == "welcome":
             return sock, rest
         sock.close()
-        raise Rejected(str(answer.get("reason", answer)), bool(answer.get("fatal")))
+        code = answer.get("code", EXIT_CONFIG if answer.get("fatal") else 0)
+        raise Rejected(str(answer.get("reason", answer)), code if isinstance(code, int) else EXIT_CONFIG)
     raise last
 
 
@@ -579,30 +644,97 @@ class Signals:
         self.drain()
 
 
-def wait_for_master(cfg: Config, sigs: Signals) -> Conn:
-    """Active, bounded wait for node 0's entrypoint (DNS, then TCP, then a hello/welcome)."""
+# --------------------------------------------------------------------------------------------
+# Re-formation protocol (docs/entrypoint.md, "Re-formation")
+#
+# A node's states: joining -> training -> (a node is lost) -> re-forming -> training ... -> done |
+# failed. Node 0's entrypoint (the hub) numbers the generations: every node (re)joins with a
+# hello carrying the last generation it trained in; when all NNODES are there the hub sends
+# `start` with generation max(last)+1, so a replacement node 0 learns the count from the others.
+# Each generation is a new torch world: rendezvous id <base>-g<gen>, KGEN_RESTART_COUNT=<gen>.
+# --------------------------------------------------------------------------------------------
+
+MSG_HELLO = "hello"  # node -> node 0: rank, run id, NNODES, NPROC_PER_NODE, host, last generation (-1: fresh)
+MSG_WELCOME = "welcome"  # node 0 -> node: joined; wait for `start`
+MSG_REJECT = "reject"  # node 0 -> node: refused; code 0 = try again, 2 = configuration, 76 = dropped
+MSG_PROBE = "probe"  # --diagnose -> node 0: which nodes are there (answered with `status`)
+MSG_STATUS = "status"
+MSG_HB = "hb"  # heartbeat, both ways, from the supervising processes
+MSG_START = "start"  # node 0 -> nodes: every node is there; start torchrun for generation `gen`
+MSG_ABORT = "abort"  # node 0 -> nodes: a node was lost; stop torch, join again for the next generation
+MSG_END = "end"  # node 0 -> nodes: the run failed as a whole; stop torch, exit with `code` (`blame`: the node at fault)
+MSG_DONE = "done"  # either way: my torchrun finished successfully
+MSG_FAIL = "fail"  # node -> node 0: my torchrun exited non-zero (node 0 decides: lost node or script error)
+MSG_LEAVE = "leave"  # node -> node 0: I am going away (signal: pod deleted or stopped)
+
+REFORM = "reform"
+FAIL = "fail"
+
+
+def decide(cfg: Config, fault: str, gen: int) -> tuple[str, int, str]:
+    """What a fault in generation `gen` leads to: (REFORM, 0, "") or (FAIL, exit code, why).
+
+    fault: "lost" (a node died, was deleted, evicted, frozen or cut off) or "script" (a node's
+    torchrun exited non-zero while no node was lost: the training script's own error).
+    Not decided here: a group that never forms (4), a node that learns it was dropped (76)."""
+    if cfg.max_reformations == 0:  # re-formation off: fail-stop, the controller replaces the group
+        return FAIL, EXIT_PEER_LOST, "re-formation is off (KGEN_MAX_REFORMATIONS=0)"
+    if fault == "script" and cfg.on_script_error == "fail":
+        return FAIL, EXIT_RUN_FAILED, "a training script failed (KGEN_ON_SCRIPT_ERROR=fail)"
+    if gen + 1 > cfg.max_reformations:
+        return FAIL, EXIT_RUN_FAILED, f"re-formation limit reached (KGEN_MAX_REFORMATIONS={cfg.max_reformations})"
+    return REFORM, 0, ""
+
+
+def check_torch() -> None:
+    """An image without torch gets one clear line instead of torchrun's traceback."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        fatal(
+            EXIT_CONFIG,
+            f"torch is not installed for {sys.executable}: use an image with torch, or set values "
+            f"`python` to the interpreter that has it",
+        )
+
+
+def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
+    """Active, bounded wait for node 0's entrypoint (DNS, then TCP, then a hello/welcome).
+
+    `last` is the generation this node trained in (-1: never). Every attempt resolves the name
+    again (a replacement node 0 comes back with a new IP)."""
     hello = {
-        "t": "hello",
+        "t": MSG_HELLO,
         "v": PROTOCOL,
         "rank": cfg.node_rank,
         "id": cfg.rdzv_id,
         "nnodes": cfg.nnodes,
         "nproc": cfg.nproc,
         "host": os.environ.get("HOSTNAME") or socket.gethostname(),
+        "last": last,
     }
+    if last < 0:
+        bound, bound_name = cfg.master_wait, "KGEN_MASTER_WAIT_TIMEOUT"
+    else:
+        bound, bound_name = cfg.replacement_timeout, "KGEN_REPLACEMENT_TIMEOUT"
     start = time.monotonic()
-    deadline = start + cfg.master_wait
+    deadline = start + bound
     next_progress = start + PROGRESS_EVERY
     backoff = BACKOFF_FIRST
     attempts = 0
     state = "not tried"
     target = f"{cfg.master_addr}:{cfg.liveness_port}"
-    log(f"waiting for node 0 at {target} (liveness port; bound {cfg.master_wait:g}s)")
+    log(f"waiting for node 0 at {target} (liveness port; bound {bound_name}={bound:g}s)")
     while True:
         if sigs.pending:
             sig = sigs.pending[0]
-            log(f"received {signal.Signals(sig).name} while waiting for node 0: exiting")
-            sys.exit(128 + sig)
+            name = signal.Signals(sig).name
+            log(f"received {name} while waiting for node 0: exiting")
+            raise Stop(128 + sig, f"signal {name}")
         attempts += 1
         now = time.monotonic()
         try:
@@ -614,9 +746,12 @@ def wait_for_master(cfg: Config, sigs: Signals) -> Conn:
         except socket.gaierror as exc:
             state = f"DNS: {cfg.master_addr!r} does not resolve ({exc.strerror or exc})"
         except Rejected as exc:
-            if exc.fatal:
-                fatal(EXIT_CONFIG, f"node 0 refused this node: {exc}")
-            state = f"node 0 answered but is not ready for this run: {exc}"
+            if exc.code == EXIT_DROPPED:
+                log(f"node 0 says: {exc}")
+                raise Stop(EXIT_DROPPED, f"dropped from the group ({exc})") from None
+            if exc.code:
+                fatal(exc.code, f"node 0 refused this node: {exc}")
+            state = f"node 0 answered but is not ready for this node: {exc}"
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             state = f"port: {target} resolved but not accepting ({reason})"
@@ -624,7 +759,7 @@ def wait_for_master(cfg: Config, sigs: Signals) -> Conn:
         if now >= deadline:
             break
         if now >= next_progress:
-            log(f"still waiting for node 0 ({now - start:.0f}s of {cfg.master_wait:g}s): {state}")
+            log(f"still waiting for node 0 ({now - start:.0f}s of {bound:g}s): {state}")
             next_progress = now + PROGRESS_EVERY
         delay = min(backoff, BACKOFF_MAX) * random.uniform(0.5, 1.0)
         backoff *= 2
@@ -641,30 +776,32 @@ def wait_for_master(cfg: Config, sigs: Signals) -> Conn:
             "entrypoint (kubectl logs <name>-0), is KGEN_LIVENESS_PORT the same on every pod, does "
             "a NetworkPolicy block it?"
         )
+    what = "not reachable" if last < 0 else f"not back (after generation {last})"
     fatal(
         EXIT_MASTER_UNREACHABLE,
-        f"node 0 not reachable within KGEN_MASTER_WAIT_TIMEOUT={cfg.master_wait:g}s after "
-        f"{attempts} attempts; last: {state}; {hint}",
+        f"node 0 {what} within {bound_name}={bound:g}s after {attempts} attempts; last: {state}; {hint}",
     )
     raise AssertionError  # unreachable
 
 
 class Hub:
-    """Node 0's side: accepts every other node, watches them, tells them to stop."""
+    """Node 0's side: accepts every other node, numbers the generations, watches the nodes."""
 
     def __init__(self, cfg: Config, sel: selectors.BaseSelector) -> None:
         self.cfg, self.sel = cfg, sel
         self.listeners: list[socket.socket] = []
         self.pending: list[Conn] = []
         self.peers: dict[int, Conn] = {}
+        self.lasts: dict[int, int] = {}
+        self.dropped: dict[int, tuple[int, str]] = {}  # rank -> (generation, why)
         self.expected = set(range(1, cfg.nnodes))
-        self.started = time.monotonic()
-        self.all_joined_at: float | None = None
-        self.aborting = False
-        self.own_done = False
+        self.gen = -1
+        self.state = "joining"  # joining | training | finishing
+        self.form_started = time.monotonic()
+        self.why_forming = ""
         self.last_beat = 0.0
         self.lost: str | None = None
-        self.lost_code = EXIT_PEER_LOST
+        self.script_fail: tuple[int, int, float] | None = None  # (rank, rc, when)
 
     def listen(self) -> None:
         errors = []
@@ -717,79 +854,109 @@ class Hub:
         conn: Conn = obj
         msgs = conn.read()
         if msgs is None:
-            self._drop(conn)
-            if conn.rank is not None and not conn.done and not self.aborting:
-                self.lose(
-                    f"node {conn.rank} closed its liveness connection (pod died, was "
-                    f"deleted or its entrypoint was killed)"
-                )
+            self._gone(conn, "closed its liveness connection (pod died, was deleted or its entrypoint was killed)")
             return
         for msg in msgs:
             self._message(conn, msg)
 
+    def _gone(self, conn: Conn, what: str) -> None:
+        """A joined node's connection ended (closed, reset or silent)."""
+        self._drop(conn)
+        rank = conn.rank
+        if rank is None or self.peers.get(rank) is not conn:
+            return
+        del self.peers[rank]
+        self.lasts.pop(rank, None)
+        if conn.done:
+            return
+        if self.state == "joining":
+            log(f"node {rank} {what} while the group was forming: waiting for it again")
+        else:
+            self.lose(rank, f"node {rank} {what}")
+
     def _message(self, conn: Conn, msg: dict) -> None:
         t = msg.get("t")
         if conn.rank is None:
-            if t == "probe":
+            if t == MSG_PROBE:
                 conn.send(
-                    {"t": "status", "joined": sorted(self.peers), "nnodes": self.cfg.nnodes, "id": self.cfg.rdzv_id}
+                    {"t": MSG_STATUS, "joined": sorted(self.peers), "nnodes": self.cfg.nnodes, "id": self.cfg.rdzv_id}
                 )
                 conn.flush(0.5)
                 self._drop(conn)
-                return
-            if t != "hello":
+            elif t == MSG_HELLO:
+                self._hello(conn, msg)
+            else:
                 self._drop(conn)
-                return
-            self._hello(conn, msg)
             return
-        if t == "done":
+        if t == MSG_DONE:
             conn.done = True
             log(f"node {conn.rank} finished successfully")
-        elif t == "fail":
-            conn.done = True
-            if not self.aborting:
-                self.lose(f"node {conn.rank} failed: {msg.get('reason', 'unknown')}")
+        elif t == MSG_FAIL:
+            log(f"node {conn.rank}'s torchrun exited with code {msg.get('rc')}")
+            self.script_failed(conn.rank, int(msg.get("rc") or 1))
+        elif t == MSG_LEAVE:
+            reason = msg.get("reason", "unknown")
+            self._gone(conn, f"left: {reason}")
 
-    def _reject(self, conn: Conn, reason: str, fatal_: bool) -> None:
-        conn.send({"t": "reject", "reason": reason, "fatal": fatal_})
+    def _reject(self, conn: Conn, msg: dict, reason: str, code: int) -> None:
+        log(f"refused node {msg.get('rank')!r} (host {msg.get('host')}): {reason}")
+        conn.send({"t": MSG_REJECT, "reason": reason, "fatal": code == EXIT_CONFIG, "code": code})
         conn.flush(0.5)
         self._drop(conn)
 
     def _hello(self, conn: Conn, msg: dict) -> None:
-        rank = msg.get("rank")
+        rank, last = msg.get("rank"), msg.get("last", -1)
         cfg = self.cfg
-        if self.aborting or self.own_done:
-            return self._reject(conn, "node 0 is shutting down this run", False)
+        if not isinstance(last, int):
+            last = -1
+        if self.state == "finishing":
+            return self._reject(conn, msg, "node 0 has finished this run", 0)
         if msg.get("id") != cfg.rdzv_id:
             return self._reject(
                 conn,
+                msg,
                 f"rendezvous id {msg.get('id')!r} differs from node 0's {cfg.rdzv_id!r} (pods of two different runs?)",
-                False,
+                0,
             )
         if msg.get("nnodes") != cfg.nnodes or msg.get("nproc") != cfg.nproc:
             return self._reject(
                 conn,
-                f"NNODES/NPROC_PER_NODE {msg.get('nnodes')}/{msg.get('nproc')} differ from "
-                f"node 0's {cfg.nnodes}/{cfg.nproc}: render every pod from the same manifest",
-                True,
+                msg,
+                f"NNODES {msg.get('nnodes')} vs {cfg.nnodes} / NPROC_PER_NODE {msg.get('nproc')} vs {cfg.nproc} "
+                f"(that node vs node 0): render every pod from the same manifest",
+                EXIT_CONFIG,
             )
         if not isinstance(rank, int) or rank not in self.expected:
-            return self._reject(conn, f"node rank {rank!r} is not in 1..{cfg.nnodes - 1}", True)
+            return self._reject(conn, msg, f"node rank {rank!r} is not in 1..{cfg.nnodes - 1}", EXIT_CONFIG)
+        if rank in self.dropped and 0 <= last <= self.dropped[rank][0]:
+            gen, why = self.dropped[rank]
+            return self._reject(
+                conn,
+                msg,
+                f"node {rank} was dropped from generation {gen} ({why}) and the group has moved on: this "
+                f"process is stale; exit {EXIT_DROPPED} so that the pod is replaced",
+                EXIT_DROPPED,
+            )
         if rank in self.peers:
             return self._reject(
                 conn,
-                f"node rank {rank} already joined from {msg.get('host')}: two pods derived the same node rank",
-                True,
+                msg,
+                f"node rank {rank} already joined from {self.peers[rank].host}: two pods derived the same node rank",
+                EXIT_CONFIG,
             )
+        if self.state != "joining":
+            return self._reject(conn, msg, f"node 0 is training generation {self.gen}; try again", 0)
         self.pending.remove(conn)
-        conn.rank = rank
+        conn.rank, conn.host = rank, msg.get("host")
         self.peers[rank] = conn
-        conn.send({"t": "welcome", "v": PROTOCOL, "hb": cfg.hb_interval})
-        joined = len(self.peers)
-        log(f"node {rank} joined the liveness channel ({joined}/{cfg.nnodes - 1} peers, host {msg.get('host')})")
-        if joined == len(self.expected):
-            self.all_joined_at = time.monotonic()
-            log(f"all {cfg.nnodes} nodes connected after {self.all_joined_at - self.started:.1f}s")
+        self.lasts[rank] = last
+        if last < 0:
+            self.dropped.pop(rank, None)
+        conn.send({"t": MSG_WELCOME, "v": PROTOCOL, "hb": cfg.hb_interval})
+        log(
+            f"node {rank} joined the liveness channel ({len(self.peers)}/{cfg.nnodes - 1} peers, host "
+            f"{msg.get('host')}, last generation {last})"
+        )
 
     def _drop(self, conn: Conn) -> None:
         try:
@@ -800,77 +967,124 @@ class Hub:
             self.pending.remove(conn)
         conn.close()
 
-    def lose(self, reason: str, code: int = EXIT_PEER_LOST) -> None:
+    def lose(self, rank: int | None, reason: str) -> None:
+        if self.state == "training" and rank is not None:
+            self.dropped[rank] = (self.gen, reason)
         if self.lost is None:
             self.lost = reason
-            self.lost_code = code
+
+    def script_failed(self, rank: int, rc: int) -> None:
+        if self.script_fail is None:
+            self.script_fail = (rank, rc, time.monotonic())
+
+    # -- forming a generation -------------------------------------------------------------
+    @property
+    def first_formation(self) -> bool:
+        return self.gen < 0 and all(last < 0 for last in self.lasts.values())
+
+    def complete(self) -> bool:
+        return set(self.peers) == self.expected
+
+    def form_deadline_passed(self, now: float) -> str | None:
+        """The reason the group cannot form, once the bound for (re)forming has passed."""
+        cfg = self.cfg
+        missing = sorted(self.expected - set(self.peers))
+        if self.first_formation:
+            if now - self.form_started <= cfg.rdzv_timeout:
+                return None
+            return (
+                f"node rank(s) {missing} did not connect within KGEN_RDZV_TIMEOUT={cfg.rdzv_timeout}s: are "
+                f"those pods scheduled and running (kubectl get pods -o wide; kubectl describe pod)?"
+            )
+        if now - self.form_started <= cfg.replacement_timeout:
+            return None
+        why = f" after {self.why_forming}" if self.why_forming else ""
+        return (
+            f"re-forming{why}: node rank(s) {missing} did not come back within KGEN_REPLACEMENT_TIMEOUT="
+            f"{cfg.replacement_timeout:g}s (a frozen or partitioned pod keeps its index, so the Job "
+            f"controller creates no replacement until it is evicted or exits)"
+        )
+
+    def next_generation(self) -> int:
+        return max([self.gen, *self.lasts.values()]) + 1
+
+    def start(self, gen: int) -> None:
+        self.gen = gen
+        self.state = "training"
+        self.lost = None
+        self.script_fail = None
+        for conn in self.peers.values():
+            conn.done = False
+            conn.send({"t": MSG_START, "gen": gen})
+
+    def abort(self, reason: str) -> None:
+        """A node was lost: tell the others to stop torch and join again; form the next generation."""
+        for conn in self.peers.values():
+            conn.send({"t": MSG_ABORT, "gen": self.gen, "reason": reason})
+        self._close_peers()
+        self.state = "joining"
+        self.form_started = time.monotonic()
+        self.why_forming = f"generation {self.gen}: {reason}"
+
+    def end(self, code: int, reason: str, blame: int | None = None) -> None:
+        """The run failed as a whole: every node exits with `code` (the node to blame: its own)."""
+        for conn in self.peers.values():
+            if not conn.done:
+                conn.send({"t": MSG_END, "code": code, "reason": reason, "blame": blame})
+        self._close_peers()
+        self.close_listeners()
+
+    def _close_peers(self) -> None:
+        for conn in list(self.peers.values()) + list(self.pending):
+            conn.flush(0.2)
+            self._drop(conn)
+        self.peers.clear()
+        self.lasts.clear()
 
     def tick(self, now: float) -> None:
         cfg = self.cfg
         if now - self.last_beat >= cfg.hb_interval:
             self.last_beat = now
             for conn in list(self.peers.values()):
-                if not conn.closed:
-                    conn.send({"t": "hb"})
+                conn.send({"t": MSG_HB})
         else:
             for conn in self.peers.values():
                 conn.flush()
         for conn in list(self.pending):
             if now - conn.since > HANDSHAKE_TIMEOUT:
                 self._drop(conn)
-        if self.aborting:
-            return
-        for rank, conn in sorted(self.peers.items()):
-            if not conn.done and not conn.closed and now - conn.last_rx > cfg.hb_timeout:
-                self.lose(
-                    f"node {rank} silent for {now - conn.last_rx:.1f}s (> "
-                    f"KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): frozen or cut off"
+        for _, conn in sorted(self.peers.items()):
+            if not conn.done and now - conn.last_rx > cfg.hb_timeout:
+                self._gone(
+                    conn,
+                    f"silent for {now - conn.last_rx:.1f}s (> KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): "
+                    f"frozen or cut off",
                 )
-                return
-        if self.all_joined_at is None and now - self.started > cfg.rdzv_timeout:
-            missing = sorted(self.expected - set(self.peers))
-            self.lose(
-                f"node rank(s) {missing} did not connect within KGEN_RDZV_TIMEOUT="
-                f"{cfg.rdzv_timeout}s: are those pods scheduled and running "
-                f"(kubectl get pods -o wide; kubectl describe pod)?",
-                EXIT_PEERS_MISSING,
-            )
-
-    def abort_all(self, reason: str) -> None:
-        self.aborting = True
-        self.close_listeners()
-        for conn in self.peers.values():
-            if not conn.done:
-                conn.send({"t": "abort", "reason": reason})
-        for conn in self.peers.values():
-            conn.flush(0.2)
 
     def finish(self) -> None:
         """Own torchrun succeeded: tell the others; keep watching until they are done."""
-        self.own_done = True
+        self.state = "finishing"
         self.close_listeners()
         for conn in self.peers.values():
-            conn.send({"t": "done"})
+            conn.send({"t": MSG_DONE})
 
     def all_done(self) -> bool:
         return all(conn.done or conn.closed for conn in self.peers.values())
 
     def close(self) -> None:
-        for conn in list(self.peers.values()) + list(self.pending):
-            conn.flush(0.2)
-            self._drop(conn)
+        self._close_peers()
         self.close_listeners()
 
 
 class Spoke:
-    """Every other node's side: one connection to node 0."""
+    """Every other node's side: one connection to node 0 per generation."""
 
     def __init__(self, cfg: Config, sel: selectors.BaseSelector, conn: Conn) -> None:
         self.cfg, self.sel, self.conn = cfg, sel, conn
         self.master_done = False
-        self.lost: str | None = None
-        self.lost_code = EXIT_PEER_LOST
-        self.aborting = False
+        self.start_gen: int | None = None
+        # what node 0 (or its loss) decided: ("abort", reason) | ("end", code, blame, reason) | ("lost", reason)
+        self.verdict: tuple | None = None
         sel.register(conn.sock, selectors.EVENT_READ, ("conn", conn))
         if b"\n" in conn.inbuf:
             self._handle(conn.read_buffered())
@@ -878,10 +1092,14 @@ class Spoke:
     def on_event(self, data) -> None:
         msgs = self.conn.read()
         if msgs is None:
-            self._unregister()
+            self.close()
             if not self.master_done:
-                self.lose(
-                    "the liveness connection to node 0 closed (node 0 died, was deleted or its entrypoint was killed)"
+                self._set(
+                    (
+                        "lost",
+                        "the liveness connection to node 0 closed (node 0 died, was deleted or its entrypoint "
+                        "was killed)",
+                    )
                 )
             return
         self._handle(msgs)
@@ -889,45 +1107,51 @@ class Spoke:
     def _handle(self, msgs: list[dict]) -> None:
         for msg in msgs:
             t = msg.get("t")
-            if t == "abort":
-                self.lose(f"node 0 stopped the job: {msg.get('reason', 'unknown')}")
-            elif t == "done":
+            if t == MSG_START:
+                self.start_gen = int(msg.get("gen", 0))
+            elif t == MSG_ABORT:
+                self._set(("abort", msg.get("reason", "unknown")))
+            elif t == MSG_END:
+                code = int(msg.get("code", EXIT_RUN_FAILED))
+                self._set(("end", code, msg.get("blame"), msg.get("reason", "unknown")))
+            elif t == MSG_DONE:
                 self.master_done = True
                 log("node 0 finished successfully")
 
-    def _unregister(self) -> None:
+    def _set(self, verdict: tuple) -> None:
+        if self.verdict is None:
+            self.verdict = verdict
+
+    def close(self) -> None:
         try:
             self.sel.unregister(self.conn.sock)
         except (KeyError, ValueError):
             pass
         self.conn.close()
 
-    def lose(self, reason: str, code: int = EXIT_PEER_LOST) -> None:
-        if self.lost is None:
-            self.lost = reason
-            self.lost_code = code
-
     def tick(self, now: float) -> None:
         conn = self.conn
         if conn.closed:
             return
         if now - conn.last_tx >= self.cfg.hb_interval:
-            conn.send({"t": "hb"})
+            conn.send({"t": MSG_HB})
         else:
             conn.flush()
         if not self.master_done and now - conn.last_rx > self.cfg.hb_timeout:
-            self.lose(
-                f"node 0 silent for {now - conn.last_rx:.1f}s (> KGEN_HEARTBEAT_TIMEOUT="
-                f"{self.cfg.hb_timeout:g}s): frozen or cut off"
+            self.close()
+            self._set(
+                (
+                    "lost",
+                    f"node 0 silent for {now - conn.last_rx:.1f}s (> KGEN_HEARTBEAT_TIMEOUT="
+                    f"{self.cfg.hb_timeout:g}s): frozen or cut off",
+                )
             )
 
-    def report(self, rc: int, reason: str) -> None:
-        self.conn.send({"t": "done"} if rc == 0 else {"t": "fail", "rc": rc, "reason": reason})
+    def send(self, msg: dict, then_close: bool = False) -> None:
+        self.conn.send(msg)
         self.conn.flush(1.0)
-        self._unregister()
-
-    def abort_all(self, reason: str) -> None:
-        self.report(EXIT_PEER_LOST, reason)
+        if then_close:
+            self.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -935,7 +1159,7 @@ class Spoke:
 # --------------------------------------------------------------------------------------------
 
 
-def torchrun_argv(cfg: Config, command: list[str]) -> list[str]:
+def torchrun_argv(cfg: Config, command: list[str], gen: int = 0) -> list[str]:
     argv = [
         sys.executable,
         "-m",
@@ -946,7 +1170,7 @@ def torchrun_argv(cfg: Config, command: list[str]) -> list[str]:
         f"--master-addr={cfg.master_addr}",
         f"--master-port={cfg.master_port}",
         f"--node-rank={cfg.node_rank}",
-        f"--rdzv-id={cfg.rdzv_id}",
+        f"--rdzv-id={cfg.rdzv_id}-g{gen}",
         f"--rdzv-conf=timeout={cfg.rdzv_timeout}",
         "--max-restarts=0",
         "--monitor-interval=0.1",
@@ -981,112 +1205,266 @@ def check_command(command: list[str]) -> None:
         )
 
 
+def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
+    argv = torchrun_argv(cfg, command, gen)
+    env = dict(os.environ, KGEN_RESTART_COUNT=str(gen), KGEN_RDZV_ID=f"{cfg.rdzv_id}-g{gen}")
+    log(f"generation {gen}: starting: " + " ".join(argv[1:]))
+    try:
+        return Child(argv, env)
+    except OSError as exc:
+        fatal(EXIT_CONFIG, f"cannot start torchrun with {sys.executable}: {exc}")
+        raise AssertionError from exc  # unreachable
+
+
+def poll(sel: selectors.BaseSelector, sigs: Signals, link, timeout: float = 0.1) -> None:
+    """One turn of the event loop: wait up to `timeout` for messages or signals and handle them."""
+    for key, _ in sel.select(timeout=timeout):
+        if key.data[0] == "signal":
+            sigs.drain()
+        elif link is not None:
+            link.on_event(key.data)
+
+
+def excuse_own_absence(conns, took: float, cfg: Config) -> None:
+    """This process was not running for `took` seconds (stopped, starved): that silence is ours,
+    not the peers'; do not count it against them. (Whether they dropped us, node 0 tells.)"""
+    if took > 2 * cfg.hb_interval:
+        for conn in conns:
+            conn.last_rx += took
+
+
+def stop_after_signal(sigs: Signals, child: Child | None, sig: int) -> Stop:
+    """Forward `sig` to torchrun, give it SIGNAL_GRACE, then kill what is left."""
+    name = signal.Signals(sig).name
+    log(f"received {name}: stopping torchrun (SIGKILL after {SIGNAL_GRACE:g}s)")
+    if child is not None and child.rc is None:
+        try:
+            os.killpg(child.pid, sig)
+        except OSError:
+            pass
+        deadline = time.monotonic() + SIGNAL_GRACE
+        while child.rc is None and time.monotonic() < deadline:
+            if sigs.pending:
+                log(f"received {signal.Signals(sigs.pending.pop(0)).name} again: killing the local process tree now")
+                break
+            sigs.sleep(0.05)
+            child.reap()
+        finished = child.rc is not None
+        child.kill_tree(2.0 if finished else 0.0, signal.SIGTERM if finished else signal.SIGKILL)
+        log(f"stopped after {name} (torchrun exit code {child.rc})")
+    return Stop(128 + sig, f"signal {name}")
+
+
+def hold_if_statefulset(cfg: Config, sigs: Signals) -> None:
+    """StatefulSet pods restart on exit 0 (restartPolicy Always): after a successful run, idle."""
+    if cfg.kind != "statefulset":
+        return
+    log("run succeeded; holding idle so restartPolicy Always does not retrain; kgen stop NAME to remove")
+    while not sigs.pending:
+        sigs.sleep(3600)
+
+
+def run_single(cfg: Config, command: list[str], sigs: Signals) -> Stop:
+    child = start_torchrun(cfg, command, 0)
+    while child.rc is None:
+        if sigs.pending:
+            return stop_after_signal(sigs, child, sigs.pending.pop(0))
+        sigs.sleep(0.1)
+        child.reap()
+    child.kill_tree(2.0)
+    if child.rc:
+        return Stop(child.rc, f"torch failed with code {child.rc}")
+    hold_if_statefulset(cfg, sigs)
+    return Stop(0, "succeeded")
+
+
+def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseSelector) -> Stop:
+    hub = Hub(cfg, sel)
+    hub.listen()
+    log(
+        f"liveness channel listening on port {cfg.liveness_port}; waiting for "
+        f"{cfg.nnodes - 1} node(s), bound KGEN_RDZV_TIMEOUT={cfg.rdzv_timeout}s"
+    )
+    while True:
+        # joining / re-forming: every node must (re)join with a hello
+        while not hub.complete():
+            poll(sel, sigs, hub)
+            if sigs.pending:
+                hub.close()
+                return stop_after_signal(sigs, None, sigs.pending.pop(0))
+            now = time.monotonic()
+            hub.tick(now)
+            reason = hub.form_deadline_passed(now)
+            if reason is not None:
+                log(f"FAIL-STOP: {reason}")
+                hub.end(EXIT_PEERS_MISSING if cfg.max_reformations else EXIT_PEER_LOST, reason)
+                return Stop(EXIT_PEERS_MISSING, f"group could not form: {reason}")
+        gen = hub.next_generation()
+        if gen > 0 and gen > cfg.max_reformations:
+            reason = f"re-formation limit reached (KGEN_MAX_REFORMATIONS={cfg.max_reformations}): {hub.why_forming}"
+            hub.end(EXIT_RUN_FAILED, reason)
+            return Stop(EXIT_RUN_FAILED, reason)
+        formed = time.monotonic() - hub.form_started
+        log(f"all {cfg.nnodes} nodes connected after {formed:.1f}s: generation {gen}")
+        hub.start(gen)
+        child = start_torchrun(cfg, command, gen)
+        own_rc: int | None = None
+        now = time.monotonic()
+        while True:
+            before = now
+            poll(sel, sigs, hub)
+            child.reap()
+            now = time.monotonic()
+            took = now - before  # one turn of this loop (normally <= 0.1 s)
+            if took > cfg.hb_timeout - cfg.hb_interval:  # the others have (almost surely) dropped us
+                reason = (
+                    f"this node was frozen for {took:.1f}s (about KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): the "
+                    f"others have dropped it"
+                )
+                log(f"FAIL-STOP: {reason}")
+                hub.close()
+                child.kill_tree(ABORT_GRACE)
+                return Stop(EXIT_DROPPED, f"dropped from the group ({reason})")
+            excuse_own_absence(hub.peers.values(), took, cfg)
+            if sigs.pending:
+                sig = sigs.pending[0]
+                reason = f"node 0 received {signal.Signals(sig).name} (pod deleted or stopped)"
+                verdict, code, _ = decide(cfg, "lost", hub.gen)
+                if hub.state == "training":
+                    hub.abort(reason) if verdict == REFORM else hub.end(code, reason)
+                hub.close()
+                return stop_after_signal(sigs, child, sigs.pending.pop(0))
+            if child.rc is not None and own_rc is None:
+                own_rc = child.rc
+                if own_rc == 0:
+                    child.kill_tree(2.0)
+                    log("torchrun finished successfully; waiting for the other nodes to finish")
+                    hub.finish()
+                else:
+                    log(f"torchrun exited with code {own_rc}")
+                    hub.script_failed(0, own_rc)
+            hub.tick(now)
+            if hub.state == "finishing":
+                if hub.lost is not None:
+                    log(f"{hub.lost}; this node had already finished successfully")
+                    hub.close()
+                    hold_if_statefulset(cfg, sigs)
+                    return Stop(0, "succeeded")
+                if hub.all_done():
+                    hub.close()
+                    log("all nodes finished")
+                    hold_if_statefulset(cfg, sigs)
+                    return Stop(0, "succeeded")
+                continue
+            fault, blame = None, None
+            if hub.lost is not None:
+                fault, reason, what = "lost", hub.lost, "peer lost"
+            elif hub.script_fail is not None and now - hub.script_fail[2] >= FAIL_VERDICT_WAIT:
+                blame, rc, _ = hub.script_fail
+                fault, reason, what = "script", f"node {blame}'s torchrun exited with code {rc}", "script failed"
+            if fault is None:
+                continue
+            verdict, code, why = decide(cfg, fault, hub.gen)
+            if verdict == REFORM:
+                log(f"{what}: {reason}; stopping torch and re-forming (generation {hub.gen + 1})")
+                hub.abort(reason)
+                child.kill_tree(ABORT_GRACE)
+                break
+            if code == EXIT_RUN_FAILED and fault == "lost":
+                reason = f"{why}: {reason}"
+            log(f"FAIL-STOP: {reason}")
+            hub.end(code, reason, blame)
+            child.kill_tree(ABORT_GRACE)
+            if own_rc and blame == 0:
+                return Stop(own_rc, f"torch failed with code {own_rc}")
+            return Stop(code, f"{what} ({reason})")
+
+
+def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseSelector) -> Stop:
+    last = -1
+    while True:
+        spoke = Spoke(cfg, sel, wait_for_master(cfg, sigs, last))
+        while spoke.start_gen is None and spoke.verdict is None:
+            poll(sel, sigs, spoke)
+            if sigs.pending:
+                spoke.send({"t": MSG_LEAVE, "reason": f"received {signal.Signals(sigs.pending[0]).name}"}, True)
+                return stop_after_signal(sigs, None, sigs.pending.pop(0))
+            spoke.tick(time.monotonic())
+        if spoke.start_gen is None:
+            verdict = spoke.verdict
+            spoke.close()
+            if verdict[0] == "end":
+                log(f"FAIL-STOP: node 0 ended the run: {verdict[-1]}")
+                return Stop(verdict[1], f"node 0 ended the run ({verdict[-1]})")
+            log(f"node 0 lost while waiting to start ({verdict[-1]}): joining again")
+            continue
+        gen = spoke.start_gen
+        child = start_torchrun(cfg, command, gen)
+        own_rc: int | None = None
+        now = time.monotonic()
+        while True:
+            before = now
+            poll(sel, sigs, spoke)
+            child.reap()
+            now = time.monotonic()
+            excuse_own_absence([spoke.conn], now - before, cfg)
+            if sigs.pending:
+                sig = sigs.pending[0]
+                spoke.send(
+                    {"t": MSG_LEAVE, "reason": f"received {signal.Signals(sig).name} (pod deleted or stopped)"}, True
+                )
+                return stop_after_signal(sigs, child, sigs.pending.pop(0))
+            if child.rc is not None and own_rc is None:
+                own_rc = child.rc
+                if own_rc == 0:
+                    child.kill_tree(2.0)
+                    log("torchrun finished successfully")
+                    spoke.send({"t": MSG_DONE}, True)
+                    hold_if_statefulset(cfg, sigs)
+                    return Stop(0, "succeeded")
+                log(f"torchrun exited with code {own_rc}; node 0 decides: a lost node (re-form) or a script error")
+                spoke.send({"t": MSG_FAIL, "rc": own_rc})
+            spoke.tick(time.monotonic())
+            if spoke.verdict is None:
+                continue
+            kind = spoke.verdict[0]
+            reason = spoke.verdict[-1]
+            spoke.close()
+            if kind == "end":
+                log(f"FAIL-STOP: node 0 ended the run: {reason}")
+                child.kill_tree(ABORT_GRACE)
+                if own_rc and spoke.verdict[2] == cfg.node_rank:
+                    return Stop(own_rc, f"torch failed with code {own_rc}")
+                return Stop(spoke.verdict[1], f"node 0 ended the run ({reason})")
+            if kind == "lost":
+                verdict, code, why = decide(cfg, "lost", gen)
+                if verdict != REFORM:
+                    log(f"FAIL-STOP: {reason}")
+                    child.kill_tree(ABORT_GRACE)
+                    what = "peer lost" if code == EXIT_PEER_LOST else why
+                    return Stop(code, f"{what} (node 0: {reason})")
+                reason = f"node 0 lost: {reason}"
+            log(f"re-forming: {reason}; stopping torch (generation {gen})")
+            child.kill_tree(ABORT_GRACE)
+            last = gen
+            break
+
+
 def run(cfg: Config, command: list[str]) -> int:
-    """Wait for node 0 (non-masters), start torchrun, supervise it and the liveness channel."""
+    """Wait for node 0 (non-masters), start torchrun, supervise it and the liveness channel.
+    Ends by raising Stop (exit code and reason), which main() turns into the last log line."""
     sigs = Signals()
     sel = selectors.DefaultSelector()
     sel.register(sigs.rfd, selectors.EVENT_READ, ("signal", None))
-    link: Hub | Spoke | None = None
-    if cfg.nnodes > 1:
-        if cfg.is_master:
-            link = Hub(cfg, sel)
-            link.listen()
-            log(
-                f"liveness channel listening on port {cfg.liveness_port}; waiting for "
-                f"{cfg.nnodes - 1} node(s), bound KGEN_RDZV_TIMEOUT={cfg.rdzv_timeout}s"
-            )
-        else:
-            link = Spoke(cfg, sel, wait_for_master(cfg, sigs))
     set_child_subreaper()
-    argv = torchrun_argv(cfg, command)
-    log("starting: " + " ".join(argv[1:]))
-    try:
-        child = Child(argv)
-    except OSError as exc:
-        if link is not None:
-            link.abort_all(f"node {cfg.node_rank} could not start torchrun: {exc}")
-        fatal(EXIT_CONFIG, f"cannot start torchrun with {sys.executable}: {exc}")
-    got_signal: int | None = None
-    signal_deadline = 0.0
-    lingering = False
-    while True:
-        for key, _ in sel.select(timeout=0.1):
-            kind = key.data[0]
-            if kind == "signal":
-                sigs.drain()
-            elif link is not None:
-                link.on_event(key.data)
-        child.reap()
-        now = time.monotonic()
-        # 1. signals from outside (pod deletion, Ctrl+C)
-        while sigs.pending:
-            sig = sigs.pending.pop(0)
-            name = signal.Signals(sig).name
-            if got_signal is None:
-                got_signal = sig
-                signal_deadline = now + SIGNAL_GRACE
-                log(f"received {name}: stopping torchrun (SIGKILL after {SIGNAL_GRACE:g}s)")
-                if link is not None and not lingering:
-                    link.abort_all(f"node {cfg.node_rank} received {name} (pod deleted or stopped)")
-                if child.rc is None:
-                    try:
-                        os.killpg(child.pid, sig)
-                    except OSError:
-                        pass
-            else:
-                log(f"received {name} again: killing the local process tree now")
-                signal_deadline = now
-        if got_signal is not None:
-            if child.rc is not None or now >= signal_deadline:
-                child.kill_tree(
-                    0.0 if now >= signal_deadline else 2.0, signal.SIGKILL if now >= signal_deadline else signal.SIGTERM
-                )
-                if link is not None:
-                    link.close() if isinstance(link, Hub) else None
-                log(f"stopped after {signal.Signals(got_signal).name} (torchrun exit code {child.rc})")
-                return 128 + got_signal
-            continue
-        # 2. own torchrun finished
-        if child.rc is not None and not lingering:
-            rc = child.rc
-            child.kill_tree(2.0)
-            if rc != 0:
-                log(f"torchrun exited with code {rc}")
-                if link is not None:
-                    link.abort_all(f"node {cfg.node_rank}'s torchrun exited with code {rc}")
-                    if isinstance(link, Hub):
-                        link.close()
-                return rc
-            log("torchrun finished successfully")
-            if link is None:
-                return 0
-            if isinstance(link, Spoke):
-                link.report(0, "")
-                return 0
-            link.finish()
-            lingering = True
-            log("waiting for the other nodes to finish")
-        # 3. liveness
-        if link is not None:
-            link.tick(now)
-            if link.lost is not None:
-                reason = link.lost
-                log(f"FAIL-STOP: {reason}")
-                if lingering:
-                    link.abort_all(reason)
-                    link.close()
-                    log("this node had already finished successfully: exit 0")
-                    return 0
-                link.abort_all(reason)
-                child.kill_tree(ABORT_GRACE)
-                if isinstance(link, Hub):
-                    link.close()
-                log(f"local process tree stopped; exit {link.lost_code}")
-                return link.lost_code
-            if lingering and link.all_done():
-                link.close()
-                log("all nodes finished")
-                return 0
+    check_torch()
+    if cfg.nnodes == 1:
+        stop = run_single(cfg, command, sigs)
+    elif cfg.is_master:
+        stop = run_hub(cfg, command, sigs, sel)
+    else:
+        stop = run_spoke(cfg, command, sigs, sel)
+    raise stop
 
 
 # --------------------------------------------------------------------------------------------
@@ -1194,10 +1572,10 @@ def _iface_check(var: str, value: str | None) -> tuple[bool, str]:
 def probe_status(sock: socket.socket, cfg: Config) -> str:
     """Ask node 0's entrypoint which nodes have joined (read-only; not counted as a peer)."""
     try:
-        answer, _ = handshake(cfg, sock, {"t": "probe"})
+        answer, _ = handshake(cfg, sock, {"t": MSG_PROBE})
     except (OSError, ValueError):
         return " (no answer from node 0's entrypoint)"
-    if answer.get("t") != "status":
+    if answer.get("t") != MSG_STATUS:
         return ""
     joined = answer.get("joined", [])
     missing = sorted(set(range(1, int(answer.get("nnodes", 1)))) - set(joined))
@@ -1205,6 +1583,23 @@ def probe_status(sock: socket.socket, cfg: Config) -> str:
         f"; node 0's entrypoint (run {answer.get('id')}) has {len(joined)} of "
         f"{int(answer.get('nnodes', 1)) - 1} peers" + (f", missing {missing}" if missing else "")
     )
+
+
+def running_job_status(cfg: Config) -> str:
+    """Inside a running job: node 0's own entrypoint answers a probe on the liveness port."""
+    try:
+        sock = socket.create_connection(("127.0.0.1", cfg.liveness_port), timeout=2)
+    except OSError:
+        return ""
+    try:
+        answer, _ = handshake(cfg, sock, {"t": MSG_PROBE})
+    except (OSError, ValueError):
+        return ""
+    finally:
+        sock.close()
+    if answer.get("t") != MSG_STATUS or answer.get("id") != cfg.rdzv_id:
+        return ""
+    return f"node 0's entrypoint (run {answer.get('id')}) is running with {len(answer.get('joined', []))} peer(s)"
 
 
 def diagnose(env: dict) -> int:
@@ -1252,6 +1647,7 @@ def diagnose(env: dict) -> int:
             )
         if addrs and cfg.master_port and cfg.liveness_port:
             if cfg.node_rank == 0:
+                running = running_job_status(cfg)
                 for label, port in (("rendezvous", cfg.master_port), ("liveness", cfg.liveness_port)):
                     s = socket.socket()
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -1259,12 +1655,16 @@ def diagnose(env: dict) -> int:
                         s.bind(("0.0.0.0", port))
                         check(True, f"master {label} port", f"{port} is free on node 0")
                     except OSError as exc:
-                        check(
-                            False,
-                            f"master {label} port",
-                            f"{port} cannot be bound on node 0 ({exc.strerror}): another process "
-                            f"holds it (a running job? then this is expected) or pick another port",
-                        )
+                        if running:
+                            check(True, f"master {label} port", f"{port} is in use by this job: {running}")
+                        else:
+                            check(
+                                False,
+                                f"master {label} port",
+                                f"{port} cannot be bound on node 0 ({exc.strerror}) and no kgen entrypoint of "
+                                f"this run answers on the liveness port: another process holds it; pick another "
+                                f"port",
+                            )
                     finally:
                         s.close()
             else:
@@ -1340,6 +1740,16 @@ USAGE = (
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run, then end every log with one line saying why this node stopped."""
+    try:
+        return _main(argv)
+    except Stop as stop:
+        sys.stderr.write(f"kgen-entrypoint: stopped: {stop.reason}\n")
+        sys.stderr.flush()
+        return stop.code
+
+
+def _main(argv: list[str] | None = None) -> int:
     global _TAG
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--smoke-worker"]:

@@ -99,6 +99,19 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     "timeouts.rendezvous": ("int", 300, "Seconds the rendezvous waits for every node (torchrun static timeout)."),
     "timeouts.heartbeat": ("int", 5, "Seconds of silence after which a peer counts as dead (fail-stop)."),
     "timeouts.heartbeatInterval": ("int", 1, "Seconds between liveness heartbeats."),
+    "reform.maxReformations": (
+        "int",
+        10,
+        "Times the group may re-form in place after a lost node (new generation); 0 = off (fail-stop, exit 75).",
+    ),
+    "reform.replacementTimeout": ("int", 300, "Seconds the others wait for a lost node's replacement to join."),
+    "reform.onScriptError": ("str", "fail", "A training script's own non-zero exit: `fail` the run, or `reform`."),
+    "reform.nodeLostTolerationSeconds": (
+        "int?",
+        30,
+        "tolerationSeconds for the node not-ready/unreachable taints (a dead node's pod is evicted after "
+        "this; Kubernetes' default is 300); null = not rendered.",
+    ),
     "maxRestarts": (
         "int",
         0,
@@ -140,6 +153,8 @@ VALUES: dict[str, tuple[str, Any, str]] = {
 }
 
 KINDS = ("job", "statefulset", "jobset")
+ON_SCRIPT_ERROR = ("fail", "reform")
+NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "None")
 
@@ -184,6 +199,10 @@ class Features(NamedTuple):
     @property
     def pod_replacement_policy(self) -> bool:  # GA 1.34
         return self.minor >= 34
+
+    @property
+    def backoff_limit_per_index(self) -> bool:  # GA 1.33: the pod-failure back-off is counted per index
+        return self.minor >= 33
 
 
 def kube_escape(text: str) -> str:
@@ -274,6 +293,22 @@ class TrainingSpec(NamedTuple):
     def shm_volume(self) -> bool:
         """The memory-backed /dev/shm volume; with hostIPC the node's /dev/shm is used instead."""
         return not self.values["hostIPC"]
+
+    @property
+    def pod_tolerations(self) -> list[dict[str, Any]]:
+        """The user's tolerations, plus a short toleration of the node-lost taints (unless the user
+        tolerates those keys already), so a dead node's pod is evicted and replaced in tens of seconds."""
+        tolerations = list(self.values["tolerations"])
+        seconds = self.values["reform.nodeLostTolerationSeconds"]
+        if seconds is None:
+            return tolerations
+        have = {t.get("key") for t in tolerations if isinstance(t, dict)}
+        for key in NODE_LOST_TAINTS:
+            if key not in have:
+                tolerations.append(
+                    {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+                )
+        return tolerations
 
     def v(self, key: str) -> Any:
         return self.values[key]
@@ -470,6 +505,12 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
             f'must be 0, got "{v["maxRestarts"]}": torchrun restarts with static rendezvous hang in torch 2.13',
             hint="the Job or StatefulSet restarts the whole group instead",
         )
+    integer("reform.maxReformations", 0, 10_000)
+    integer("reform.replacementTimeout", 1)
+    if text("reform.onScriptError") not in ON_SCRIPT_ERROR:
+        raise _fail(o, "reform.onScriptError", f'must be fail or reform, got "{v["reform.onScriptError"]}"')
+    if v["reform.nodeLostTolerationSeconds"] is not None:
+        integer("reform.nodeLostTolerationSeconds", 0)
     integer("terminationGracePeriodSeconds", 0)
     for key in ("activeDeadlineSeconds", "ttlSecondsAfterFinished"):
         if v[key] is not None:
@@ -701,6 +742,10 @@ def _kgen_env(
         EnvVar("KGEN_HEARTBEAT_INTERVAL", str(v["timeouts.heartbeatInterval"])),
         EnvVar("KGEN_HEARTBEAT_TIMEOUT", str(v["timeouts.heartbeat"])),
         EnvVar("KGEN_MAX_RESTARTS", str(v["maxRestarts"])),
+        # A JobSet restarts its whole group itself (jobset.maxRestarts): no re-formation in place there.
+        EnvVar("KGEN_MAX_REFORMATIONS", "0" if kind == "jobset" else str(v["reform.maxReformations"])),
+        EnvVar("KGEN_REPLACEMENT_TIMEOUT", str(v["reform.replacementTimeout"])),
+        EnvVar("KGEN_ON_SCRIPT_ERROR", v["reform.onScriptError"]),
     ]
     if v["nccl.debug"]:
         env.append(EnvVar("NCCL_DEBUG", v["nccl.debug"]))

@@ -114,7 +114,8 @@ def test_same_env_resources_volumes_and_values_as_the_job():
         assert set_c[key] == job_c[key], key
     job_env = {e["name"]: e for e in job_c["env"]}
     set_env = {e["name"]: e for e in set_c["env"]}
-    changed = {"MASTER_ADDR", "KGEN_KIND", "KGEN_RESTART_ATTEMPT"}
+    # a JobSet restarts the whole group itself: the entrypoint does not re-form in place (0)
+    changed = {"MASTER_ADDR", "KGEN_KIND", "KGEN_RESTART_ATTEMPT", "KGEN_MAX_REFORMATIONS"}
     assert set(set_env) - set(job_env) == {"KGEN_RESTART_ATTEMPT"}
     assert {k: v for k, v in set_env.items() if k not in changed} == {
         k: v for k, v in job_env.items() if k not in changed

@@ -36,6 +36,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINLOOP = Path(__file__).resolve().parent / "trainloop.py"
+CKPTLOOP = Path(__file__).resolve().parent / "ckptloop.py"
 NAMESPACE = "default"
 
 
@@ -126,15 +127,16 @@ def _quantity_bytes(q: str) -> int:
 
 
 class Pod:
-    def __init__(self, cluster: Cluster, index: int) -> None:
-        self.cluster, self.index = cluster, index
+    def __init__(self, cluster: Cluster, index: int, incarnation: int = 0) -> None:
+        self.cluster, self.index, self.incarnation = cluster, index, incarnation
         self.name = f"{cluster.name}-{index}"
         self.proc: subprocess.Popen | None = None
         self.init_pid: int | None = None
         self.started_at: float | None = None
         self.exited_at: float | None = None
         self.returncode: int | None = None
-        self.log_path = cluster.root / f"{self.name}.log"
+        suffix = f".{incarnation}" if incarnation else ""
+        self.log_path = cluster.root / f"{self.name}{suffix}.log"
         self._watch: threading.Thread | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -243,6 +245,14 @@ class Pod:
                         pass
         return len(stopped)
 
+    def thaw(self) -> None:
+        """SIGCONT every process of the pod (the frozen node comes back)."""
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+
     def term(self) -> None:
         """What the kubelet does on pod deletion: SIGTERM to the container's PID 1."""
         if self.init_pid:
@@ -301,6 +311,7 @@ class Cluster:
         self._dns_lock = threading.Lock()
         self.workdir = workdir or str(self.root)
         self.pods = [Pod(self, i) for i in range(self.nodes)]
+        self.retired: list[Pod] = []  # pods that were replaced (their logs stay readable)
         self._volume_dirs: dict[str, str] = {}
 
     # -- what the kubelet and cluster DNS provide ------------------------------------------
@@ -447,6 +458,20 @@ class Cluster:
                 self.pods.append(Pod(self, len(self.pods)))
             self.pods[i].start()
 
+    def replace(self, index: int, delay: float = 0.0) -> Pod:
+        """What the Job controller / kubelet does for a failed pod: a new pod with the same index
+        (same DNS name), after `delay` seconds. The old pod must have exited."""
+        old = self.pods[index]
+        if old.running:
+            raise RuntimeError(f"pod {old.name} is still running")
+        if delay:
+            time.sleep(delay)
+        new = Pod(self, index, old.incarnation + 1)
+        self.retired.append(old)
+        self.pods[index] = new
+        new.start()
+        return new
+
     def wait_all(self, timeout: float, pods=None) -> list[int | None]:
         deadline = time.monotonic() + timeout
         pods = self.pods if pods is None else pods
@@ -470,13 +495,16 @@ class Cluster:
 
     def logs(self) -> str:
         return "\n".join(
-            f"===== {p.name} (exit {p.returncode}) =====\n{p.log()[-6000:]}" for p in self.pods if p.proc is not None
+            f"===== {p.name}.{p.incarnation} (exit {p.returncode}) =====\n{p.log()[-6000:]}"
+            for p in self.retired + self.pods
+            if p.proc is not None
         )
 
     def cleanup(self) -> None:
-        for pod in self.pods:
+        for pod in self.retired + self.pods:
+            pod.thaw()
             pod.kill()
-        for pod in self.pods:
+        for pod in self.retired + self.pods:
             if pod.proc is not None:
                 try:
                     pod.proc.wait(10)

@@ -150,7 +150,7 @@ def test_torchrun_argv_is_one_static_configuration():
         "--master-addr=job-0.job",
         "--master-port=29500",
         "--node-rank=2",
-        "--rdzv-id=llm-uid-1",
+        "--rdzv-id=llm-uid-1-g0",
         "--rdzv-conf=timeout=120",
         "--max-restarts=0",
         "--monitor-interval=0.1",
@@ -291,3 +291,145 @@ def test_diagnose_bad_environment_lists_failures():
     assert "PASS environment:" in out
     for line in out.strip().splitlines():
         assert line.startswith(("PASS ", "FAIL ")), line
+
+
+# -- issue 8 item 7: refusals, --diagnose in a running job, no torch, the last line, /proc -------
+
+
+class Hub:
+    """A real node 0 entrypoint that waits for its peers (torchrun is never reached)."""
+
+    def __init__(self, tmp_path, nnodes: int = 3) -> None:
+        self.live = _free_port()
+        self.env = {
+            **BASE,
+            "NNODES": str(nnodes),
+            "NPROC_PER_NODE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(self.live - 1),
+            "KGEN_LIVENESS_PORT": str(self.live),
+            "KGEN_JOB_NAME": "t",
+            "KGEN_RUN_ID": "r1",
+            "PATH": "/usr/bin:/bin",
+        }
+        self.log_path = tmp_path / "hub.log"
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(ENTRYPOINT), "--", "/bin/true"],
+                env={**self.env, "NODE_RANK": "0"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 10
+        while "liveness channel listening" not in self.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            return self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+def test_node0_logs_why_it_refused_a_peer(tmp_path):
+    hub = Hub(tmp_path, nnodes=3)
+    try:
+        res = run_ep({**hub.env, "NNODES": "2", "NODE_RANK": "1"}, "--", "/bin/true")
+        assert res.returncode == 2, res.stderr
+        assert "node 0 refused this node: NNODES 2 vs 3" in res.stderr
+        assert res.stderr.rstrip().splitlines()[-1] == "kgen-entrypoint: stopped: configuration error"
+        time.sleep(0.3)
+        assert "refused node 1 (host somehost): NNODES 2 vs 3" in hub.log()
+    finally:
+        assert hub.stop() == 128 + 15
+    assert hub.log().rstrip().endswith("kgen-entrypoint: stopped: signal SIGTERM")
+
+
+def test_diagnose_inside_a_running_job_does_not_fail_on_the_jobs_own_ports(tmp_path):
+    hub = Hub(tmp_path)
+    store = socket.socket()  # what torchrun's TCPStore holds on node 0
+    try:
+        store.bind(("0.0.0.0", hub.live - 1))
+        store.listen(1)
+        res = run_ep({**hub.env, "NODE_RANK": "0"}, "--diagnose")
+        for label, port in (("rendezvous", hub.live - 1), ("liveness", hub.live)):
+            assert f"PASS master {label} port: {port} is in use by this job: node 0's entrypoint (run t-r1)" in (
+                res.stdout
+            ), res.stdout
+        assert "FAIL master" not in res.stdout
+    finally:
+        store.close()
+        hub.stop()
+
+
+def test_diagnose_port_held_by_something_else_fails(tmp_path):
+    live = _free_port()
+    other = socket.socket()
+    try:
+        other.bind(("0.0.0.0", live))
+        other.listen(1)
+        env = {**BASE, "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(live - 1)}
+        res = run_ep({**env, "KGEN_LIVENESS_PORT": str(live)}, "--diagnose")
+        assert f"FAIL master liveness port: {live} cannot be bound on node 0" in res.stdout
+        assert "another process holds it" in res.stdout
+    finally:
+        other.close()
+
+
+def test_image_without_torch_gets_one_clear_line(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    env = {"PATH": "/usr/bin:/bin", "NNODES": "1", "NPROC_PER_NODE": "1", "MASTER_ADDR": "127.0.0.1"}
+    env.update({"MASTER_PORT": str(_free_port()), "NODE_RANK": "0"})
+    # -S: no site-packages, so this interpreter has no torch (the entrypoint itself needs none)
+    res = subprocess.run(
+        [sys.executable, "-S", str(ENTRYPOINT), "--", str(script)], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert res.returncode == 2
+    errors = [line for line in res.stderr.splitlines() if line.startswith("kgen-entrypoint: error:")]
+    assert len(errors) == 1 and "torch is not installed for" in errors[0], res.stderr
+    assert "Traceback" not in res.stderr
+    assert res.stderr.rstrip().splitlines()[-1] == "kgen-entrypoint: stopped: configuration error"
+
+
+def test_every_exit_ends_with_a_stopped_line():
+    res = run_ep({**BASE, "NNODES": "two"}, "--", "/bin/true")
+    assert res.returncode == 2
+    assert res.stderr.rstrip().splitlines()[-1] == "kgen-entrypoint: stopped: configuration error"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0, reason="needs root")
+def test_proc_of_another_pid_namespace_is_never_used():
+    """In a new PID namespace without its own /proc mount, /proc shows the outer processes: the
+    process-tree walk must find nothing there (and stop torch by process group instead)."""
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs util-linux unshare")
+    code = (
+        "import importlib.util, os, sys;"
+        f"s = importlib.util.spec_from_file_location('e', {str(ENTRYPOINT)!r});"
+        "e = importlib.util.module_from_spec(s); s.loader.exec_module(e);"
+        "print(os.getpid(), e.proc_is_ours(), len(e.descendants(1)))"
+    )
+    res = subprocess.run(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", code], capture_output=True, text=True, timeout=30
+    )
+    assert res.returncode == 0, res.stderr
+    pid, ours, found = res.stdout.split()
+    assert pid == "1" and ours == "False" and found == "0", res.stdout
+    assert "/proc is not this PID namespace's" in res.stderr
+    # and with its own /proc (as in a pod) the walk works
+    res = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount", "--mount-proc", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert res.stdout.split()[:2] == ["1", "True"], res.stdout + res.stderr

@@ -30,6 +30,7 @@ def test_smoke_test_all_ranks_join_and_all_reduce_is_right(cluster, kind, nodes)
     assert c.container["args"] == ["--smoke-test"]
     t = time.monotonic()
     c.start()
+    release_statefulset(c, 130)
     codes = c.wait_all(130)
     print(f"\n{kind} x{nodes}: all pods done in {time.monotonic() - t:.1f}s")
     assert codes == [0] * nodes, c.logs()
@@ -43,11 +44,43 @@ def test_smoke_test_all_ranks_join_and_all_reduce_is_right(cluster, kind, nodes)
         assert f"node {i}/{nodes} (rank from {src}={i})" in pod.log()
 
 
+HOLD = "run succeeded; holding idle so restartPolicy Always does not retrain; kgen stop NAME to remove"
+
+
+def release_statefulset(c, timeout: float) -> None:
+    """StatefulSet pods hold idle after a successful run (issue 8.3): check, then stop them as
+    `kgen stop` / a scale-down would (SIGTERM); they exit 0."""
+    if c.kind != "StatefulSet":
+        return
+    assert c.wait_for_log(re.escape(HOLD), c.nodes, timeout), c.logs()
+    for pod in c.pods:
+        pod.term()
+
+
+@pytest.mark.timeout(120)
+def test_statefulset_holds_idle_after_success_and_never_trains_twice(cluster):
+    port = free_port_pair()
+    c = cluster(render_cpu_job("hold", 2, "statefulset", port, command=[str(TRAINLOOP)], nproc=1))
+    c.start()
+    assert c.wait_for_log(re.escape(HOLD), 2, 100), c.logs()
+    time.sleep(3)
+    assert all(p.running for p in c.pods), c.logs()  # restartPolicy Always would have restarted an exit
+    for pod in c.pods:
+        assert pod.log().count(HOLD) == 1
+    assert len(re.findall(r"rank=\d+ done", c.logs())) == 2  # trained once
+    for pod in c.pods:
+        pod.term()
+    assert c.wait_all(30) == [0, 0], c.logs()
+    for pod in c.pods:
+        assert pod.log().rstrip().endswith("kgen-entrypoint: stopped: succeeded")
+
+
 @pytest.mark.timeout(120)
 def test_statefulset_on_old_cluster_uses_hostname_ordinal(cluster):
     port = free_port_pair()
     c = cluster(render_cpu_job("old", 2, "statefulset", port, command=[str(TRAINLOOP)]), old_cluster=True)
     c.start()
+    release_statefulset(c, 100)
     assert c.wait_all(100) == [0, 0], c.logs()
     assert "node 1/2 (rank from HOSTNAME=old-1)" in c.pods[1].log()
     assert len(re.findall(r"rank=\d+ done", c.logs())) == 4
@@ -88,8 +121,10 @@ def test_master_never_starts_others_exit_3_after_the_bound(cluster):
 
 
 def _fault_run(cluster, name, fault, victim, nodes=3):
+    """Fail-stop with re-formation off (reform.maxReformations=0): every survivor exits 75 and the
+    controller replaces the whole group. test_reform.py covers the default (survivors stay)."""
     port = free_port_pair()
-    c = cluster(render_cpu_job(name, nodes, "job", port, command=LONG_RUN))
+    c = cluster(render_cpu_job(name, nodes, "job", port, command=LONG_RUN, sets=("reform.maxReformations=0",)))
     c.start()
     # mid-run: every rank has done a few all-reduce steps
     assert c.wait_for_log(r"rank=\d+ step 5(?!\d)", nodes * 2, 120), c.logs()
@@ -248,8 +283,10 @@ def test_missing_worker_named_after_rdzv_timeout_and_visible_to_diagnose(cluster
     codes = c.wait_all(60, c.pods[:2])
     elapsed = time.monotonic() - t
     print(f"\nworker never started: nodes 0 and 1 exited {codes} after {elapsed:.1f}s (bound 20 s)")
-    # node 0 exits 4 (a hard failure: FailJob), the node that had joined exits 75 (peer lost)
-    assert codes == [4, 75], c.logs()
+    # node 0 exits 4 (a hard failure: FailJob) and so does the node that had joined (told by node 0)
+    assert codes == [4, 4], c.logs()
     assert 19 < elapsed < 40
     assert "node rank(s) [2] did not connect within KGEN_RDZV_TIMEOUT=20s" in c.pods[0].log()
-    assert "node 0 stopped the job: node rank(s) [2] did not connect" in c.pods[1].log()
+    assert "node 0 ended the run: node rank(s) [2] did not connect" in c.pods[1].log()
+    for pod in c.pods[:2]:
+        assert pod.log().rstrip().splitlines()[-1].startswith("kgen-entrypoint: stopped: ")

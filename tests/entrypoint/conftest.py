@@ -46,3 +46,13 @@ def pytest_runtest_makereport(item, call):
     if rep.when == "call":
         item.rep_call = rep
     return rep
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _host_mount_points_untouched():
+    """The pod harness makes /opt/kgen exist only inside each pod's mount namespace, never on the host."""
+    import os
+
+    before = os.path.exists("/opt/kgen")
+    yield
+    assert os.path.exists("/opt/kgen") == before, "a test created /opt/kgen on the host (a system path)"

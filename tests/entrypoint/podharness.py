@@ -150,6 +150,8 @@ class Pod:
         ]
         for mount_path, (kind, source) in c.pod_mounts(self.index).items():
             q = shlex.quote(mount_path)
+            if not os.path.isdir(mount_path):
+                setup += c.shadow_mount_point(mount_path, self.index)
             if kind == "tmpfs":
                 setup.append(f"mount -t tmpfs -o size={source} tmpfs {q}")
             else:
@@ -419,7 +421,6 @@ class Cluster:
         for vm in self.container.get("volumeMounts", []):
             vol = self.volumes[vm["name"]]
             path = vm["mountPath"]
-            os.makedirs(path, exist_ok=True)  # the mount point must exist on the host
             if "configMap" in vol:
                 src = self._configmap_dir(vol)
                 mounts[path] = ("ro" if vm.get("readOnly") else "rw", src)
@@ -434,6 +435,33 @@ class Cluster:
             else:
                 raise ValueError(f"harness does not support volume {vol!r}")
         return mounts
+
+    def shadow_mount_point(self, path: str, index: int) -> list[str]:
+        """Shell steps that make a missing mount point (e.g. /opt/kgen) exist inside the pod's own mount
+        namespace only: the host's filesystem is never written (no test may touch a system path).
+
+        The nearest existing ancestor is covered by a tmpfs into which its entries are bound back from a
+        private stash (so the pod still sees everything that was there), then the path is created."""
+        ancestor = os.path.dirname(path.rstrip("/"))
+        while not os.path.isdir(ancestor):
+            ancestor = os.path.dirname(ancestor)
+        if ancestor == "/":
+            raise ValueError(f"harness cannot create mount point {path}: its only existing ancestor is /")
+        stash = self.root / f"stash{index}-{ancestor.strip('/').replace('/', '_')}"
+        stash.mkdir(exist_ok=True)
+        qa, qs = shlex.quote(ancestor), shlex.quote(str(stash))
+        steps = [f"mount --rbind {qa} {qs}", f"mount -t tmpfs -o mode=755 tmpfs {qa}"]
+        for entry in sorted(os.listdir(ancestor)):
+            src, dst = os.path.join(ancestor, entry), os.path.join(ancestor, entry)
+            qsrc, qdst = shlex.quote(os.path.join(str(stash), entry)), shlex.quote(dst)
+            if os.path.islink(src):
+                steps.append(f"ln -s {shlex.quote(os.readlink(src))} {qdst}")
+            elif os.path.isdir(src):
+                steps += [f"mkdir {qdst}", f"mount --rbind {qsrc} {qdst}"]
+            else:
+                steps += [f"touch {qdst}", f"mount --bind {qsrc} {qdst}"]
+        steps.append(f"mkdir -p {shlex.quote(path)}")
+        return steps
 
     def _configmap_dir(self, vol: dict) -> str:
         cm_name = vol["configMap"]["name"]

@@ -707,6 +707,9 @@ def decide(
     return v
 
 
+IDLE_AFTER_SUCCESS = "run succeeded; holding idle"  # the entrypoint's line (StatefulSet)
+
+
 def _live_state(v: Verdict, rows: list[Row], expected: int, kind: str, workload, pods, logs) -> None:
     states = Counter(r.state for r in rows)
     up = states.get("Running", 0)
@@ -737,6 +740,14 @@ def _live_state(v: Verdict, rows: list[Row], expected: int, kind: str, workload,
         v.headline = (
             f"Restarting: {up}/{expected} ranks up; {len(crash)} in CrashLoopBackOff "
             f"({_rank_list(r.rank for r in crash)}); re-formation {v.reformations + 1} pending"
+        )
+        return
+    if up == expected and expected and kind == "StatefulSet" and any(IDLE_AFTER_SUCCESS in t for t in logs.values()):
+        # restartPolicy Always: the entrypoint holds the pods idle after success instead of training again
+        v.state = "succeeded"
+        v.headline = (
+            f"Succeeded: node 0's log says the run succeeded; its {expected} pods hold idle "
+            f"(restartPolicy Always would train again): `kgen stop {v.name}` removes them"
         )
         return
     if up == expected and expected:

@@ -373,3 +373,20 @@ def test_jobset_shape_ranks_and_restarts():
     done["status"]["conditions"] = [{"type": "Completed", "status": "True"}]
     assert decide(d["name"], d["pods"], done, d["events"]).state == "succeeded"
     assert shape(JOBSET) == "3x1cpu"
+
+
+def test_statefulset_holding_idle_after_success_is_succeeded():
+    """issue 8.3: a finished StatefulSet run keeps its pods Running, idle; node 0's last line says so."""
+    from kgen.cluster.verdict import IDLE_AFTER_SUCCESS
+
+    d = load("statefulset-running")
+    running = decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"])
+    assert running.state == "running"  # the recorded log has no such line: still training
+    logs = dict(d["logs"])
+    rank0 = next(p for p in d["pods"] if p["metadata"]["name"].endswith("-0"))["metadata"]["name"]
+    logs[rank0] = logs.get(rank0, "") + (
+        f"kgen-entrypoint: {IDLE_AFTER_SUCCESS} so restartPolicy Always does not retrain; kgen stop NAME to remove\n"
+    )
+    v = decide(d["name"], d["pods"], d["workload"], d["events"], logs)
+    assert v.state == "succeeded"
+    assert v.headline.startswith("Succeeded:") and f"kgen stop {d['name']}" in v.headline

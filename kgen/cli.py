@@ -233,8 +233,12 @@ def cli() -> None:
 
     \b
       kgen render --nodes 4 --gpus 8 | kubectl apply -f -
-      kgen lint manifests/
-      kgen presets list
+      kgen lint --strict manifests/
+      kgen presets list; kgen values
+    \b
+    The run after `kubectl apply` (pip install 'kgen-k8s[cluster]'):
+      kgen submit --preset 4x8 --name llama -- train.py
+      kgen status llama --watch; kgen logs llama -f; kgen stop llama; kgen list
     """
 
 

@@ -187,7 +187,7 @@ def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: 
     for t in threads:
         t.start()
     last = v.headline
-    deadline = time.monotonic() + timeout if timeout else None
+    deadline = time.monotonic() + timeout if timeout is not None else None
     try:
         while True:
             try:
@@ -258,11 +258,12 @@ def parse_ranks(values) -> set[int] | None:
 
 
 def parse_duration(value: str | None) -> int | None:
+    """--since in seconds; 0 (0s, 0m ...) means from now on: no line written before."""
     if value is None:
         return None
     m = re.fullmatch(r"(\d+)([smhd]?)", value.strip())
-    if not m or int(m.group(1)) == 0:
-        raise UsageError(f'expected a duration like 30s, 10m or 2h, got "{value}"', option="--since")
+    if not m:
+        raise UsageError(f'expected a duration like 30s, 10m or 2h (0s: from now on), got "{value}"', option="--since")
     return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
@@ -272,7 +273,9 @@ def parse_duration(value: str | None) -> int | None:
 @click.option("-f", "--follow", is_flag=True, help="Follow every rank's log until the run ends.")
 @click.option("--rank", "ranks", multiple=True, metavar="N[-M][,..]", help="Only these node ranks (repeatable).")
 @click.option("--tail", type=int, metavar="N", help="The last N lines of each rank.")
-@click.option("--since", metavar="DURATION", help="Only lines newer than DURATION (30s, 10m, 2h).")
+@click.option(
+    "--since", metavar="DURATION", help="Only lines newer than DURATION (30s, 10m, 2h; 0s: from now on, with -f)."
+)
 @click.option("--timestamps", is_flag=True, help="Show the API server's timestamp on every line.")
 @click.option("-p", "--previous", is_flag=True, help="The previous container of each rank (after a restart).")
 @click.option(
@@ -287,6 +290,8 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
     since_s = parse_duration(since)
     if tail is not None and tail < 0:
         raise UsageError(f"must be 0 or more, got {tail}", option="--tail")
+    if since_s == 0:  # from now on: the API's sinceSeconds must be > 0, and no line is newer than now
+        since_s, tail = None, 0
     if max_streams < 1:
         raise UsageError(f"must be 1 or more, got {max_streams}", option="--max-streams")
     if follow and previous:
@@ -403,6 +408,11 @@ def stop_run(cluster, name: str, wait: bool, timeout: float) -> int:
         time.sleep(1.0)
 
 
+def check_timeout(timeout: float) -> None:
+    if not timeout >= 0:  # also NaN
+        raise UsageError(f"must be 0 or more seconds, got {timeout:g}", option="--timeout", hint="e.g. --timeout 600")
+
+
 @click.command("stop", epilog=STOP_EPILOG, context_settings=SETTINGS)
 @click.argument("name")
 @cluster_options
@@ -410,76 +420,119 @@ def stop_run(cluster, name: str, wait: bool, timeout: float) -> int:
 @click.option("--timeout", default=300.0, show_default=True, metavar="SECONDS", help="Bound for --wait.")
 def stop(name, namespace, context, kubeconfig, wait, timeout):
     """Stop a run: delete its Job or StatefulSet, Service, ConfigMap, PDB and pods (foreground)."""
+    check_timeout(timeout)
     cluster = connect(namespace, context, kubeconfig)
     if not stop_run(cluster, name, wait, timeout):
         click.echo(f"run {name} is already stopped: nothing of it left in namespace {cluster.namespace}")
 
 
 # ------------------------------------------------------------------------------------------ submit
+JOBSET_MISSING = "the JobSet CRD is not installed on this cluster (install JobSet v0.10+ or use --kind job)"
+
+
+def preflight(cluster, docs: list[dict]) -> None:
+    """What would make the apply fail half-way, checked before anything is applied: a kind that is a CRD
+    (JobSet) must be served; where it is not installed, discovery of its group version answers 404."""
+    from kgen.cluster.client import CRD_KINDS
+
+    for kind in dict.fromkeys(d["kind"] for d in docs):
+        if kind in CRD_KINDS and not cluster.serves(kind):
+            raise ClusterError(JOBSET_MISSING if kind == "JobSet" else f"the {kind} CRD is not installed")
+
+
+def apply_all(cluster, docs: list[dict]) -> None:
+    """Apply the documents in order (ConfigMap, Service, workload). When one fails, the objects this submit
+    created (201) are deleted again, newest first, so that a failed submit leaves nothing behind; objects that
+    already existed (200) are left as they were."""
+    created: list[tuple[str, str]] = []
+    for doc in docs:
+        doc.setdefault("metadata", {}).setdefault("namespace", cluster.namespace)
+        kind, name = doc["kind"], doc["metadata"]["name"]
+        try:
+            was_created = cluster.apply(doc, created=True)[1]
+        except ClusterError as exc:
+            if not created:
+                raise
+            undone = rollback(cluster, created)
+            raise ClusterError(f"{exc.message}; {undone}", option=exc.option, hint=exc.hint) from None
+        if was_created:
+            created.append((kind, name))
+        click.echo(f"{kind.lower()}/{name} applied (server-side, field manager kgen)")
+
+
+def rollback(cluster, created: list[tuple[str, str]]) -> str:
+    """Delete what this submit created, newest first; a one-line account of it."""
+    done, failed = [], []
+    for kind, name in reversed(created):
+        try:
+            cluster.delete(kind, name, propagation="Background")
+            done.append(f"{kind.lower()}/{name}")
+        except ClusterError:
+            failed.append(f"{kind.lower()}/{name}")
+    if not failed:
+        return f"rolled back: {', '.join(done)} deleted again, nothing of this submit is left"
+    deleted = f"{', '.join(done)} deleted again, but " if done else ""
+    return f"rolled back: {deleted}{', '.join(failed)} could not be deleted (`kgen stop` the run)"
+
+
 SUBMIT_EPILOG = """\b
 Examples:
   kgen submit --preset 4x8 --name llama-70b --image ghcr.io/me/train:1.4 -- train.py --lr 3e-4
   kgen submit --nodes 2 --gpus 0 --wait         # the smoke test; wait until every rank runs
   kgen submit -f prod.yaml --name llama-70b --replace   # stop the old run of that name first
+  kgen submit --kind jobset --nodes 4 --gpus 8  # needs the JobSet CRD (checked before applying)
 
 \b
-Render options are those of `kgen render`; the manifest is linted, then applied with server-side
-apply (field manager "kgen"). A run of the same name must be stopped first (a Job's pod template
-is immutable): `kgen stop NAME`, another --name, or --replace.
+Render options are those of `kgen render` (all but -o/--output and --format); the manifest is
+linted, then applied with server-side apply (field manager "kgen"): ConfigMap, Service, workload.
+If an apply fails, the objects this submit created are deleted again. A run of the same name must
+be stopped first (a Job's pod template is immutable): `kgen stop NAME`, another --name, or --replace.
 """
+
+# Render's options that only say where render writes its text: submit applies instead.
+RENDER_OUTPUT_OPTIONS = ("output", "output_format")
+# RenderRequest's own fields; every other render option is a values flag (kgen.api.FLAG_NAMES).
+REQUEST_FIELDS = ("preset", "values_files", "sets", "env", "command", "kubernetes_version")
+
+
+def render_options(render_command: click.Command) -> list[click.Parameter]:
+    """Copies of `kgen render`'s options as `kgen submit` takes them: all of them (same names, metavars and
+    help, so the two cannot drift) except the output ones and --namespace (submit's -n/--namespace, from
+    cluster_options, takes its place), and without the COMMAND argument (submit's own, last)."""
+    import copy
+
+    return [
+        copy.copy(p)
+        for p in render_command.params
+        if isinstance(p, click.Option) and p.name not in (*RENDER_OUTPUT_OPTIONS, "namespace")
+    ]
 
 
 @click.command("submit", epilog=SUBMIT_EPILOG, context_settings=SETTINGS)
-@click.option("--preset", metavar="NAME", help="Preset to start from (see `kgen presets list`).")
-@click.option("--nodes", metavar="N", help="Number of nodes (pods).")
-@click.option("--gpus", metavar="G", help="GPUs per node (0 = CPU job with gloo).")
-@click.option("--kind", metavar="job|statefulset", help="Indexed Job (default) or StatefulSet.")
-@click.option("--name", metavar="NAME", help="Run name (Job/StatefulSet and Service).")
-@click.option("--image", metavar="IMAGE", help="Container image with python3 and torch.")
-@click.option("--env", "env", metavar="KEY=VALUE", multiple=True, help="Extra environment variable (repeatable).")
-@click.option("-f", "--values", "values_files", metavar="FILE", multiple=True, help="Values file (repeatable).")
-@click.option("--set", "sets", metavar="KEY=VALUE", multiple=True, help="Set one value (repeatable).")
-@click.option("--kubernetes-version", metavar="1.NN", help="Oldest Kubernetes the manifest must run on.")
 @cluster_options
 @click.option("--replace", is_flag=True, help="Stop an existing run of the same name first (waits for its pods).")
 @click.option("--wait", is_flag=True, help="Show progress until every rank runs or the run ends.")
 @click.option("--timeout", default=600.0, show_default=True, metavar="SECONDS", help="Bound for --wait/--replace.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS...]]")
-def submit(
-    preset,
-    nodes,
-    gpus,
-    kind,
-    name,
-    image,
-    env,
-    values_files,
-    sets,
-    kubernetes_version,
-    namespace,
-    context,
-    kubeconfig,
-    replace,
-    wait,
-    timeout,
-    command,
-):
+def submit(namespace, context, kubeconfig, replace, wait, timeout, command, **render_params):
     """Render, lint and apply a run in one step, after checking no run of that name exists."""
-    from kgen.api import RenderRequest, build, check_rendered, render_documents
+    from kgen.api import RenderRequest, build, check_rendered, render_documents, render_notes, warning_line
 
+    check_timeout(timeout)
     request = RenderRequest(
-        preset=preset,
-        values_files=values_files,
-        sets=sets,
-        env=env,
+        **{k: render_params.pop(k) for k in REQUEST_FIELDS if k != "command"},
         command=command,
-        flags={"nodes": nodes, "gpus": gpus, "kind": kind, "name": name, "namespace": namespace, "image": image},
-        kubernetes_version=kubernetes_version,
+        flags={**render_params, "namespace": namespace},  # every other render option is a values flag
     )
     spec = build(request)
     docs = render_documents(spec)
-    check_rendered(docs, spec)
+    warnings = check_rendered(docs, spec)
     cluster = connect(spec.namespace or namespace, context, kubeconfig)
+    preflight(cluster, docs)  # before anything is stopped or applied
+    for note in render_notes(spec):  # what `kgen render` says on stderr, once the run can be applied
+        click.echo(f"kgen: note: {note}", err=True)
+    for finding in warnings:
+        click.echo(f"kgen: {warning_line(finding)}", err=True)
     existing = cluster.workload(spec.name)
     if existing is not None:
         if not replace:
@@ -494,10 +547,7 @@ def submit(
             )
         click.echo(f"replacing run {spec.name}: stopping it first")
         stop_run(cluster, spec.name, wait=True, timeout=timeout)
-    for doc in docs:
-        doc.setdefault("metadata", {}).setdefault("namespace", cluster.namespace)
-        cluster.apply(doc)
-        click.echo(f"{doc['kind'].lower()}/{doc['metadata']['name']} applied (server-side, field manager kgen)")
+    apply_all(cluster, docs)
     if wait:
         from kgen.cluster.state import terminal
 
@@ -568,8 +618,14 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
 
 
 COMMANDS = (status, logs, stop, submit, list_runs)
+SUBMIT_OWN_PARAMS = list(submit.params)  # -n/--namespace, --context, --kubeconfig, --replace, --wait, --timeout
 
 
 def register(group: click.Group) -> None:
+    """Add the cluster verbs to ``group``; `kgen submit` takes `kgen render`'s options (``group``'s render)."""
+    render_command = group.commands.get("render")
+    if render_command is None:
+        raise RuntimeError("register the render command before the cluster verbs")
+    submit.params = render_options(render_command) + SUBMIT_OWN_PARAMS
     for command in COMMANDS:
         group.add_command(command)

@@ -41,6 +41,7 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "Event": ("/api/v1", "events"),
 }
 WORKLOAD_KINDS = ("Job", "StatefulSet", "JobSet")
+CRD_KINDS = ("JobSet",)  # served only where installed: `kgen submit` checks discovery before applying
 
 
 @dataclass
@@ -271,15 +272,29 @@ class Cluster:
             return False
         return True
 
-    def apply(self, obj: Mapping, force: bool = False) -> dict:
-        """Server-side apply with field manager ``kgen``."""
+    def apply(self, obj: Mapping, force: bool = False, created: bool = False):
+        """Server-side apply with field manager ``kgen``: the object as the server answered; with
+        ``created``, (object, whether this request created it: 201 rather than 200)."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind not in RESOURCES:
             raise ClusterError(f"kgen cannot apply a {kind} yet", hint="apply the rendered manifest with kubectl")
         query = [("fieldManager", FIELD_MANAGER)] + ([("force", "true")] if force else [])
-        return self._json(
-            "PATCH", self._path(kind, name), f"{kind} {name}", query, dict(obj), "application/apply-patch+yaml"
-        )
+        resp = self._send("PATCH", self._path(kind, name), query, dict(obj), "application/apply-patch+yaml")
+        data = resp.read()
+        if resp.status >= 400:
+            raise status_error(resp.status, data, f"{kind} {name}", self.namespace)
+        answer = json.loads(data) if data else {}
+        return (answer, resp.status == 201) if created else answer
+
+    def serves(self, kind: str) -> bool:
+        """Whether the API server serves ``kind`` (discovery of its group version). A CRD that is not
+        installed (JobSet) answers 404, the standard answer for an unknown group version."""
+        group, resource = RESOURCES[kind]
+        try:
+            body = self._json("GET", group, f"API {group.split('/', 2)[-1]}")
+        except NotFound:
+            return False
+        return any(r.get("name") == resource for r in body.get("resources") or [])
 
 
 def log_query(container: str, tail, since, timestamps: bool, previous: bool) -> list[tuple[str, str]]:

@@ -32,6 +32,30 @@ GROUP_OF = {
 }
 
 
+# The group versions the recorded API server served that kgen uses (jobset.x-k8s.io was not installed).
+SERVED_GROUP_VERSIONS = {"api/v1", "apis/batch/v1", "apis/apps/v1", "apis/policy/v1"}
+
+# What a Kubernetes API server answers to a path it has no handler for, such as the discovery of a group
+# version that is not installed (`kubectl get --raw /apis/jobset.x-k8s.io/v1alpha2` on a cluster without
+# JobSet: "Error from server (NotFound): the server could not find the requested resource").
+NO_HANDLER = (
+    json.dumps(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "the server could not find the requested resource",
+            "reason": "NotFound",
+            "details": {},
+            "code": 404,
+        },
+        separators=(",", ":"),
+    )
+    + "\n"
+).encode()
+
+
 def not_found(resource: str, name: str) -> bytes:
     group = GROUP_OF.get(resource, ("", ""))[0]
     res = f"{resource}.{group}" if group else resource
@@ -68,6 +92,7 @@ class Replay:
         pods_limit: int | None = None,
         log_source: Path | None = None,
         log_pace: float = 0.0,
+        deny_writes: tuple[str, ...] = (),
     ):
         self.capture = capture
         self.dir = ROOT / capture
@@ -75,6 +100,7 @@ class Replay:
         self.name = run_name(capture)
         self.log_repeat = log_repeat  # bench only: a recorded log sent N times in one body
         self.deny = deny  # answer 403 Forbidden to everything (RBAC missing)
+        self.deny_writes = deny_writes  # resources (e.g. "jobs") RBAC does not let the user create or patch
         # bench only: serve the first N recorded pods, give every pod the same recorded log, and
         # send a followed log in 16 KiB chunks with this many seconds between them (a live log)
         self.pods_limit = pods_limit
@@ -180,7 +206,12 @@ class Replay:
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
         with self.lock:
             self.requests.append((method, h.path, body, h.headers.get("Content-Type") or ""))
-        if self.deny:
+        if len(parts) == 2 + (parts[0] == "apis") and method == "GET":  # discovery: /api/v1, /apis/G/V
+            if "/".join(parts) not in SERVED_GROUP_VERSIONS:
+                return h._send(404, NO_HANDLER)
+            return h._send(501, b'{"kind":"Status","code":501,"message":"discovery is not recorded"}')
+        denied = method == "PATCH" and len(parts) > 2 and parts[-2] in self.deny_writes
+        if self.deny or denied:
             status = {
                 "kind": "Status",
                 "apiVersion": "v1",

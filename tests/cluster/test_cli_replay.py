@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 
+import click
 import pytest
 from click.testing import CliRunner
 from recordings import load
@@ -173,11 +174,18 @@ def test_unknown_context(served):
         (["logs", "x", "--rank", "5-2"], ["--rank", "empty range"]),
         (["logs", "x", "--since", "10 minutes"], ["--since"]),
         (["logs", "x", "-f", "--previous"], ["--previous"]),
+        (["logs", "x", "--since", "-5s"], ["--since", "0s: from now on"]),
+        (["stop", "x", "--wait", "--timeout", "-1"], ["--timeout", "must be 0 or more seconds, got -1"]),
+        (["stop", "x", "--timeout", "nan"], ["--timeout", "must be 0 or more seconds"]),
+        (["submit", "--name", "x", "--nodes", "2", "--gpus", "0", "--timeout", "-5"], ["--timeout", "got -5"]),
     ],
 )
 def test_bad_flags(served, args, words):
     r, kc = served("job-running")
-    one_line_error(run(*args, "--kubeconfig", kc), *words)
+    res = run(*args, "--kubeconfig", kc)
+    one_line_error(res, *words)
+    assert res.stdout == ""
+    assert not [m for m, *_ in r.requests if m != "GET"]  # refused before anything is changed
 
 
 # ------------------------------------------------------------------------------------------ logs
@@ -192,6 +200,25 @@ def test_logs_merged_with_rank_prefixes(served):
     assert any(ln.startswith("[1] SUM_OK rank=1 world=3") for ln in lines)
     logq = [p for _, p, _, _ in r.requests if "/log?" in p]
     assert all("timestamps=true" in p and "container=trainer" in p for p in logq)
+
+
+def test_logs_since_0s_is_from_now_on(served):
+    """sinceSeconds must be > 0 for the API; --since 0s asks for no line written before now: tailLines=0."""
+    r, kc = served("job-worker-killed")
+    res = run("logs", r.name, "--kubeconfig", kc, "--since", "0s")
+    assert res.exit_code == 0 and res.stdout == "" and res.stderr == ""
+    logq = [p for _, p, _, _ in r.requests if "/log?" in p]
+    assert len(logq) == 3 and all("tailLines=0" in p and "sinceSeconds" not in p for p in logq)
+
+
+def test_logs_follow_since_0s_shows_only_new_lines(served):
+    """With -f: the pods' past lines are skipped; pods that appear later (a re-formed group) show all."""
+    r, kc = served("job-frozen-rank")
+    res = run("logs", r.name, "--kubeconfig", kc, "-f", "--since", "0s")
+    assert res.exit_code == 0, res.output
+    first = [p for _, p, _, _ in r.requests if "follow=true" in p]
+    assert first and all("sinceSeconds" not in p for p in first)
+    assert any("tailLines=0" in p for p in first)
 
 
 def test_logs_rank_and_tail(served):
@@ -311,6 +338,90 @@ def test_submit_wait_follows_until_every_rank_runs(served):
     out = res.stdout
     assert "job/rec-running applied" in out
     assert out.index("Starting: 0/3 ranks up") < out.index("Running: 3/3 ranks up")
+
+
+def test_submit_takes_exactly_renders_options():
+    """submit's render options are copied from `kgen render` (names, metavars, help): they cannot drift."""
+    from kgen.api import FLAG_NAMES
+    from kgen.cli_cluster import RENDER_OUTPUT_OPTIONS, REQUEST_FIELDS, SUBMIT_OWN_PARAMS
+
+    render, submit = cli.commands["render"], cli.commands["submit"]
+    render_opts = {p.name: p for p in render.params if isinstance(p, click.Option)}
+    own = {p.name for p in SUBMIT_OWN_PARAMS} | {"help"}
+    submit_opts = {p.name: p for p in submit.params if isinstance(p, click.Option) and p.name not in own}
+    assert set(submit_opts) == set(render_opts) - {*RENDER_OUTPUT_OPTIONS, "namespace"}
+    for name, p in submit_opts.items():
+        q = render_opts[name]
+        assert (p.opts, p.metavar, p.help, p.multiple, p.is_flag) == (q.opts, q.metavar, q.help, q.multiple, q.is_flag)
+        assert name in REQUEST_FIELDS or name in FLAG_NAMES, f"render's --{name}: tell submit how to pass it on"
+    # render's --namespace is submit's -n/--namespace; every render spelling works on submit
+    spellings = {o for p in submit.params for o in p.opts}
+    assert {o for p in render_opts.values() if p.name not in RENDER_OUTPUT_OPTIONS for o in p.opts} <= spellings
+    assert {"--cpu", "--memory", "--queue"} <= spellings
+    assert "job|statefulset|jobset" in run("submit", "--help").stdout
+
+
+def test_submit_passes_cpu_memory_and_queue_on(served):
+    r, kc = served("job-running")
+    args = ["--name", "sized", "--nodes", "2", "--gpus", "0", "--cpu", "3", "--memory", "5Gi", "--queue", "team-a"]
+    res = run("submit", *args, "--kubeconfig", kc)
+    assert res.exit_code == 0, res.output
+    job = [json.loads(b) for m, p, b, _ in r.requests if m == "PATCH" and "/jobs/" in p][0]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    assert trainer["resources"]["requests"]["cpu"] == "3" and trainer["resources"]["requests"]["memory"] == "5Gi"
+    assert "kgen: note: queue team-a" in res.stderr  # render's notes, on stderr as render prints them
+
+
+def test_submit_jobset_without_the_crd_applies_nothing(served):
+    """The recorded cluster has no JobSet CRD: discovery of jobset.x-k8s.io/v1alpha2 answers the standard
+    404. submit says so in one line before anything is applied (or, with --replace, stopped)."""
+    r, kc = served("job-running")
+    for name, extra in (("x2", []), (r.name, ["--replace"])):
+        args = ["submit", "--name", name, "--kind", "jobset", "--nodes", "2", "--gpus", "0", *extra]
+        res = run(*args, "--kubeconfig", kc)
+        assert res.exit_code == 2 and res.stdout == ""
+        assert res.stderr == (
+            "kgen: error: the JobSet CRD is not installed on this cluster (install JobSet v0.10+ or use --kind job)\n"
+        )
+    assert ("GET", "/apis/jobset.x-k8s.io/v1alpha2") in [(m, p) for m, p, *_ in r.requests]
+    assert [m for m, *_ in r.requests if m != "GET"] == []
+
+
+def test_submit_rolls_back_what_it_created_when_the_workload_apply_fails(served):
+    """RBAC lets the user write ConfigMaps and Services but not Jobs: the 403 on the Job comes after the
+    ConfigMap and Service were created; both are deleted again, and the one error line says so."""
+    r, kc = served("job-running", deny_writes=("jobs",))
+    res = run("submit", "--name", "fresh-run", "--nodes", "2", "--gpus", "0", "--kubeconfig", kc)
+    assert res.exit_code == 2
+    assert res.stdout.splitlines() == [  # progress as it happened; the error line tells the rest
+        "configmap/fresh-run-entrypoint applied (server-side, field manager kgen)",
+        "service/fresh-run applied (server-side, field manager kgen)",
+    ]
+    err = res.stderr.splitlines()
+    assert len(err) == 1 and err[0].startswith("kgen: error: forbidden: ") and "RBAC" in err[0]
+    assert "rolled back: service/fresh-run, configmap/fresh-run-entrypoint deleted again" in err[0]
+    writes = [(m, p.split("?")[0]) for m, p, *_ in r.requests if m != "GET"]
+    assert writes == [
+        ("PATCH", "/api/v1/namespaces/rec/configmaps/fresh-run-entrypoint"),
+        ("PATCH", "/api/v1/namespaces/rec/services/fresh-run"),
+        ("PATCH", "/apis/batch/v1/namespaces/rec/jobs/fresh-run"),
+        ("DELETE", "/api/v1/namespaces/rec/services/fresh-run"),
+        ("DELETE", "/api/v1/namespaces/rec/configmaps/fresh-run-entrypoint"),
+    ]
+
+
+def test_submit_rollback_leaves_objects_that_existed_before(served):
+    """An apply that updated an object (200: it existed already) is not undone; only what this submit created."""
+    r, kc = served("job-succeeded", deny_writes=("jobs",))
+    from kgen.cluster.client import Cluster
+
+    cluster = Cluster.connect(kubeconfig=kc)
+    cluster.delete("Job", r.name)  # the run's Job is gone, its Service and ConfigMap are still there
+    before = len(r.requests)
+    res = run("submit", "--name", r.name, "--nodes", "2", "--gpus", "0", "--kubeconfig", kc)
+    assert res.exit_code == 2 and "forbidden" in res.stderr and "rolled back" not in res.stderr
+    assert [m for m, *_ in r.requests[before:] if m == "DELETE"] == []
 
 
 # ------------------------------------------------------------------------------------------ list

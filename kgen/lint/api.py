@@ -301,6 +301,10 @@ def _lint_docs(docs: list[Document], texts: dict[str, str], p: _Prepared, result
         else:
             p.kubeconform.add(doc, texts.get(doc.file, ""), _has_schema(doc, p))
             malformed = True  # not known before kubeconform runs
+        no_spec = _missing_spec(doc)
+        if no_spec is not None and not any(f.message.startswith("missing required field 'spec'") for f in found):
+            found.append(doc.finding("KG010", Severity.ERROR, no_spec, ("spec",) if "spec" in data else ()))
+            malformed = True
         for r in p.rules_for(doc.kind):
             try:
                 for path, message in r.fn(doc, p.ctx):  # type: ignore[misc]  # registered rules have fn
@@ -327,6 +331,29 @@ def _lint_docs(docs: list[Document], texts: dict[str, str], p: _Prepared, result
         for f in per_doc.get(id(doc), []):
             if f.rule_id not in skip and "all" not in skip:
                 result.findings.append(f)
+
+
+# Built-in kinds whose spec the API server requires (its validation needs spec.containers, spec.template,
+# spec.selector, spec.jobTemplate), although the OpenAPI schemas mark spec optional.
+_SPEC_REQUIRED = {
+    "v1": {"Pod": "spec.containers"},
+    "batch/v1": {"Job": "spec.template", "CronJob": "spec.schedule and spec.jobTemplate"},
+    "apps/v1": {
+        "StatefulSet": "spec.selector and spec.template",
+        "Deployment": "spec.selector and spec.template",
+        "DaemonSet": "spec.selector and spec.template",
+        "ReplicaSet": "spec.selector and spec.template",
+    },
+}
+
+
+def _missing_spec(doc: Document) -> str | None:
+    """The KG010 message for a workload with no spec (or ``spec: null``), else None."""
+    needs = _SPEC_REQUIRED.get(doc.api_version, {}).get(doc.kind)
+    if needs is None or not isinstance(doc.data, dict) or doc.data.get("spec") is not None:
+        return None
+    what = "is null" if "spec" in doc.data else "is missing"
+    return f"spec {what}: the API server rejects a {doc.kind} without {needs}; add the spec"
 
 
 def _has_schema(doc: Document, p: _Prepared) -> bool:

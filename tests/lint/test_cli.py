@@ -77,10 +77,32 @@ def test_junit_format(bad_file, tmp_path):
     root = ET.parse(report).getroot()
     assert root.tag == "testsuites" and root.get("tests") == "2" and root.get("failures") == "1"
     cases = root.findall("./testsuite/testcase")
-    assert [c.get("name") for c in cases] == ["Service/llama (line 1)", "Job/llama (line 19)"]
+    assert [c.get("name") for c in cases] == [
+        "Service/llama (line 1)",
+        "Job/llama (line 19) KG047 [spec.template.spec.containers[0].resources.limits.memory]",
+    ]
     [failure] = cases[1].findall("failure")
     assert failure.get("type") == "KG047"
     assert "KG102 warning" in cases[0].find("system-out").text
+
+
+def test_junit_has_one_failure_per_testcase(tmp_path):
+    """QA #13: the JUnit schema allows one <failure> per testcase; GitLab and Jenkins show only the first."""
+    docs = BASES["job"]()
+    res = docs[1]["spec"]["template"]["spec"]["containers"][0]["resources"]
+    res["limits"]["memory"] = "512GB"
+    res["requests"]["cpu"] = "-1"
+    docs[1]["spec"]["parallelism"] = 3
+    (tmp_path / "job.yaml").write_text(dump(docs))
+    report = tmp_path / "report.xml"
+    code, out, _ = run(["--format", "junit", "-o", str(report), str(tmp_path / "job.yaml")])
+    assert code == 1 and out == ""
+    root = ET.parse(report).getroot()
+    cases = root.findall("./testsuite/testcase")
+    assert all(len(c.findall("failure")) <= 1 for c in cases)
+    failing = [c for c in cases if c.find("failure") is not None]
+    assert len(failing) >= 3 and root.get("failures") == str(len(failing)) and root.get("tests") == str(len(cases))
+    assert {c.find("failure").get("type") for c in failing} >= {"KG047", "KG116"}
 
 
 def test_stdin_and_folders_recursively(tmp_path):

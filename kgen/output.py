@@ -21,6 +21,23 @@ def write_findings(result: Any, fmt: str, stream: IO[str]) -> None:
     writer(result, stream)
 
 
+def rules_listing(rules: list, fmt: str) -> str:
+    """``kgen lint --list-rules``: one line per rule (text) or a JSON list (json)."""
+    if fmt == "json":
+        rows = [
+            {
+                "id": r.id,
+                "severity": r.severity.value,
+                "summary": r.summary,
+                "fix": r.fix,
+                "kinds": sorted(r.kinds) if r.kinds else None,
+            }
+            for r in rules
+        ]
+        return json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
+    return "".join(f"{r.id}  {r.severity.value:<7}  {r.summary}\n" for r in rules)
+
+
 def _fails(result: Any, f: Finding) -> bool:
     fails = getattr(result, "fails", None)
     return fails(f) if fails is not None else f.severity is Severity.ERROR

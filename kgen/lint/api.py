@@ -12,7 +12,7 @@ same namespace (an object without a namespace pairs with any).
 
 A file that is not valid YAML (or not UTF-8) does not stop the run: it becomes a KG004 finding
 with file and line, every other file is linted, and ``exit_code`` is 2. A missing file, an empty
-stdin, an unknown version, engine or rule id, a missing kubeconform binary raise
+stdin or an empty file named explicitly, an unknown version, engine or rule id, a missing kubeconform binary raise
 ``kgen.errors.InputError`` / ``UsageError`` (exit 2 in the CLI, no report).
 """
 
@@ -200,7 +200,18 @@ def _read_inputs(paths: list[str], stdin: Any) -> Iterable[tuple[str, str | Inpu
     and becomes a KG004 finding. Missing paths and empty stdin raise InputError (nothing to report)."""
     if not paths:
         raise UsageError("no input given; pass files, folders or '-' for stdin")
+    seen: set[str] = set()  # real paths already read: a file named twice (or also inside a folder) is linted once
+
+    def first_time(path: str) -> bool:
+        real = "-" if path == "-" else os.path.realpath(path)
+        if real in seen:
+            return False
+        seen.add(real)
+        return True
+
     for path in paths:
+        if not first_time(path):
+            continue
         if path == "-":
             stream = stdin if stdin is not None else sys.stdin
             try:
@@ -218,9 +229,15 @@ def _read_inputs(paths: list[str], stdin: Any) -> Iterable[tuple[str, str | Inpu
             if not files:
                 raise InputError(f"{path}: no *.yaml or *.yml files in this folder")
             for f in files:
-                yield f, _read_or_error(f)
+                if first_time(f):
+                    yield f, _read_or_error(f)
         else:
-            yield path, _read_or_error(path)
+            text = _read_or_error(path)
+            if isinstance(text, str) and not text.strip():
+                # named explicitly, like stdin: an empty file is a mistake (a failed redirect), not "clean";
+                # empty files found inside a folder are skipped
+                raise InputError(f"{path}: empty file; nothing to lint")
+            yield path, text
 
 
 def _read_or_error(path: str) -> str | InputError:

@@ -305,6 +305,26 @@ def test_list_rules_prints_every_rule():
     assert code == 0 and [line.split()[0] for line in out.splitlines()] == sorted(load_rules())
 
 
+def test_list_rules_as_json_and_other_formats_refused(tmp_path):
+    """QA #15: --list-rules --format json printed text."""
+    from kgen.lint.registry import load_rules
+
+    code, out, err = run(["--list-rules", "--format", "json"])
+    rows = json.loads(out)
+    assert (code, err) == (0, "") and [r["id"] for r in rows] == sorted(load_rules())
+    kg110 = next(r for r in rows if r["id"] == "KG110")
+    assert kg110["severity"] == "error" and kg110["kinds"] and kg110["summary"] and kg110["fix"]
+    assert next(r for r in rows if r["id"] == "KG001")["kinds"] is None
+    listing = tmp_path / "rules.json"
+    assert run(["--list-rules", "--format", "json", "-o", str(listing)]) == (0, "", "")
+    assert json.loads(listing.read_text()) == rows
+    code, out, err = run(["--list-rules", "--format", "junit"])
+    assert (code, out) == (
+        2,
+        "",
+    ) and err == 'kgen: error: --format: must be text or json with --list-rules, got "junit"\n'
+
+
 def test_findings_in_args_point_at_the_args_item(tmp_path):
     """issue 8.6: a wrong --nnodes in args: is located at that args item, not at command:."""
     docs = BASES["job"]()
@@ -412,3 +432,26 @@ def test_a_folder_of_several_apps_sharing_labels_is_clean(tmp_path):
     code, out, _ = run([str(tmp_path)])
     assert code == 1 and out.count(" KG103 ") == 1
     assert "selects none of the pods of Job 'mistral': the pod template lacks role=master" in out
+
+
+def test_a_file_named_twice_is_linted_once(tmp_path, monkeypatch):
+    """QA #14: the same file twice (or also inside a folder given) was a KG027 duplicate of itself."""
+    (tmp_path / "deploy").mkdir()
+    svc = tmp_path / "deploy" / "svc.yaml"
+    svc.write_text(dump([BASES["job"]()[0]]))
+    monkeypatch.chdir(tmp_path)
+    once = run(["--format", "json", str(svc)])
+    for args in ([str(svc), str(svc)], [str(svc), "deploy/../deploy/svc.yaml"], [str(svc), "deploy"]):
+        code, out, _ = run(["--format", "json", *args])
+        assert (code, out) == once[:2] and "KG027" not in out
+
+
+def test_an_empty_file_named_explicitly_is_an_input_error_like_empty_stdin(tmp_path):
+    """QA #16: an empty named file exited 0 silently while empty stdin exits 2."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("\n  \n")
+    code, out, err = run([str(empty)])
+    assert (code, out) == (2, "") and err == f"kgen: error: {empty}: empty file; nothing to lint\n"
+    # inside a folder an empty file is skipped; the folder's other files are linted
+    shutil.copy(FIXTURES / "valid-job.yaml", tmp_path / "job.yaml")
+    assert run(["--strict", str(tmp_path)]) == (0, "", "")

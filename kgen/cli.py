@@ -402,9 +402,15 @@ def lint(paths, kubernetes_version, skip, strict, output_format, engine, schema_
 
     if list_rules:
         from kgen.lint.registry import load_rules
+        from kgen.output import rules_listing
 
-        for r in sorted(load_rules().values(), key=lambda r: r.id):
-            click.echo(f"{r.id}  {r.severity.value:<7}  {r.summary}")
+        if output_format not in ("text", "json"):
+            raise KgenError(f'must be text or json with --list-rules, got "{output_format}"', option="--format")
+        listing = rules_listing(sorted(load_rules().values(), key=lambda r: r.id), output_format)
+        if output:
+            write_output(output, listing)
+        else:
+            click.echo(listing, nl=False)
         return
     if output_format not in FORMATS:
         raise KgenError(f'must be {", ".join(FORMATS[:-1])} or {FORMATS[-1]}, got "{output_format}"', option="--format")

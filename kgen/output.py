@@ -21,6 +21,23 @@ def write_findings(result: Any, fmt: str, stream: IO[str]) -> None:
     writer(result, stream)
 
 
+def rules_listing(rules: list, fmt: str) -> str:
+    """``kgen lint --list-rules``: one line per rule (text) or a JSON list (json)."""
+    if fmt == "json":
+        rows = [
+            {
+                "id": r.id,
+                "severity": r.severity.value,
+                "summary": r.summary,
+                "fix": r.fix,
+                "kinds": sorted(r.kinds) if r.kinds else None,
+            }
+            for r in rules
+        ]
+        return json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
+    return "".join(f"{r.id}  {r.severity.value:<7}  {r.summary}\n" for r in rules)
+
+
 def _fails(result: Any, f: Finding) -> bool:
     fails = getattr(result, "fails", None)
     return fails(f) if fails is not None else f.severity is Severity.ERROR
@@ -62,8 +79,10 @@ def _json(result: Any, stream: IO[str]) -> None:
 
 
 def _junit(result: Any, stream: IO[str]) -> None:
-    """One testsuite per file, one testcase per document; error findings are failures, warnings and
-    info go to the testcase's system-out."""
+    """One testsuite per file. A document without failing findings is one passing testcase; a document
+    with failing findings (errors; warnings too under --strict) has one testcase per such finding, each
+    with exactly one <failure> (the JUnit schema allows one; GitLab and Jenkins show only the first).
+    Findings that do not fail go to the system-out of the document's first testcase."""
     by_doc: dict[tuple, list[Finding]] = {}
     suites: dict[str, list] = {name: [] for name in result.files}
     for ref in result.documents:
@@ -79,33 +98,44 @@ def _junit(result: Any, stream: IO[str]) -> None:
         starts = [ln for ln in lines_by_file.get(f.file, []) if ln <= max(f.line, 1)]
         key = (f.file, max(starts) if starts else 0)
         by_doc.setdefault(key, []).append(f)
-    total_tests = sum(len(refs) for refs in suites.values())
-    total_fail = sum(
-        1
-        for refs in suites.values()
-        for ref in refs
-        if any(_fails(result, x) for x in by_doc.get((ref.file, ref.line), []))
-    )
-    out = [
-        '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<testsuites name="kgen lint" tests="{total_tests}" failures="{total_fail}" errors="0">',
-    ]
+    cases: dict[str, list[list[str]]] = {}  # file -> testcases (their XML lines)
+    failed: dict[str, int] = {}
     for name, refs in suites.items():
-        fails = sum(1 for ref in refs if any(_fails(result, x) for x in by_doc.get((ref.file, ref.line), [])))
-        out.append(f'  <testsuite name={quoteattr(name)} tests="{len(refs)}" failures="{fails}" errors="0">')
+        cases[name] = []
+        failed[name] = 0
         for ref in refs:
             label = f"{ref.kind or '?'}/{ref.name or '?'} (line {ref.line})" if ref.kind else f"YAML (line {ref.line})"
             found = by_doc.get((ref.file, ref.line), [])
             errors = [x for x in found if _fails(result, x)]
             other = [x for x in found if not _fails(result, x)]
-            out.append(f"    <testcase classname={quoteattr(name)} name={quoteattr(label)}>")
-            for x in errors:
-                out.append(
-                    f"      <failure type={quoteattr(x.rule_id)} message={quoteattr(x.message)}>"
-                    f"{escape(x.text())}</failure>"
-                )
+            out_xml = []
             if other:
-                out.append("      <system-out>" + escape("\n".join(x.text() for x in other)) + "</system-out>")
+                out_xml = ["      <system-out>" + escape("\n".join(x.text() for x in other)) + "</system-out>"]
+            if not errors:
+                cases[name].append([f"    <testcase classname={quoteattr(name)} name={quoteattr(label)}>", *out_xml])
+                continue
+            failed[name] += len(errors)
+            for i, x in enumerate(errors):
+                case_name = f"{label} {x.rule_id}" + (f" [{x.path}]" if x.path else "")
+                cases[name].append(
+                    [
+                        f"    <testcase classname={quoteattr(name)} name={quoteattr(case_name)}>",
+                        f"      <failure type={quoteattr(x.rule_id)} message={quoteattr(x.message)}>"
+                        f"{escape(x.text())}</failure>",
+                        *(out_xml if i == 0 else []),
+                    ]
+                )
+    total_tests = sum(len(c) for c in cases.values())
+    out = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<testsuites name="kgen lint" tests="{total_tests}" failures="{sum(failed.values())}" errors="0">',
+    ]
+    for name, file_cases in cases.items():
+        out.append(
+            f'  <testsuite name={quoteattr(name)} tests="{len(file_cases)}" failures="{failed[name]}" errors="0">'
+        )
+        for case in file_cases:
+            out.extend(case)
             out.append("    </testcase>")
         out.append("  </testsuite>")
     out.append("</testsuites>")

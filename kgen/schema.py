@@ -2,9 +2,11 @@
 
 The bundled schemas (``kubernetes_validate/kubernetes-json-schema/v1.NN.0-local[-strict]/``) use a
 tiny subset of JSON schema: ``type``, ``required``, ``properties``, ``additionalProperties``,
-``items``, ``$ref``, ``oneOf``, ``enum`` and the non-asserting ``format``. This module compiles
-exactly that subset into Python closures and fails loudly (``SchemaError``) on any other keyword,
-so a future schema that needs more cannot be silently under-validated.
+``items``, ``$ref``, ``oneOf``, ``enum`` and ``format``. ``format: int32`` / ``int64`` on an integer
+is asserted as a range (the API server rejects 3000000000 for an int32 field while decoding); other
+formats are annotations. This module compiles exactly that subset into Python closures and fails
+loudly (``SchemaError``) on any other keyword, so a future schema that needs more cannot be silently
+under-validated.
 
 Cost model (render runs this on every call): the 1.8 MB ``_definitions.json`` is read only on a
 cache miss; the subset a kind needs is stored as a marshal file under the user cache folder
@@ -40,7 +42,8 @@ VALIDATION_KEYWORDS = frozenset(
     ("type", "required", "properties", "additionalProperties", "items", "$ref", "oneOf", "enum")
 )
 ANNOTATION_KEYWORDS = frozenset(("description", "format", "$schema", "$id", "default", "title"))
-_CACHE_FORMAT = 1  # bump whenever compact() output changes: it is part of every cache file name
+INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+_CACHE_FORMAT = 2  # bump whenever compact() output changes: it is part of every cache file name
 
 
 class SchemaError(Exception):
@@ -159,6 +162,9 @@ def compact(schema: dict, needed: list[str] | None = None) -> dict:
         raise SchemaError(f"schema must be an object, got {schema!r}")
     out: dict = {}
     for key, value in schema.items():
+        if key == "format" and value in INT_RANGES:
+            out[key] = value
+            continue
         if key in ANNOTATION_KEYWORDS or key.startswith("x-kubernetes-"):
             continue
         if key not in VALIDATION_KEYWORDS:
@@ -290,7 +296,7 @@ class Compiler:
             parts.append(self._one_of(types, [self.compile(x) for x in s["oneOf"]], s["oneOf"]))
             types = None
         if types is not None:
-            parts.append(self._type(types))
+            parts.append(self._type(types, s.get("format")))
         if not parts:
             return _accept
         if len(parts) == 1:
@@ -319,14 +325,19 @@ class Compiler:
         return ref
 
     @staticmethod
-    def _type(types: list[str]) -> Check:
+    def _type(types: list[str], fmt: str | None = None) -> Check:
         allowed = frozenset(t for name in types for t in _PYTYPES[name])
         integer_only = "integer" in types and "number" not in types
+        bounds = INT_RANGES.get(fmt or "") if "integer" in types else None
 
         def check(value: Any) -> list[Error] | None:
             if type(value) in allowed:
+                if bounds is not None and type(value) is int and not bounds[0] <= value <= bounds[1]:
+                    return [((), f"{value} is out of range for an {fmt} ({bounds[0]} ... {bounds[1]})")]
                 return None
             if integer_only and type(value) is float and value.is_integer():
+                if bounds is not None and not bounds[0] <= value <= bounds[1]:
+                    return [((), f"{value:.0f} is out of range for an {fmt} ({bounds[0]} ... {bounds[1]})")]
                 return None
             return [((), type_message(value, types))]
 

@@ -12,7 +12,7 @@ same namespace (an object without a namespace pairs with any).
 
 A file that is not valid YAML (or not UTF-8) does not stop the run: it becomes a KG004 finding
 with file and line, every other file is linted, and ``exit_code`` is 2. A missing file, an empty
-stdin, an unknown version, engine or rule id, a missing kubeconform binary raise
+stdin or an empty file named explicitly, an unknown version, engine or rule id, a missing kubeconform binary raise
 ``kgen.errors.InputError`` / ``UsageError`` (exit 2 in the CLI, no report).
 """
 
@@ -200,7 +200,18 @@ def _read_inputs(paths: list[str], stdin: Any) -> Iterable[tuple[str, str | Inpu
     and becomes a KG004 finding. Missing paths and empty stdin raise InputError (nothing to report)."""
     if not paths:
         raise UsageError("no input given; pass files, folders or '-' for stdin")
+    seen: set[str] = set()  # real paths already read: a file named twice (or also inside a folder) is linted once
+
+    def first_time(path: str) -> bool:
+        real = "-" if path == "-" else os.path.realpath(path)
+        if real in seen:
+            return False
+        seen.add(real)
+        return True
+
     for path in paths:
+        if not first_time(path):
+            continue
         if path == "-":
             stream = stdin if stdin is not None else sys.stdin
             try:
@@ -218,9 +229,15 @@ def _read_inputs(paths: list[str], stdin: Any) -> Iterable[tuple[str, str | Inpu
             if not files:
                 raise InputError(f"{path}: no *.yaml or *.yml files in this folder")
             for f in files:
-                yield f, _read_or_error(f)
+                if first_time(f):
+                    yield f, _read_or_error(f)
         else:
-            yield path, _read_or_error(path)
+            text = _read_or_error(path)
+            if isinstance(text, str) and not text.strip():
+                # named explicitly, like stdin: an empty file is a mistake (a failed redirect), not "clean";
+                # empty files found inside a folder are skipped
+                raise InputError(f"{path}: empty file; nothing to lint")
+            yield path, text
 
 
 def _read_or_error(path: str) -> str | InputError:
@@ -301,6 +318,10 @@ def _lint_docs(docs: list[Document], texts: dict[str, str], p: _Prepared, result
         else:
             p.kubeconform.add(doc, texts.get(doc.file, ""), _has_schema(doc, p))
             malformed = True  # not known before kubeconform runs
+        no_spec = _missing_spec(doc)
+        if no_spec is not None and not any(f.message.startswith("missing required field 'spec'") for f in found):
+            found.append(doc.finding("KG010", Severity.ERROR, no_spec, ("spec",) if "spec" in data else ()))
+            malformed = True
         for r in p.rules_for(doc.kind):
             try:
                 for path, message in r.fn(doc, p.ctx):  # type: ignore[misc]  # registered rules have fn
@@ -327,6 +348,29 @@ def _lint_docs(docs: list[Document], texts: dict[str, str], p: _Prepared, result
         for f in per_doc.get(id(doc), []):
             if f.rule_id not in skip and "all" not in skip:
                 result.findings.append(f)
+
+
+# Built-in kinds whose spec the API server requires (its validation needs spec.containers, spec.template,
+# spec.selector, spec.jobTemplate), although the OpenAPI schemas mark spec optional.
+_SPEC_REQUIRED = {
+    "v1": {"Pod": "spec.containers"},
+    "batch/v1": {"Job": "spec.template", "CronJob": "spec.schedule and spec.jobTemplate"},
+    "apps/v1": {
+        "StatefulSet": "spec.selector and spec.template",
+        "Deployment": "spec.selector and spec.template",
+        "DaemonSet": "spec.selector and spec.template",
+        "ReplicaSet": "spec.selector and spec.template",
+    },
+}
+
+
+def _missing_spec(doc: Document) -> str | None:
+    """The KG010 message for a workload with no spec (or ``spec: null``), else None."""
+    needs = _SPEC_REQUIRED.get(doc.api_version, {}).get(doc.kind)
+    if needs is None or not isinstance(doc.data, dict) or doc.data.get("spec") is not None:
+        return None
+    what = "is null" if "spec" in doc.data else "is missing"
+    return f"spec {what}: the API server rejects a {doc.kind} without {needs}; add the spec"
 
 
 def _has_schema(doc: Document, p: _Prepared) -> bool:

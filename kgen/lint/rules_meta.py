@@ -43,7 +43,8 @@ builtin(
     "KG010",
     E,
     "The object does not match the JSON schema of its kind for the chosen Kubernetes version "
-    "(unknown field, wrong type, missing required field).",
+    "(unknown field, wrong type, missing required field, an integer outside its int32/int64 range), or a "
+    "workload or Pod has no spec (or spec: null), which the API server requires.",
     "Fix the field named in the message.",
 )
 builtin(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 from kgen.findings import Severity
 from kgen.lint import k8s
@@ -189,8 +189,9 @@ def resource_names(doc: Any, ctx: Context) -> Iterator:
 @rule(
     "KG047",
     E,
-    "Resource quantities must parse (e.g. 512Gi, 500m, 2); '512GB' or '1.5 Gi' are rejected while decoding.",
-    "Use a Kubernetes quantity: binary suffixes Ki Mi Gi Ti, decimal k M G T, or m.",
+    "Resource quantities must parse (e.g. 512Gi, 500m, 2); '512GB' or '1.5 Gi' are rejected while decoding; "
+    "requests, limits and an emptyDir sizeLimit must not be negative (the API server rejects them).",
+    "Use a non-negative Kubernetes quantity: binary suffixes Ki Mi Gi Ti, decimal k M G T, or m.",
 )
 def quantities(doc: Any, ctx: Context) -> Iterator:
     for res, path in _resources(doc):
@@ -198,20 +199,26 @@ def quantities(doc: Any, ctx: Context) -> Iterator:
             values = res.get(section)
             if isinstance(values, dict):
                 for name, value in values.items():
-                    if (
-                        isinstance(value, (str, int, float))
-                        and not isinstance(value, bool)
-                        and k8s.parse_quantity(value) is None
-                    ):
+                    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                        continue
+                    q = k8s.parse_quantity(value)
+                    if q is None:
                         yield path + (section, name), f"{value!r} is not a Kubernetes quantity (e.g. 512Gi, 500m, 8)"
+                    elif q < 0:
+                        yield path + (section, name), f"{section} {name} is {value!r}: must not be negative"
     for spec, base in _pod(doc):
         for i, v in enumerate(spec.get("volumes") or []):
             size = k8s.get(v, "emptyDir", "sizeLimit")
-            if isinstance(size, (str, int, float)) and not isinstance(size, bool) and k8s.parse_quantity(size) is None:
+            if not isinstance(size, (str, int, float)) or isinstance(size, bool):
+                continue
+            q = k8s.parse_quantity(size)
+            if q is None:
                 yield (
                     base + ("volumes", i, "emptyDir", "sizeLimit"),
                     f"{size!r} is not a Kubernetes quantity (e.g. 64Gi)",
                 )
+            elif q < 0:
+                yield base + ("volumes", i, "emptyDir", "sizeLimit"), f"sizeLimit {size!r} must not be negative"
 
 
 @rule("KG048", E, "A resource request must not exceed its limit.", "Lower the request or raise the limit.")
@@ -409,12 +416,34 @@ def tolerations(doc: Any, ctx: Context) -> Iterator:
                 yield p + ("tolerationSeconds",), "tolerationSeconds requires effect: NoExecute"
 
 
-@rule("KG057", E, "activeDeadlineSeconds of a pod is 1 ... 2^31-1.", "Use a positive number of seconds.")
+@rule(
+    "KG057",
+    E,
+    "activeDeadlineSeconds of a pod is 1 ... 2^31-1, and user and group ids (runAsUser, runAsGroup, fsGroup, "
+    "supplementalGroups) are 0 ... 2^31-1: the API server's limits, narrower than the schema's int64.",
+    "Use a positive number of seconds and a uid/gid below 2147483648.",
+)
 def pod_deadline(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         ads = spec.get("activeDeadlineSeconds")
-        if isinstance(ads, int) and not isinstance(ads, bool) and not 1 <= ads <= 2**31 - 1:
+        if _is_int(ads) and not 1 <= ads <= 2**31 - 1:
             yield base + ("activeDeadlineSeconds",), f"activeDeadlineSeconds {ads} must be in 1 ... 2147483647"
+        contexts = [(spec.get("securityContext"), base + ("securityContext",))]
+        contexts += [(c.get("securityContext"), path + ("securityContext",)) for c, path in k8s.containers(spec, base)]
+        for sc, path in contexts:
+            if not isinstance(sc, dict):
+                continue
+            ids = [(key, sc.get(key), path + (key,)) for key in ("runAsUser", "runAsGroup", "fsGroup")]
+            groups = sc.get("supplementalGroups")
+            if isinstance(groups, list):
+                ids += [("supplementalGroups", g, path + ("supplementalGroups", i)) for i, g in enumerate(groups)]
+            for key, value, at in ids:
+                if _is_int(value) and not 0 <= value <= 2**31 - 1:
+                    yield at, f"{key} {value} must be in 0 ... 2147483647"
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|PRIVATE_KEY)", re.I)

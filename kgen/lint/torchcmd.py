@@ -30,6 +30,8 @@ _BOOL_FLAGS = {
 _SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", ";;"}
 _VAR = re.compile(r"^\$(?:\{(\w+)\}|\((\w+)\)|(\w+))$")
 _SLEEP = re.compile(r"^[ \t]*(sleep[ \t]+[^;&|#\n]+)", re.M)
+_HOLD = "KgenSubst"  # placeholder for a $(...) / ${...} while a script line is split into words
+_HELD = re.compile(_HOLD + r"(\d+)" + _HOLD)
 _PREFIX_WORDS = {"exec", "nohup", "time", "env", "stdbuf"}
 
 
@@ -65,18 +67,57 @@ def _norm(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
+def _shield(line: str) -> tuple[str, list[str]]:
+    """``line`` with every ``$(...)``, ``$((...))`` and ``${...}`` (balanced, quotes ignored) replaced by a
+    placeholder word, and the replaced texts: Kubernetes ``$(VAR)`` references and shell substitutions
+    are parts of a word, not the ``(``/``)`` operators that end a command."""
+    out: list[str] = []
+    saved: list[str] = []
+    i = 0
+    n = len(line)
+    while i < n:
+        if line[i] == "$" and i + 1 < n and line[i + 1] in "({":
+            opener = line[i + 1]
+            closer = ")" if opener == "(" else "}"
+            depth = 0
+            j = i + 1
+            while j < n:
+                if line[j] == opener:
+                    depth += 1
+                elif line[j] == closer:
+                    depth -= 1
+                    if depth == 0:
+                        break
+                j += 1
+            if j < n:
+                out.append(f"{_HOLD}{len(saved)}{_HOLD}")
+                saved.append(line[i : j + 1])
+                i = j + 1
+                continue
+        out.append(line[i])
+        i += 1
+    return "".join(out), saved
+
+
+def _unshield(token: str, saved: list[str]) -> str:
+    if _HOLD not in token:
+        return token
+    return _HELD.sub(lambda m: saved[int(m.group(1))], token)
+
+
 def _commands(script: str) -> list[list[str]]:
     """Simple commands of a shell script, as token lists (best effort, never raises)."""
     text = script.replace("\\\r\n", " ").replace("\\\n", " ")
     out: list[list[str]] = []
     for line in text.splitlines():
+        shielded, saved = _shield(line)
         try:
-            lex = shlex.shlex(line, posix=True, punctuation_chars=";&|()")
+            lex = shlex.shlex(shielded, posix=True, punctuation_chars=";&|()")
             lex.whitespace_split = True
             lex.commenters = "#"
-            tokens = list(lex)
+            tokens = [_unshield(t, saved) for t in lex]
         except ValueError:
-            tokens = line.split()
+            tokens = [_unshield(t, saved) for t in shielded.split()]
         cur: list[str] = []
         for tok in tokens:
             if tok in _SEPARATORS or set(tok) <= set(";&|()"):

@@ -77,10 +77,32 @@ def test_junit_format(bad_file, tmp_path):
     root = ET.parse(report).getroot()
     assert root.tag == "testsuites" and root.get("tests") == "2" and root.get("failures") == "1"
     cases = root.findall("./testsuite/testcase")
-    assert [c.get("name") for c in cases] == ["Service/llama (line 1)", "Job/llama (line 19)"]
+    assert [c.get("name") for c in cases] == [
+        "Service/llama (line 1)",
+        "Job/llama (line 19) KG047 [spec.template.spec.containers[0].resources.limits.memory]",
+    ]
     [failure] = cases[1].findall("failure")
     assert failure.get("type") == "KG047"
     assert "KG102 warning" in cases[0].find("system-out").text
+
+
+def test_junit_has_one_failure_per_testcase(tmp_path):
+    """QA #13: the JUnit schema allows one <failure> per testcase; GitLab and Jenkins show only the first."""
+    docs = BASES["job"]()
+    res = docs[1]["spec"]["template"]["spec"]["containers"][0]["resources"]
+    res["limits"]["memory"] = "512GB"
+    res["requests"]["cpu"] = "-1"
+    docs[1]["spec"]["parallelism"] = 3
+    (tmp_path / "job.yaml").write_text(dump(docs))
+    report = tmp_path / "report.xml"
+    code, out, _ = run(["--format", "junit", "-o", str(report), str(tmp_path / "job.yaml")])
+    assert code == 1 and out == ""
+    root = ET.parse(report).getroot()
+    cases = root.findall("./testsuite/testcase")
+    assert all(len(c.findall("failure")) <= 1 for c in cases)
+    failing = [c for c in cases if c.find("failure") is not None]
+    assert len(failing) >= 3 and root.get("failures") == str(len(failing)) and root.get("tests") == str(len(cases))
+    assert {c.find("failure").get("type") for c in failing} >= {"KG047", "KG116"}
 
 
 def test_stdin_and_folders_recursively(tmp_path):
@@ -283,6 +305,26 @@ def test_list_rules_prints_every_rule():
     assert code == 0 and [line.split()[0] for line in out.splitlines()] == sorted(load_rules())
 
 
+def test_list_rules_as_json_and_other_formats_refused(tmp_path):
+    """QA #15: --list-rules --format json printed text."""
+    from kgen.lint.registry import load_rules
+
+    code, out, err = run(["--list-rules", "--format", "json"])
+    rows = json.loads(out)
+    assert (code, err) == (0, "") and [r["id"] for r in rows] == sorted(load_rules())
+    kg110 = next(r for r in rows if r["id"] == "KG110")
+    assert kg110["severity"] == "error" and kg110["kinds"] and kg110["summary"] and kg110["fix"]
+    assert next(r for r in rows if r["id"] == "KG001")["kinds"] is None
+    listing = tmp_path / "rules.json"
+    assert run(["--list-rules", "--format", "json", "-o", str(listing)]) == (0, "", "")
+    assert json.loads(listing.read_text()) == rows
+    code, out, err = run(["--list-rules", "--format", "junit"])
+    assert (code, out) == (
+        2,
+        "",
+    ) and err == 'kgen: error: --format: must be text or json with --list-rules, got "junit"\n'
+
+
 def test_findings_in_args_point_at_the_args_item(tmp_path):
     """issue 8.6: a wrong --nnodes in args: is located at that args item, not at command:."""
     docs = BASES["job"]()
@@ -390,3 +432,26 @@ def test_a_folder_of_several_apps_sharing_labels_is_clean(tmp_path):
     code, out, _ = run([str(tmp_path)])
     assert code == 1 and out.count(" KG103 ") == 1
     assert "selects none of the pods of Job 'mistral': the pod template lacks role=master" in out
+
+
+def test_a_file_named_twice_is_linted_once(tmp_path, monkeypatch):
+    """QA #14: the same file twice (or also inside a folder given) was a KG027 duplicate of itself."""
+    (tmp_path / "deploy").mkdir()
+    svc = tmp_path / "deploy" / "svc.yaml"
+    svc.write_text(dump([BASES["job"]()[0]]))
+    monkeypatch.chdir(tmp_path)
+    once = run(["--format", "json", str(svc)])
+    for args in ([str(svc), str(svc)], [str(svc), "deploy/../deploy/svc.yaml"], [str(svc), "deploy"]):
+        code, out, _ = run(["--format", "json", *args])
+        assert (code, out) == once[:2] and "KG027" not in out
+
+
+def test_an_empty_file_named_explicitly_is_an_input_error_like_empty_stdin(tmp_path):
+    """QA #16: an empty named file exited 0 silently while empty stdin exits 2."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("\n  \n")
+    code, out, err = run([str(empty)])
+    assert (code, out) == (2, "") and err == f"kgen: error: {empty}: empty file; nothing to lint\n"
+    # inside a folder an empty file is skipped; the folder's other files are linted
+    shutil.copy(FIXTURES / "valid-job.yaml", tmp_path / "job.yaml")
+    assert run(["--strict", str(tmp_path)]) == (0, "", "")

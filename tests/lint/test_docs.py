@@ -34,3 +34,12 @@ def test_pre_commit_hook_runs_kgen_lint():
     [hook] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     assert hook["id"] == "kgen-lint" and hook["entry"] == "kgen lint" and hook["language"] == "python"
     assert re.search(hook["files"], "deploy/job.yaml") and re.search(hook["files"], "a.yml")
+
+
+def test_docs_state_the_cli_default_kubernetes_version():
+    """QA #8: docs/lint.md said the default was 1.37."""
+    from kgen.versions import DEFAULT_KUBERNETES_VERSION
+
+    text = " ".join((ROOT / "docs" / "lint.md").read_text().split())
+    defaults = re.findall(r"--kubernetes-version`, default (1\.\d+)", text)
+    assert defaults == [DEFAULT_KUBERNETES_VERSION]

@@ -244,3 +244,52 @@ def test_on_pod_conditions_status_is_a_warning_not_a_schema_error(version):
     assert rule_ids(result) == {"KG067"} and result.exit_code == 0
     raw = schema.bundled(version).validator("batch/v1", "Job").validate(docs[1])
     assert bool(raw) is (version == "1.33")  # the schema itself differs between the versions
+
+
+@pytest.mark.parametrize("base,index", [("job", 1), ("sts", 1)])
+@pytest.mark.parametrize("spec", ["missing", "null"])
+def test_a_workload_without_spec_is_KG010(base, index, spec):
+    # the schemas mark spec optional, the API server requires it (QA #4); `spec: {}` was caught already
+    docs = BASES[base]()
+    if spec == "missing":
+        del docs[index]["spec"]
+    else:
+        docs[index]["spec"] = None
+    result = lint_docs(docs)
+    [f] = [f for f in result.findings if f.rule_id == "KG010"]  # one finding, whether the schema requires spec or not
+    assert f"spec is {spec}" in f.message or "missing required field 'spec'" in f.message
+    assert result.exit_code == 1
+
+
+def test_a_pod_without_spec_is_KG010_and_a_configmap_needs_none():
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
+    assert "KG010" in rule_ids(lint_docs([pod]))
+    assert rule_ids(lint_docs(BASES["cm"](), fail_on_warnings=True)) == set()
+
+
+@pytest.mark.parametrize(
+    "path,value,fmt",
+    [
+        (("spec", "ttlSecondsAfterFinished"), 3_000_000_000, "int32"),
+        (("spec", "backoffLimit"), -(2**31) - 1, "int32"),
+        (("spec", "activeDeadlineSeconds"), 99999999999999999999, "int64"),
+        (("spec", "template", "spec", "terminationGracePeriodSeconds"), 2**63, "int64"),
+    ],
+)
+def test_integers_outside_their_schema_format_are_KG010(path, value, fmt):
+    # the API server rejects an int32 field of 3000000000 while decoding (QA #3); the schema says format: int32
+    docs = BASES["job"]()
+    node = docs[1]
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    found = [f for f in lint_docs(docs).findings if f.rule_id == "KG010"]
+    assert [f.path for f in found] == [".".join(path)], [f.text() for f in found]
+    assert f"out of range for an {fmt}" in found[0].message
+
+
+def test_integers_at_the_edge_of_their_format_pass_the_schema():
+    docs = BASES["job"]()
+    docs[1]["spec"]["ttlSecondsAfterFinished"] = 2**31 - 1
+    docs[1]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 2**63 - 1
+    assert "KG010" not in rule_ids(lint_docs(docs))

@@ -125,3 +125,46 @@ def test_launch_path_accepts_the_container_as_older_callers_pass_it():
     c = {"command": ["torchrun"], "args": ["--nnodes=4", "train.py"]}
     assert _launch_path(("c",), c) == ("c", "args", 0)
     assert _launch_path(("c",), {"command": ["python", "train.py"]}) == ("c",)
+
+
+@pytest.mark.parametrize("ref", ["$(JOB_COMPLETION_INDEX)", "$JOB_COMPLETION_INDEX", "${JOB_COMPLETION_INDEX}"])
+def test_variable_references_in_a_script_are_ordinary_words(ref):
+    # Kubernetes expands $(VAR) before bash runs; its parentheses are not shell operators (QA #1)
+    script = f"torchrun --nnodes=2 --node-rank={ref} --master-addr=$(MASTER_ADDR) --nproc-per-node=1 train.py"
+    [launch] = find_launches({"command": ["bash", "-c", script]})
+    assert launch.flags == {
+        "nnodes": "2",
+        "node_rank": ref,
+        "master_addr": "$(MASTER_ADDR)",
+        "nproc_per_node": "1",
+    }
+    assert launch.opaque is False
+
+
+def test_shell_substitutions_stay_one_word_and_operators_still_split():
+    script = "cd /app && torchrun --nnodes=$((N)) --master-addr=$(hostname -i) --node-rank=${R:-0} t.py; echo done"
+    [launch] = find_launches({"command": ["sh", "-c", script]})
+    assert launch.flags == {"nnodes": "$((N))", "master_addr": "$(hostname -i)", "node_rank": "${R:-0}"}
+
+
+def _script_job(script: str) -> list:
+    docs = BASES["job"]()
+    c = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    c["command"] = ["bash", "-c", script]
+    del c["args"]
+    return docs
+
+
+def test_flags_after_a_k8s_reference_in_bash_c_are_seen_by_the_launch_rules():
+    ok = "torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$(NODE_RANK) --master-addr=llama-0.llama train.py"
+    assert rule_ids(lint_docs(_script_job(ok), strict=True)) == set()
+    # KG119's own suggested fix lints clean
+    fix = "torchrun --nnodes=4 --nproc-per-node=8 --master-addr=$(MASTER_ADDR) --node-rank=$(NODE_RANK) train.py"
+    docs = _script_job(fix)
+    docs[1]["spec"]["template"]["spec"]["containers"][0]["env"].append(
+        {"name": "MASTER_ADDR", "value": "llama-0.llama"}
+    )
+    assert rule_ids(lint_docs(docs, strict=True)) == set()
+    # a wrong --master-addr / --nnodes after the reference is still caught
+    bad = "torchrun --node-rank=$(NODE_RANK) --nnodes=3 --nproc-per-node=8 --master-addr=llama train.py"
+    assert {"KG105", "KG106"} <= rule_ids(lint_docs(_script_job(bad)))

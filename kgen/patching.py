@@ -77,5 +77,38 @@ def apply_patches(docs: list[dict], patches: list[dict], origins: dict[str, str]
                 hint="fix target.kind or target.name",
             )
         for n in hits:
-            docs[n] = merge_patch(docs[n], item["patch"])
+            patched = merge_patch(docs[n], item["patch"])
+            lost = [path for path in KEPT_PATHS if _has(docs[n], path) and not _has(patched, path)]
+            if lost:
+                what = f"{docs[n]['kind']}/{docs[n]['metadata'].get('name')}"
+                raise UsageError(
+                    f"patch: removes {lost[0]} of {what}, which the object needs",
+                    option=patch_origin(origins, i),
+                    hint="a patch may change these fields, not delete them: null deletes a key in a merge patch",
+                )
+            docs[n] = patched
     return docs
+
+
+# Structure a rendered object cannot lose (a merge patch deletes a key with null): the API server
+# rejects a Job without spec.template, and a workload without containers or selector never runs.
+KEPT_PATHS = (
+    "metadata.name",
+    "spec",
+    "spec.selector",
+    "spec.template",
+    "spec.template.spec",
+    "spec.template.spec.containers",
+    "spec.replicatedJobs",
+    "spec.ports",
+    "data",
+)
+
+
+def _has(doc: Any, path: str) -> bool:
+    """Whether ``path`` (dotted keys) holds a non-empty value in ``doc``."""
+    for key in path.split("."):
+        if not isinstance(doc, dict) or doc.get(key) in (None, {}, []):
+            return False
+        doc = doc[key]
+    return True

@@ -71,6 +71,17 @@ REFUSED = [
         "--set patches[0]: patch: removes spec.template of Job",
     ),
     (["--set", "patches=[{target: {kind: ConfigMap}, patch: {data: null}}]"], "patch: removes data of ConfigMap"),
+    (
+        ["--set", "patches=[{target: {kind: Service}, patch: {metadata: {labels: {app.kubernetes.io/instance: x}}}}]"],
+        "patch: changes label app.kubernetes.io/instance of Service/kgen-2node-test, which is set by --name",
+    ),
+    (
+        [
+            "--set",
+            "patches=[{target: {kind: Job}, patch: {spec: {template: {metadata: {labels: {kgen.dev/role: null}}}}}}]",
+        ],
+        "patch: changes label kgen.dev/role of Job/kgen-2node-test",
+    ),
     # 10: empty values are mistakes, not "use the default"
     (["--kubernetes-version", ""], '--kubernetes-version: must look like 1.31, got ""'),
     (["--preset", ""], "--preset: needs a preset name"),
@@ -96,6 +107,14 @@ def test_free_labels_and_a_module_command_still_render():
     job = [d for d in yaml.safe_load_all(res.stdout) if d][2]
     assert job["metadata"]["labels"]["team"] == "ml"
     assert job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kgen"
+
+
+def test_a_patch_may_add_and_change_other_labels():
+    patch = "patches=[{target: {kind: Job}, patch: {metadata: {labels: {team: a}}, spec: {suspend: true}}}]"
+    res = run("render", "--set", patch)
+    assert res.exit_code == 0, res.stderr
+    job = [d for d in yaml.safe_load_all(res.stdout) if d][2]
+    assert job["metadata"]["labels"]["team"] == "a" and job["spec"]["suspend"] is True
 
 
 def test_int_bounds_are_inclusive():

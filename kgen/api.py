@@ -6,6 +6,7 @@ runs it on the documents it is about to print.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -30,6 +31,7 @@ class RenderRequest(NamedTuple):
     kubernetes_version: str | None = None
     output_format: str = "yaml"
     lint: bool = True
+    stdin: str | None = None  # the text of `-f -` (the CLI reads stdin; None = not read)
 
 
 FLAG_NAMES = {
@@ -53,6 +55,7 @@ class RenderResult(NamedTuple):
     text: str
     warnings: list[Finding]  # the self-check's findings below error severity
     notes: list[str]  # what the manifest alone does not say (e.g. a Kueue queue suspends it)
+    cautions: list[str] = []  # values that render but likely do not do what was meant (printed as warnings)
 
 
 def base_preset(request: RenderRequest) -> str | None:
@@ -64,7 +67,7 @@ def base_preset(request: RenderRequest) -> str | None:
     kgen-train like every training preset) and carries nothing of the smoke test's identity.
     Placement flags (--name, --namespace, --image, --kind, --env, --set of other keys) keep it.
     """
-    if request.preset:
+    if request.preset is not None:
         return request.preset
     if request.values_files or request.command:
         return None
@@ -78,15 +81,29 @@ def base_preset(request: RenderRequest) -> str | None:
 
 def build(request: RenderRequest) -> TrainingSpec:
     """Layer the values (defaults < preset < -f files < --set < flags) and build the spec."""
-    minor = parse_k8s_version(request.kubernetes_version) if request.kubernetes_version else DEFAULT_K8S
+    kubernetes_version = request.kubernetes_version
+    minor = parse_k8s_version(kubernetes_version) if kubernetes_version is not None else DEFAULT_K8S
+    if request.preset is not None and not request.preset.strip():
+        raise UsageError("needs a preset name", option="--preset", hint="e.g. --preset 4x8; `kgen presets list`")
     layers = Layers()
     name = base_preset(request)
     if name:
         preset = presets_mod.load(name)
         raw, typed = preset.mapping()
         layers.apply_mapping(raw, typed, f"preset {preset.name}")
+    if list(request.values_files).count("-") > 1:
+        raise UsageError("stdin can be read once", option="-f -", hint="give -f - once")
     for path in request.values_files:
-        layers.apply_file(path)
+        if path == "-":
+            if request.stdin is None:
+                raise UsageError(
+                    "this command does not read values from stdin",
+                    option="-f -",
+                    hint="save them to a file and pass -f FILE",  # Python callers: RenderRequest.stdin
+                )
+            layers.apply_text(request.stdin, "<stdin>")
+        else:
+            layers.apply_file(path)
     for assignment in request.sets:
         layers.apply_set(assignment)
     for key, value in (request.flags or {}).items():
@@ -144,7 +161,58 @@ def render_with_warnings(request: RenderRequest) -> RenderResult:
     docs = render_documents(spec)
     warnings = check_rendered(docs, spec) if request.lint else []
     text = dump_yaml(docs) if request.output_format == "yaml" else dump_json(docs)
-    return RenderResult(text, warnings, render_notes(spec))
+    return RenderResult(text, warnings, render_notes(spec), render_cautions(spec))
+
+
+# Keys the chosen kind does not render: (key, kinds that use it, why).
+KIND_ONLY_KEYS = (
+    ("activeDeadlineSeconds", ("job", "jobset"), "a StatefulSet has no deadline"),
+    ("ttlSecondsAfterFinished", ("job", "jobset"), "a StatefulSet never finishes"),
+    ("jobset.maxRestarts", ("jobset",), "the Job or StatefulSet restarts the group itself"),
+    (
+        "reform.maxReformations",
+        ("job", "statefulset"),
+        "a JobSet restarts its whole group instead, see jobset.maxRestarts",
+    ),
+    (
+        "reform.replacementTimeout",
+        ("job", "statefulset"),
+        "a JobSet restarts its whole group instead, see jobset.maxRestarts",
+    ),
+)
+
+
+def render_cautions(spec: TrainingSpec) -> list[str]:
+    """Values that render but do nothing, or likely not what was meant: keys the kind ignores (set by
+    the user, not the defaults), and a memory limit that /dev/shm alone can fill."""
+    from kgen.lint.k8s import parse_quantity
+
+    out = []
+    for key, kinds, why in KIND_ONLY_KEYS:
+        origin = spec.origins.get(key, "default")
+        if origin != "default" and spec.kind not in kinds:
+            where = origin if origin.endswith(key) else f"{origin} ({key})"
+            out.append(f"{where}: has no effect with kind {spec.kind}: {why}")
+    resources = spec.resources or {}
+    limit = resources.get("limits", {}).get("memory")
+    request = resources.get("requests", {}).get("memory")
+    shm = spec.v("shmSize")
+    shm_bytes = parse_quantity(shm)
+    if spec.shm_volume and shm_bytes is not None:
+        if limit is not None and (limit_bytes := parse_quantity(str(limit))) is not None and limit_bytes <= shm_bytes:
+            out.append(
+                f"memory limit {limit} <= shmSize {shm}: what the processes write to the memory-backed /dev/shm "
+                "counts against the memory limit, so the pod can be OOM-killed before /dev/shm is full; "
+                "raise memory above shmSize plus the processes' own use, or lower shmSize"
+            )
+        elif limit is None and request is not None and (req := parse_quantity(str(request))) is not None:
+            if req < shm_bytes:
+                out.append(
+                    f"shmSize {shm} is above the memory request {request}: /dev/shm is memory of the node, "
+                    "and a pod using far more than it requested is the first evicted under memory pressure; "
+                    "raise memory above shmSize plus the processes' own use, or lower shmSize"
+                )
+    return out
 
 
 def render_notes(spec: TrainingSpec) -> list[str]:
@@ -187,9 +255,46 @@ def check_rendered(docs: list[dict], spec: TrainingSpec) -> list[Finding]:
         raise RenderError(
             f"the rendered manifest fails {first.rule_id}: {first.message} "
             f"[{first.kind}/{first.name} {first.path}]{more}",
-            hint="check the values named in that field" + (" and the patches" if spec.v("patches") else ""),
+            hint=self_check_hint(first, spec),
         )
     return [f for f in result.findings if f.severity.value != "error"]
+
+
+# Pass-through values keys, by the field of the rendered manifest they land in (the last match wins).
+FIELD_KEYS = (
+    ("tolerations", "tolerations"),
+    ("nodeSelector", "nodeSelector"),
+    ("affinity", "affinity"),
+    ("topologySpreadConstraints", "topologySpreadConstraints"),
+    ("initContainers", "initContainers"),
+    ("volumes", "volumes"),
+    ("volumeMounts", "volumeMounts"),
+    ("envFrom", "envFrom"),
+    ("imagePullSecrets", "imagePullSecrets"),
+    ("spec.securityContext", "podSecurityContext"),
+    ("labels", "labels"),
+    ("annotations", "annotations"),
+)
+
+
+def self_check_hint(finding: Finding, spec: TrainingSpec) -> str:
+    """Point a self-check error back at the values: the layer that set the field's key, and for a
+    YAML 1.1 boolean or number where the API wants a string (`value: yes`), "quote it"."""
+    key = None
+    for field, values_key in FIELD_KEYS:
+        if f".{field}" in f".{finding.path}":
+            key = values_key
+    if key is not None and key == "volumeMounts" and "initContainers" in finding.path:
+        key = "initContainers"
+    origin = spec.origins.get(key, "default") if key else "default"
+    where = (origin if origin.endswith(key or "") else f"{origin} ({key})") if key and origin != "default" else ""
+    typed = re.search(r"expected string, got (boolean|integer|number)", finding.message)
+    if typed:
+        fix = "quote it in the values (YAML reads yes/no/on/off/true and numbers unquoted as non-strings)"
+        return f"{where}: {fix}" if where else fix
+    if where:
+        return f"check {where}" + (" and the patches" if spec.v("patches") else "")
+    return "check the values named in that field" + (" and the patches" if spec.v("patches") else "")
 
 
 def warning_line(finding: Finding) -> str:

@@ -50,6 +50,12 @@ _WRITE_FIXES = {
 }
 
 
+def _check_output(path: str | None) -> None:
+    """-o "": an empty file name is a mistake (a shell variable that was not set), not stdout."""
+    if path is not None and not path.strip():
+        raise KgenError("needs a file name, got an empty string", option="-o/--output", hint="- writes to stdout")
+
+
 def write_output(path: str, text: str) -> None:
     """-o FILE: ``-`` is stdout; otherwise kgen.resources.write_file (never destroys what is at the path:
     devices and FIFOs are written, symlinks followed, regular files replaced all-or-nothing)."""
@@ -166,6 +172,9 @@ def _usage_message(exc: click.UsageError) -> str:
     if isinstance(exc, click.exceptions.NoSuchCommand):
         did = f"; did you mean {' or '.join(exc.possibilities)}?" if exc.possibilities else ""
         return f'no such command "{exc.command_name}" for {cmd}{did} (`{cmd} --help` lists them)'
+    if exc.message.startswith("Got unexpected extra argument"):
+        extra = exc.message.split("(", 1)[-1].rstrip(")")
+        return f'"{extra}": {cmd} takes no such argument (see `{cmd} --help`)'
     if isinstance(exc, click.MissingParameter) and isinstance(exc.param, click.Argument):
         meta = exc.param.metavar or (exc.param.name or "").upper()
         return f"{cmd}: missing {meta} (see `{cmd} --help`)"
@@ -267,7 +276,12 @@ def cli() -> None:
 @click.option("--memory", metavar="QTY", help="Memory request per pod, e.g. 256Gi (default auto: 8Gi per GPU).")
 @click.option("--env", "env", metavar="KEY=VALUE", multiple=True, help="Extra environment variable (repeatable).")
 @click.option(
-    "-f", "--values", "values_files", metavar="FILE", multiple=True, help="Values file (repeatable, later wins)."
+    "-f",
+    "--values",
+    "values_files",
+    metavar="FILE",
+    multiple=True,
+    help="Values file (repeatable, later wins; - reads stdin).",
 )
 @click.option(
     "--set", "sets", metavar="KEY=VALUE", multiple=True, help="Set one value, e.g. nccl.debug=INFO (repeatable)."
@@ -307,7 +321,10 @@ def render(
     """
     from kgen.api import RenderRequest, render_with_warnings, warning_line
 
+    _check_output(output)
+    stdin = sys.stdin.read() if "-" in values_files else None
     request = RenderRequest(
+        stdin=stdin,
         preset=preset,
         values_files=values_files,
         sets=sets,
@@ -327,9 +344,11 @@ def render(
         kubernetes_version=kubernetes_version,
         output_format=output_format,
     )
-    text, warnings, notes = render_with_warnings(request)
+    text, warnings, notes, cautions = render_with_warnings(request)
     for note in notes:
         click.echo(f"kgen: note: {note}", err=True)
+    for caution in cautions:
+        click.echo(f"kgen: warning: {caution}", err=True)
     for finding in warnings:  # the self-check's warnings: the manifest is printed, the user told
         click.echo(f"kgen: {warning_line(finding)}", err=True)
     if output:
@@ -486,6 +505,7 @@ def entrypoint(show_path: bool, output: str | None) -> None:
     from kgen.resources import entrypoint_path
 
     path = entrypoint_path()
+    _check_output(output)
     if show_path and output:
         raise KgenError("cannot be used with -o/--output; choose one", option="--path")
     if show_path:

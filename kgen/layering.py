@@ -236,7 +236,11 @@ class Layers:
             raise InputError(f"cannot read {path}: {exc.strerror}", option="-f/--values") from None
         except UnicodeDecodeError:
             raise InputError(f"{path} is not UTF-8 text", option="-f/--values") from None
-        raw, typed = load_values_text(text, path)
+        self.apply_text(text, where)
+
+    def apply_text(self, text: str, where: str) -> None:
+        """A values document given as text (``-f -``: the CLI reads stdin); ``where`` names it in errors."""
+        raw, typed = load_values_text(text, where)
         self.apply_mapping(raw, typed, where)
 
     def apply_flag(self, key: str, value: Any, flag: str) -> None:

@@ -77,5 +77,73 @@ def apply_patches(docs: list[dict], patches: list[dict], origins: dict[str, str]
                 hint="fix target.kind or target.name",
             )
         for n in hits:
-            docs[n] = merge_patch(docs[n], item["patch"])
+            patched = merge_patch(docs[n], item["patch"])
+            lost = [path for path in KEPT_PATHS if _has(docs[n], path) and not _has(patched, path)]
+            if lost:
+                what = f"{docs[n]['kind']}/{docs[n]['metadata'].get('name')}"
+                raise UsageError(
+                    f"patch: removes {lost[0]} of {what}, which the object needs",
+                    option=patch_origin(origins, i),
+                    hint="a patch may change these fields, not delete them: null deletes a key in a merge patch",
+                )
+            changed = _changed_reserved_label(docs[n], patched)
+            if changed:
+                what = f"{docs[n]['kind']}/{docs[n]['metadata'].get('name')}"
+                raise UsageError(
+                    f"patch: changes label {changed[0]} of {what}, which is set by {changed[1]}",
+                    option=patch_origin(origins, i),
+                    hint="patch other labels",
+                )
+            docs[n] = patched
     return docs
+
+
+LABEL_PATHS = ("metadata", "spec.template.metadata")
+
+
+def _changed_reserved_label(before: dict, after: dict) -> tuple[str, str] | None:
+    """(key, what sets it) of a reserved label (kgen.spec.reserved_label) the patch changed or deleted."""
+    from kgen.spec import reserved_label
+
+    for path in LABEL_PATHS:
+        old, new = _get(before, f"{path}.labels"), _get(after, f"{path}.labels")
+        if not isinstance(old, dict):
+            continue
+        new = new if isinstance(new, dict) else {}
+        for key, value in old.items():
+            owner = reserved_label(key)
+            if owner and new.get(key) != value:
+                return key, owner
+    return None
+
+
+def _get(doc: Any, path: str) -> Any:
+    for key in path.split("."):
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(key)
+    return doc
+
+
+# Structure a rendered object cannot lose (a merge patch deletes a key with null): the API server
+# rejects a Job without spec.template, and a workload without containers or selector never runs.
+KEPT_PATHS = (
+    "metadata.name",
+    "spec",
+    "spec.selector",
+    "spec.template",
+    "spec.template.spec",
+    "spec.template.spec.containers",
+    "spec.replicatedJobs",
+    "spec.ports",
+    "data",
+)
+
+
+def _has(doc: Any, path: str) -> bool:
+    """Whether ``path`` (dotted keys) holds a non-empty value in ``doc``."""
+    for key in path.split("."):
+        if not isinstance(doc, dict) or doc.get(key) in (None, {}, []):
+            return False
+        doc = doc[key]
+    return True

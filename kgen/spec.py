@@ -34,11 +34,16 @@ VALUES: dict[str, tuple[str, Any, str]] = {
         "argv",
         [],
         "Training script and arguments torchrun runs on every worker; empty = smoke test. "
-        "A string is split like a shell would (`train.py --lr 3e-4` = 3 arguments).",
+        "A string is split like a shell would (`train.py --lr 3e-4` = 3 arguments). It starts with a script, "
+        "a program or `-m module`, never an option or an empty string (the entrypoint's own check).",
     ),
     "port": ("int", 29500, "Rendezvous port (torchrun MASTER_PORT) on pod 0."),
     "livenessPort": ("int", 29501, "Port of the entrypoint's peer-liveness channel on pod 0."),
-    "shmSize": ("str", "16Gi", "Size limit of the memory-backed /dev/shm."),
+    "shmSize": (
+        "str",
+        "16Gi",
+        "Size limit of the memory-backed /dev/shm (> 0); a warning when the memory limit is not above it.",
+    ),
     "env": ("dict[str,str]", {}, "Extra environment variables (values stay strings)."),
     "cpu": (
         "str",
@@ -88,8 +93,13 @@ VALUES: dict[str, tuple[str, Any, str]] = {
         "(ClusterFirstWithHostNet with hostNetwork).",
     ),
     "imagePullSecrets": ("list[str]", [], "Names of image pull Secrets."),
-    "serviceAccountName": ("str", "", "Pod service account (its token is still not mounted)."),
-    "labels": ("dict[str,str]", {}, "Extra labels on every object and on the pods."),
+    "serviceAccountName": ("str", "", "Pod service account, a DNS subdomain (its token is still not mounted)."),
+    "labels": (
+        "dict[str,str]",
+        {},
+        "Extra labels on every object and on the pods; kgen's own (app.kubernetes.io/name, instance, managed-by, "
+        "kgen.dev/role), Kueue's and the controllers' label keys are refused.",
+    ),
     "annotations": ("dict[str,str]", {}, "Extra annotations on every object and on the pods."),
     "nccl.debug": ("str", "WARN", "NCCL_DEBUG (empty = not set)."),
     "nccl.socketIfname": ("str", "", "NCCL_SOCKET_IFNAME (empty = not set)."),
@@ -118,8 +128,19 @@ VALUES: dict[str, tuple[str, Any, str]] = {
         "torchrun --max-restarts; must be 0 (fail-stop): the Job/StatefulSet restarts the whole group.",
     ),
     "terminationGracePeriodSeconds": ("int", 30, "Pod grace period on deletion."),
-    "activeDeadlineSeconds": ("int?", None, "Job: hard wall-clock limit in seconds; null = none."),
-    "ttlSecondsAfterFinished": ("int?", None, "Job: delete the finished Job after this many seconds; null = keep."),
+    "activeDeadlineSeconds": (
+        "int?",
+        None,
+        "Job/JobSet: hard wall-clock limit in seconds (> 0); null = none. Keys a kind does not use "
+        "(this one and ttlSecondsAfterFinished with a StatefulSet, reform.maxReformations and "
+        "reform.replacementTimeout with a JobSet, jobset.maxRestarts with a Job or StatefulSet) "
+        "render with a warning on stderr.",
+    ),
+    "ttlSecondsAfterFinished": (
+        "int?",
+        None,
+        "Job/JobSet: delete the finished workload after this many seconds; null = keep.",
+    ),
     "podDisruptionBudget": (
         "bool",
         False,
@@ -174,6 +195,50 @@ RESERVED_ENV = {
     "NCCL_IB_DISABLE": "nccl.ibDisable",
     "GLOO_SOCKET_IFNAME": "gloo.socketIfname",
 }
+
+
+# Labels kgen sets itself: the Service and workload selectors and the cluster verbs (kgen.cluster.labels)
+# find a run by them, so values may not override them. The value says what sets the label instead.
+RESERVED_LABELS = {
+    "app.kubernetes.io/name": "kgen",
+    "app.kubernetes.io/instance": "--name",
+    "app.kubernetes.io/managed-by": "kgen (kgen list/status/stop find runs by it)",
+    "kgen.dev/role": "kgen (the selectors match it)",
+    jobset_facts.QUEUE_LABEL: "--queue",
+    jobset_facts.PRIORITY_LABEL: "workloadPriorityClass",
+}
+# Label prefixes and keys the controllers set on the pods (the entrypoint reads some of them).
+CONTROLLER_LABEL_PREFIXES = ("batch.kubernetes.io/", "jobset.sigs.k8s.io/", "kueue.x-k8s.io/")
+CONTROLLER_LABELS = ("controller-revision-hash", "apps.kubernetes.io/pod-index", "statefulset.kubernetes.io/pod-name")
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def reserved_label(key: str) -> str | None:
+    """What sets label ``key`` when values may not (None: the key is free)."""
+    if key in RESERVED_LABELS:
+        return RESERVED_LABELS[key]
+    if key in CONTROLLER_LABELS or key.startswith(CONTROLLER_LABEL_PREFIXES):
+        return "Kubernetes' controllers"
+    return None
+
+
+def command_problem(command: list[str] | tuple[str, ...]) -> str | None:
+    """The entrypoint's own start-up checks of the training command (kgen_entrypoint.check_command),
+    minus the script-exists check, which only the pod can make; plus an empty program name.
+    None when the command is fine; an empty command is the smoke test."""
+    if not command:
+        return None
+    head = command[0]
+    if head == "":
+        return "the program is an empty string: torchrun would run ''"
+    if head == "-m":
+        if len(command) < 2 or command[1].startswith("-") or not command[1]:
+            return "'-m' needs a module name: -- -m package.module [args]"
+    elif head.startswith("-"):
+        return f"starts with the option {head!r}: give a script, '-m module' or a program first"
+    return None
 
 
 def parse_k8s_version(text: str, option: str = "--kubernetes-version") -> int:
@@ -384,13 +449,13 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
     o = origins
     v = values
 
-    def integer(key: str, low: int, high: int | None = None) -> int:
+    def integer(key: str, low: int, high: int = INT32_MAX) -> int:
+        """An integer in [low, high]; the default bound is the API's int32 range."""
         val = v[key]
         if isinstance(val, bool) or not isinstance(val, int):
             raise _fail(o, key, f'must be an integer, got "{val}"')
-        if val < low or (high is not None and val > high):
-            bound = f">= {low}" if high is None else f"between {low} and {high}"
-            raise _fail(o, key, f'must be an integer {bound}, got "{val}"')
+        if not low <= val <= high:
+            raise _fail(o, key, f'must be an integer between {low} and {high}, got "{val}"')
         return val
 
     def text(key: str) -> str:
@@ -477,17 +542,19 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
             hint=f"choose another {blame}, or set {other} too",
         )
     shm = text("shmSize")
-    if parse_quantity(shm) is None:
-        raise _fail(o, "shmSize", f'must be a Kubernetes quantity such as 16Gi, got "{shm}"')
+    shm_bytes = parse_quantity(shm)
+    if shm_bytes is None or shm_bytes <= 0:
+        raise _fail(o, "shmSize", f'must be a Kubernetes quantity > 0 such as 16Gi, got "{shm}"')
     for key in ("resources.requests", "resources.limits"):
         for res, qty in v[key].items():
-            if parse_quantity(str(qty)) is None:
-                raise _fail(o, key, f'{res}: must be a Kubernetes quantity such as 8 or 64Gi, got "{qty}"')
+            amount = parse_quantity(str(qty))
+            if amount is None or amount < 0:
+                raise _fail(o, key, f'{res}: must be a Kubernetes quantity >= 0 such as 8 or 64Gi, got "{qty}"')
             if res == "nvidia.com/gpu":
                 raise _fail(o, key, "nvidia.com/gpu is set from gpus", hint="use --gpus")
     resources = _resources(v, o, gpus, nproc)
     dns_policy = _dns_policy(v, o)
-    for key in ("runtimeClassName", "priorityClassName"):
+    for key in ("runtimeClassName", "priorityClassName", "serviceAccountName"):
         if text(key) and not is_dns_subdomain(v[key]):
             raise _fail(o, key, f'must be a DNS subdomain (lower-case letters, digits, "-", "."), got "{v[key]}"')
     scheduler = text("schedulerName")
@@ -510,11 +577,13 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
     if text("reform.onScriptError") not in ON_SCRIPT_ERROR:
         raise _fail(o, "reform.onScriptError", f'must be fail or reform, got "{v["reform.onScriptError"]}"')
     if v["reform.nodeLostTolerationSeconds"] is not None:
-        integer("reform.nodeLostTolerationSeconds", 0)
-    integer("terminationGracePeriodSeconds", 0)
-    for key in ("activeDeadlineSeconds", "ttlSecondsAfterFinished"):
-        if v[key] is not None:
-            integer(key, 0)
+        integer("reform.nodeLostTolerationSeconds", 0, INT64_MAX)  # tolerationSeconds: int64
+    integer("terminationGracePeriodSeconds", 0, INT64_MAX)  # int64 in the API
+    if v["activeDeadlineSeconds"] is not None:
+        integer("activeDeadlineSeconds", 1, INT64_MAX)  # int64; the API requires > 0
+    if v["ttlSecondsAfterFinished"] is not None:
+        integer("ttlSecondsAfterFinished", 0)  # int32
+    _check_labels(v, o)
 
     _check_volumes(v, o)
     _check_command(v, o)
@@ -564,9 +633,10 @@ def _resources(v: dict[str, Any], o: dict[str, str], gpus: int, nproc: int) -> d
         if not isinstance(val, str):
             raise _fail(o, key, f'must be a string, got "{val}"')
         val = auto[key] if val == "auto" else val
-        if val and parse_quantity(val) is None:
-            example = '"16" or 500m' if key == "cpu" else "64Gi"
-            raise _fail(o, key, f'must be a Kubernetes quantity such as {example}, or auto, got "{val}"')
+        amount = parse_quantity(val) if val else 0
+        if amount is None or (val and amount <= 0):
+            example = "32 or 500m" if key == "cpu" else "256Gi"
+            raise _fail(o, key, f'must be a positive quantity like {example} (or auto), got "{val}"')
         if val:
             requests[key] = val
     requests.update(v["resources.requests"])
@@ -633,10 +703,28 @@ def _dns_policy(v: dict[str, Any], o: dict[str, str]) -> str:
 PATCH_KEYS = ("target", "patch")
 
 
+def _check_labels(v: dict[str, Any], o: dict[str, str]) -> None:
+    for key in v["labels"]:
+        owner = reserved_label(key)
+        if owner:
+            raise _fail(
+                o, "labels", f"{key} is set by {owner}; do not set it in labels", hint="choose another label key"
+            )
+
+
 def _check_command(v: dict[str, Any], o: dict[str, str]) -> None:
-    """A script or module name with spaces is a command line given as one argument: torchrun would
+    """The entrypoint's start-up checks (``command_problem``), made at render time instead of in every pod;
+    and a script or module name with spaces is a command line given as one argument: torchrun would
     look for a script or module called "train.py --lr 3e-4" and fail in the cluster."""
     command = v["command"]
+    problem = command_problem(command)
+    if problem:
+        raise _fail(
+            o,
+            "command",
+            problem,
+            hint="the script or module comes first, e.g. -- train.py --lr 3e-4 or -- -m pkg.train --lr 3e-4",
+        )
     at = 1 if command[:1] == ["-m"] and len(command) > 1 else 0
     head = command[at] if command else ""
     if any(c.isspace() for c in head):

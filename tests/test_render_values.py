@@ -140,8 +140,8 @@ def test_guaranteed_sets_limits_equal_to_requests():
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--cpu", "lots"], '--cpu: must be a Kubernetes quantity such as "16" or 500m, or auto, got "lots"'),
-        (["--memory", "64GB"], "--memory: must be a Kubernetes quantity such as 64Gi"),
+        (["--cpu", "lots"], '--cpu: must be a positive quantity like 32 or 500m (or auto), got "lots"'),
+        (["--memory", "64GB"], "--memory: must be a positive quantity like 256Gi (or auto)"),
         (["--set", "resources.limits.memory=8Gi"], "memory: limit 8Gi is below the request 64Gi"),
         (["--set", "guaranteed=true", "--set", "cpu="], "guaranteed: needs a cpu request"),
         (["--set", "guaranteed=true", "--set", "resources.limits.cpu=32"], "guaranteed needs limits = requests"),

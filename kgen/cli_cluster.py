@@ -516,12 +516,25 @@ def render_options(render_command: click.Command) -> list[click.Parameter]:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS...]]")
 def submit(namespace, context, kubeconfig, replace, wait, timeout, command, **render_params):
     """Render, lint and apply a run in one step, after checking no run of that name exists."""
-    from kgen.api import RenderRequest, build, check_rendered, render_documents, render_notes, warning_line
+    import sys
+
+    from kgen.api import (
+        RenderRequest,
+        build,
+        check_rendered,
+        render_cautions,
+        render_documents,
+        render_notes,
+        warning_line,
+    )
 
     check_timeout(timeout)
+    fields = {k: render_params.pop(k) for k in REQUEST_FIELDS if k != "command"}
+    stdin = sys.stdin.read() if "-" in (fields.get("values_files") or ()) else None  # `-f -`, as render
     request = RenderRequest(
-        **{k: render_params.pop(k) for k in REQUEST_FIELDS if k != "command"},
+        **fields,
         command=command,
+        stdin=stdin,
         flags={**render_params, "namespace": namespace},  # every other render option is a values flag
     )
     spec = build(request)
@@ -531,6 +544,8 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, command, **re
     preflight(cluster, docs)  # before anything is stopped or applied
     for note in render_notes(spec):  # what `kgen render` says on stderr, once the run can be applied
         click.echo(f"kgen: note: {note}", err=True)
+    for caution in render_cautions(spec):
+        click.echo(f"kgen: warning: {caution}", err=True)
     for finding in warnings:
         click.echo(f"kgen: {warning_line(finding)}", err=True)
     existing = cluster.workload(spec.name)

@@ -373,6 +373,20 @@ def test_submit_passes_cpu_memory_and_queue_on(served):
     assert "kgen: note: queue team-a" in res.stderr  # render's notes, on stderr as render prints them
 
 
+def test_submit_reads_values_from_stdin_and_warns_like_render(served):
+    """`-f -` reads the values from stdin (as `kgen render -f -`), and render's cautions reach stderr."""
+    r, kc = served("job-running")
+    values = "name: from-stdin\nnodes: 2\ngpus: 0\nactiveDeadlineSeconds: 600\nkind: statefulset\n"
+    res = CliRunner().invoke(cli, ["submit", "-f", "-", "--kubeconfig", kc], input=values, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert (
+        [p for m, p, *_ in r.requests if m == "PATCH" and "/statefulsets/" in p][0]
+        .split("?")[0]
+        .endswith("/from-stdin")
+    )
+    assert "has no effect with kind statefulset" in res.stderr
+
+
 def test_submit_jobset_without_the_crd_applies_nothing(served):
     """The recorded cluster has no JobSet CRD: discovery of jobset.x-k8s.io/v1alpha2 answers the standard
     404. submit says so in one line before anything is applied (or, with --replace, stopped)."""

@@ -206,7 +206,12 @@ def render_cautions(spec: TrainingSpec) -> list[str]:
                 "raise memory above shmSize plus the processes' own use, or lower shmSize"
             )
         elif limit is None and request is not None and (req := parse_quantity(str(request))) is not None:
-            if req < shm_bytes:
+            # a sizeLimit caps /dev/shm, it reserves nothing: only a user's own shmSize/memory choice is
+            # questioned here, not kgen's defaults or a preset's (e.g. a CPU job's 2Gi with the default 16Gi cap)
+            chosen = any(
+                not spec.origins.get(k, "default").startswith(("default", "preset ")) for k in ("shmSize", "memory")
+            )
+            if chosen and req < shm_bytes:
                 out.append(
                     f"shmSize {shm} is above the memory request {request}: /dev/shm is memory of the node, "
                     "and a pod using far more than it requested is the first evicted under memory pressure; "
@@ -257,7 +262,7 @@ def check_rendered(docs: list[dict], spec: TrainingSpec) -> list[Finding]:
             f"[{first.kind}/{first.name} {first.path}]{more}",
             hint=self_check_hint(first, spec),
         )
-    return [f for f in result.findings if f.severity.value != "error"]
+    return [f for f in result.findings if f.severity.value == "warning"]  # info (e.g. KG011 for a CRD) stays quiet
 
 
 # Pass-through values keys, by the field of the rendered manifest they land in (the last match wins).

@@ -256,3 +256,25 @@ def test_library_callers_without_stdin_text_get_a_clear_error():
         "-f -: this command does not read values from stdin (save them to a file and pass -f FILE)"
     )
     assert build(RenderRequest(values_files=["-"], stdin="nodes: 5\ngpus: 0\n")).nodes == 5
+
+
+def test_kgens_own_defaults_raise_no_shm_caution():
+    """A plain CPU job (auto memory 2Gi per process, default shmSize cap 16Gi) is kgen's own choice:
+    render prints it without a warning (the caution is for a user's shmSize/memory)."""
+    for args in (("--nodes", "3", "--gpus", "0"), ("--nodes", "4", "--gpus", "1"), ("--preset", "4x1")):
+        res = run("render", *args)
+        assert res.exit_code == 0 and res.stderr == "", (args, res.stderr)
+
+
+def test_every_preset_and_kind_renders_with_a_quiet_stderr():
+    """Render prints its self-check's warnings, not its infos: kgen's own JobSet has no bundled CRD schema
+    (KG011, info) and is checked by the JobSet rules instead; only the JobSet/Kueue notes remain."""
+    for preset in ("2node-test", "4x8", "64x8", "4x1"):
+        for kind in ("job", "statefulset", "jobset"):
+            res = run("render", "--preset", preset, "--kind", kind)
+            assert res.exit_code == 0
+            assert [line for line in res.stderr.splitlines() if not line.startswith("kgen: note: ")] == [], (
+                preset,
+                kind,
+                res.stderr,
+            )

@@ -151,3 +151,39 @@ def rule_ids(result) -> set[str]:
 
 def deep(value):
     return copy.deepcopy(value)
+
+
+def set_at(path, value):
+    """Mutation: set docs[path[0]]...[path[-1]] = value (create dicts on the way)."""
+
+    def mutate(docs):
+        node = docs
+        for step in path[:-1]:
+            if isinstance(node, dict) and step not in node:
+                node[step] = {}
+            node = node[step]
+        node[path[-1]] = value
+
+    return mutate
+
+
+def delete_at(path):
+    """Mutation: delete docs[path[0]]...[path[-1]]."""
+
+    def mutate(docs):
+        node = docs
+        for step in path[:-1]:
+            node = node[step]
+        del node[path[-1]]
+
+    return mutate
+
+
+def all_of(*fns):
+    """Mutation: every one of fns, in order."""
+
+    def mutate(docs):
+        for fn in fns:
+            fn(docs)
+
+    return mutate

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from lint_helpers import BASES, lint_docs, rule_ids
+from lint_helpers import BASES, all_of, delete_at, lint_docs, rule_ids, set_at
 
 from kgen import jobset as js
 from kgen.api import RenderRequest, build, render_documents
@@ -37,107 +37,85 @@ def jobset_base(queue: str | None = None) -> list:
 BASES_JS = {"jobset": jobset_base, "jobset-queue": lambda: jobset_base("team-a"), **BASES}
 
 
-def _set(path, value):
-    def mutate(docs):
-        node = docs
-        for step in path[:-1]:
-            if isinstance(node, dict) and step not in node:
-                node[step] = {}
-            node = node[step]
-        node[path[-1]] = value
-
-    return mutate
-
-
-def _del(path):
-    def mutate(docs):
-        node = docs
-        for step in path[:-1]:
-            node = node[step]
-        del node[path[-1]]
-
-    return mutate
-
-
-def _all(*fns):
-    def mutate(docs):
-        for fn in fns:
-            fn(docs)
-
-    return mutate
-
-
 TOPO = "cloud.google.com/gce-topology-block"
 
 FAILING = [
-    ("KG150", "jobset", _set(FP + ("rules", 0, "action"), "Restart")),
-    ("KG150", "jobset", _set(SPEC + ("replicatedJob",), [])),
-    ("KG150", "jobset", _set(FP + ("rules", 3, "onJobFailureReasons"), ["BackoffLimitExceded"])),
-    ("KG150", "jobset", _set(FP + ("rules", 0, "onJobFailureMessagePatterns"), ["index (1$"])),
-    ("KG150", "jobset", _set(FP + ("rules", 0, "name"), "not retriable")),
-    ("KG150", "jobset", _set(FP + ("rules", 0, "targetReplicatedJobs"), ["workers"])),
-    ("KG150", "jobset", _set(SPEC + ("network", "enableDNSHostnames"), "true")),
-    ("KG150", "jobset", _set(SPEC + ("successPolicy",), {"operator": "Some"})),
-    ("KG151", "jobset", _set(JOB + ("backoffLimitt",), 0)),
-    ("KG151", "jobset", _set(JOB + ("completionMode",), "indexed")),
-    ("KG151", "jobset", _set(JOB + ("podFailurePolicy", "rules", 1, "onExitCodes", "values"), [4, 2])),
-    ("KG152", "jobset", _set(JS + ("metadata", "name"), "l" * 49)),  # 4 pods: 48 fit
-    ("KG152", "jobset", _set(SPEC + ("network", "subdomain"), "7b")),
-    ("KG153", "jobset", _set(ENV + (NNODES, "value"), "3")),
-    ("KG153", "jobset", _set(ENV + (NPROC, "value"), "4")),
-    ("KG153", "jobset", _set(JOB + ("parallelism",), 2)),
-    ("KG153", "jobset", _set(RJ + ("replicas",), 2)),  # 8 pods, NNODES=4
-    ("KG154", "jobset", _set(ENV + (MASTER, "value"), "kgen-train-0.kgen-train")),  # the Job's scheme
-    ("KG154", "jobset", _set(ENV + (MASTER, "value"), "kgen-train")),  # the Service
-    ("KG154", "jobset", _set(ENV + (MASTER, "value"), "kgen-train-node-0-0.other")),
-    ("KG154", "jobset", _set(SPEC + ("network", "enableDNSHostnames"), False)),
-    ("KG154", "jobset", _set(POD + ("subdomain",), "other")),
-    ("KG155", "jobset", _set(SPEC + ("network", "publishNotReadyAddresses"), False)),
-    ("KG156", "jobset", _del(C0 + ("volumeMounts", 1))),
-    ("KG157", "jobset", _set(JOB + ("backoffLimit",), 3)),
-    ("KG157", "jobset", _del(JOB + ("backoffLimit",))),
-    ("KG157", "jobset", _set(POD + ("restartPolicy",), "OnFailure")),
-    ("KG158", "jobset", _del(FP)),
-    ("KG158", "jobset", _all(_del(FP + ("rules", 2, "onJobFailureMessagePatterns")), _del(FP + ("rules", 0)))),
-    ("KG158", "jobset", _set(FP + ("rules", 2, "onJobFailureMessagePatterns"), ["matching FailJob rule at index 5$"])),
-    ("KG158", "jobset", _all(_set(RJ + ("replicas",), 2), _set(FP + ("rules", 3, "action"), "RestartJob"))),
-    ("KG160", "jobset", _set((0, "metadata", "labels", Q), "team-a")),  # ConfigMap
-    ("KG160", "jobset-queue", _set(TPL + ("metadata", "labels", Q), "team-a")),
-    ("KG160", "jobset-queue", _set(RJ + ("template", "metadata"), {"labels": {Q: "team-a"}})),
-    ("KG160", "job", _set((0, "metadata", "labels", Q), "team-a")),  # Service
-    ("KG160", "sts", _set((1, "spec", "template", "metadata", "labels", js.POD_GROUP_LABEL), "x")),
-    ("KG161", "jobset-queue", _set(SPEC + ("suspend",), False)),
-    ("KG161", "jobset-queue", _set(JOB + ("suspend",), True)),
-    ("KG161", "job", _all(_set((1, "metadata", "labels", Q), "q"), _set((1, "spec", "suspend"), False))),
+    ("KG150", "jobset", set_at(FP + ("rules", 0, "action"), "Restart")),
+    ("KG150", "jobset", set_at(SPEC + ("replicatedJob",), [])),
+    ("KG150", "jobset", set_at(FP + ("rules", 3, "onJobFailureReasons"), ["BackoffLimitExceded"])),
+    ("KG150", "jobset", set_at(FP + ("rules", 0, "onJobFailureMessagePatterns"), ["index (1$"])),
+    ("KG150", "jobset", set_at(FP + ("rules", 0, "name"), "not retriable")),
+    ("KG150", "jobset", set_at(FP + ("rules", 0, "targetReplicatedJobs"), ["workers"])),
+    ("KG150", "jobset", set_at(SPEC + ("network", "enableDNSHostnames"), "true")),
+    ("KG150", "jobset", set_at(SPEC + ("successPolicy",), {"operator": "Some"})),
+    ("KG151", "jobset", set_at(JOB + ("backoffLimitt",), 0)),
+    ("KG151", "jobset", set_at(JOB + ("completionMode",), "indexed")),
+    ("KG151", "jobset", set_at(JOB + ("podFailurePolicy", "rules", 1, "onExitCodes", "values"), [4, 2])),
+    ("KG152", "jobset", set_at(JS + ("metadata", "name"), "l" * 49)),  # 4 pods: 48 fit
+    ("KG152", "jobset", set_at(SPEC + ("network", "subdomain"), "7b")),
+    ("KG153", "jobset", set_at(ENV + (NNODES, "value"), "3")),
+    ("KG153", "jobset", set_at(ENV + (NPROC, "value"), "4")),
+    ("KG153", "jobset", set_at(JOB + ("parallelism",), 2)),
+    ("KG153", "jobset", set_at(RJ + ("replicas",), 2)),  # 8 pods, NNODES=4
+    ("KG154", "jobset", set_at(ENV + (MASTER, "value"), "kgen-train-0.kgen-train")),  # the Job's scheme
+    ("KG154", "jobset", set_at(ENV + (MASTER, "value"), "kgen-train")),  # the Service
+    ("KG154", "jobset", set_at(ENV + (MASTER, "value"), "kgen-train-node-0-0.other")),
+    ("KG154", "jobset", set_at(SPEC + ("network", "enableDNSHostnames"), False)),
+    ("KG154", "jobset", set_at(POD + ("subdomain",), "other")),
+    ("KG155", "jobset", set_at(SPEC + ("network", "publishNotReadyAddresses"), False)),
+    ("KG156", "jobset", delete_at(C0 + ("volumeMounts", 1))),
+    ("KG157", "jobset", set_at(JOB + ("backoffLimit",), 3)),
+    ("KG157", "jobset", delete_at(JOB + ("backoffLimit",))),
+    ("KG157", "jobset", set_at(POD + ("restartPolicy",), "OnFailure")),
+    ("KG158", "jobset", delete_at(FP)),
+    (
+        "KG158",
+        "jobset",
+        all_of(delete_at(FP + ("rules", 2, "onJobFailureMessagePatterns")), delete_at(FP + ("rules", 0))),
+    ),
+    (
+        "KG158",
+        "jobset",
+        set_at(FP + ("rules", 2, "onJobFailureMessagePatterns"), ["matching FailJob rule at index 5$"]),
+    ),
+    ("KG158", "jobset", all_of(set_at(RJ + ("replicas",), 2), set_at(FP + ("rules", 3, "action"), "RestartJob"))),
+    ("KG160", "jobset", set_at((0, "metadata", "labels", Q), "team-a")),  # ConfigMap
+    ("KG160", "jobset-queue", set_at(TPL + ("metadata", "labels", Q), "team-a")),
+    ("KG160", "jobset-queue", set_at(RJ + ("template", "metadata"), {"labels": {Q: "team-a"}})),
+    ("KG160", "job", set_at((0, "metadata", "labels", Q), "team-a")),  # Service
+    ("KG160", "sts", set_at((1, "spec", "template", "metadata", "labels", js.POD_GROUP_LABEL), "x")),
+    ("KG161", "jobset-queue", set_at(SPEC + ("suspend",), False)),
+    ("KG161", "jobset-queue", set_at(JOB + ("suspend",), True)),
+    ("KG161", "job", all_of(set_at((1, "metadata", "labels", Q), "q"), set_at((1, "spec", "suspend"), False))),
     (
         "KG162",
         "jobset-queue",
-        _set(TPL + ("metadata", "annotations"), {js.REQUIRED_TOPOLOGY: TOPO, js.PREFERRED_TOPOLOGY: TOPO}),
+        set_at(TPL + ("metadata", "annotations"), {js.REQUIRED_TOPOLOGY: TOPO, js.PREFERRED_TOPOLOGY: TOPO}),
     ),
-    ("KG162", "jobset-queue", _set(TPL + ("metadata", "annotations"), {js.REQUIRED_TOPOLOGY: "rack 1"})),
-    ("KG163", "jobset", _set(TPL + ("metadata", "annotations"), {js.REQUIRED_TOPOLOGY: TOPO})),
-    ("KG163", "jobset-queue", _set(JS + ("metadata", "annotations"), {js.REQUIRED_TOPOLOGY: TOPO})),
-    ("KG163", "sts", _set((1, "metadata", "labels", js.PRIORITY_LABEL), "high")),
+    ("KG162", "jobset-queue", set_at(TPL + ("metadata", "annotations"), {js.REQUIRED_TOPOLOGY: "rack 1"})),
+    ("KG163", "jobset", set_at(TPL + ("metadata", "annotations"), {js.REQUIRED_TOPOLOGY: TOPO})),
+    ("KG163", "jobset-queue", set_at(JS + ("metadata", "annotations"), {js.REQUIRED_TOPOLOGY: TOPO})),
+    ("KG163", "sts", set_at((1, "metadata", "labels", js.PRIORITY_LABEL), "high")),
 ]
 
 PASSING = [
-    ("KG150", "jobset", _set(FP + ("rules", 0, "name"), "Not_Retriable:2,4")),
-    ("KG150", "jobset", _set(FP + ("restartStrategy",), "BlockingRecreate")),
-    ("KG151", "jobset", _set(JOB + ("activeDeadlineSeconds",), 3600)),
-    ("KG152", "jobset", _set(JS + ("metadata", "name"), "l" * 48)),
-    ("KG153", "jobset", _del(JOB + ("completionMode",))),  # the JobSet webhook defaults it to Indexed
-    ("KG154", "jobset", _set(ENV + (MASTER, "value"), "kgen-train-node-0-0.kgen-train.ml.svc.cluster.local")),
-    ("KG154", "jobset", _del(POD + ("subdomain",))),  # JobSet sets it
-    ("KG155", "jobset", _del(SPEC + ("network", "publishNotReadyAddresses"))),
-    ("KG157", "jobset", _set(JOB + ("completions",), 4)),
-    ("KG158", "jobset", _set(FP + ("rules", 3, "onJobFailureReasons"), [])),  # NotRetriable comes first
-    ("KG158", "jobset", _del(FP + ("rules", 2, "onJobFailureMessagePatterns"))),  # ditto
-    ("KG160", "jobset-queue", _set(JS + ("metadata", "labels", js.PRIORITY_LABEL), "high")),
-    ("KG160", "sts", _set((1, "metadata", "labels", Q), "team-a")),
-    ("KG161", "jobset-queue", _set(SPEC + ("suspend",), True)),
-    ("KG161", "jobset", _set(SPEC + ("suspend",), True)),  # suspended by hand, resumed by hand: fine
-    ("KG162", "jobset-queue", _set(TPL + ("metadata", "annotations"), {js.PREFERRED_TOPOLOGY: TOPO})),
-    ("KG163", "jobset-queue", _set(TPL + ("metadata", "annotations"), {js.REQUIRED_TOPOLOGY: TOPO})),
+    ("KG150", "jobset", set_at(FP + ("rules", 0, "name"), "Not_Retriable:2,4")),
+    ("KG150", "jobset", set_at(FP + ("restartStrategy",), "BlockingRecreate")),
+    ("KG151", "jobset", set_at(JOB + ("activeDeadlineSeconds",), 3600)),
+    ("KG152", "jobset", set_at(JS + ("metadata", "name"), "l" * 48)),
+    ("KG153", "jobset", delete_at(JOB + ("completionMode",))),  # the JobSet webhook defaults it to Indexed
+    ("KG154", "jobset", set_at(ENV + (MASTER, "value"), "kgen-train-node-0-0.kgen-train.ml.svc.cluster.local")),
+    ("KG154", "jobset", delete_at(POD + ("subdomain",))),  # JobSet sets it
+    ("KG155", "jobset", delete_at(SPEC + ("network", "publishNotReadyAddresses"))),
+    ("KG157", "jobset", set_at(JOB + ("completions",), 4)),
+    ("KG158", "jobset", set_at(FP + ("rules", 3, "onJobFailureReasons"), [])),  # NotRetriable comes first
+    ("KG158", "jobset", delete_at(FP + ("rules", 2, "onJobFailureMessagePatterns"))),  # ditto
+    ("KG160", "jobset-queue", set_at(JS + ("metadata", "labels", js.PRIORITY_LABEL), "high")),
+    ("KG160", "sts", set_at((1, "metadata", "labels", Q), "team-a")),
+    ("KG161", "jobset-queue", set_at(SPEC + ("suspend",), True)),
+    ("KG161", "jobset", set_at(SPEC + ("suspend",), True)),  # suspended by hand, resumed by hand: fine
+    ("KG162", "jobset-queue", set_at(TPL + ("metadata", "annotations"), {js.PREFERRED_TOPOLOGY: TOPO})),
+    ("KG163", "jobset-queue", set_at(TPL + ("metadata", "annotations"), {js.REQUIRED_TOPOLOGY: TOPO})),
 ]
 
 
@@ -179,9 +157,9 @@ def test_every_jobset_and_kueue_rule_has_a_failing_case():
 
 def test_a_broken_jobset_is_caught_with_messages_that_say_what_to_do():
     docs = jobset_base()
-    _set(ENV + (MASTER, "value"), "kgen-train-0.kgen-train")(docs)
-    _del(FP + ("rules", 0, "onJobFailureMessagePatterns"))(docs)  # FailJobSet now takes disruptions too
-    _set(POD + ("restartPolicy",), "OnFailure")(docs)
+    set_at(ENV + (MASTER, "value"), "kgen-train-0.kgen-train")(docs)
+    delete_at(FP + ("rules", 0, "onJobFailureMessagePatterns"))(docs)  # FailJobSet now takes disruptions too
+    set_at(POD + ("restartPolicy",), "OnFailure")(docs)
     result = lint_docs(docs)
     text = "\n".join(f.text() for f in result.findings)
     assert result.exit_code == 1
@@ -199,7 +177,7 @@ def test_schema_location_still_validates_with_the_crd_schema(tmp_path):
     folder.mkdir()
     (folder / "jobset-jobset-v1alpha2.json").write_text(json.dumps(schema))
     docs = jobset_base()
-    _set(SPEC + ("suspend",), "yes")(docs)
+    set_at(SPEC + ("suspend",), "yes")(docs)
     result = lint_docs(docs, schema_location=str(folder))
     ids = rule_ids(result)
     assert "KG011" not in ids and "KG150" in ids

@@ -6,42 +6,10 @@ Cases mutate realistic, valid manifests (conftest.BASES); each base alone lints 
 from __future__ import annotations
 
 import pytest
-from lint_helpers import BASES, lint_docs, rule_ids
+from lint_helpers import BASES, all_of, delete_at, lint_docs, rule_ids, set_at
 
 from kgen.findings import Severity
 from kgen.lint.registry import load_rules
-
-
-def _set(path, value):
-    """Mutation: set docs[path[0]]...[path[-1]] = value (create dicts on the way)."""
-
-    def mutate(docs):
-        node = docs
-        for step in path[:-1]:
-            if isinstance(node, dict) and step not in node:
-                node[step] = {}
-            node = node[step]
-        node[path[-1]] = value
-
-    return mutate
-
-
-def _del(path):
-    def mutate(docs):
-        node = docs
-        for step in path[:-1]:
-            node = node[step]
-        del node[path[-1]]
-
-    return mutate
-
-
-def _all(*fns):
-    def mutate(docs):
-        for fn in fns:
-            fn(docs)
-
-    return mutate
 
 
 def _append(path, value):
@@ -64,121 +32,136 @@ SVC = (0,)
 
 # (rule, base, mutation, kubernetes version) -- every case must report `rule`
 FAILING = [
-    ("KG020", "cm", _del((0, "metadata", "name")), "1.37"),
-    ("KG021", "cm", _set((0, "metadata", "name"), "Train_Config"), "1.37"),
-    ("KG021", "sts", _set(J + ("metadata", "name"), "train.llama"), "1.37"),
-    ("KG022", "job", _set(SVC + ("metadata", "name"), "7b-train"), "1.35"),
-    ("KG022", "job", _set(SVC + ("metadata", "name"), "train.llama"), "1.37"),
-    ("KG023", "cm", _set((0, "metadata", "namespace"), "ML_Team"), "1.37"),
-    ("KG024", "cm", _set((0, "metadata", "labels"), {"model": "llama/3"}), "1.37"),
-    ("KG024", "cm", _set((0, "metadata", "labels"), {"bad key": "x"}), "1.37"),
-    ("KG024", "job", _set(POD + ("nodeSelector",), {"gpu": "NVIDIA H100 80GB HBM3"}), "1.37"),
-    ("KG025", "cm", _set((0, "metadata", "annotations"), {"a/b/c": "x"}), "1.37"),
-    ("KG025", "cm", _set((0, "metadata", "annotations"), {"big": "x" * (257 * 1024)}), "1.37"),
-    ("KG026", "cm", _set((0, "data", "blob"), "x" * (300 * 1024)), "1.37"),
-    ("KG030", "job", _all(_set(SVC + ("spec", "clusterIP"), "10.0.0.1"), _del(SVC + ("spec", "ports"))), "1.37"),
+    ("KG020", "cm", delete_at((0, "metadata", "name")), "1.37"),
+    ("KG021", "cm", set_at((0, "metadata", "name"), "Train_Config"), "1.37"),
+    ("KG021", "sts", set_at(J + ("metadata", "name"), "train.llama"), "1.37"),
+    ("KG022", "job", set_at(SVC + ("metadata", "name"), "7b-train"), "1.35"),
+    ("KG022", "job", set_at(SVC + ("metadata", "name"), "train.llama"), "1.37"),
+    ("KG023", "cm", set_at((0, "metadata", "namespace"), "ML_Team"), "1.37"),
+    ("KG024", "cm", set_at((0, "metadata", "labels"), {"model": "llama/3"}), "1.37"),
+    ("KG024", "cm", set_at((0, "metadata", "labels"), {"bad key": "x"}), "1.37"),
+    ("KG024", "job", set_at(POD + ("nodeSelector",), {"gpu": "NVIDIA H100 80GB HBM3"}), "1.37"),
+    ("KG025", "cm", set_at((0, "metadata", "annotations"), {"a/b/c": "x"}), "1.37"),
+    ("KG025", "cm", set_at((0, "metadata", "annotations"), {"big": "x" * (257 * 1024)}), "1.37"),
+    ("KG026", "cm", set_at((0, "data", "blob"), "x" * (300 * 1024)), "1.37"),
+    (
+        "KG030",
+        "job",
+        all_of(set_at(SVC + ("spec", "clusterIP"), "10.0.0.1"), delete_at(SVC + ("spec", "ports"))),
+        "1.37",
+    ),
     ("KG031", "job", _append(SVC + ("spec", "ports"), {"port": 29501}), "1.37"),
-    ("KG031", "job", _set(SVC + ("spec", "ports", 0, "name"), "C10D_port"), "1.37"),
-    ("KG032", "job", _set(SVC + ("spec", "ports", 0, "port"), 70000), "1.37"),
-    ("KG032", "job", _set(C0 + ("ports", 0, "protocol"), "tcp"), "1.37"),
-    ("KG033", "job", _set(SVC + ("spec", "ports", 0, "targetPort"), "c10d-rendezvous-port"), "1.37"),
-    ("KG034", "job", _set(SVC + ("spec", "type"), "NodePort"), "1.37"),
-    ("KG040", "job", _set(C0 + ("name",), "Trainer_0"), "1.37"),
-    ("KG041", "job", _del(C0 + ("image",)), "1.37"),
-    ("KG042", "job", _set(C0 + ("ports", 0, "name"), "c10d-rendezvous1"), "1.37"),
-    ("KG042", "job", _set(C0 + ("ports", 0, "name"), "29500"), "1.37"),
+    ("KG031", "job", set_at(SVC + ("spec", "ports", 0, "name"), "C10D_port"), "1.37"),
+    ("KG032", "job", set_at(SVC + ("spec", "ports", 0, "port"), 70000), "1.37"),
+    ("KG032", "job", set_at(C0 + ("ports", 0, "protocol"), "tcp"), "1.37"),
+    ("KG033", "job", set_at(SVC + ("spec", "ports", 0, "targetPort"), "c10d-rendezvous-port"), "1.37"),
+    ("KG034", "job", set_at(SVC + ("spec", "type"), "NodePort"), "1.37"),
+    ("KG040", "job", set_at(C0 + ("name",), "Trainer_0"), "1.37"),
+    ("KG041", "job", delete_at(C0 + ("image",)), "1.37"),
+    ("KG042", "job", set_at(C0 + ("ports", 0, "name"), "c10d-rendezvous1"), "1.37"),
+    ("KG042", "job", set_at(C0 + ("ports", 0, "name"), "29500"), "1.37"),
     ("KG043", "job", _append(ENV, {"name": "NCCL=DEBUG", "value": "1"}), "1.37"),
     ("KG043", "job", _append(ENV, {"name": "1GPU", "value": "1"}), "1.31"),
     ("KG044", "job", _append(ENV, {"name": "NCCL_DEBUG", "value": "INFO"}), "1.37"),
-    ("KG045", "job", _set(ENV + (0, "valueFrom", "fieldRef", "fieldPath"), "spec.hostname"), "1.37"),
-    ("KG046", "job", _set(RES + ("limits", "gpu"), 8), "1.37"),
-    ("KG047", "job", _set(RES + ("limits", "memory"), "512GB"), "1.37"),
-    ("KG047", "job", _set(POD + ("volumes", 0, "emptyDir", "sizeLimit"), "64 Gi"), "1.37"),
-    ("KG047", "job", _all(_set(RES + ("requests", "cpu"), "-1"), _set(RES + ("limits", "cpu"), "-1")), "1.37"),
-    ("KG047", "job", _all(_set(RES + ("requests", "memory"), "-5Gi"), _set(RES + ("limits", "memory"), -5)), "1.37"),
-    ("KG047", "job", _set(POD + ("volumes", 0, "emptyDir", "sizeLimit"), "-1Gi"), "1.37"),
-    ("KG048", "job", _set(RES + ("requests", "memory"), "300Gi"), "1.37"),
-    ("KG049", "job", _set(RES + ("requests", "nvidia.com/gpu"), 4), "1.37"),
-    ("KG049", "job", _del(RES + ("limits", "nvidia.com/gpu")), "1.37"),
+    ("KG045", "job", set_at(ENV + (0, "valueFrom", "fieldRef", "fieldPath"), "spec.hostname"), "1.37"),
+    ("KG046", "job", set_at(RES + ("limits", "gpu"), 8), "1.37"),
+    ("KG047", "job", set_at(RES + ("limits", "memory"), "512GB"), "1.37"),
+    ("KG047", "job", set_at(POD + ("volumes", 0, "emptyDir", "sizeLimit"), "64 Gi"), "1.37"),
+    ("KG047", "job", all_of(set_at(RES + ("requests", "cpu"), "-1"), set_at(RES + ("limits", "cpu"), "-1")), "1.37"),
+    (
+        "KG047",
+        "job",
+        all_of(set_at(RES + ("requests", "memory"), "-5Gi"), set_at(RES + ("limits", "memory"), -5)),
+        "1.37",
+    ),
+    ("KG047", "job", set_at(POD + ("volumes", 0, "emptyDir", "sizeLimit"), "-1Gi"), "1.37"),
+    ("KG048", "job", set_at(RES + ("requests", "memory"), "300Gi"), "1.37"),
+    ("KG049", "job", set_at(RES + ("requests", "nvidia.com/gpu"), 4), "1.37"),
+    ("KG049", "job", delete_at(RES + ("limits", "nvidia.com/gpu")), "1.37"),
     (
         "KG049",
         "job",
-        _all(_set(RES + ("requests", "hugepages-2Mi"), "1Gi"), _set(RES + ("limits", "hugepages-2Mi"), "2Gi")),
+        all_of(set_at(RES + ("requests", "hugepages-2Mi"), "1Gi"), set_at(RES + ("limits", "hugepages-2Mi"), "2Gi")),
         "1.37",
     ),
     (
         "KG050",
         "job",
-        _all(_set(RES + ("limits", "nvidia.com/gpu"), 0.5), _set(RES + ("requests", "nvidia.com/gpu"), 0.5)),
+        all_of(set_at(RES + ("limits", "nvidia.com/gpu"), 0.5), set_at(RES + ("requests", "nvidia.com/gpu"), 0.5)),
         "1.37",
     ),
     (
         "KG051",
         "job",
-        _all(_set(POD + ("volumes", 0, "name"), "dshm_vol"), _set(C0 + ("volumeMounts", 0, "name"), "dshm_vol")),
+        all_of(set_at(POD + ("volumes", 0, "name"), "dshm_vol"), set_at(C0 + ("volumeMounts", 0, "name"), "dshm_vol")),
         "1.37",
     ),
-    ("KG052", "job", _set(C0 + ("volumeMounts", 0, "name"), "shm"), "1.37"),
-    ("KG053", "job", _set(POD + ("volumes", 0, "emptyDir", "medium"), "memory"), "1.37"),
-    ("KG054", "job", _set(C0 + ("imagePullPolicy",), "Sometimes"), "1.37"),
-    ("KG054", "job", _set(POD + ("restartPolicy",), "Sometimes"), "1.37"),
-    ("KG055", "job", _set(POD + ("hostname",), "train.llama"), "1.37"),
+    ("KG052", "job", set_at(C0 + ("volumeMounts", 0, "name"), "shm"), "1.37"),
+    ("KG053", "job", set_at(POD + ("volumes", 0, "emptyDir", "medium"), "memory"), "1.37"),
+    ("KG054", "job", set_at(C0 + ("imagePullPolicy",), "Sometimes"), "1.37"),
+    ("KG054", "job", set_at(POD + ("restartPolicy",), "Sometimes"), "1.37"),
+    ("KG055", "job", set_at(POD + ("hostname",), "train.llama"), "1.37"),
     (
         "KG056",
         "job",
-        _set(POD + ("tolerations",), [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]),
+        set_at(POD + ("tolerations",), [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]),
         "1.37",
     ),
-    ("KG057", "job", _set(POD + ("activeDeadlineSeconds",), 0), "1.37"),
-    ("KG057", "job", _set(POD + ("securityContext",), {"runAsUser": 9999999999999}), "1.37"),
-    ("KG057", "job", _set(C0 + ("securityContext",), {"runAsGroup": -1}), "1.37"),
+    ("KG057", "job", set_at(POD + ("activeDeadlineSeconds",), 0), "1.37"),
+    ("KG057", "job", set_at(POD + ("securityContext",), {"runAsUser": 9999999999999}), "1.37"),
+    ("KG057", "job", set_at(C0 + ("securityContext",), {"runAsGroup": -1}), "1.37"),
     ("KG058", "job", _append(ENV, {"name": "HF_TOKEN", "value": "hf_abc"}), "1.37"),
-    ("KG059", "job", _set(C0 + ("image",), "ghcr.io/acme/train:latest"), "1.37"),
-    ("KG059", "job", _set(C0 + ("image",), "localhost:5000/train"), "1.37"),
-    ("KG060", "job", _del(POD + ("restartPolicy",)), "1.37"),
-    ("KG060", "job", _set(POD + ("restartPolicy",), "Always"), "1.37"),
+    ("KG059", "job", set_at(C0 + ("image",), "ghcr.io/acme/train:latest"), "1.37"),
+    ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train"), "1.37"),
+    ("KG060", "job", delete_at(POD + ("restartPolicy",)), "1.37"),
+    ("KG060", "job", set_at(POD + ("restartPolicy",), "Always"), "1.37"),
     (
         "KG061",
         "job",
-        _all(
-            _set(POD + ("restartPolicy",), "OnFailure"),
-            _set(
+        all_of(
+            set_at(POD + ("restartPolicy",), "OnFailure"),
+            set_at(
                 J + ("spec", "podFailurePolicy"),
                 {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}}]},
             ),
         ),
         "1.37",
     ),
-    ("KG062", "job", _del(J + ("spec", "completions")), "1.37"),
-    ("KG063", "job", _set(J + ("metadata", "name"), "a" * 64), "1.37"),
+    ("KG062", "job", delete_at(J + ("spec", "completions")), "1.37"),
+    ("KG063", "job", set_at(J + ("metadata", "name"), "a" * 64), "1.37"),
     (
         "KG063",
         "job",
-        _all(
-            _set(J + ("metadata", "name"), "a" * 60),
-            _set(J + ("spec", "completions"), 1000),
-            _set(J + ("spec", "parallelism"), 1000),
+        all_of(
+            set_at(J + ("metadata", "name"), "a" * 60),
+            set_at(J + ("spec", "completions"), 1000),
+            set_at(J + ("spec", "parallelism"), 1000),
         ),
         "1.37",
     ),
-    ("KG064", "job", _set(J + ("spec", "completionMode"), "indexed"), "1.37"),
-    ("KG064", "job", _set(J + ("spec", "parallelism"), 100001), "1.37"),
-    ("KG065", "job", _all(_del(J + ("spec", "completionMode")), _set(J + ("spec", "backoffLimitPerIndex"), 1)), "1.37"),
-    ("KG065", "job", _set(J + ("spec", "maxFailedIndexes"), 1), "1.37"),
+    ("KG064", "job", set_at(J + ("spec", "completionMode"), "indexed"), "1.37"),
+    ("KG064", "job", set_at(J + ("spec", "parallelism"), 100001), "1.37"),
     (
         "KG065",
         "job",
-        _all(
-            _set(J + ("spec", "completions"), 200_000),
-            _set(J + ("spec", "parallelism"), 20_000),
-            _set(J + ("spec", "backoffLimitPerIndex"), 1),
+        all_of(delete_at(J + ("spec", "completionMode")), set_at(J + ("spec", "backoffLimitPerIndex"), 1)),
+        "1.37",
+    ),
+    ("KG065", "job", set_at(J + ("spec", "maxFailedIndexes"), 1), "1.37"),
+    (
+        "KG065",
+        "job",
+        all_of(
+            set_at(J + ("spec", "completions"), 200_000),
+            set_at(J + ("spec", "parallelism"), 20_000),
+            set_at(J + ("spec", "backoffLimitPerIndex"), 1),
         ),
         "1.37",
     ),
     (
         "KG066",
         "job",
-        _set(
+        set_at(
             J + ("spec", "podFailurePolicy"),
             {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [0, 1]}}]},
         ),
@@ -187,7 +170,7 @@ FAILING = [
     (
         "KG066",
         "job",
-        _set(
+        set_at(
             J + ("spec", "podFailurePolicy"),
             {
                 "rules": [
@@ -200,7 +183,7 @@ FAILING = [
     (
         "KG067",
         "job",
-        _set(
+        set_at(
             J + ("spec", "podFailurePolicy"),
             {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
         ),
@@ -209,52 +192,52 @@ FAILING = [
     (
         "KG068",
         "job",
-        _all(
-            _del(J + ("spec", "completionMode")),
-            _set(J + ("spec", "successPolicy"), {"rules": [{"succeededCount": 1}]}),
+        all_of(
+            delete_at(J + ("spec", "completionMode")),
+            set_at(J + ("spec", "successPolicy"), {"rules": [{"succeededCount": 1}]}),
         ),
         "1.37",
     ),
-    ("KG069", "job", _set(J + ("spec", "selector"), {"matchLabels": {"a": "b"}}), "1.37"),
-    ("KG070", "job", _set(J + ("spec", "backoffLimit"), -1), "1.37"),
-    ("KG080", "sts", _all(_set(J + ("metadata", "name"), "a" * 53)), "1.37"),
-    ("KG081", "sts", _set(POD + ("restartPolicy",), "Never"), "1.37"),
-    ("KG082", "sts", _set(J + ("spec", "selector", "matchLabels", "kgen.dev/role"), "master"), "1.37"),
-    ("KG082", "sts", _set(J + ("spec", "selector"), {}), "1.37"),
-    ("KG083", "sts", _set(J + ("spec", "podManagementPolicy"), "parallel"), "1.37"),
-    ("KG083", "sts", _set(J + ("spec", "serviceName"), "train.llama"), "1.37"),
-    ("KG085", "cm", _set((0, "data", "my file.yaml"), "x"), "1.37"),
-    ("KG085", "cm", _set((0, "binaryData"), {"ENABLE": "eWVz"}), "1.37"),
-    ("KG090", "pdb", _set((0, "spec", "maxUnavailable"), 1), "1.37"),
-    ("KG090", "pdb", _set((0, "spec", "minAvailable"), "150%"), "1.37"),
-    ("KG100", "job", _set(POD + ("subdomain",), "other"), "1.37"),
-    ("KG101", "job", _set(SVC + ("spec", "clusterIP"), "10.0.0.9"), "1.37"),
-    ("KG102", "job", _del(SVC + ("spec", "publishNotReadyAddresses")), "1.37"),
+    ("KG069", "job", set_at(J + ("spec", "selector"), {"matchLabels": {"a": "b"}}), "1.37"),
+    ("KG070", "job", set_at(J + ("spec", "backoffLimit"), -1), "1.37"),
+    ("KG080", "sts", all_of(set_at(J + ("metadata", "name"), "a" * 53)), "1.37"),
+    ("KG081", "sts", set_at(POD + ("restartPolicy",), "Never"), "1.37"),
+    ("KG082", "sts", set_at(J + ("spec", "selector", "matchLabels", "kgen.dev/role"), "master"), "1.37"),
+    ("KG082", "sts", set_at(J + ("spec", "selector"), {}), "1.37"),
+    ("KG083", "sts", set_at(J + ("spec", "podManagementPolicy"), "parallel"), "1.37"),
+    ("KG083", "sts", set_at(J + ("spec", "serviceName"), "train.llama"), "1.37"),
+    ("KG085", "cm", set_at((0, "data", "my file.yaml"), "x"), "1.37"),
+    ("KG085", "cm", set_at((0, "binaryData"), {"ENABLE": "eWVz"}), "1.37"),
+    ("KG090", "pdb", set_at((0, "spec", "maxUnavailable"), 1), "1.37"),
+    ("KG090", "pdb", set_at((0, "spec", "minAvailable"), "150%"), "1.37"),
+    ("KG100", "job", set_at(POD + ("subdomain",), "other"), "1.37"),
+    ("KG101", "job", set_at(SVC + ("spec", "clusterIP"), "10.0.0.9"), "1.37"),
+    ("KG102", "job", delete_at(SVC + ("spec", "publishNotReadyAddresses")), "1.37"),
     (
         "KG103",
         "job",
-        _all(
-            _set(SVC + ("spec", "selector", "role"), "master"),
-            _set(POD[:-1] + ("metadata", "labels", "role"), "master"),
+        all_of(
+            set_at(SVC + ("spec", "selector", "role"), "master"),
+            set_at(POD[:-1] + ("metadata", "labels", "role"), "master"),
         ),
         "1.37",
     ),
-    ("KG103", "job", _set(SVC + ("spec", "selector", "role"), "master"), "1.37"),
-    ("KG104", "job", _del(POD + ("subdomain",)), "1.37"),
-    ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=llama.ml.svc.cluster.local"), "1.37"),
+    ("KG103", "job", set_at(SVC + ("spec", "selector", "role"), "master"), "1.37"),
+    ("KG104", "job", delete_at(POD + ("subdomain",)), "1.37"),
+    ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=llama.ml.svc.cluster.local"), "1.37"),
     ("KG105", "job", _append(ENV, {"name": "MASTER_ADDR", "value": "llama"}), "1.37"),
-    ("KG106", "job", _set(C0 + ("args", 0), "--nnodes=2"), "1.37"),
-    ("KG106", "sts", _set(J + ("spec", "replicas"), 8), "1.37"),
-    ("KG107", "job", _set(C0 + ("args", 1), "--nproc_per_node=4"), "1.37"),
+    ("KG106", "job", set_at(C0 + ("args", 0), "--nnodes=2"), "1.37"),
+    ("KG106", "sts", set_at(J + ("spec", "replicas"), 8), "1.37"),
+    ("KG107", "job", set_at(C0 + ("args", 1), "--nproc_per_node=4"), "1.37"),
     ("KG108", "job", _append(ENV, {"name": "WORLD_SIZE", "value": "16"}), "1.37"),
     ("KG109", "job", _append(ENV, {"name": "LOCAL_RANK", "value": "0"}), "1.37"),
-    ("KG110", "job", _set(POD + ("volumes", 0, "emptyDir"), {}), "1.37"),
+    ("KG110", "job", set_at(POD + ("volumes", 0, "emptyDir"), {}), "1.37"),
     (
         "KG111",
         "job",
-        _all(
-            _set(C0 + ("command",), ["bash", "-c"]),
-            _set(
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c"]),
+            set_at(
                 C0 + ("args",),
                 [
                     "sleep 30\nexec torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$NODE_RANK "
@@ -267,70 +250,70 @@ FAILING = [
     (
         "KG112",
         "job",
-        _set(C0 + ("command",), ["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=llama-0.llama:29400"]),
+        set_at(C0 + ("command",), ["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=llama-0.llama:29400"]),
         "1.37",
     ),
-    ("KG113", "sts", _del(J + ("spec", "podManagementPolicy")), "1.37"),
+    ("KG113", "sts", delete_at(J + ("spec", "podManagementPolicy")), "1.37"),
     ("KG114", "job", _append(ENV, {"name": "RANK_OF_NODE", "value": "$(JOB_COMPLETION_INDEX)"}), "1.37"),
-    ("KG115", "job", _del(J + ("spec", "completionMode")), "1.37"),
-    ("KG116", "job", _set(J + ("spec", "parallelism"), 2), "1.37"),
+    ("KG115", "job", delete_at(J + ("spec", "completionMode")), "1.37"),
+    ("KG116", "job", set_at(J + ("spec", "parallelism"), 2), "1.37"),
     # issue 8.6: counts wherever they are written, namespaces in FQDNs
-    ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=llama-0.llama.default.svc.cluster.local"), "1.37"),
-    ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.cluster.local"), "1.37"),
+    ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.default.svc.cluster.local"), "1.37"),
+    ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.cluster.local"), "1.37"),
     ("KG106", "job", _append(ENV, {"name": "NNODES", "value": "2"}), "1.37"),
     ("KG106", "sts", _append(ENV, {"name": "PET_NNODES", "value": "8"}), "1.37"),
     ("KG107", "job", _append(ENV, {"name": "GPUS_PER_NODE", "value": "4"}), "1.37"),
     # failure policy that retries one pod alone
-    ("KG117", "job", _set(POD + ("restartPolicy",), "OnFailure"), "1.37"),
-    ("KG117", "job", _set(J + ("spec", "backoffLimit"), 3), "1.37"),
-    ("KG117", "job", _del(J + ("spec", "backoffLimit")), "1.37"),  # the default, 6
+    ("KG117", "job", set_at(POD + ("restartPolicy",), "OnFailure"), "1.37"),
+    ("KG117", "job", set_at(J + ("spec", "backoffLimit"), 3), "1.37"),
+    ("KG117", "job", delete_at(J + ("spec", "backoffLimit")), "1.37"),  # the default, 6
     (
         "KG117",
         "job",
-        _all(_set(J + ("spec", "backoffLimit"), 0), _set(J + ("spec", "backoffLimitPerIndex"), 2)),
+        all_of(set_at(J + ("spec", "backoffLimit"), 0), set_at(J + ("spec", "backoffLimitPerIndex"), 2)),
         "1.37",
     ),
     # BestEffort training pod
-    ("KG118", "job", _set(RES, {"limits": {"nvidia.com/gpu": 8}}), "1.37"),
-    ("KG118", "sts", _del(RES), "1.37"),
+    ("KG118", "job", set_at(RES, {"limits": {"nvidia.com/gpu": 8}}), "1.37"),
+    ("KG118", "sts", delete_at(RES), "1.37"),
     # launcher mode vs pod count
-    ("KG119", "job", _set(C0 + ("args", 0), "--standalone"), "1.37"),
-    ("KG119", "job", _set(C0 + ("args", 0), "--max-restarts=0"), "1.37"),  # no --nnodes: 1
-    ("KG119", "job", _set(C0 + ("args", 3), "--rdzv-id=llama"), "1.37"),  # no --master-addr: 127.0.0.1
-    ("KG119", "job", _set(C0 + ("args", 2), "--rdzv-id=llama"), "1.37"),  # no --node-rank: all 0
-    ("KG119", "sts", _set(C0 + ("args", 2), "--node-rank=0"), "1.37"),
+    ("KG119", "job", set_at(C0 + ("args", 0), "--standalone"), "1.37"),
+    ("KG119", "job", set_at(C0 + ("args", 0), "--max-restarts=0"), "1.37"),  # no --nnodes: 1
+    ("KG119", "job", set_at(C0 + ("args", 3), "--rdzv-id=llama"), "1.37"),  # no --master-addr: 127.0.0.1
+    ("KG119", "job", set_at(C0 + ("args", 2), "--rdzv-id=llama"), "1.37"),  # no --node-rank: all 0
+    ("KG119", "sts", set_at(C0 + ("args", 2), "--node-rank=0"), "1.37"),
     (
         "KG119",
         "job",
-        _set(C0 + ("args",), ["--nnodes=4", "--nproc-per-node=8", "--rdzv-backend=c10d", "train.py"]),
+        set_at(C0 + ("args",), ["--nnodes=4", "--nproc-per-node=8", "--rdzv-backend=c10d", "train.py"]),
         "1.37",
     ),
     # node rank source of the wrong kind (or too new)
-    ("KG120", "sts", _set(C0 + ("args", 2), "--node-rank=$(JOB_COMPLETION_INDEX)"), "1.37"),
+    ("KG120", "sts", set_at(C0 + ("args", 2), "--node-rank=$(JOB_COMPLETION_INDEX)"), "1.37"),
     (
         "KG120",
         "job",
-        _set(ENV + (0, "valueFrom", "fieldRef", "fieldPath"), "metadata.labels['apps.kubernetes.io/pod-index']"),
+        set_at(ENV + (0, "valueFrom", "fieldRef", "fieldPath"), "metadata.labels['apps.kubernetes.io/pod-index']"),
         "1.37",
     ),
     ("KG120", "sts", lambda docs: None, "1.27"),  # the pod-index label arrives in 1.28
     (
         "KG120",
         "job",
-        _set(ENV + (0, "valueFrom", "fieldRef", "fieldPath"), "metadata.name"),
+        set_at(ENV + (0, "valueFrom", "fieldRef", "fieldPath"), "metadata.name"),
         "1.37",
     ),  # --node-rank=$(NODE_RANK) from the pod's name: not a number
     # hostNetwork without cluster DNS
-    ("KG123", "job", _set(POD + ("hostNetwork",), True), "1.37"),
-    ("KG123", "sts", _all(_set(POD + ("hostNetwork",), True), _set(POD + ("dnsPolicy",), "Default")), "1.37"),
+    ("KG123", "job", set_at(POD + ("hostNetwork",), True), "1.37"),
+    ("KG123", "sts", all_of(set_at(POD + ("hostNetwork",), True), set_at(POD + ("dnsPolicy",), "Default")), "1.37"),
     # processes per node written twice
     (
         "KG121",
         "job",
-        _all(
-            _set(RES, {"requests": {"cpu": "8", "memory": "16Gi"}}),
-            _del(C0 + ("volumeMounts",)),
-            _set(C0 + ("args", 1), "--nproc-per-node=4"),
+        all_of(
+            set_at(RES, {"requests": {"cpu": "8", "memory": "16Gi"}}),
+            delete_at(C0 + ("volumeMounts",)),
+            set_at(C0 + ("args", 1), "--nproc-per-node=4"),
             _append(ENV, {"name": "NPROC_PER_NODE", "value": "2"}),
         ),
         "1.37",
@@ -340,15 +323,17 @@ FAILING = [
     (
         "KG122",
         "job",
-        _all(_set(RES, {"requests": {"cpu": "8", "memory": "64Gi"}}), _set(C0 + ("args", 1), "--nproc-per-node=gpu")),
+        all_of(
+            set_at(RES, {"requests": {"cpu": "8", "memory": "64Gi"}}), set_at(C0 + ("args", 1), "--nproc-per-node=gpu")
+        ),
         "1.37",
     ),
     (
         "KG122",
         "job",
-        _all(
-            _set(RES, {"requests": {"cpu": "8", "memory": "64Gi"}}),
-            _set(POD + ("tolerations",), [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+        all_of(
+            set_at(RES, {"requests": {"cpu": "8", "memory": "64Gi"}}),
+            set_at(POD + ("tolerations",), [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
         ),
         "1.37",
     ),
@@ -359,9 +344,9 @@ FAILING = [
         _append(ENV, {"name": "MASTER_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
         "1.37",
     ),
-    ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=$(HOSTNAME)"), "1.37"),
-    ("KG114", "job", _set(C0 + ("args", 3), "--master-addr=$(MASTER_ADDR)"), "1.37"),  # no such env var
-    ("KG124", "job", _set(SVC + ("metadata", "namespace"), "default"), "1.37"),
+    ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=$(HOSTNAME)"), "1.37"),
+    ("KG114", "job", set_at(C0 + ("args", 3), "--master-addr=$(MASTER_ADDR)"), "1.37"),  # no such env var
+    ("KG124", "job", set_at(SVC + ("metadata", "namespace"), "default"), "1.37"),
     # the same object twice among the inputs
     (
         "KG027",
@@ -373,48 +358,48 @@ FAILING = [
 
 # (rule, base, mutation, version) -- near-misses that must NOT report `rule`
 PASSING = [
-    ("KG022", "job", _set(SVC + ("metadata", "name"), "7b-train"), "1.36"),  # RelaxedServiceNameValidation
-    ("KG021", "sts", _set(J + ("metadata", "name"), "train.llama"), "1.26"),  # subdomain before 1.27
+    ("KG022", "job", set_at(SVC + ("metadata", "name"), "7b-train"), "1.36"),  # RelaxedServiceNameValidation
+    ("KG021", "sts", set_at(J + ("metadata", "name"), "train.llama"), "1.26"),  # subdomain before 1.27
     ("KG043", "job", _append(ENV, {"name": "1GPU", "value": "1"}), "1.32"),  # relaxed env names
-    ("KG042", "job", _set(C0 + ("ports", 0, "name"), "c10d-rendezvous"), "1.37"),  # 15 characters
-    ("KG049", "job", _del(RES + ("requests", "nvidia.com/gpu")), "1.37"),  # limit alone is fine
-    ("KG053", "job", _set(POD + ("volumes", 0, "emptyDir", "medium"), ""), "1.37"),
+    ("KG042", "job", set_at(C0 + ("ports", 0, "name"), "c10d-rendezvous"), "1.37"),  # 15 characters
+    ("KG049", "job", delete_at(RES + ("requests", "nvidia.com/gpu")), "1.37"),  # limit alone is fine
+    ("KG053", "job", set_at(POD + ("volumes", 0, "emptyDir", "medium"), ""), "1.37"),
     (
         "KG058",
         "job",
         _append(ENV, {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "t"}}}),
         "1.37",
     ),
-    ("KG059", "job", _set(C0 + ("image",), "localhost:5000/train@sha256:" + "a" * 64), "1.37"),
-    ("KG059", "job", _set(C0 + ("image",), "localhost:5000/train:1.4"), "1.37"),
-    ("KG060", "job", _set(POD + ("restartPolicy",), "OnFailure"), "1.37"),
-    ("KG063", "job", _set(J + ("metadata", "name"), "a" * 61), "1.37"),  # a{61}-3 is 63
-    ("KG080", "sts", _set(J + ("metadata", "name"), "a" * 52), "1.37"),
+    ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train@sha256:" + "a" * 64), "1.37"),
+    ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train:1.4"), "1.37"),
+    ("KG060", "job", set_at(POD + ("restartPolicy",), "OnFailure"), "1.37"),
+    ("KG063", "job", set_at(J + ("metadata", "name"), "a" * 61), "1.37"),  # a{61}-3 is 63
+    ("KG080", "sts", set_at(J + ("metadata", "name"), "a" * 52), "1.37"),
     (
         "KG065",
         "job",
-        _all(_set(J + ("spec", "backoffLimitPerIndex"), 1), _set(J + ("spec", "maxFailedIndexes"), 2)),
+        all_of(set_at(J + ("spec", "backoffLimitPerIndex"), 1), set_at(J + ("spec", "maxFailedIndexes"), 2)),
         "1.37",
     ),
-    ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local"), "1.37"),
-    ("KG107", "job", _set(C0 + ("args", 1), "--nproc-per-node=gpu"), "1.37"),
+    ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local"), "1.37"),
+    ("KG107", "job", set_at(C0 + ("args", 1), "--nproc-per-node=gpu"), "1.37"),
     ("KG106", "job", _append(ENV, {"name": "NNODES", "value": "4"}), "1.37"),
-    ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local."), "1.37"),
+    ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local."), "1.37"),
     # /dev/shm: valid alternatives to an emptyDir (issue 8.6)
-    ("KG110", "job", _set(POD + ("volumes", 0), {"name": "dshm", "hostPath": {"path": "/dev/shm"}}), "1.37"),
+    ("KG110", "job", set_at(POD + ("volumes", 0), {"name": "dshm", "hostPath": {"path": "/dev/shm"}}), "1.37"),
     (
         "KG110",
         "job",
-        _all(_set(POD + ("hostIPC",), True), _del(C0 + ("volumeMounts",)), _del(POD + ("volumes",))),
+        all_of(set_at(POD + ("hostIPC",), True), delete_at(C0 + ("volumeMounts",)), delete_at(POD + ("volumes",))),
         "1.37",
     ),
-    ("KG117", "job", _set(J + ("spec", "backoffLimit"), 0), "1.37"),
+    ("KG117", "job", set_at(J + ("spec", "backoffLimit"), 0), "1.37"),
     (
         "KG117",
         "job",
-        _all(
-            _set(J + ("spec", "backoffLimit"), 3),
-            _set(
+        all_of(
+            set_at(J + ("spec", "backoffLimit"), 3),
+            set_at(
                 J + ("spec", "podFailurePolicy"),
                 {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}]},
             ),
@@ -424,9 +409,9 @@ PASSING = [
     (
         "KG117",
         "job",
-        _all(
-            _del(J + ("spec", "backoffLimit")),
-            _set(
+        all_of(
+            delete_at(J + ("spec", "backoffLimit")),
+            set_at(
                 C0 + ("args",),
                 [
                     "--nnodes=2:4",
@@ -440,11 +425,11 @@ PASSING = [
         ),
         "1.37",
     ),  # elastic: torchrun's agents re-form the world
-    ("KG118", "job", _set(RES, {"limits": {"memory": "200Gi", "nvidia.com/gpu": 8}}), "1.37"),  # Guaranteed-ish
+    ("KG118", "job", set_at(RES, {"limits": {"memory": "200Gi", "nvidia.com/gpu": 8}}), "1.37"),  # Guaranteed-ish
     (
         "KG119",
         "job",
-        _set(
+        set_at(
             C0 + ("args",),
             ["--nnodes=4", "--nproc-per-node=8", "--rdzv-backend=c10d", "--rdzv-endpoint=llama-0.llama:29400", "t.py"],
         ),
@@ -453,42 +438,42 @@ PASSING = [
     (
         "KG119",
         "job",
-        _all(_set(C0 + ("args", 0), "--rdzv-id=llama"), _append(ENV, {"name": "PET_NNODES", "value": "4"})),
+        all_of(set_at(C0 + ("args", 0), "--rdzv-id=llama"), _append(ENV, {"name": "PET_NNODES", "value": "4"})),
         "1.37",
     ),
     ("KG120", "sts", lambda docs: None, "1.28"),
-    ("KG124", "job", _del(SVC + ("metadata", "namespace")), "1.37"),  # lands wherever it is applied
+    ("KG124", "job", delete_at(SVC + ("metadata", "namespace")), "1.37"),  # lands wherever it is applied
     (
         "KG119",
         "job",
-        _all(
-            _set(C0 + ("command",), ["bash", "-c"]),
-            _set(C0 + ("args",), ["exec torchrun $DISTRIBUTED_ARGS train.py --lr 3e-4"]),
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c"]),
+            set_at(C0 + ("args",), ["exec torchrun $DISTRIBUTED_ARGS train.py --lr 3e-4"]),
         ),
         "1.37",
     ),  # the flags are in a variable: absent ones are unknown, not missing
     (
         "KG123",
         "job",
-        _all(_set(POD + ("hostNetwork",), True), _set(POD + ("dnsPolicy",), "ClusterFirstWithHostNet")),
+        all_of(set_at(POD + ("hostNetwork",), True), set_at(POD + ("dnsPolicy",), "ClusterFirstWithHostNet")),
         "1.37",
     ),
-    ("KG114", "job", _set(C0 + ("args", 2), "--node-rank=$(JOB_COMPLETION_INDEX)"), "1.37"),  # Indexed Job: defined
+    ("KG114", "job", set_at(C0 + ("args", 2), "--node-rank=$(JOB_COMPLETION_INDEX)"), "1.37"),  # Indexed Job: defined
     (
         "KG114",
         "job",
-        _all(
-            _set(C0 + ("args", 3), "--master-addr=$(MASTER_ADDR)"),
-            _set(C0 + ("envFrom",), [{"configMapRef": {"name": "llama-env"}}]),
+        all_of(
+            set_at(C0 + ("args", 3), "--master-addr=$(MASTER_ADDR)"),
+            set_at(C0 + ("envFrom",), [{"configMapRef": {"name": "llama-env"}}]),
         ),
         "1.37",
     ),  # may come from the ConfigMap
     (
         "KG114",
         "job",
-        _all(
-            _set(C0 + ("command",), ["bash", "-c"]),
-            _set(
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c"]),
+            set_at(
                 C0 + ("args",),
                 [
                     "exec torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$JOB_COMPLETION_INDEX "
@@ -507,22 +492,22 @@ PASSING = [
     (
         "KG122",
         "job",
-        _set(POD + ("tolerations",), [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+        set_at(POD + ("tolerations",), [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
         "1.37",
     ),  # tolerates GPU nodes and requests 8 GPUs
-    ("KG105", "job", _set(C0 + ("args", 3), "--master-addr=$(MASTER_ADDR)"), "1.37"),  # checked at the env
+    ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=$(MASTER_ADDR)"), "1.37"),  # checked at the env
     ("KG121", "job", _append(ENV, {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2,3,4,5,6,7"}), "1.37"),
     ("KG114", "job", _append(ENV, {"name": "ADDR", "value": "$(NCCL_DEBUG)-x"}), "1.37"),  # defined earlier
     ("KG114", "job", _append(ENV, {"name": "LITERAL", "value": "$$(JOB_COMPLETION_INDEX)"}), "1.37"),  # escaped
     (
         "KG103",
         "job",
-        _all(
-            _set(SVC + ("spec", "selector", "role"), "master"),
-            _set(POD[:-1] + ("metadata", "labels", "role"), "master"),
-            _set(J + ("spec", "completions"), 1),
-            _set(J + ("spec", "parallelism"), 1),
-            _set(C0 + ("args", 0), "--nnodes=1"),
+        all_of(
+            set_at(SVC + ("spec", "selector", "role"), "master"),
+            set_at(POD[:-1] + ("metadata", "labels", "role"), "master"),
+            set_at(J + ("spec", "completions"), 1),
+            set_at(J + ("spec", "parallelism"), 1),
+            set_at(C0 + ("args", 0), "--nnodes=1"),
         ),
         "1.37",
     ),  # one node: nothing to pick
@@ -580,11 +565,11 @@ def test_every_registered_rule_has_a_failing_case():
 
 def test_error_findings_set_exit_code_and_warnings_do_not():
     docs = BASES["job"]()
-    _del(SVC + ("spec", "publishNotReadyAddresses"))(docs)  # KG102 is a warning
+    delete_at(SVC + ("spec", "publishNotReadyAddresses"))(docs)  # KG102 is a warning
     result = lint_docs(docs)
     assert [f.severity for f in result.findings] == [Severity.WARNING]
     assert result.exit_code == 0
-    _set(RES + ("limits", "memory"), "512GB")(docs)
+    set_at(RES + ("limits", "memory"), "512GB")(docs)
     assert lint_docs(docs).exit_code == 1
 
 

@@ -186,12 +186,8 @@ def test_host_network_resolves_cluster_names_and_host_ipc_replaces_the_shm_volum
     spec = pod(docs)
     assert spec["hostNetwork"] is True and "hostIPC" not in spec
     assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"  # MASTER_ADDR is a cluster DNS name
-    # hostIPC: the node's /dev/shm, so no memory-backed volume over it. (Checked without the
-    # self-check: KG110 accepts hostIPC as /dev/shm only with the lint branch of issue 8.)
-    from kgen.api import RenderRequest, render
-
-    text = render(RenderRequest(preset="4x8", sets=["hostIPC=true"], lint=False))
-    ipc = {d["kind"]: d for d in yaml.safe_load_all(text) if d}
+    # hostIPC: the node's /dev/shm, so no memory-backed volume over it; the self-check (KG110) accepts it
+    ipc = docs_of(run("render", "--preset", "4x8", "--set", "hostIPC=true"))
     assert pod(ipc)["hostIPC"] is True
     assert "dshm" not in [v["name"] for v in pod(ipc)["volumes"]]
     assert "/dev/shm" not in [m["mountPath"] for m in trainer(ipc)["volumeMounts"]]
@@ -446,3 +442,12 @@ def test_dollar_parenthesis_lands_literally_instead_of_refusing():
         "--out",
         "$(KGEN_JOB_NAME)/$$",
     ]
+
+
+@pytest.mark.parametrize("kind", ["job", "statefulset", "jobset"])
+def test_host_ipc_renders_for_every_kind(kind):
+    """hostIPC: true is the host's /dev/shm: the shm rules of every kind accept it (KG110; KG156 for a JobSet)."""
+    res = run("render", "--preset", "4x8", "--kind", kind, "--set", "hostIPC=true")
+    assert res.exit_code == 0, res.stderr
+    mounts = re.findall(r"mountPath: (\S+)", res.stdout)
+    assert "/opt/kgen" in mounts and "/dev/shm" not in mounts

@@ -552,30 +552,20 @@ def jobset_not_ready(doc: Any, ctx: Context) -> Iterator:
 @rule(
     "KG156",
     E,
-    "GPU training pods of a JobSet need a memory-backed /dev/shm (emptyDir medium: Memory).",
+    "GPU training pods of a JobSet need a memory-backed /dev/shm (emptyDir medium: Memory, a hostPath /dev/shm, "
+    "or hostIPC: true), as KG110 for Jobs.",
     "Mount an emptyDir {medium: Memory, sizeLimit: ...} at /dev/shm.",
     kinds=["JobSet"],
 )
 def jobset_shm(doc: Any, ctx: Context) -> Iterator:
+    from kgen.lint.rules_training import shm_gaps
+
     for _, _, ps, _, launches in _training_rjobs(doc):
-        mem = {
-            v.get("name")
-            for v in ps.get("volumes") or []
-            if isinstance(v, dict) and k8s.get(v, "emptyDir", "medium") == "Memory"
-        }
-        for c, cpath, _ in launches:
-            if not k8s.gpu_limit(c):
-                continue
-            mounts = [
-                m
-                for m in c.get("volumeMounts") or []
-                if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev/shm"
-            ]
-            if not any(m.get("name") in mem for m in mounts):
-                yield (
-                    cpath,
-                    "GPU container has no memory-backed /dev/shm; mount an emptyDir with medium: Memory at /dev/shm",
-                )
+        for cpath in shm_gaps(ps, launches):
+            yield (
+                cpath,
+                "GPU container has no memory-backed /dev/shm; mount an emptyDir with medium: Memory at /dev/shm",
+            )
 
 
 @rule(

@@ -746,28 +746,36 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
 )
 def dev_shm(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        if w.spec.get("hostIPC") is True:
-            continue  # the host's IPC namespace, and with it the host's /dev/shm
-        mem_vols = {
-            v.get("name")
-            for v in w.spec.get("volumes") or []
-            if isinstance(v, dict)
-            and (k8s.get(v, "emptyDir", "medium") == "Memory" or _is_dev_shm(k8s.get(v, "hostPath", "path")))
-        }
-        for c, cpath, _ in w.launches:
-            if not k8s.gpu_limit(c):
-                continue
-            mounts = [
-                m
-                for m in c.get("volumeMounts") or []
-                if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev/shm"
-            ]
-            if not any(m.get("name") in mem_vols for m in mounts):
-                yield (
-                    w.doc,
-                    cpath,
-                    "GPU container has no memory-backed /dev/shm; mount an emptyDir with medium: Memory at /dev/shm",
-                )
+        for cpath in shm_gaps(w.spec, w.launches):
+            yield (
+                w.doc,
+                cpath,
+                "GPU container has no memory-backed /dev/shm; mount an emptyDir with medium: Memory at /dev/shm",
+            )
+
+
+def shm_gaps(pod_spec: dict, launches: list) -> Iterator[tuple]:
+    """The paths of GPU containers without a memory-backed /dev/shm (KG110, and KG156 for a JobSet's pods):
+    an emptyDir with medium Memory or a hostPath /dev/shm mounted there, or the pod in the host's IPC
+    namespace (hostIPC: true, and with it the host's /dev/shm)."""
+    if pod_spec.get("hostIPC") is True:
+        return
+    mem_vols = {
+        v.get("name")
+        for v in pod_spec.get("volumes") or []
+        if isinstance(v, dict)
+        and (k8s.get(v, "emptyDir", "medium") == "Memory" or _is_dev_shm(k8s.get(v, "hostPath", "path")))
+    }
+    for c, cpath, _ in launches:
+        if not k8s.gpu_limit(c):
+            continue
+        mounts = [
+            m
+            for m in c.get("volumeMounts") or []
+            if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev/shm"
+        ]
+        if not any(m.get("name") in mem_vols for m in mounts):
+            yield cpath
 
 
 @rule(

@@ -78,9 +78,9 @@ def apply_patches(docs: list[dict], patches: list[dict], origins: dict[str, str]
             )
         for n in hits:
             patched = merge_patch(docs[n], item["patch"])
+            what = f"{docs[n]['kind']}/{docs[n]['metadata'].get('name')}"
             lost = [path for path in KEPT_PATHS if _has(docs[n], path) and not _has(patched, path)]
             if lost:
-                what = f"{docs[n]['kind']}/{docs[n]['metadata'].get('name')}"
                 raise UsageError(
                     f"patch: removes {lost[0]} of {what}, which the object needs",
                     option=patch_origin(origins, i),
@@ -88,7 +88,6 @@ def apply_patches(docs: list[dict], patches: list[dict], origins: dict[str, str]
                 )
             changed = _changed_reserved_label(docs[n], patched)
             if changed:
-                what = f"{docs[n]['kind']}/{docs[n]['metadata'].get('name')}"
                 raise UsageError(
                     f"patch: changes label {changed[0]} of {what}, which is set by {changed[1]}",
                     option=patch_origin(origins, i),

@@ -151,17 +151,43 @@ def render(request: RenderRequest) -> str:
     return render_with_warnings(request).text
 
 
+class Checked(NamedTuple):
+    """The rendered documents after the self-check, with what the CLI says about them on stderr."""
+
+    spec: TrainingSpec
+    docs: list[dict]
+    warnings: list[Finding]
+    notes: list[str]
+    cautions: list[str]
+
+
+def stderr_lines(result: Checked | RenderResult) -> list[str]:
+    """What ``kgen render`` and ``kgen submit`` print on stderr about the manifest, each after "kgen: "."""
+    return (
+        [f"note: {n}" for n in result.notes]
+        + [f"warning: {c}" for c in result.cautions]
+        + [warning_line(f) for f in result.warnings]
+    )
+
+
+def render_checked(request: RenderRequest) -> Checked:
+    """Build, render and self-check (unless ``request.lint`` is off): the one path of render and submit."""
+    spec = build(request)
+    docs = render_documents(spec)
+    warnings = check_rendered(docs, spec) if request.lint else []
+    return Checked(spec, docs, warnings, render_notes(spec), render_cautions(spec))
+
+
 def render_with_warnings(request: RenderRequest) -> RenderResult:
     """The manifest text and the self-check's warnings (``kgen render`` prints them on stderr)."""
     from kgen.yamlio import dump_json, dump_yaml
 
     if request.output_format not in ("yaml", "json"):
         raise UsageError(f'must be yaml or json, got "{request.output_format}"', option="--format")
-    spec = build(request)
-    docs = render_documents(spec)
-    warnings = check_rendered(docs, spec) if request.lint else []
+    checked = render_checked(request)
+    docs = checked.docs
     text = dump_yaml(docs) if request.output_format == "yaml" else dump_json(docs)
-    return RenderResult(text, warnings, render_notes(spec), render_cautions(spec))
+    return RenderResult(text, checked.warnings, checked.notes, checked.cautions)
 
 
 # Keys the chosen kind does not render: (key, kinds that use it, why).

@@ -319,7 +319,7 @@ def render(
     COMMAND is the training script and its arguments that torchrun runs on every worker
     (e.g. `-- train.py --lr 3e-4`); without it the pods run kgen's all-reduce smoke test.
     """
-    from kgen.api import RenderRequest, render_with_warnings, warning_line
+    from kgen.api import RenderRequest, render_with_warnings, stderr_lines
 
     _check_output(output)
     stdin = sys.stdin.read() if "-" in values_files else None
@@ -344,13 +344,10 @@ def render(
         kubernetes_version=kubernetes_version,
         output_format=output_format,
     )
-    text, warnings, notes, cautions = render_with_warnings(request)
-    for note in notes:
-        click.echo(f"kgen: note: {note}", err=True)
-    for caution in cautions:
-        click.echo(f"kgen: warning: {caution}", err=True)
-    for finding in warnings:  # the self-check's warnings: the manifest is printed, the user told
-        click.echo(f"kgen: {warning_line(finding)}", err=True)
+    result = render_with_warnings(request)
+    for line in stderr_lines(result):  # the self-check's warnings: the manifest is printed, the user told
+        click.echo(f"kgen: {line}", err=True)
+    text = result.text
     if output:
         write_output(output, text)
     else:

@@ -518,15 +518,7 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, command, **re
     """Render, lint and apply a run in one step, after checking no run of that name exists."""
     import sys
 
-    from kgen.api import (
-        RenderRequest,
-        build,
-        check_rendered,
-        render_cautions,
-        render_documents,
-        render_notes,
-        warning_line,
-    )
+    from kgen.api import RenderRequest, render_checked, stderr_lines
 
     check_timeout(timeout)
     fields = {k: render_params.pop(k) for k in REQUEST_FIELDS if k != "command"}
@@ -537,17 +529,12 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, command, **re
         stdin=stdin,
         flags={**render_params, "namespace": namespace},  # every other render option is a values flag
     )
-    spec = build(request)
-    docs = render_documents(spec)
-    warnings = check_rendered(docs, spec)
+    checked = render_checked(request)
+    spec, docs = checked.spec, checked.docs
     cluster = connect(spec.namespace or namespace, context, kubeconfig)
     preflight(cluster, docs)  # before anything is stopped or applied
-    for note in render_notes(spec):  # what `kgen render` says on stderr, once the run can be applied
-        click.echo(f"kgen: note: {note}", err=True)
-    for caution in render_cautions(spec):
-        click.echo(f"kgen: warning: {caution}", err=True)
-    for finding in warnings:
-        click.echo(f"kgen: {warning_line(finding)}", err=True)
+    for line in stderr_lines(checked):  # what `kgen render` says on stderr, once the run can be applied
+        click.echo(f"kgen: {line}", err=True)
     existing = cluster.workload(spec.name)
     if existing is not None:
         if not replace:

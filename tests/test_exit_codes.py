@@ -1,0 +1,42 @@
+"""One contract, four places: the entrypoint's EXIT_* codes, the Job's podFailurePolicy, the JobSet's
+not-retriable codes and `kgen status`'s table of meanings must agree (the entrypoint is a standalone
+file users copy, so it cannot import kgen: this test is what keeps them in step)."""
+
+from __future__ import annotations
+
+import ast
+
+import yaml
+
+from kgen import jobset
+from kgen.api import RenderRequest, render
+from kgen.cluster.exitcodes import TABLE
+from kgen.resources import entrypoint_path
+
+
+def entrypoint_codes() -> dict[str, int]:
+    tree = ast.parse(entrypoint_path().read_text())
+    return {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id.startswith("EXIT_")
+        and isinstance(node.value, ast.Constant)
+    }
+
+
+def test_every_entrypoint_code_has_a_meaning_in_kgen_status():
+    codes = entrypoint_codes()
+    assert {"EXIT_CONFIG", "EXIT_PEERS_MISSING", "EXIT_PEER_LOST", "EXIT_DROPPED"} <= set(codes)
+    assert set(codes.values()) <= set(TABLE), sorted(set(codes.values()) - set(TABLE))
+    assert TABLE[codes["EXIT_PEER_LOST"]].role == "victim"  # never the root cause
+
+
+def test_the_jobs_failure_policy_replaces_exactly_the_lost_dropped_killed_and_deleted_pods():
+    codes = entrypoint_codes()
+    job = next(d for d in yaml.safe_load_all(render(RenderRequest(preset="4x8"))) if d and d["kind"] == "Job")
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    ignored = {v for r in rules if r["action"] == "Ignore" and "onExitCodes" in r for v in r["onExitCodes"]["values"]}
+    assert ignored == {codes["EXIT_PEER_LOST"], codes["EXIT_DROPPED"], 128 + 9, 128 + 15}
+    assert jobset.NOT_RETRIABLE_EXIT_CODES == (codes["EXIT_CONFIG"], codes["EXIT_PEERS_MISSING"])

@@ -145,10 +145,10 @@ class Script:
     def simple_commands(self) -> Iterator[Simple]:
         """Every simple command, in source order, command substitutions included (before the
         command whose words hold them, as bash runs them)."""
-        yield from _walk_seq(self.body)
+        yield from walk_seq(self.body)
 
 
-def _walk_seq(seq: Sequence) -> Iterator[Simple]:
+def walk_seq(seq: Sequence) -> Iterator[Simple]:
     for ao in seq.items:
         for _, pipe in ao.items:
             for node in pipe.commands:
@@ -164,7 +164,7 @@ def walk_node(node: Node) -> Iterator[Simple]:
     for w in node.words:
         yield from _walk_word(w)
     for body in node.bodies:
-        yield from _walk_seq(body)
+        yield from walk_seq(body)
 
 
 def _walk_word(word: Word) -> Iterator[Simple]:

@@ -16,37 +16,14 @@ from typing import Any
 from kgen.findings import Severity
 from kgen.lint import k8s
 from kgen.lint.registry import Context, rule
+from kgen.lint.model import Workload, workloads
+from kgen.lint.model import memo as _memo
 from kgen.lint.torchcmd import _SHELLS, Launch, find_launches, host_of, resolve
 
 E, W = Severity.ERROR, Severity.WARNING
 _MASTERISH = {"master", "leader", "head", "chief", "rank0", "rank-0", "main", "driver", "coordinator"}
 _HAND_SET = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 _ENV_REF = re.compile(r"\$\((\w+)\)")
-
-
-class Workload:
-    """A Job or StatefulSet whose containers launch torchrun, as the training rules see it."""
-
-    __slots__ = ("doc", "spec", "base", "nodes", "launches")
-
-    def __init__(self, doc: Any, spec: dict, base: tuple, nodes: int | None) -> None:
-        self.doc = doc
-        self.spec = spec  # pod spec
-        self.base = base  # path of the pod spec
-        self.nodes = nodes
-        self.launches: list[tuple[dict, tuple, list[Launch]]] = []  # (container, path, launches)
-
-    @property
-    def name(self) -> str:
-        return self.doc.name
-
-    @property
-    def dns_field(self) -> tuple[str | None, tuple]:
-        if self.doc.kind == "Job":
-            v = self.spec.get("subdomain")
-            return (v if isinstance(v, str) and v else None), self.base + ("subdomain",)
-        v = k8s.get(self.doc.data, "spec", "serviceName")
-        return (v if isinstance(v, str) and v else None), ("spec", "serviceName")
 
 
 def _int(value: Any) -> int | None:
@@ -61,48 +38,9 @@ def _literal_env(container: dict) -> dict[str, Any]:
     return env
 
 
-_MEMO: dict[str, tuple[list, Any]] = {}
-
-
-def _memo(key: str, docs: list, build: Any) -> Any:
-    """One result per stream: every stream rule gets the same ``docs`` list object."""
-    got = _MEMO.get(key)
-    if got is not None and got[0] is docs:
-        return got[1]
-    value = build(docs)
-    _MEMO[key] = (docs, value)
-    return value
-
-
-def workloads(docs: list) -> list[Workload]:
-    return _memo("workloads", docs, _workloads)
-
-
-def _workloads(docs: list) -> list[Workload]:
-    out = []
-    for doc in docs:
-        if doc.kind not in ("Job", "StatefulSet"):
-            continue
-        ps = k8s.pod_spec(doc)
-        if not ps:
-            continue
-        spec = k8s.get(doc.data, "spec") or {}
-        if doc.kind == "Job":
-            nodes = _int(spec.get("completions"))
-            if nodes is None:
-                nodes = _int(spec.get("parallelism"))
-        else:
-            nodes = _int(spec.get("replicas"))
-            if nodes is None and "replicas" not in spec:
-                nodes = 1
-        w = Workload(doc, ps[0], ps[1], nodes)
-        for c, path in k8s.containers(ps[0], ps[1], init=False):
-            launches = find_launches(c)
-            if launches:
-                w.launches.append((c, path, launches))
-        if w.launches:
-            out.append(w)
-    return out
+def _wired(docs: list) -> list[Workload]:
+    """Training workloads whose pods' DNS names the user wires (Job subdomain, StatefulSet serviceName)."""
+    return _memo("wired", docs, lambda ds: [w for w in workloads(ds) if w.user_wired])
 
 
 def services(docs: list) -> list:
@@ -225,7 +163,7 @@ def _multi(w: Workload) -> bool:
     if w.nodes is not None and w.nodes > 1:
         return True
     for c, _, launches in w.launches:
-        env = _literal_env(c)
+        env = w.env(c)
         for launch in launches:
             if any(top > 1 for _, top, _ in _nnodes_values(launch, env)):
                 return True
@@ -238,11 +176,18 @@ NNODES_VARS = ("NNODES", "NUM_NODES", "N_NODES", "NODE_COUNT", "PET_NNODES")
 NPROC_VARS = ("NPROC_PER_NODE", "GPUS_PER_NODE", "NUM_GPUS_PER_NODE", "PET_NPROC_PER_NODE")
 
 
-def _nnodes_values(launch: Launch, env: dict) -> list[tuple[int, int, str]]:
+def _each(w: Workload) -> Iterator[tuple[dict, tuple, list]]:
+    """Every training container with its known launches, or [None] when its launcher is unknown."""
+    for c, cpath, scripted, _why in w.containers:
+        found = [launch for launch in scripted.launches if launch.training]
+        yield c, cpath, found or [None]
+
+
+def _nnodes_values(launch: Launch | None, env: dict) -> list[tuple[int, int, str]]:
     """(min, max nodes, where) stated by a launch: --nnodes (N or MIN:MAX) and the container's
     literal NNODES-like variables (``where`` is "--nnodes=..." or "VAR=...")."""
     out = []
-    raw = resolve(launch.flag("nnodes"), env) if launch.has("nnodes") else None
+    raw = resolve(launch.flag("nnodes"), env) if launch is not None and launch.has("nnodes") else None
     if raw:
         parts = raw.split(":")
         if len(parts) <= 2 and all(p.isdigit() for p in parts):
@@ -254,9 +199,9 @@ def _nnodes_values(launch: Launch, env: dict) -> list[tuple[int, int, str]]:
     return out
 
 
-def _nproc_values(launch: Launch, env: dict) -> list[tuple[int, str]]:
+def _nproc_values(launch: Launch | None, env: dict) -> list[tuple[int, str]]:
     out = []
-    raw = resolve(launch.flag("nproc_per_node"), env) if launch.has("nproc_per_node") else None
+    raw = resolve(launch.flag("nproc_per_node"), env) if launch is not None and launch.has("nproc_per_node") else None
     if raw and raw.isdigit():
         out.append((int(raw), f"--nproc-per-node={raw}"))
     for var in NPROC_VARS:
@@ -266,7 +211,7 @@ def _nproc_values(launch: Launch, env: dict) -> list[tuple[int, str]]:
     return out
 
 
-def _where_path(cpath: tuple, c: dict, launch: Launch, flag: str, where: str) -> tuple:
+def _where_path(cpath: tuple, c: dict, launch: Launch | None, flag: str, where: str) -> tuple:
     """Path of a value named by ``where`` ("--flag=..." or "VAR=...")."""
     if where.startswith("--"):
         return _launch_path(cpath, launch, flag)
@@ -306,7 +251,7 @@ def _launch_path(container_path: tuple, launch: Launch | dict | None = None, fla
     needs_all_inputs=True,
 )
 def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
-    for w in workloads(docs):
+    for w in _wired(docs):
         if not _multi(w):
             continue
         svcs = services_for(w, docs)
@@ -340,7 +285,7 @@ def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
 )
 def rendezvous_headless(docs: list, ctx: Context) -> Iterator:
     done = set()
-    for w in workloads(docs):
+    for w in _wired(docs):
         svc = rendezvous_service(w, services_for(w, docs))
         if svc is not None and id(svc) not in done and k8s.get(svc.data, "spec", "clusterIP") != "None":
             done.add(id(svc))
@@ -362,8 +307,12 @@ def rendezvous_headless(docs: list, ctx: Context) -> Iterator:
     scope="stream",
 )
 def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
-    done = set()
     for w in workloads(docs):
+        if w.primary and w.facts.managed_not_ready is not None and _multi(w):
+            path, message = w.facts.managed_not_ready
+            yield w.doc, path, message
+    done = set()
+    for w in _wired(docs):
         svc = rendezvous_service(w, services_for(w, docs))
         if (
             svc is not None
@@ -390,7 +339,7 @@ def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
 )
 def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
     by_label = workloads_by_label(docs)
-    for w in workloads(docs):
+    for w in _wired(docs):
         for svc in services_for(w, docs).values():
             sel = _selector(svc)
             if not sel:
@@ -443,7 +392,7 @@ def _headless_selecting_nothing(docs: list) -> Iterator:
     and which shares labels with a training workload's pods: reported once, against the workload it
     shares most labels with (e.g. a 'role: master' no pod carries)."""
     by_label = workloads_by_label(docs)
-    wls = workloads(docs)
+    wls = _wired(docs)
     named = {(w.dns_field[0], w.doc.namespace) for w in wls}
     for svc in services(docs):
         sel = _selector(svc)
@@ -477,6 +426,18 @@ def _headless_selecting_nothing(docs: list) -> Iterator:
 )
 def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
+        if not w.primary or w.user_wired or not _multi(w):
+            continue
+        for path, message in w.facts.dns_problems:
+            yield w.doc, path, message
+        if w.facts.dns == "none":
+            yield (
+                w.doc,
+                ("spec", "plugins") if "plugins" in (k8s.get(w.doc.data, "spec") or {}) else ("spec",),
+                f"{w.kind} {w.name!r} runs {w.nodes} training pods but they get no DNS names: add the svc plugin "
+                "(plugins: {svc: [], env: []}) or the pytorch plugin",
+            )
+    for w in _wired(docs):
         if not _multi(w):
             continue
         svcs = services_for(w, docs)
@@ -518,8 +479,9 @@ _POD0 = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
     scope="stream",
 )
 def master_addr(docs: list, ctx: Context) -> Iterator:
+    yield from _managed_master(docs)
     index = _service_index(docs)
-    for w in workloads(docs):
+    for w in _wired(docs):
         if not _multi(w):
             continue
         svcs = services_for(w, docs)
@@ -527,7 +489,7 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
         named, _ = w.dns_field
         svc_name = svc.name if svc is not None else named
         for c, cpath, launches in w.launches:
-            env = _literal_env(c)
+            env = w.env(c)
             checks: list[tuple[str, str, tuple]] = []
             ma = env.get("MASTER_ADDR")
             if isinstance(ma, str):
@@ -545,6 +507,42 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                 msg = _master_problem(value, w.name, svc_name, partial(index.named, w=w), pod0, w.doc.namespace)
                 if msg:
                     yield w.doc, path, f"{what}={value} {msg}"
+
+
+def _managed_master(docs: list) -> Iterator:
+    """MASTER_ADDR / --master-addr / --rdzv-endpoint of a kind whose controller names the pods
+    (JobSet, PyTorchJob, Volcano Job, LeaderWorkerSet) must name its pod 0."""
+    for w in workloads(docs):
+        if w.user_wired or not w.facts.master_hosts or not _multi(w):
+            continue
+        want = w.facts.master_hosts[0]
+        for c, cpath, _scripted, _why in w.containers:
+            env = w.env(c)
+            checks: list[tuple[str, str, tuple]] = []
+            ma = env.get("MASTER_ADDR")
+            if isinstance(ma, str):
+                checks.append(("MASTER_ADDR", ma, _env_path(cpath, c, "MASTER_ADDR")))
+            for launch in next((found for x, _, found in w.launches if x is c), []):
+                for key in ("master_addr", "rdzv_endpoint"):
+                    raw = launch.flag(key)
+                    if raw and not raw.startswith("$"):
+                        checks.append((f"--{key.replace('_', '-')}", host_of(raw), _launch_path(cpath, launch, key)))
+            for what, value, path in checks:
+                if not value or "$" in value:
+                    continue
+                host = value.lower().rstrip(".")
+                if any(host == h or host.startswith(h + ".") for h in w.facts.master_hosts):
+                    continue
+                label = host.split(".")[0]
+                if w.facts.service_like and label == w.facts.service_like:
+                    why = "names the Service, which resolves to any pod"
+                elif w.facts.service_like and host.split(".")[1:2] and label == want.split(".")[0]:
+                    why = f"has the wrong subdomain ({w.kind}'s is {w.facts.service_like!r})"
+                elif host in ("localhost", "127.0.0.1", "::1"):
+                    why = "is the pod itself, so every node starts its own world"
+                else:
+                    why = f"is not pod 0 of this {w.kind}"
+                yield w.doc, path, f"{what}={value} {why}; use {want}"
 
 
 _SELF_FIELDS = {"status.podIP", "status.podIPs", "metadata.name", "spec.nodeName", "status.hostIP", "status.hostIPs"}
@@ -634,9 +632,9 @@ def nnodes_agree(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         if w.nodes is None:
             continue
-        what = "completions" if w.doc.kind == "Job" else "replicas"
-        for c, cpath, launches in w.launches:
-            env = _literal_env(c)
+        what = w.facts.count_what
+        for c, cpath, launches in _each(w):
+            env = w.env(c)
             for launch in launches:
                 for low, high, where in _nnodes_values(launch, env):
                     if not low <= w.nodes <= high:
@@ -660,11 +658,15 @@ def nnodes_agree(docs: list, ctx: Context) -> Iterator:
 )
 def nproc_agree(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        for c, cpath, launches in w.launches:
+        stated = w.facts.nproc_stated
+        for c, cpath, launches in _each(w):
             gpus = k8s.gpu_limit(c)
             if not gpus:
                 continue
-            env = _literal_env(c)
+            if stated is not None and stated[0].isdigit() and int(stated[0]) != gpus and w.primary:
+                yield w.doc, stated[1], f"{stated[2]}: {stated[0]} but the trainer has {gpus} GPUs; use {gpus}"
+                stated = None
+            env = w.env(c)
             for launch in launches:
                 for value, where in _nproc_values(launch, env):
                     if value != gpus:
@@ -684,12 +686,14 @@ def world_size_agree(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         if w.nodes is None:
             continue
-        for c, cpath, launches in w.launches:
-            env = _literal_env(c)
+        for c, cpath, launches in _each(w):
+            env = w.env(c)
             ws = env.get("WORLD_SIZE")
             if not (isinstance(ws, str) and ws.isdigit()):
                 continue
             nprocs = [v for launch in launches for v, _ in _nproc_values(launch, env)] or (
+                [1] if launches == [None] and not k8s.gpu_limit(c) else []
+            ) or (
                 [k8s.gpu_limit(c)] if k8s.gpu_limit(c) else []
             )
             if nprocs and int(ws) != w.nodes * nprocs[0]:
@@ -746,7 +750,9 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
 )
 def dev_shm(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        for cpath in shm_gaps(w.spec, w.launches):
+        if w.tpl.partial:
+            continue  # a TrainJob's trainer: the pod's volumes are its runtime's
+        for cpath in shm_gaps(w.spec, [(c, p, None) for c, p, _, _ in w.containers]):
             yield (
                 w.doc,
                 cpath,
@@ -802,8 +808,9 @@ def sleep_stagger(docs: list, ctx: Context) -> Iterator:
 @rule(
     "KG112",
     E,
-    "Do not mix c10d rendezvous flags (--rdzv-backend=c10d, --rdzv-endpoint) with static ones "
-    "(--master-addr, --master-port, --node-rank): torchrun ignores one set and ranks are not what you expect.",
+    "Do not mix dynamic rendezvous (--rdzv-backend=c10d or etcd) with static flags (--master-addr, "
+    "--master-port, --node-rank): torchrun ignores one set and ranks are not what you expect (without "
+    "--rdzv-backend the backend is static, and --rdzv-endpoint with --node-rank is fine).",
     "Use either c10d (rdzv flags, no node rank) or static (master addr/port + node rank).",
     kinds=["Job", "StatefulSet"],
     scope="stream",
@@ -813,9 +820,9 @@ def mixed_rendezvous(docs: list, ctx: Context) -> Iterator:
         for _c, cpath, launches in w.launches:
             for launch in launches:
                 backend = (launch.flag("rdzv_backend") or "").lower()
-                dynamic = backend in ("c10d", "etcd", "etcd-v2") or (
-                    launch.has("rdzv_endpoint") and backend != "static"
-                )
+                # without --rdzv-backend torchrun's backend is static, where --rdzv-endpoint names the
+                # master like --master-addr does: a per-pod --node-rank with it is right
+                dynamic = backend in ("c10d", "etcd", "etcd-v2")
                 static_keys = [k for k in ("master_addr", "master_port", "node_rank") if launch.has(k)]
                 static = [f"--{k.replace('_', '-')}" for k in static_keys]
                 if dynamic and static:
@@ -823,7 +830,7 @@ def mixed_rendezvous(docs: list, ctx: Context) -> Iterator:
                         w.doc,
                         _launch_path(cpath, launch, static_keys[0]),
                         (
-                            f"c10d rendezvous mixed with static flags {', '.join(static)}; "
+                            f"{backend} rendezvous mixed with static flags {', '.join(static)}; "
                             "drop the static ones (or the rdzv ones)"
                         ),
                     )
@@ -857,13 +864,17 @@ def statefulset_parallel(docs: list, ctx: Context) -> Iterator:
     "Define the variable in env (before its use), read it in the shell ($VAR), or use a fieldRef.",
 )
 def env_refs(doc: Any, ctx: Context) -> Iterator:
-    ps = k8s.pod_spec(doc)
-    if not ps:
-        return
-    indexed_job = doc.kind == "Job" and k8s.get(doc.data, "spec", "completionMode") == "Indexed"
-    for c, cpath in k8s.containers(*ps):
+    from kgen.lint import kinds
+    from kgen.lint.kinds.base import JOB_INDEX
+    for tpl in kinds.templates(doc):
+        containers = tpl.containers if tpl.containers is not None else list(k8s.containers(tpl.spec, tpl.spec_path))
+        yield from _env_refs(tpl, containers, JOB_INDEX in tpl.rank_sources)
+
+
+def _env_refs(tpl: Any, containers: list, indexed_job: bool) -> Iterator:
+    for c, cpath in containers:
         from_env = bool(c.get("envFrom"))  # unknown names: a ConfigMap or Secret may define anything
-        defined: set = set()
+        defined: set = set(tpl.injected_env)
         for i, e in enumerate(k8s.env_list(c)):
             if not isinstance(e, dict):
                 continue
@@ -918,13 +929,23 @@ def _is_shell_script(c: dict) -> bool:
     "A multi-node training Job must be Indexed (completionMode: Indexed): only then do pods get "
     "a completion index and stable hostnames <job>-<index>.",
     "Set completionMode: Indexed.",
-    kinds=["Job"],
+    kinds=["Job", "JobSet"],
     scope="stream",
 )
 def training_job_indexed(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        if w.doc.kind == "Job" and _multi(w) and k8s.get(w.doc.data, "spec", "completionMode") != "Indexed":
+        job = w.tpl.job
+        if job is None or not _multi(w):
+            continue
+        mode = job.get("completionMode")
+        if w.doc.kind == "Job" and mode != "Indexed":
             yield w.doc, ("spec",), "multi-node training needs completionMode: Indexed (stable hostnames, node ranks)"
+        elif mode is not None and mode != "Indexed":
+            yield (
+                w.doc,
+                w.tpl.job_path + ("completionMode",),
+                f"completionMode {mode!r}: training pods need Indexed (node ranks, hostnames)",
+            )
 
 
 @rule(
@@ -932,17 +953,19 @@ def training_job_indexed(docs: list, ctx: Context) -> Iterator:
     E,
     "A training Job's parallelism must equal completions: every node must run at the same time.",
     "Set parallelism = completions = nodes.",
-    kinds=["Job"],
+    kinds=["Job", "JobSet"],
     scope="stream",
 )
 def training_job_gang(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        spec = k8s.get(w.doc.data, "spec") or {}
-        par, comp = _int(spec.get("parallelism")), _int(spec.get("completions"))
-        if w.doc.kind == "Job" and _multi(w) and comp is not None and (par if par is not None else 1) != comp:
+        job = w.tpl.job
+        if job is None or not _multi(w):
+            continue
+        par, comp = _int(job.get("parallelism")), _int(job.get("completions"))
+        if comp is not None and (par if par is not None else 1) != comp:
             yield (
                 w.doc,
-                ("spec", "parallelism"),
+                w.tpl.job_path + ("parallelism",),
                 f"parallelism {par if par is not None else '1 (default)'} != completions {comp}; the world never forms",
             )
 
@@ -962,7 +985,7 @@ def _is_dev_shm(path: Any) -> bool:
 )
 def rendezvous_service_namespace(docs: list, ctx: Context) -> Iterator:
     index = _service_index(docs)
-    for w in workloads(docs):
+    for w in _wired(docs):
         named, path = w.dns_field
         if not named or named in services_for(w, docs):
             continue

@@ -92,7 +92,7 @@ class JobSetAdapter(Adapter):
     def facts(self, doc: Any) -> Facts:
         spec = doc.data.get("spec") if isinstance(doc.data.get("spec"), dict) else {}
         total = sum(t.pods or 0 for t in self.templates(doc)) if self.templates(doc) else None
-        facts = Facts("JobSet", total, "pods (replicas x completions over all replicatedJobs)")
+        facts = Facts("JobSet", total, "pods (replicas x completions over all replicatedJobs)", group_restart=True)
         network_facts(doc.name, spec, ("spec",), facts)
         suspend = spec.get("suspend")
         facts.suspend = suspend if isinstance(suspend, bool) else None

@@ -258,6 +258,7 @@ class _Reader:
             if launch is not None:
                 fate = exit_fate(script, cmd, errexit, pipefail)
                 for new in self.out.launches[before:]:
+                    new.sleeps = list(sleeps)  # a sleep before the launch staggers it; one after it does not
                     new.script = True
                     if new.where == ():
                         new.where = where
@@ -266,7 +267,6 @@ class _Reader:
                     found.append(new)
         for launch in found:
             launch.exports = exports
-            launch.sleeps = sleeps
         return found[-1] if found else None
 
 

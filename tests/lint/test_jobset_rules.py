@@ -31,7 +31,21 @@ Q = js.QUEUE_LABEL
 def jobset_base(queue: str | None = None) -> list:
     spec = build(RenderRequest(preset="4x8", flags={"kind": "jobset", "queue": queue}))
     docs = render_documents(spec, entrypoint_source="# stub\n")
-    return json.loads(json.dumps(docs))  # plain dicts for the YAML dumper
+    docs = json.loads(json.dumps(docs))  # plain dicts for the YAML dumper
+    if not any(d["kind"] == "NetworkPolicy" for d in docs):  # until render emits it (issue 17, proto branch)
+        docs.append(_network_policy(docs))
+    return docs
+
+
+def _network_policy(docs: list) -> dict:
+    name = next(d for d in docs if d["kind"] == "JobSet")["metadata"]["name"]
+    sel = {"matchLabels": {"app.kubernetes.io/instance": name, "kgen.dev/role": "trainer"}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"podSelector": sel, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": sel}]}]},
+    }
 
 
 BASES_JS = {"jobset": jobset_base, "jobset-queue": lambda: jobset_base("team-a"), **BASES}

@@ -283,6 +283,9 @@ def _skips(doc: Document) -> frozenset:
 
 def _lint_docs(docs: list[Document], texts: dict[str, str], p: _Prepared, result: LintResult) -> None:
     """Document rules per document; stream rules once over all documents (one context)."""
+    from kgen.lint.model import with_embedded
+
+    docs = with_embedded(docs)  # AppWrapper components are linted as objects of their own
     objects: list[Document] = []
     per_doc: dict[int, list[Finding]] = {}
     broken = {f.file for f in result.input_errors}

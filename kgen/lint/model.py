@@ -167,3 +167,16 @@ def memo(key: str, docs: list, build: Any) -> Any:
     value = build(docs)
     _MEMO[key] = (docs, value)
     return value
+
+
+def with_embedded(docs: list) -> list:
+    """``docs`` plus the objects embedded in them (AppWrapper components), each right after its
+    wrapper, so every rule sees them as objects of their own (a wrapper inside a wrapper too)."""
+    out = []
+    for doc in docs:
+        out.append(doc)
+        adapter = kinds.adapter_for(doc) if isinstance(doc.data, dict) else None
+        if adapter is not None:
+            for path, obj in adapter.embedded(doc):
+                out.extend(with_embedded([doc.embedded(path, obj)]))
+    return out

@@ -28,9 +28,8 @@ _MEDIUMS = re.compile(r"^(|Memory|HugePages|HugePages-.+)$")
 
 
 def _pod(doc: Any) -> Iterator[tuple[dict, tuple]]:
-    ps = k8s.pod_spec(doc)
-    if ps:
-        yield ps
+    """Every pod spec of the object: one per pod template, for every kind (JobSet, PyTorchJob ...)."""
+    yield from k8s.pod_specs(doc)
 
 
 @rule(

@@ -165,8 +165,8 @@ _QOS_RESOURCES = ("cpu", "memory")
 )
 def best_effort_training_pod(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        if w.tpl.partial:
-            continue  # a TrainJob's trainer: its runtime may give the pod resources
+        if w.tpl.partial or w.facts.resources_elsewhere:
+            continue  # a TrainJob's trainer (its runtime may give the pod resources) or a runtime (its TrainJobs do)
         has_qos = False
         for c, _ in k8s.containers(w.spec, w.base):
             res = c.get("resources")

@@ -495,10 +495,9 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
             if isinstance(ma, str):
                 checks.append(("MASTER_ADDR", ma, _env_path(cpath, c, "MASTER_ADDR")))
             for launch in launches:
-                for key in ("master_addr", "rdzv_endpoint"):
-                    raw = launch.flag(key)
-                    if raw and not raw.startswith("$"):
-                        checks.append((f"--{key.replace('_', '-')}", host_of(raw), _launch_path(cpath, launch, key)))
+                for key, raw in launch.master_flags():
+                    if not raw.startswith("$"):
+                        checks.append((launch.spelling(key), host_of(raw), _launch_path(cpath, launch, key)))
             yield from _self_master(w, c, cpath, launches, svc_name)
             for what, value, path in checks:
                 if "$" in value or not value:
@@ -523,10 +522,9 @@ def _managed_master(docs: list) -> Iterator:
             if isinstance(ma, str):
                 checks.append(("MASTER_ADDR", ma, _env_path(cpath, c, "MASTER_ADDR")))
             for launch in next((found for x, _, found in w.launches if x is c), []):
-                for key in ("master_addr", "rdzv_endpoint"):
-                    raw = launch.flag(key)
-                    if raw and not raw.startswith("$"):
-                        checks.append((f"--{key.replace('_', '-')}", host_of(raw), _launch_path(cpath, launch, key)))
+                for key, raw in launch.master_flags():
+                    if not raw.startswith("$"):
+                        checks.append((launch.spelling(key), host_of(raw), _launch_path(cpath, launch, key)))
             for what, value, path in checks:
                 if not value or "$" in value:
                     continue
@@ -571,10 +569,7 @@ def _self_master(w: Workload, c: dict, cpath: tuple, launches: list, svc: str | 
                 f"of its own; use pod 0's name {want}",
             )
     for launch in launches:
-        for key in ("master_addr", "rdzv_endpoint"):
-            raw = launch.flag(key)
-            if not raw:
-                continue
+        for key, raw in launch.master_flags():
             name = _var_name(raw) if _VAR_REF.match(raw) else None
             source = own.get(name) if name and name != "MASTER_ADDR" else None
             if source is None and ("$(hostname" in raw or "`hostname" in raw):
@@ -583,7 +578,7 @@ def _self_master(w: Workload, c: dict, cpath: tuple, launches: list, svc: str | 
                 yield (
                     w.doc,
                     _launch_path(cpath, launch, key),
-                    f"--{key.replace('_', '-')}={raw} is {source}, each pod's own address, so every pod starts "
+                    f"{launch.spelling(key)}={raw} is {source}, each pod's own address, so every pod starts "
                     f"a world of its own; use pod 0's name {want}",
                 )
 

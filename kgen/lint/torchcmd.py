@@ -105,6 +105,7 @@ class Launch:
         "words",
         "shell_words",
         "config_file",
+        "spelled",
     )
 
     def __init__(self, form: str, flags: dict[str, str | None] | None = None) -> None:
@@ -122,6 +123,7 @@ class Launch:
         self.words: list[str] = []  # the launcher's own words, as written (after quote removal)
         self.shell_words: dict[str, list[str]] = {}  # flag -> the shell source of its value (for $RANDOM ...)
         self.config_file = False  # accelerate --config_file / deepspeed config: flags may live there
+        self.spelled: dict[str, str] = {}  # flag -> how the command line wrote it ("--main_process_ip")
 
     def __repr__(self) -> str:
         return f"Launch({self.form!r}, {self.flags!r})"
@@ -134,6 +136,20 @@ class Launch:
 
     def flag(self, name: str) -> str | None:
         return self.flags.get(name)
+
+    def spelling(self, name: str) -> str:
+        """The flag as written on the command line (``--main_process_ip`` for accelerate's master)."""
+        return self.spelled.get(name, "--" + name.replace("_", "-"))
+
+    def master_flags(self) -> list[tuple[str, str]]:
+        """(key, value) of the flags that name the master (pod 0): --master-addr, and --rdzv-endpoint
+        unless the rendezvous is etcd (then it names the etcd server)."""
+        out = []
+        for key in ("master_addr", "rdzv_endpoint"):
+            raw = self.flags.get(key)
+            if raw and not (key == "rdzv_endpoint" and (self.flags.get("rdzv_backend") or "").startswith("etcd")):
+                out.append((key, raw))
+        return out
 
     def has(self, name: str) -> bool:
         return name in self.flags
@@ -506,8 +522,10 @@ def _flagged(
             i += 1
         if key in ("config_file", "deepspeed_config", "hostfile"):
             launch.config_file = True
+        spelled = tok.split("=", 1)[0]
         key = names.get(key, key)
         launch.flags[key] = value
+        launch.spelled[key] = spelled
         if used < len(src):
             launch.flag_where[key] = src[used]
         i += 1

@@ -83,6 +83,7 @@ class Facts:
     suspend_path: tuple = ()
     queue_label_paths: list = field(default_factory=list)  # (path, where) of queue-name labels below metadata
     kueue_managed: bool = True  # Kueue reads this kind's own queue-name label
+    resources_elsewhere: bool = False  # a template whose users give the pods their resources (TrainingRuntime)
     group_restart: bool = False  # the controller restarts the whole group when a child Job fails (JobSet)
     nproc_stated: tuple | None = None  # (value, path, field name) processes per node written in the spec
 

@@ -75,12 +75,15 @@ class TrainJobAdapter(Adapter):
         labels = get(doc.data, "spec", "labels")
         if isinstance(labels, dict) and QUEUE_LABEL in labels:
             facts.queue_label_paths.append((("spec", "labels", QUEUE_LABEL), "spec.labels (the JobSet's)"))
-        for key in ("podTemplateOverrides", "podSpecOverrides"):
-            items = get(doc.data, "spec", key)
+        for base, key in (("spec",), "podTemplateOverrides"), (("spec",), "podSpecOverrides"), (
+            ("spec", "trainer"),
+            "podTemplateOverrides",
+        ):
+            items = get(doc.data, *base, key)
             for i, item in enumerate(items if isinstance(items, list) else []):
                 if isinstance(get(item, "metadata", "labels"), dict) and QUEUE_LABEL in item["metadata"]["labels"]:
                     facts.queue_label_paths.append(
-                        ((("spec", key, i, "metadata", "labels", QUEUE_LABEL)), f"{key}[{i}] (the pod template's)")
+                        (base + (key, i, "metadata", "labels", QUEUE_LABEL), f"{key}[{i}] (the pod template's)")
                     )
         return facts
 
@@ -137,6 +140,7 @@ class RuntimeAdapter(Adapter):
         facts.master_hosts = ()  # the JobSet takes the TrainJob's name: PET_MASTER_ADDR is set for it
         facts.service_like = None
         facts.kueue_managed = False
+        facts.resources_elsewhere = True  # TrainJobs set resourcesPerNode
         npn = get(doc.data, "spec", "mlPolicy", "torch", "numProcPerNode")
         if isinstance(npn, (int, str)) and not isinstance(npn, bool):
             facts.nproc_stated = (str(npn), ("spec", "mlPolicy", "torch", "numProcPerNode"), "mlPolicy.torch.numProcPerNode")

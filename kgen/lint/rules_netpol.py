@@ -24,24 +24,47 @@ E, INFO = Severity.ERROR, Severity.INFO
 _EPHEMERAL = (32768, 60999)  # Linux's default ip_local_port_range: where NCCL/gloo listen
 
 
-def _policies(docs: list) -> dict[str, list]:
-    """NetworkPolicies by namespace ("" for those without one, which meet every namespace)."""
+def _policies(docs: list) -> dict[str, tuple[dict, list]]:
+    """NetworkPolicies by namespace ("" for those without one, which meet every namespace), each
+    namespace's indexed by one matchLabels pair of their podSelector (a policy selects a pod only if
+    all its pairs are among the pod's labels), and those without matchLabels apart."""
 
-    def build(ds: list) -> dict[str, list]:
-        out: dict[str, list] = {}
+    def build(ds: list) -> dict[str, tuple[dict, list]]:
+        out: dict[str, tuple[dict, list]] = {}
         for d in ds:
-            if d.kind == "NetworkPolicy" and d.api_version.startswith("networking.k8s.io/"):
-                out.setdefault(d.namespace, []).append(d)
+            if d.kind != "NetworkPolicy" or not d.api_version.startswith("networking.k8s.io/"):
+                continue
+            by_pair, rest = out.setdefault(d.namespace, ({}, []))
+            labels = k8s.get(d.data, "spec", "podSelector", "matchLabels")
+            pairs = sorted((k, v) for k, v in labels.items() if isinstance(v, str)) if isinstance(labels, dict) else []
+            if pairs:
+                by_pair.setdefault(pairs[-1], []).append(d)
+            else:
+                rest.append(d)
         return out
 
     return memo("netpol_index", docs, build)
 
 
-def _for_namespace(docs: list, namespace: str) -> list:
+def _candidates(docs: list, w: Workload) -> list:
+    """The policies that may select the pods of ``w``: its namespace's (and namespace-less ones)."""
     index = _policies(docs)
-    if not namespace:
-        return [p for ps in index.values() for p in ps]
-    return index.get(namespace, []) + (index.get("", []) if namespace else [])
+    spaces = [index.get(w.doc.namespace), index.get("")] if w.doc.namespace else list(index.values())
+    out: list = []
+    seen: set = set()
+    for entry in spaces:
+        if entry is None:
+            continue
+        by_pair, rest = entry
+        found = list(rest)
+        for pair in w.tpl.labels.items():
+            if isinstance(pair[1], str):
+                found.extend(by_pair.get(pair, ()))
+        for p in found:
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out
 
 
 def matches(selector: Any, labels: dict) -> bool | None:
@@ -165,7 +188,7 @@ def no_network_policy(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         if not w.primary or not _multi(w):
             continue
-        if not any(_selects(p, w) for p in _for_namespace(docs, w.doc.namespace)):
+        if not any(_selects(p, w) for p in _candidates(docs, w)):
             yield (
                 w.doc,
                 ("metadata", "name"),
@@ -191,7 +214,7 @@ def policy_blocks_run(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         if not _multi(w):
             continue
-        selecting = [p for p in _for_namespace(docs, w.doc.namespace) if _selects(p, w)]
+        selecting = [p for p in _candidates(docs, w) if _selects(p, w)]
         if not selecting:
             continue
         run = groups.get(id(w.doc), [w])

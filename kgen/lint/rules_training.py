@@ -58,12 +58,13 @@ class _ServiceIndex:
     folder of hundreds of apps: by name, by every selector pair, and those whose selector uses only
     controller-set keys (job-name, pod index, pod name)."""
 
-    __slots__ = ("by_name", "by_pair", "special", "for_workload")
+    __slots__ = ("by_name", "by_pair", "special", "by_owner", "for_workload")
 
     def __init__(self, docs: list) -> None:
         self.by_name: dict[str, list] = {}
         self.by_pair: dict[tuple, list] = {}
-        self.special: list = []
+        self.special: list = []  # controller keys that name no workload (controller-uid ...)
+        self.by_owner: dict[str, list] = {}  # controller keys naming one workload: job-name=X, pod-name=X-N
         self.for_workload: dict[int, dict[str, Any]] = {}
         by_label = workloads_by_label(docs)
         for svc in services(docs):
@@ -75,7 +76,11 @@ class _ServiceIndex:
                 rarest = min(pairs, key=lambda p: (len(by_label.get(p, ())), p))
                 self.by_pair.setdefault(rarest, []).append(svc)
             elif _selector(svc):
-                self.special.append(svc)
+                owner = _owner(_selector(svc))
+                if owner is None:
+                    self.special.append(svc)
+                else:
+                    self.by_owner.setdefault(owner, []).append(svc)
 
     def named(self, name: str, w: Workload) -> bool:
         return any(same_namespace(s, w.doc) for s in self.by_name.get(name, ()))
@@ -91,6 +96,17 @@ _CONTROLLER_KEYS = {
     "statefulset.kubernetes.io/pod-name",
     "controller-revision-hash",
 }
+
+
+def _owner(selector: dict) -> str | None:
+    """The workload a controller-keys-only selector names: job-name=X, statefulset pod-name=X-N."""
+    for key in ("job-name", "batch.kubernetes.io/job-name"):
+        if isinstance(selector.get(key), str):
+            return selector[key]
+    pod = selector.get("statefulset.kubernetes.io/pod-name")
+    if isinstance(pod, str) and "-" in pod:
+        return pod.rsplit("-", 1)[0]
+    return None
 
 
 def _service_index(docs: list) -> _ServiceIndex:
@@ -113,6 +129,7 @@ def services_for(w: Workload, docs: list) -> dict[str, Any]:
         if isinstance(pair[1], str):
             candidates.extend(index.by_pair.get(pair, ()))
     candidates.extend(index.special)
+    candidates.extend(index.by_owner.get(w.name, ()))
     out: dict[str, Any] = {}
     for svc in sorted(set(candidates), key=lambda s: (s.file, s.index)):
         if same_namespace(svc, w.doc) and (svc.name not in out or svc.namespace == w.doc.namespace):
@@ -362,9 +379,10 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
                             ),
                         )
                 plain = [(k, v) for k, v in sel.items() if isinstance(v, str)]
+                rarest = min(plain, key=lambda p: (len(by_label.get(p, ())), p)) if plain else None
                 others = [
                     d
-                    for d in (by_label.get(plain[0], []) if plain else [])
+                    for d in (by_label.get(rarest, []) if rarest else [])
                     if d is not w.doc and same_namespace(svc, d) and k8s.selector_matches(sel, k8s.template_labels(d))
                 ]
                 for other in others:

@@ -31,14 +31,20 @@ def _policies(docs: list) -> dict[str, tuple[dict, list]]:
 
     def build(ds: list) -> dict[str, tuple[dict, list]]:
         out: dict[str, tuple[dict, list]] = {}
+        policies = []
+        seen: dict[tuple, int] = {}
         for d in ds:
             if d.kind != "NetworkPolicy" or not d.api_version.startswith("networking.k8s.io/"):
                 continue
-            by_pair, rest = out.setdefault(d.namespace, ({}, []))
             labels = k8s.get(d.data, "spec", "podSelector", "matchLabels")
             pairs = sorted((k, v) for k, v in labels.items() if isinstance(v, str)) if isinstance(labels, dict) else []
-            if pairs:
-                by_pair.setdefault(pairs[-1], []).append(d)
+            policies.append((d, pairs))
+            for pair in pairs:
+                seen[pair] = seen.get(pair, 0) + 1
+        for d, pairs in policies:
+            by_pair, rest = out.setdefault(d.namespace, ({}, []))
+            if pairs:  # the pair fewest policies use: the run's instance label, not kgen.dev/role
+                by_pair.setdefault(min(pairs, key=lambda p: (seen[p], p)), []).append(d)
             else:
                 rest.append(d)
         return out

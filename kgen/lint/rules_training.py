@@ -506,7 +506,8 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
         svc = rendezvous_service(w, svcs)
         named, _ = w.dns_field
         svc_name = svc.name if svc is not None else named
-        for c, cpath, launches in w.launches:
+        for c, cpath, scripted, _why in w.containers:
+            launches = [launch for launch in scripted.launches if launch.training]
             env = w.env(c)
             checks: list[tuple[str, str, tuple]] = []
             ma = env.get("MASTER_ADDR")

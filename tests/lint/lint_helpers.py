@@ -120,7 +120,11 @@ def network_policy(name: str = "llama") -> dict:
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": name, "namespace": "ml"},
-        "spec": {"podSelector": sel, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": sel}]}]},
+        "spec": {
+            "podSelector": sel,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": copy.deepcopy(sel)}]}],
+        },
     }
 
 

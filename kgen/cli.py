@@ -394,7 +394,14 @@ def render(
 )
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE (atomically) instead of stdout.")
 @click.option("--list-rules", is_flag=True, help="Print every rule id, severity and summary, then exit.")
-def lint(paths, kubernetes_version, skip, strict, output_format, engine, schema_location, output, list_rules) -> None:
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Also report how lint reads each training workload (launcher, pods, DNS, rank source) as info (KG137).",
+)
+def lint(
+    paths, kubernetes_version, skip, strict, output_format, engine, schema_location, output, list_rules, explain
+) -> None:
     """Check manifests offline: Kubernetes JSON schemas plus the rules schemas miss.
 
     All files, folders and stdin given together are one context (a Service in svc.yaml serves
@@ -437,6 +444,7 @@ def lint(paths, kubernetes_version, skip, strict, output_format, engine, schema_
         engine=engine,
         schema_location=schema_location,
         fail_on_warnings=strict,
+        explain=explain,
     )
     if not paths and sys.stdin.isatty():
         raise KgenError("no input: pass files or folders, or '-' to read stdin (e.g. kgen render | kgen lint -)")

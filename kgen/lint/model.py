@@ -117,7 +117,8 @@ def _why_training(w: Workload, c: dict, scripted: Scripted, multi: bool | None) 
             return f"the {w.doc.kind}'s trainer"
     if multi is False:
         return None
-    env = {e.get("name") for e in k8s.env_list(c) if isinstance(e, dict)} | set(w.tpl.injected_env)
+    env = {e["name"] for e in k8s.env_list(c) if isinstance(e, dict) and isinstance(e.get("name"), str)}
+    env |= set(w.tpl.injected_env)
     dist = sorted(env & DIST_ENV)
     if dist:
         return f"distributed environment ({', '.join(dist[:3])})"

@@ -28,7 +28,15 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
     "(batch.volcano.sh/v1alpha1: tasks, policies, plugins), LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) and "
     "AppWrapper (workload.codeflare.dev/v1beta2).",
     "Fix the field named in the message; --schema-location with the CRD's published schema checks the rest.",
-    kinds=["PyTorchJob", "TrainJob", "TrainingRuntime", "ClusterTrainingRuntime", "Job", "LeaderWorkerSet", "AppWrapper"],
+    kinds=[
+        "PyTorchJob",
+        "TrainJob",
+        "TrainingRuntime",
+        "ClusterTrainingRuntime",
+        "Job",
+        "LeaderWorkerSet",
+        "AppWrapper",
+    ],
 )
 def crd_structure(doc: Any, ctx: Context) -> Iterator:
     adapter = kinds.adapter_for(doc)

@@ -24,7 +24,7 @@ from kgen.findings import Severity
 from kgen.lint import k8s
 from kgen.lint.kinds.jobset import SERVED
 from kgen.lint.registry import RULES, Context, rule
-from kgen.lint.torchcmd import find_launches, host_of
+from kgen.lint.torchcmd import find_launches
 
 E, W = Severity.ERROR, Severity.WARNING
 
@@ -130,7 +130,8 @@ def _failure_rules(doc: Any) -> list[tuple[int, dict]]:
 @rule(
     "KG150",
     E,
-    "JobSet structure (written from the jobset.x-k8s.io/v1alpha2 API reference): known spec fields, "
+    "JobSet structure (written from the jobset.x-k8s.io v1alpha2 and v1 API references; other versions are "
+    "not served): known spec fields, "
     "replicatedJobs with unique names, a Job template and replicas >= 0, network and failurePolicy "
     "field types, failure policy actions, rule names, Job failure reasons and regular expressions, "
     "success/startup policy enums and replicatedJob references.",

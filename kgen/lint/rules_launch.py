@@ -16,16 +16,15 @@ from collections.abc import Iterator
 from kgen.findings import Severity
 from kgen.lint import k8s
 from kgen.lint.kinds.base import JOB_INDEX, LWS_INDEX, RANK_ENV, STS_INDEX, VOLCANO_INDEX
+from kgen.lint.model import Workload, workloads
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import (
-    Workload,
     _env_path,
     _int,
     _launch_path,
     _multi,
     _nproc_values,
     _where_path,
-    workloads,
 )
 from kgen.lint.torchcmd import Launch, resolve
 

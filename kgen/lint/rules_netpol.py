@@ -184,8 +184,7 @@ def _groups(docs: list) -> dict[int, list[Workload]]:
     "No NetworkPolicy among the linted files selects the pods of a multi-node training workload: any pod "
     "in the cluster can connect to its rendezvous, torch store and kgen liveness ports (fine where the "
     "cluster manages policies elsewhere).",
-    "Add a NetworkPolicy admitting ingress to the run's pods only from the run's own pods (kgen render "
-    "emits one).",
+    "Add a NetworkPolicy admitting ingress to the run's pods only from the run's own pods (kgen render emits one).",
     kinds=["NetworkPolicy"],
     scope="stream",
     needs_all_inputs=True,

@@ -216,7 +216,7 @@ def restarted_forever(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         if w.facts.runs_to_completion:
             continue
-        for c, cpath, scripted, _why in w.containers:
+        for _c, cpath, scripted, _why in w.containers:
             launches = [launch for launch in scripted.launches if launch.training]
             if not launches or any(launch.form == "kgen" for launch in launches):
                 continue  # kgen's entrypoint holds the pod idle after training
@@ -236,8 +236,7 @@ def restarted_forever(docs: list, ctx: Context) -> Iterator:
     E,
     "An env value holds shell code ($(command ...) or `command`): Kubernetes expands only $(VAR) references "
     "in env values and runs no shell, so the program receives the text as it is written.",
-    "Compute the value in the container's command (a shell script), or use valueFrom (fieldRef, "
-    "configMapKeyRef).",
+    "Compute the value in the container's command (a shell script), or use valueFrom (fieldRef, configMapKeyRef).",
 )
 def shell_in_env_value(doc: Any, ctx: Context) -> Iterator:
     for _tpl, c, path in _each_container(doc):

@@ -15,9 +15,9 @@ from typing import Any
 
 from kgen.findings import Severity
 from kgen.lint import k8s
-from kgen.lint.registry import Context, rule
 from kgen.lint.model import Workload, workloads
 from kgen.lint.model import memo as _memo
+from kgen.lint.registry import Context, rule
 from kgen.lint.torchcmd import _SHELLS, Launch, find_launches, host_of, resolve
 
 E, W = Severity.ERROR, Severity.WARNING
@@ -705,10 +705,10 @@ def world_size_agree(docs: list, ctx: Context) -> Iterator:
             ws = env.get("WORLD_SIZE")
             if not (isinstance(ws, str) and ws.isdigit()):
                 continue
-            nprocs = [v for launch in launches for v, _ in _nproc_values(launch, env)] or (
-                [1] if launches == [None] and not k8s.gpu_limit(c) else []
-            ) or (
-                [k8s.gpu_limit(c)] if k8s.gpu_limit(c) else []
+            nprocs = (
+                [v for launch in launches for v, _ in _nproc_values(launch, env)]
+                or ([1] if launches == [None] and not k8s.gpu_limit(c) else [])
+                or ([k8s.gpu_limit(c)] if k8s.gpu_limit(c) else [])
             )
             if nprocs and int(ws) != w.nodes * nprocs[0]:
                 yield (
@@ -775,7 +775,7 @@ def dev_shm(docs: list, ctx: Context) -> Iterator:
 
 
 def shm_gaps(pod_spec: dict, launches: list) -> Iterator[tuple]:
-    """The paths of GPU containers without a memory-backed /dev/shm (KG110, and KG156 for a JobSet's pods):
+    """The paths of GPU containers without a memory-backed /dev/shm (KG110, every kind):
     an emptyDir with medium Memory or a hostPath /dev/shm mounted there, or the pod in the host's IPC
     namespace (hostIPC: true, and with it the host's /dev/shm)."""
     if pod_spec.get("hostIPC") is True:
@@ -880,6 +880,7 @@ def statefulset_parallel(docs: list, ctx: Context) -> Iterator:
 def env_refs(doc: Any, ctx: Context) -> Iterator:
     from kgen.lint import kinds
     from kgen.lint.kinds.base import JOB_INDEX
+
     for tpl in kinds.templates(doc):
         containers = tpl.containers if tpl.containers is not None else list(k8s.containers(tpl.spec, tpl.spec_path))
         yield from _env_refs(tpl, containers, JOB_INDEX in tpl.rank_sources)

@@ -29,7 +29,24 @@ _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=")
 _SPECIAL = "@*#?$!-0123456789"
 _REDIRECT = re.compile(r"(\d+|\{[A-Za-z_]\w*\})?(&>>|&>|>>|<<<|<<-|<<|<&|>&|<>|>\||<|>)")
 _META = set(" \t\n;&|()<>")
-RESERVED = {"if", "then", "elif", "else", "fi", "do", "done", "case", "esac", "while", "until", "for", "in", "{", "}", "!"}
+RESERVED = {
+    "if",
+    "then",
+    "elif",
+    "else",
+    "fi",
+    "do",
+    "done",
+    "case",
+    "esac",
+    "while",
+    "until",
+    "for",
+    "in",
+    "{",
+    "}",
+    "!",
+}
 _CLOSERS = {"then", "elif", "else", "fi", "do", "done", "esac", "}"}
 _OPERATORS = ("&&", "||", ";;&", ";;", ";&", "|&", "&>>", "&>", ">>", "<<<", "<<-", "<<", "<&", ">&", "<>", ">|")
 
@@ -445,7 +462,7 @@ class _Parser:
             if end is None:
                 raise ShellSyntaxError(f"unclosed '((' at line {line}")
             self.i = end + 2
-            name, words = "((", []
+            name, words = "((", list[Word]()
         else:
             w = self.read_word()
             if w is None:
@@ -549,7 +566,7 @@ class _Parser:
         return node
 
     def redirects_after(self) -> list[Redirect]:
-        out = []
+        out: list[Redirect] = []
         while True:
             self.skip_blank()
             r = self.redirect()
@@ -619,7 +636,13 @@ class _Parser:
         while self.i < len(s):
             c = s[self.i]
             if c in " \t\n" or (c in ";&|<>" and not in_test) or (c in "()" and not in_test):
-                if c == "(" and assignment and self.i > start and s[self.i - 1] == "=" and _ASSIGN.match(s[start : self.i]):
+                if (
+                    c == "("
+                    and assignment
+                    and self.i > start
+                    and s[self.i - 1] == "="
+                    and _ASSIGN.match(s[start : self.i])
+                ):
                     end = self._matching(self.i + 1, "(", ")")
                     lit.append(s[self.i : end + 1])  # an array assignment a=(1 2 3), kept as text
                     self.i = end + 1
@@ -702,7 +725,7 @@ class _Parser:
                 break
             if c == "\\":
                 nxt = self.peek(1)
-                if nxt in ('$', "`", '"', "\\"):
+                if nxt in ("$", "`", '"', "\\"):
                     lit.append(nxt)
                     self.i += 2
                 elif nxt == "\n":

@@ -313,7 +313,11 @@ def _expand_words(
                     out.append(positional[n])
                     src.append(pos_src[n] if n < len(pos_src) else where)
                 continue
-        got = shell.expand(w, None, positional) if any(p.name in ("@", "*") or p.name.isdigit() for p in w.parts) else None
+        got = (
+            shell.expand(w, None, positional)
+            if any(p.name in ("@", "*") or p.name.isdigit() for p in w.parts)
+            else None
+        )
         if got is not None:
             out.extend(got)
             src.extend([where] * len(got))
@@ -364,7 +368,24 @@ def _shell_options(argv: list[str]) -> tuple[str, int, bool, bool] | None:
     return argv[i], i, errexit, pipefail
 
 
-_WRAPPERS = {"exec", "nohup", "time", "stdbuf", "timeout", "nice", "numactl", "tini", "dumb-init", "env", "sudo", "command", "builtin", "taskset", "chrt", "ionice"}
+_WRAPPERS = {
+    "exec",
+    "nohup",
+    "time",
+    "stdbuf",
+    "timeout",
+    "nice",
+    "numactl",
+    "tini",
+    "dumb-init",
+    "env",
+    "sudo",
+    "command",
+    "builtin",
+    "taskset",
+    "chrt",
+    "ionice",
+}
 _WRAPPER_VALUE_OPTS = {
     "timeout": {"-s", "--signal", "-k", "--kill-after"},
     "nice": {"-n", "--adjustment"},
@@ -685,7 +706,7 @@ def _first_simple(node: Any) -> shell.Simple | None:
 
 
 def _source_of(items: list[shell.AndOr]) -> str:
-    out = []
+    out: list[str] = []
     for ao in items:
         for _, pipe in ao.items:
             for node in pipe.commands:

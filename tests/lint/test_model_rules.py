@@ -64,7 +64,7 @@ def test_any_shell_option_cluster_is_seen_through(shell):
 @pytest.mark.parametrize(
     "container",
     [
-        {"command": ["bash", "-c", "source /env.sh; exec \"$@\"", "--"], "args": ["torchrun", "--nnodes=2", "t.py"]},
+        {"command": ["bash", "-c", 'source /env.sh; exec "$@"', "--"], "args": ["torchrun", "--nnodes=2", "t.py"]},
         {"command": ["sh", "-c", 'exec "$@"', "sh", "torchrun", "--nnodes=2", "t.py"]},
         {"command": ["bash", "-c", "exec bash -lc 'torchrun --nnodes=2 t.py'"]},
         {"command": ["bash", "-c", 'bash -c "env OMP_NUM_THREADS=1 timeout 1h torchrun --nnodes=2 t.py"']},
@@ -85,13 +85,35 @@ def test_a_prologue_launch_is_located_at_its_args_item():
 
 def test_other_launchers_map_onto_torchruns_names():
     [acc] = read_container(
-        {"command": ["accelerate", "launch", "--num_machines", "2", "--num_processes", "16", "--machine_rank", "1",
-                     "--main_process_ip", "m-0.m", "--main_process_port", "29500", "t.py"]}
+        {
+            "command": [
+                "accelerate",
+                "launch",
+                "--num_machines",
+                "2",
+                "--num_processes",
+                "16",
+                "--machine_rank",
+                "1",
+                "--main_process_ip",
+                "m-0.m",
+                "--main_process_port",
+                "29500",
+                "t.py",
+            ]
+        }
     ).launches
     assert acc.flags["nnodes"] == "2" and acc.flags["nproc_per_node"] == "8" and acc.flags["node_rank"] == "1"
     assert acc.flags["master_addr"] == "m-0.m" and acc.spelling("master_addr") == "--main_process_ip"
-    [ds] = read_container({"command": ["deepspeed", "--num_nodes=2", "--num_gpus", "8", "t.py", "--deepspeed"]}).launches
-    assert (ds.form, ds.flags["nnodes"], ds.flags["nproc_per_node"], ds.child) == ("deepspeed", "2", "8", ["t.py", "--deepspeed"])
+    [ds] = read_container(
+        {"command": ["deepspeed", "--num_nodes=2", "--num_gpus", "8", "t.py", "--deepspeed"]}
+    ).launches
+    assert (ds.form, ds.flags["nnodes"], ds.flags["nproc_per_node"], ds.child) == (
+        "deepspeed",
+        "2",
+        "8",
+        ["t.py", "--deepspeed"],
+    )
 
 
 def test_plain_python_and_image_entrypoints_are_kept_apart():
@@ -159,17 +181,49 @@ CASES = [
     # (rule, failing docs, near-miss docs)
     ("KG125", _script_job("torchrun --nnodes=4 'train.py"), _script_job(OK_TORCHRUN)),
     ("KG126", _script_job(OK_TORCHRUN + " || echo failed"), _script_job(OK_TORCHRUN + " || exit 1")),
-    ("KG126", _script_job(OK_TORCHRUN + " && echo OK || echo FAILED"), _script_job("set -e; " + OK_TORCHRUN + "; echo OK")),
+    (
+        "KG126",
+        _script_job(OK_TORCHRUN + " && echo OK || echo FAILED"),
+        _script_job("set -e; " + OK_TORCHRUN + "; echo OK"),
+    ),
     ("KG126", _script_job(OK_TORCHRUN + "; exit 0"), _script_job("exec " + OK_TORCHRUN)),
-    ("KG127", _script_job(OK_TORCHRUN.replace("train.py", "--rdzv-id=$RANDOM train.py")), _script_job(OK_TORCHRUN.replace("train.py", "--rdzv-id=llama train.py"))),
-    ("KG127", _script_job(OK_TORCHRUN.replace("train.py", "--rdzv_id=$(date +%s) train.py")), _script_job(OK_TORCHRUN.replace("train.py", "--rdzv_id=$(JOB_NAME) train.py"))),
-    ("KG127", _script_job(OK_TORCHRUN.replace("train.py", "--rdzv-id=$HOSTNAME train.py")), _script_job(OK_TORCHRUN.replace("train.py", "--rdzv-id=${RUN_ID:-llama} train.py"))),
-    ("KG128", _script_job("N=$(getent hosts llama | wc -l); " + OK_TORCHRUN.replace("--nnodes=4", "--nnodes=$N")), _script_job("N=4; " + OK_TORCHRUN.replace("--nnodes=4", "--nnodes=$N"))),
-    ("KG128", _script_job(OK_TORCHRUN.replace("--nnodes=4", "--nnodes=$(nslookup llama | grep -c Address)")), _script_job(OK_TORCHRUN)),
+    (
+        "KG127",
+        _script_job(OK_TORCHRUN.replace("train.py", "--rdzv-id=$RANDOM train.py")),
+        _script_job(OK_TORCHRUN.replace("train.py", "--rdzv-id=llama train.py")),
+    ),
+    (
+        "KG127",
+        _script_job(OK_TORCHRUN.replace("train.py", "--rdzv_id=$(date +%s) train.py")),
+        _script_job(OK_TORCHRUN.replace("train.py", "--rdzv_id=$(JOB_NAME) train.py")),
+    ),
+    (
+        "KG127",
+        _script_job(OK_TORCHRUN.replace("train.py", "--rdzv-id=$HOSTNAME train.py")),
+        _script_job(OK_TORCHRUN.replace("train.py", "--rdzv-id=${RUN_ID:-llama} train.py")),
+    ),
+    (
+        "KG128",
+        _script_job("N=$(getent hosts llama | wc -l); " + OK_TORCHRUN.replace("--nnodes=4", "--nnodes=$N")),
+        _script_job("N=4; " + OK_TORCHRUN.replace("--nnodes=4", "--nnodes=$N")),
+    ),
+    (
+        "KG128",
+        _script_job(OK_TORCHRUN.replace("--nnodes=4", "--nnodes=$(nslookup llama | grep -c Address)")),
+        _script_job(OK_TORCHRUN),
+    ),
     ("KG130", _set_env(BASES["job"](), "STAMP", "$(date +%s)"), _set_env(BASES["job"](), "ADDR", "$(NCCL_DEBUG)")),
     ("KG130", _set_env(BASES["job"](), "HOST", "`hostname`"), _set_env(BASES["job"](), "LIT", "$$(date)")),
-    ("KG131", _job_with(["python3", "/opt/kgen/kgen_entrypoint.py"], ["--", "torchrun", "--nproc-per-node", "8", "train.py"]), _job_with(["python3", "/opt/kgen/kgen_entrypoint.py"], ["--", "train.py"])),
-    ("KG131", _job_with(["torchrun", "--nnodes=4", "--no-python"], ["accelerate", "launch", "t.py"]), _job_with(["torchrun", "--nnodes=4", "--no-python"], ["python", "t.py"])),
+    (
+        "KG131",
+        _job_with(["python3", "/opt/kgen/kgen_entrypoint.py"], ["--", "torchrun", "--nproc-per-node", "8", "train.py"]),
+        _job_with(["python3", "/opt/kgen/kgen_entrypoint.py"], ["--", "train.py"]),
+    ),
+    (
+        "KG131",
+        _job_with(["torchrun", "--nnodes=4", "--no-python"], ["accelerate", "launch", "t.py"]),
+        _job_with(["torchrun", "--nnodes=4", "--no-python"], ["python", "t.py"]),
+    ),
 ]
 
 
@@ -216,7 +270,12 @@ def _pytorchjob(workers: int = 3, gpus: int = 8, nproc: str | None = None, shm: 
 
 
 def _volcano(min_available: int | None, plugin: str = "pytorch") -> dict:
-    tpl = {"spec": {"restartPolicy": "Never", "containers": [{"name": "t", "image": "t:1", "resources": {"requests": {"cpu": "1"}}}]}}
+    tpl = {
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "t", "image": "t:1", "resources": {"requests": {"cpu": "1"}}}],
+        }
+    }
     doc = {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
@@ -224,7 +283,10 @@ def _volcano(min_available: int | None, plugin: str = "pytorch") -> dict:
         "spec": {
             "schedulerName": "volcano",
             "plugins": {plugin: []},
-            "tasks": [{"name": "master", "replicas": 1, "template": tpl}, {"name": "worker", "replicas": 3, "template": tpl}],
+            "tasks": [
+                {"name": "master", "replicas": 1, "template": tpl},
+                {"name": "worker", "replicas": 3, "template": tpl},
+            ],
         },
     }
     if min_available is not None:
@@ -267,9 +329,25 @@ def _netpol(mutate) -> list:
 CASES += [
     ("KG134", BASES["job"]()[:2], BASES["job"]()),
     ("KG135", _netpol(lambda s: s.pop("ingress")), BASES["job"]()),
-    ("KG135", _netpol(lambda s: s["ingress"][0].update(ports=[{"port": 29500}])), _netpol(lambda s: s["ingress"][0].update(ports=[{"port": 1024, "endPort": 65535}]))),
-    ("KG135", _netpol(lambda s: s["ingress"][0]["from"][0]["podSelector"]["matchLabels"].update(role="master")), _netpol(lambda s: s["ingress"].append({"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}))),
-    ("KG135", _netpol(lambda s: s.update(policyTypes=["Ingress", "Egress"])), _netpol(lambda s: s.update(policyTypes=["Ingress", "Egress"], egress=[{}]))),
+    (
+        "KG135",
+        _netpol(lambda s: s["ingress"][0].update(ports=[{"port": 29500}])),
+        _netpol(lambda s: s["ingress"][0].update(ports=[{"port": 1024, "endPort": 65535}])),
+    ),
+    (
+        "KG135",
+        _netpol(lambda s: s["ingress"][0]["from"][0]["podSelector"]["matchLabels"].update(role="master")),
+        _netpol(
+            lambda s: s["ingress"].append(
+                {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}
+            )
+        ),
+    ),
+    (
+        "KG135",
+        _netpol(lambda s: s.update(policyTypes=["Ingress", "Egress"])),
+        _netpol(lambda s: s.update(policyTypes=["Ingress", "Egress"], egress=[{}])),
+    ),
 ]
 
 
@@ -285,7 +363,8 @@ def test_rule_fails_and_its_near_miss_passes(case):
 
 
 def test_every_new_rule_has_a_case():
-    assert {r for r in load_rules() if "KG125" <= r <= "KG149"} == {c[0] for c in CASES if c[0] >= "KG125"}
+    explained = {"KG137"}  # --explain only: test_explain_reports_how_each_training_workload_is_read
+    assert {r for r in load_rules() if "KG125" <= r <= "KG149"} - explained == {c[0] for c in CASES if c[0] >= "KG125"}
 
 
 def test_kgens_own_network_policy_lints_clean_under_strict():
@@ -301,24 +380,55 @@ def test_jobset_v1_is_served_and_another_groups_jobset_is_not_a_jobset():
         "apiVersion": "jobset.x-k8s.io/v1",
         "kind": "JobSet",
         "metadata": {"name": "j"},
-        "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "b:1"}]}}}}}]},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "w",
+                    "template": {
+                        "spec": {
+                            "template": {
+                                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "b:1"}]}
+                            }
+                        }
+                    },
+                }
+            ]
+        },
     }
     assert rule_ids(lint_docs([js])) == {"KG011"}
     js["apiVersion"] = "jobset.x-k8s.io/v1beta9"
     assert "KG150" in rule_ids(lint_docs([js]))
-    other = {"apiVersion": "example.com/v1", "kind": "JobSet", "metadata": {"name": "j"}, "spec": {"replicatedJobs": "x"}}
+    other = {
+        "apiVersion": "example.com/v1",
+        "kind": "JobSet",
+        "metadata": {"name": "j"},
+        "spec": {"replicatedJobs": "x"},
+    }
     assert rule_ids(lint_docs([other])) == {"KG011"}
 
 
 def test_rdzv_endpoint_with_node_rank_and_no_backend_is_static_not_a_mix():
-    args = ["--nnodes=4", "--nproc-per-node=8", "--node-rank=$(NODE_RANK)", "--rdzv-endpoint=llama-0.llama:29500", "train.py"]
+    args = [
+        "--nnodes=4",
+        "--nproc-per-node=8",
+        "--node-rank=$(NODE_RANK)",
+        "--rdzv-endpoint=llama-0.llama:29500",
+        "train.py",
+    ]
     assert rule_ids(lint_docs(_job_with(["torchrun"], args), fail_on_warnings=True)) == set()
     mixed = _job_with(["torchrun"], [*args[:3], "--rdzv-backend=c10d", *args[3:]])
     assert "KG112" in rule_ids(lint_docs(mixed))
 
 
 def test_kg112_names_the_backend_it_found():
-    args = ["--nnodes=4", "--nproc-per-node=8", "--node-rank=$(NODE_RANK)", "--rdzv-backend=etcd", "--rdzv-endpoint=etcd:2379", "t.py"]
+    args = [
+        "--nnodes=4",
+        "--nproc-per-node=8",
+        "--node-rank=$(NODE_RANK)",
+        "--rdzv-backend=etcd",
+        "--rdzv-endpoint=etcd:2379",
+        "t.py",
+    ]
     [f] = [f for f in lint_docs(_job_with(["torchrun"], args)).findings if f.rule_id == "KG112"]
     assert f.message.startswith("etcd rendezvous") and "c10d" not in f.message
 
@@ -409,3 +519,19 @@ def test_cross_document_lookups_grow_linearly(monkeypatch):
         assert not [f for f in result.findings if f.severity.value != "info"], result.findings[:3]
         counts.append(calls["n"])
     assert counts[1] <= 8 * counts[0] * 1.1, counts
+
+
+def test_explain_reports_how_each_training_workload_is_read():
+    docs = _script_job("exec " + OK_TORCHRUN, shell=("bash", "-lc"))
+    plain = lint_docs(copy.deepcopy(docs))
+    assert "KG137" not in rule_ids(plain)
+    [f] = [f for f in lint_docs(docs, explain=True).findings if f.rule_id == "KG137"]
+    assert "Job 'llama'" in f.message and "4 pods" in f.message and "torchrun (in a shell script)" in f.message
+    assert f.severity.value == "info"
+
+
+def test_renumbered_rule_ids_are_still_accepted_by_skip():
+    docs = BASES["job"]()
+    docs[1]["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] = {}
+    assert "KG110" in rule_ids(lint_docs(copy.deepcopy(docs)))
+    assert "KG110" not in rule_ids(lint_docs(docs, skip=frozenset({"KG156"})))  # KG156 is KG110 now

@@ -45,6 +45,16 @@ def test_valid_layouts_are_clean_under_strict(path):
 
 
 def test_the_corpus_covers_every_kind_lint_models():
-    kinds = {line.split(":", 1)[1].strip() for p in FILES for line in p.read_text().splitlines() if line.startswith("kind:")}
-    assert {"JobSet", "PyTorchJob", "TrainJob", "ClusterTrainingRuntime", "Job", "StatefulSet", "LeaderWorkerSet"} <= kinds
+    kinds = {
+        line.split(":", 1)[1].strip() for p in FILES for line in p.read_text().splitlines() if line.startswith("kind:")
+    }
+    assert {
+        "JobSet",
+        "PyTorchJob",
+        "TrainJob",
+        "ClusterTrainingRuntime",
+        "Job",
+        "StatefulSet",
+        "LeaderWorkerSet",
+    } <= kinds
     assert {"AppWrapper", "NetworkPolicy"} <= kinds

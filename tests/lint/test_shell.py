@@ -20,19 +20,19 @@ UNRECORDED = {"set", "exit", ":", "shift", "return", "local", "unset", "trap", "
 
 SCRIPTS = [
     "torchrun --nnodes=4 train.py",
-    "torchrun --nnodes=$NNODES --master-addr=\"$HOST\" train.py",
+    'torchrun --nnodes=$NNODES --master-addr="$HOST" train.py',
     "echo 'single $NNODES' \"double $NNODES\" mixed'a'\"b\"c",
-    "echo a\\ b \\$NNODES \\\\ \"\\$x \\\" \\\\ \\a\"",
-    "echo $SPACED \"$SPACED\" x$LEAD\"y\" $EMPTY \"$EMPTY\" ''",
-    "echo ${NNODES} ${UNSET:-default value} ${NNODES:+set} \"${UNSET-x y}\" ${EMPTY:-e}",
+    'echo a\\ b \\$NNODES \\\\ "\\$x \\" \\\\ \\a"',
+    'echo $SPACED "$SPACED" x$LEAD"y" $EMPTY "$EMPTY" \'\'',
+    'echo ${NNODES} ${UNSET:-default value} ${NNODES:+set} "${UNSET-x y}" ${EMPTY:-e}',
     "echo $'a\\tb\\n' $'it\\'s' $'\\x41\\101'",
     "cd /app && exec torchrun \\\n  --nnodes=4 \\\n  --nproc_per_node=8 train.py",
     "echo one; echo two # a comment\necho three #another\n# only a comment\necho 'not # a comment' a#b",
     "torchrun --rdzv-id=$(date +%s) --node-rank=`hostname` t.py",
-    "echo \"$(echo inner \"quoted arg\")\" $(echo a; echo b)",
+    'echo "$(echo inner "quoted arg")" $(echo a; echo b)',
     "export A=1 B=2; NCCL_DEBUG=INFO torchrun t.py",
-    "echo \"$@\"; echo $@; echo \"$*\"; echo $1 \"$2\" $0; echo \"x$@y\"",
-    "exec \"$@\"",
+    'echo "$@"; echo $@; echo "$*"; echo $1 "$2" $0; echo "x$@y"',
+    'exec "$@"',
     "( cd /w && echo in subshell ); { echo in group; }",
     "if test -n x; then echo yes; fi\nfor i in a; do echo loop; done\nwhile false; do :; done",
     "case $NNODES in 4) echo four;; esac",
@@ -43,16 +43,16 @@ SCRIPTS = [
     "[[ -n $NNODES && $HOST == h* ]] && echo tested",
     "x=$(echo assigned) y=(1 2 3); echo after",
     "echo \"a\nb\" 'c\nd'",
-    "echo $\"locale\" \"\\`\" '\\n'",
+    'echo $"locale" "\\`" \'\\n\'',
 ]
 
 
 def _bash_words(scripts: list[str]) -> list[list[list[str]]]:
     prelude = "set -f\nexec 3>&1 1>/dev/null\n" + "".join(f"{k}={_q(v)}\n" for k, v in PARAMS.items())
     prelude += "__rec() { builtin printf '%s\\0' \"$@\" >&3; builtin printf '\\1' >&3; }\n"
-    prelude += "command_not_found_handle() { __rec \"$@\"; return 0; }\n"
+    prelude += 'command_not_found_handle() { __rec "$@"; return 0; }\n'
     for name in ("echo", "printf", "cd", "exec", "export", "cat", "tee"):
-        prelude += f"{name}() {{ __rec {name} \"$@\"; }}\n"
+        prelude += f'{name}() {{ __rec {name} "$@"; }}\n'
     body = "".join(f"( {s}\n) 3>&3\nbuiltin printf '\\2' >&3\n" for s in scripts)
     out = subprocess.run(
         ["bash", "-c", prelude + body, *ARGS],
@@ -121,7 +121,7 @@ def test_compound_commands_are_kept():
 
 
 def test_lines_and_raw_text():
-    script = parse("echo a\n\ntorchrun \\\n --x=1 \"$Y\"")
+    script = parse('echo a\n\ntorchrun \\\n --x=1 "$Y"')
     cmds = list(script.simple_commands())
     assert [c.line for c in cmds] == [1, 3]
     assert isinstance(cmds[1], Simple) and [w.raw for w in cmds[1].words] == ["torchrun", "--x=1", '"$Y"']
@@ -130,7 +130,18 @@ def test_lines_and_raw_text():
 
 @pytest.mark.parametrize(
     "script",
-    ["echo 'open", 'echo "open', "echo $(open", "echo `open", "if a; then b", "for x in 1; do y", "a &&", "a |", "( a", "{ a; "],
+    [
+        "echo 'open",
+        'echo "open',
+        "echo $(open",
+        "echo `open",
+        "if a; then b",
+        "for x in 1; do y",
+        "a &&",
+        "a |",
+        "( a",
+        "{ a; ",
+    ],
 )
 def test_syntax_errors_are_refused_like_bash(script):
     with pytest.raises(ShellSyntaxError):

@@ -48,7 +48,10 @@ class AppWrapperAdapter(Adapter):
                     yield path + (key,), f"unknown field {key!r} in a component"
             tpl = comp.get("template")
             if not isinstance(tpl, dict) or not tpl.get("apiVersion") or not tpl.get("kind"):
-                yield path + ("template",), "a component's template must be a Kubernetes object (apiVersion, kind, spec)"
+                yield (
+                    path + ("template",),
+                    "a component's template must be a Kubernetes object (apiVersion, kind, spec)",
+                )
 
 
 ADAPTERS = [AppWrapperAdapter()]

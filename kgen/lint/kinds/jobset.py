@@ -65,7 +65,7 @@ def network_facts(name: str, spec: dict, base: tuple, facts: Facts) -> None:
         facts.dns_problems.append(
             (
                 base + ("network", "enableDNSHostnames"),
-                f"enableDNSHostnames is false, so the pods get no DNS names"
+                "enableDNSHostnames is false, so the pods get no DNS names"
                 + (f" and {facts.master_hosts[0]} does not resolve" if facts.master_hosts else "")
                 + "; set it to true",
             )
@@ -79,7 +79,9 @@ def network_facts(name: str, spec: dict, base: tuple, facts: Facts) -> None:
         pod_sub = get(rjob, "template", "spec", "template", "spec", "subdomain")
         if pod_sub is not None and pod_sub != sub:
             path = base + ("replicatedJobs", i, "template", "spec", "template", "spec", "subdomain")
-            facts.dns_problems.append((path, f"subdomain {pod_sub!r} differs from the JobSet's subdomain {sub!r}; use {sub!r}"))
+            facts.dns_problems.append(
+                (path, f"subdomain {pod_sub!r} differs from the JobSet's subdomain {sub!r}; use {sub!r}")
+            )
 
 
 class JobSetAdapter(Adapter):

@@ -13,7 +13,15 @@ from kgen.lint.kinds.base import LWS_INDEX, Adapter, Facts, Template, as_int, ge
 
 INJECTED = frozenset({"LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "LWS_GROUP_INDEX"})
 SPEC_KEYS = {"replicas", "leaderWorkerTemplate", "rolloutStrategy", "startupPolicy", "networkConfig"}
-LWT_KEYS = {"leaderTemplate", "workerTemplate", "size", "restartPolicy", "subGroupPolicy", "resizePolicy", "volumeClaimTemplates"}
+LWT_KEYS = {
+    "leaderTemplate",
+    "workerTemplate",
+    "size",
+    "restartPolicy",
+    "subGroupPolicy",
+    "resizePolicy",
+    "volumeClaimTemplates",
+}
 
 
 def _size(doc: Any) -> int | None:
@@ -36,14 +44,34 @@ class LWSAdapter(Adapter):
         base = ("spec", "leaderWorkerTemplate")
         leader, worker = lwt.get("leaderTemplate"), lwt.get("workerTemplate")
         if isinstance(leader, dict):
-            out.append(Template(leader, base + ("leaderTemplate",), 1, role="leader", injected_env=INJECTED, rank_sources=frozenset({LWS_INDEX})))
+            out.append(
+                Template(
+                    leader,
+                    base + ("leaderTemplate",),
+                    1,
+                    role="leader",
+                    injected_env=INJECTED,
+                    rank_sources=frozenset({LWS_INDEX}),
+                )
+            )
         if isinstance(worker, dict):
             pods = None if size is None else (size - 1 if isinstance(leader, dict) else size)
-            out.append(Template(worker, base + ("workerTemplate",), pods, role="worker", injected_env=INJECTED, rank_sources=frozenset({LWS_INDEX})))
+            out.append(
+                Template(
+                    worker,
+                    base + ("workerTemplate",),
+                    pods,
+                    role="worker",
+                    injected_env=INJECTED,
+                    rank_sources=frozenset({LWS_INDEX}),
+                )
+            )
         return out
 
     def facts(self, doc: Any) -> Facts:
-        facts = Facts("LeaderWorkerSet", _size(doc), "leaderWorkerTemplate.size", dns="managed", runs_to_completion=False)
+        facts = Facts(
+            "LeaderWorkerSet", _size(doc), "leaderWorkerTemplate.size", dns="managed", runs_to_completion=False
+        )
         facts.master_hosts = (f"{doc.name}-0.{doc.name}", f"{doc.name}-0")
         facts.service_like = doc.name
         return facts
@@ -70,7 +98,10 @@ class LWSAdapter(Adapter):
             yield ("spec", "leaderWorkerTemplate", "size"), f"size must be an integer >= 1, got {size!r}"
         rp = lwt.get("restartPolicy")
         if rp is not None and rp not in ("RecreateGroupOnPodRestart", "None", "Default", "RecreateGroupAfterStart"):
-            yield ("spec", "leaderWorkerTemplate", "restartPolicy"), f"restartPolicy {rp!r} must be RecreateGroupOnPodRestart or None"
+            yield (
+                ("spec", "leaderWorkerTemplate", "restartPolicy"),
+                f"restartPolicy {rp!r} must be RecreateGroupOnPodRestart or None",
+            )
         sp = spec.get("startupPolicy")
         if sp is not None and sp not in ("LeaderCreated", "LeaderReady"):
             yield ("spec", "startupPolicy"), f"startupPolicy {sp!r} must be LeaderCreated or LeaderReady"

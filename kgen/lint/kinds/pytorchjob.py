@@ -53,7 +53,9 @@ INJECTED = frozenset(
         "PET_NPROC_PER_NODE",
     }
 )
-ELASTIC_INJECTED = frozenset({"PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_NNODES", "PET_MAX_RESTARTS", "PET_RDZV_CONF"})
+ELASTIC_INJECTED = frozenset(
+    {"PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_NNODES", "PET_MAX_RESTARTS", "PET_RDZV_CONF"}
+)
 
 
 def _specs(doc: Any) -> dict:
@@ -72,7 +74,7 @@ class PyTorchJobAdapter(Adapter):
         for role in ROLES:
             rs = _specs(doc).get(role)
             tpl = get(rs, "template")
-            if not isinstance(tpl, dict):
+            if not isinstance(rs, dict) or not isinstance(tpl, dict):
                 continue
             reps = as_int(rs.get("replicas"))
             rp = rs.get("restartPolicy")
@@ -111,7 +113,10 @@ class PyTorchJobAdapter(Adapter):
             yield ("spec",), "spec must be a mapping with pytorchReplicaSpecs"
             return
         if doc.name and not k8s.is_dns1035_label(doc.name):
-            yield ("metadata", "name"), f"a PyTorchJob's name must be a DNS-1035 label (starts with a letter), got {doc.name!r}"
+            yield (
+                ("metadata", "name"),
+                f"a PyTorchJob's name must be a DNS-1035 label (starts with a letter), got {doc.name!r}",
+            )
         for key in spec:
             if key not in SPEC_KEYS:
                 yield ("spec", key), f"unknown field spec.{key} (PyTorchJob has {', '.join(sorted(SPEC_KEYS))})"

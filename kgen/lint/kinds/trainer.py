@@ -75,9 +75,13 @@ class TrainJobAdapter(Adapter):
         labels = get(doc.data, "spec", "labels")
         if isinstance(labels, dict) and QUEUE_LABEL in labels:
             facts.queue_label_paths.append((("spec", "labels", QUEUE_LABEL), "spec.labels (the JobSet's)"))
-        for base, key in (("spec",), "podTemplateOverrides"), (("spec",), "podSpecOverrides"), (
-            ("spec", "trainer"),
-            "podTemplateOverrides",
+        for base, key in (
+            (("spec",), "podTemplateOverrides"),
+            (("spec",), "podSpecOverrides"),
+            (
+                ("spec", "trainer"),
+                "podTemplateOverrides",
+            ),
         ):
             items = get(doc.data, *base, key)
             for i, item in enumerate(items if isinstance(items, list) else []):
@@ -143,7 +147,11 @@ class RuntimeAdapter(Adapter):
         facts.resources_elsewhere = True  # TrainJobs set resourcesPerNode
         npn = get(doc.data, "spec", "mlPolicy", "torch", "numProcPerNode")
         if isinstance(npn, (int, str)) and not isinstance(npn, bool):
-            facts.nproc_stated = (str(npn), ("spec", "mlPolicy", "torch", "numProcPerNode"), "mlPolicy.torch.numProcPerNode")
+            facts.nproc_stated = (
+                str(npn),
+                ("spec", "mlPolicy", "torch", "numProcPerNode"),
+                "mlPolicy.torch.numProcPerNode",
+            )
         return facts
 
     def structure(self, doc: Any, ctx: Any) -> Iterator[tuple[tuple, str]]:
@@ -155,7 +163,10 @@ class RuntimeAdapter(Adapter):
             if key not in RUNTIME_KEYS:
                 yield ("spec", key), f"unknown field spec.{key} ({self.kind} has {', '.join(sorted(RUNTIME_KEYS))})"
         if not isinstance(get(spec, "template", "spec", "replicatedJobs"), list):
-            yield ("spec", "template") if "template" in spec else ("spec",), "template.spec.replicatedJobs is required (a JobSet template)"
+            yield (
+                ("spec", "template") if "template" in spec else ("spec",),
+                "template.spec.replicatedJobs is required (a JobSet template)",
+            )
         nn = get(spec, "mlPolicy", "numNodes")
         if nn is not None and (as_int(nn) is None or nn < 1):
             yield ("spec", "mlPolicy", "numNodes"), f"numNodes must be an integer >= 1, got {nn!r}"

@@ -26,10 +26,44 @@ SPEC_KEYS = {
     "minSuccess",
     "networkTopology",
 }
-TASK_KEYS = {"name", "replicas", "minAvailable", "template", "policies", "topologyPolicy", "maxRetry", "dependsOn", "partitionPolicy"}
+TASK_KEYS = {
+    "name",
+    "replicas",
+    "minAvailable",
+    "template",
+    "policies",
+    "topologyPolicy",
+    "maxRetry",
+    "dependsOn",
+    "partitionPolicy",
+}
 POLICY_KEYS = {"event", "events", "action", "exitCode", "timeout"}
-ACTIONS = ("AbortJob", "RestartJob", "RestartTask", "RestartPod", "RestartPartition", "TerminateJob", "CompleteJob", "Resume", "SyncJob", "EnqueueJob")
-EVENTS = ("*", "PodPending", "PodRunning", "PodFailed", "PodEvicted", "Unknown", "TaskCompleted", "OutOfSync", "CommandIssued", "JobUpdated", "TaskFailed", "JobUnknown")
+ACTIONS = (
+    "AbortJob",
+    "RestartJob",
+    "RestartTask",
+    "RestartPod",
+    "RestartPartition",
+    "TerminateJob",
+    "CompleteJob",
+    "Resume",
+    "SyncJob",
+    "EnqueueJob",
+)
+EVENTS = (
+    "*",
+    "PodPending",
+    "PodRunning",
+    "PodFailed",
+    "PodEvicted",
+    "Unknown",
+    "TaskCompleted",
+    "OutOfSync",
+    "CommandIssued",
+    "JobUpdated",
+    "TaskFailed",
+    "JobUnknown",
+)
 
 
 def _tasks(doc: Any) -> list[tuple[int, dict]]:
@@ -144,7 +178,7 @@ class VolcanoJobAdapter(Adapter):
         if ma is not None and (as_int(ma) is None or ma < 0):
             yield ("spec", "minAvailable"), f"minAvailable must be an integer >= 0, got {ma!r}"
         total = total_pods(doc)
-        if as_int(ma) is not None and total is not None and ma > total:
+        if isinstance(ma, int) and as_int(ma) is not None and total is not None and ma > total:
             yield ("spec", "minAvailable"), f"minAvailable {ma} is more than the job's {total} pods: it never starts"
         for name in _plugins(doc):
             if name not in ("ssh", "svc", "env", "pytorch", "tensorflow", "mpi", "ray", "hcclrank"):

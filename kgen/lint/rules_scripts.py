@@ -23,7 +23,7 @@ _PER_POD_FIELDS = {"metadata.name", "metadata.uid", "status.podIP", "status.podI
 _PER_POD_VARS = {"HOSTNAME", "RANDOM", "SRANDOM", "BASHPID", "$"}
 _PER_POD_COMMANDS = {"date", "hostname", "uuidgen", "openssl", "od", "head", "cat", "shuf", "mktemp"}
 _HOLDS = re.compile(r"sleep\s+(inf|infinity|\d{5,})|tail\s+-f|while\s+(true|:)|sleep\s+365d")
-_SHELL_CODE = re.compile(r"\$\((?![A-Za-z_][A-Za-z0-9_]*\))[^)]*\)|`[^`]+`")
+_SHELL_CODE = re.compile(r"\$\((?![A-Za-z_][A-Za-z0-9_]*\))[^)]*\)")
 
 
 def _each_container(doc: Any) -> Iterator[tuple[Any, dict, tuple]]:
@@ -234,8 +234,8 @@ def restarted_forever(docs: list, ctx: Context) -> Iterator:
 @rule(
     "KG130",
     E,
-    "An env value holds shell code ($(command ...) or `command`): Kubernetes expands only $(VAR) references "
-    "in env values and runs no shell, so the program receives the text as it is written.",
+    "An env value holds a shell command substitution ($(command ...)): Kubernetes expands only $(VAR) "
+    "references in env values and runs no shell, so the program receives the text as it is written.",
     "Compute the value in the container's command (a shell script), or use valueFrom (fieldRef, configMapKeyRef).",
 )
 def shell_in_env_value(doc: Any, ctx: Context) -> Iterator:

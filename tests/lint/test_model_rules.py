@@ -213,7 +213,8 @@ CASES = [
         _script_job(OK_TORCHRUN),
     ),
     ("KG130", _set_env(BASES["job"](), "STAMP", "$(date +%s)"), _set_env(BASES["job"](), "ADDR", "$(NCCL_DEBUG)")),
-    ("KG130", _set_env(BASES["job"](), "HOST", "`hostname`"), _set_env(BASES["job"](), "LIT", "$$(date)")),
+    ("KG130", _set_env(BASES["job"](), "HOST", "$(hostname -i)"), _set_env(BASES["job"](), "LIT", "$$(date)")),
+    ("KG130", _set_env(BASES["job"](), "ID", "run-$(uuidgen -r)"), _set_env(BASES["job"](), "TXT", "`literal`")),
     (
         "KG131",
         _job_with(["python3", "/opt/kgen/kgen_entrypoint.py"], ["--", "torchrun", "--nproc-per-node", "8", "train.py"]),

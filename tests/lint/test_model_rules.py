@@ -536,3 +536,17 @@ def test_renumbered_rule_ids_are_still_accepted_by_skip():
     docs[1]["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] = {}
     assert "KG110" in rule_ids(lint_docs(copy.deepcopy(docs)))
     assert "KG110" not in rule_ids(lint_docs(docs, skip=frozenset({"KG156"})))  # KG156 is KG110 now
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "torchrun t.py | tee log; exit ${PIPESTATUS[0]}",
+        "torchrun --nnodes=2 --rdzv-id=${HOSTNAME%-*} t.py",
+    ],
+)
+def test_scripts_that_handle_what_the_rules_look_for_stay_clean(script):
+    [launch] = read_container({"command": ["bash", "-c", script]}).launches
+    assert launch.swallowed is None
+    docs = _script_job(OK_TORCHRUN.replace("train.py", "--rdzv-id=${HOSTNAME%-*} train.py"))
+    assert "KG127" not in rule_ids(lint_docs(docs))

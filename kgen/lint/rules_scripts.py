@@ -128,7 +128,7 @@ def _per_pod_names(c: dict, scripted: Any) -> dict[str, str]:
 
 
 def _varies(text: str, per_pod: dict[str, str]) -> str | None:
-    for m in re.finditer(r"\$(?:\{(\w+)[^}]*\}|\((\w+)\)|(\w+|\$))", text):
+    for m in re.finditer(r"\$(?:\{(\w+)\}|\((\w+)\)|(\w+|\$))", text):  # ${HOSTNAME%-*}: cannot tell
         name = m.group(1) or m.group(2) or m.group(3)
         if name in per_pod:
             return f"uses {m.group(0)} ({per_pod[name]})"

@@ -574,7 +574,7 @@ def exit_fate(script: shell.Script, target: shell.Simple, errexit: bool, pipefai
     """How ``script`` loses the exit status of ``target`` (a description such as "`|| echo failed`
     replaces its exit status"), or None when a failure of ``target`` fails the script (or the script
     handles it: ``if``, ``$?``, ``PIPESTATUS``, a loop, a function)."""
-    state = {"errexit": errexit, "pipefail": pipefail}
+    state = {"errexit": errexit, "pipefail": pipefail or "PIPESTATUS" in script.source}
     got = _seq_fate(script.body, target, state)
     return got if isinstance(got, str) and got != _HANDLED else None
 

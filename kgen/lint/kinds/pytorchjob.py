@@ -15,6 +15,8 @@ from kgen.lint.kinds.base import RANK_ENV, Adapter, Facts, Template, as_int, get
 
 ROLES = ("Master", "Worker")
 SPEC_KEYS = {"runPolicy", "elasticPolicy", "pytorchReplicaSpecs", "nprocPerNode"}
+# Before RunPolicy (kubeflow/pytorch-operator's v1) these sat in spec; today's CRD prunes them.
+LEGACY_KEYS = {"cleanPodPolicy", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit", "schedulingPolicy"}
 REPLICA_KEYS = {"replicas", "template", "restartPolicy"}
 RESTART = ("Always", "OnFailure", "Never", "ExitCode")
 RUN_POLICY_KEYS = {
@@ -118,7 +120,7 @@ class PyTorchJobAdapter(Adapter):
                 f"a PyTorchJob's name must be a DNS-1035 label (starts with a letter), got {doc.name!r}",
             )
         for key in spec:
-            if key not in SPEC_KEYS:
+            if key not in SPEC_KEYS and key not in LEGACY_KEYS:
                 yield ("spec", key), f"unknown field spec.{key} (PyTorchJob has {', '.join(sorted(SPEC_KEYS))})"
         specs = spec.get("pytorchReplicaSpecs")
         if not isinstance(specs, dict) or not specs:

@@ -46,9 +46,7 @@ ACTIONS = (
     "RestartPartition",
     "TerminateJob",
     "CompleteJob",
-    "Resume",
-    "SyncJob",
-    "EnqueueJob",
+    "ResumeJob",
 )
 EVENTS = (
     "*",

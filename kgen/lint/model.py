@@ -15,7 +15,9 @@ least one *training container*:
 
 StatefulSets and LeaderWorkerSets need (1) or a distributed environment: GPUs alone are an
 inference server there. Every pod rule applies to a training container whatever launches it
-(an unknown launcher too); the launcher rules apply where the launcher is known.
+(an unknown launcher too); the launcher rules apply where the launcher is known. A workload that is
+training by its GPUs alone (2, no launcher, no distributed environment: it may be a parallel batch
+of independent GPU tasks) gets the pod rules but not the multi-node wiring rules.
 
 One ``Workload`` view is made per pod template of a training workload (a JobSet's replicatedJob,
 a PyTorchJob's Master and Worker ...), carrying the workload's facts (pods in the world, DNS
@@ -44,13 +46,14 @@ DIST_ENV = {
     "PET_MASTER_ADDR",
     "PET_RDZV_ENDPOINT",
 }
+_GPUS_ONLY = "GPUs in a multi-pod workload"
 _OPERATOR_KINDS = {"PyTorchJob", "TrainJob", "TrainingRuntime", "ClusterTrainingRuntime"}
 
 
 class Workload:
     """One pod template of a training workload, with the workload's facts."""
 
-    __slots__ = ("doc", "tpl", "facts", "spec", "base", "nodes", "launches", "containers", "primary")
+    __slots__ = ("doc", "tpl", "facts", "spec", "base", "nodes", "launches", "containers", "primary", "distributed")
 
     def __init__(self, doc: Any, tpl: Template, facts: Facts, primary: bool) -> None:
         self.doc = doc
@@ -62,6 +65,7 @@ class Workload:
         self.launches: list[tuple[dict, tuple, list[Launch]]] = []  # training containers with a known launcher
         self.containers: list[tuple[dict, tuple, Scripted, str]] = []  # every training container, and why
         self.primary = primary  # the first template of its workload (workload-level findings go once)
+        self.distributed = False  # a launcher, a distributed environment or an operator's trainer (not GPUs alone)
 
     def __repr__(self) -> str:
         return f"Workload({self.doc.kind}/{self.doc.name} {self.tpl.role or '-'})"
@@ -123,7 +127,7 @@ def _why_training(w: Workload, c: dict, scripted: Scripted, multi: bool | None) 
     if dist:
         return f"distributed environment ({', '.join(dist[:3])})"
     if multi and w.facts.runs_to_completion and k8s.gpu_limit(c) and w.doc.kind != "Pod":
-        return "GPUs in a multi-pod workload"
+        return _GPUS_ONLY
     return None
 
 
@@ -147,6 +151,7 @@ def _workloads(docs: list) -> list[Workload]:
                 if why is None:
                     continue
                 w.containers.append((c, path, scripted, why))
+                w.distributed = w.distributed or why != _GPUS_ONLY
                 found = [launch for launch in scripted.launches if launch.training]
                 if found:
                     w.launches.append((c, path, found))

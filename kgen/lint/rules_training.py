@@ -177,6 +177,9 @@ def _in_ns(w: Workload) -> str:
 
 
 def _multi(w: Workload) -> bool:
+    """A distributed training workload of several pods (the wiring rules apply)."""
+    if not w.distributed:
+        return False  # GPUs alone: maybe independent tasks; the pod rules still apply
     if w.nodes is not None and w.nodes > 1:
         return True
     for c, _, launches in w.launches:

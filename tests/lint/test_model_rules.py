@@ -550,3 +550,13 @@ def test_scripts_that_handle_what_the_rules_look_for_stay_clean(script):
     assert launch.swallowed is None
     docs = _script_job(OK_TORCHRUN.replace("train.py", "--rdzv-id=${HOSTNAME%-*} train.py"))
     assert "KG127" not in rule_ids(lint_docs(docs))
+
+
+def test_a_parallel_batch_of_gpu_tasks_gets_the_pod_rules_but_not_the_wiring_rules():
+    docs = _job_with(["python3", "embed.py", "--shard=$(JOB_COMPLETION_INDEX)"], None)
+    job_doc = docs[1]
+    job_doc["spec"]["template"]["spec"].pop("subdomain")
+    job_doc["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] = {}
+    job_doc["spec"]["template"]["spec"]["containers"][0]["env"] = []  # no NODE_RANK: not a distributed world
+    ids = rule_ids(lint_docs([job_doc]))
+    assert "KG110" in ids and not {"KG100", "KG104", "KG105", "KG134"} & ids

@@ -18,7 +18,8 @@ from kgen.findings import Severity
 from kgen.lint import k8s
 from kgen.lint.model import Workload, memo, workloads
 from kgen.lint.registry import Context, rule
-from kgen.lint.rules_training import _multi, same_namespace
+from kgen.lint.rules_training import _multi
+from kgen.lint.rules_wiring import same_namespace
 
 E, INFO = Severity.ERROR, Severity.INFO
 _EPHEMERAL = (32768, 60999)  # Linux's default ip_local_port_range: where NCCL/gloo listen

@@ -36,8 +36,9 @@ class Document:
             return 0
         return self.locate(())[0] if self.prefix else self.node.start_mark.line + 1
 
-    def embedded(self, path: tuple, data: object) -> Document:
-        """The object at ``path`` inside this one, as a document of its own (findings located here)."""
+    def child(self, path: tuple, data: object) -> Document:
+        """The object at ``path`` inside this one (an AppWrapper component ...) as a document of its own:
+        its findings' paths are shown from this document's root, their lines and columns exact."""
         child = Document(self.file, self.index, self.node, data)
         child.prefix = self.prefix + tuple(path)
         return child

@@ -476,7 +476,7 @@ def test_appwrapper_components_are_linted_as_objects_of_their_own():
     }
     result = lint_text(dump([aw]), "aw.yaml", LintOptions())
     [f, *_] = [f for f in result.findings if f.rule_id == "KG110"]
-    assert f.path.startswith("spec.components[0].template.spec.pytorchReplicaSpecs") and f.line > 5
+    assert "spec.pytorchReplicaSpecs.Master.template.spec.containers[0]" in f.path and f.line > 5
     assert f.kind == "PyTorchJob"
 
 

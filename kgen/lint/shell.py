@@ -20,6 +20,7 @@ such a script too.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -205,18 +206,25 @@ def parse(source: str) -> Script:
     return Script(body, source)
 
 
+_MAX_NESTING = 100  # subshells, groups, if/while/for/case inside each other (bash has no limit; we bound it)
+
+
 class _Parser:
-    def __init__(self, s: str, depth: int = 0) -> None:
+    def __init__(self, s: str, depth: int = 0, newlines: list[int] | None = None) -> None:
         self.s = s
         self.i = 0
         self.depth = depth
+        self.nesting = 0
+        self._newlines = newlines  # offsets of "\n" in s, computed once (line numbers in O(log n))
         self.heredocs: list[tuple[Redirect, str, bool, bool]] = []  # pending: redirect, delimiter, strip tabs, quoted
         if depth > 50:
             raise ShellSyntaxError("substitutions nested too deeply")
 
     # -- characters
     def line_at(self, i: int) -> int:
-        return self.s.count("\n", 0, i) + 1
+        if self._newlines is None:
+            self._newlines = [m.start() for m in re.finditer("\n", self.s)]
+        return bisect.bisect_left(self._newlines, i) + 1
 
     def peek(self, k: int = 0) -> str:
         j = self.i + k
@@ -362,6 +370,15 @@ class _Parser:
         self.skip_blank()
         if self.expect_end() or self.at_closer(closers):
             return None
+        self.nesting += 1
+        try:
+            if self.nesting > _MAX_NESTING:
+                raise ShellSyntaxError(f"commands nested more than {_MAX_NESTING} deep")
+            return self._command(closers)
+        finally:
+            self.nesting -= 1
+
+    def _command(self, closers: tuple[str, ...]) -> Node | None:
         line = self.line_at(self.i)
         if self.startswith("(("):
             end = self._arith_end(self.i + 2)
@@ -880,7 +897,8 @@ class _Parser:
         """$(...) or <(...)/>(...): the inner script parsed in place."""
         start = self.i
         self.i += 2
-        inner = _Parser(self.s, self.depth + 1)
+        self.line_at(0)
+        inner = _Parser(self.s, self.depth + 1, self._newlines)
         inner.i = self.i
         body = inner.sequence((")",))
         inner.skip_blank(newlines=True)

@@ -253,6 +253,9 @@ class _Reader:
         except shell.ShellSyntaxError as err:
             self.out.errors.append((where, str(err)))
             return None
+        except RecursionError:  # a hostile script the nesting bounds did not catch: never a crash
+            self.out.errors.append((where, "the script is nested too deeply to read"))
+            return None
         self.out.scripts.append((script, where))
         exports: list[str] = []
         sleeps: list[str] = []

@@ -158,3 +158,15 @@ def test_deep_nesting_is_refused_not_a_crash():
 def test_process_substitution_is_one_word_with_a_parsed_script():
     [inner, outer] = list(parse("diff <(sort a) >(tee b) c").simple_commands())[1:]
     assert inner.argv == ["tee", "b"] and outer.argv == ["diff", "<(sort a)", ">(tee b)", "c"]
+
+
+def test_hostile_scripts_are_refused_or_read_quickly_never_a_crash():
+    import time
+
+    for script in ("( " * 5000 + "a" + " )" * 5000, "{ " * 3000 + "a; " + "}; " * 3000, "if a; then " * 2000):
+        with pytest.raises(ShellSyntaxError):
+            parse(script)
+    big = "".join(f"echo {i} && torchrun --x={i} || true\n" for i in range(20000))  # ~0.8 MB
+    start = time.perf_counter()
+    assert sum(1 for _ in parse(big).simple_commands()) == 60000
+    assert time.perf_counter() - start < 20  # linear: ~1 s on a busy 2-core machine

@@ -560,3 +560,15 @@ def test_a_parallel_batch_of_gpu_tasks_gets_the_pod_rules_but_not_the_wiring_rul
     job_doc["spec"]["template"]["spec"]["containers"][0]["env"] = []  # no NODE_RANK: not a distributed world
     ids = rule_ids(lint_docs([job_doc]))
     assert "KG110" in ids and not {"KG100", "KG104", "KG105", "KG134"} & ids
+
+
+def test_kgen_lint_explain_on_the_command_line(tmp_path):
+    from click.testing import CliRunner
+
+    from kgen.cli import cli
+
+    (tmp_path / "job.yaml").write_text(dump(BASES["job"]()))
+    result = CliRunner().invoke(cli, ["lint", "--strict", "--explain", str(tmp_path / "job.yaml")])
+    assert result.exit_code == 0, result.output
+    [line] = [x for x in result.stdout.splitlines() if " KG137 info: " in x]
+    assert "training workload: Job 'llama'" in line and "container 'trainer': torchrun" in line

@@ -116,7 +116,7 @@ ADAPTERS = [
     _PodTemplateKind("PodTemplate", ("",), ("template",)),
     _PodTemplateKind("ReplicationController", ("",), ("spec", "template")),
     _PodTemplateKind("CronJob", ("batch",), ("spec", "jobTemplate", "spec", "template")),
-    _PodTemplateKind("Deployment", ("apps",), ("spec", "template")),
-    _PodTemplateKind("ReplicaSet", ("apps",), ("spec", "template")),
-    _PodTemplateKind("DaemonSet", ("apps",), ("spec", "template")),
+    _PodTemplateKind("Deployment", ("apps", "extensions"), ("spec", "template")),
+    _PodTemplateKind("ReplicaSet", ("apps", "extensions"), ("spec", "template")),
+    _PodTemplateKind("DaemonSet", ("apps", "extensions"), ("spec", "template")),
 ]

@@ -47,6 +47,17 @@ DIST_ENV = {
     "PET_RDZV_ENDPOINT",
 }
 _GPUS_ONLY = "GPUs in a multi-pod workload"
+# The kinds the training rules read (for --list-rules; the adapters in kgen.lint.kinds decide).
+TRAINING_KINDS = (
+    "Job",
+    "StatefulSet",
+    "JobSet",
+    "PyTorchJob",
+    "TrainJob",
+    "TrainingRuntime",
+    "ClusterTrainingRuntime",
+    "LeaderWorkerSet",
+)
 _OPERATOR_KINDS = {"PyTorchJob", "TrainJob", "TrainingRuntime", "ClusterTrainingRuntime"}
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from kgen.findings import Severity
 from kgen.lint import k8s
 from kgen.lint.kinds.base import JOB_INDEX, LWS_INDEX, RANK_ENV, STS_INDEX, VOLCANO_INDEX
-from kgen.lint.model import Workload, workloads
+from kgen.lint.model import TRAINING_KINDS, Workload, workloads
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import (
     _env_path,
@@ -159,7 +159,7 @@ _QOS_RESOURCES = ("cpu", "memory")
     "A training pod with no cpu or memory request or limit in any container is BestEffort: the first to be "
     "evicted or OOM-killed under node pressure (nvidia.com/gpu does not count for QoS).",
     "Set resources.requests.cpu and .memory on the trainer (limits.memory too, or requests = limits for Guaranteed).",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def best_effort_training_pod(docs: list, ctx: Context) -> Iterator:
@@ -194,7 +194,7 @@ def best_effort_training_pod(docs: list, ctx: Context) -> Iterator:
     "per-pod --node-rank (default 0), for c10d an --rdzv-endpoint.",
     "Launch with --nnodes=N and either --master-addr=<name>-0.<service> --node-rank=$(NODE_RANK) or "
     "--rdzv-backend=c10d --rdzv-endpoint=<name>-0.<service>:29400.",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def launcher_mode(docs: list, ctx: Context) -> Iterator:
@@ -288,7 +288,7 @@ def _rank_sources(c: dict, cpath: tuple) -> Iterator[tuple[tuple, str]]:
     "Kubernetes 1.28; elsewhere they are empty. A --node-rank from the pod's name or IP is not a number.",
     "Use the source of the workload's kind: Job metadata.annotations['batch.kubernetes.io/job-completion-index'], "
     "StatefulSet metadata.labels['apps.kubernetes.io/pod-index'] (1.28+) or the HOSTNAME ordinal.",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def node_rank_source(docs: list, ctx: Context) -> Iterator:
@@ -370,7 +370,7 @@ def _rank_not_a_number(w: Workload, c: dict, cpath: tuple, launches: list) -> It
     "pod's GPUs.",
     "Write the number once (kgen render derives all of them from --gpus); delete CUDA_VISIBLE_DEVICES (the "
     "device plugin sets the visible GPUs).",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def nproc_written_twice(docs: list, ctx: Context) -> Iterator:
@@ -437,7 +437,7 @@ def _targets_gpu_nodes(spec: dict) -> str | None:
     "limit fails at start (no CUDA device), and a pod sent to GPU nodes (GPU toleration, node selector or "
     "affinity) without a GPU limit gets no GPU from the device plugin.",
     "Set resources.limits.nvidia.com/gpu to the GPUs per node (and --nproc-per-node to the same number).",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def gpu_pod_without_gpus(docs: list, ctx: Context) -> Iterator:
@@ -473,7 +473,7 @@ def gpu_pod_without_gpus(docs: list, ctx: Context) -> Iterator:
     "default ClusterFirst it falls back to the node's resolver and pod names such as <name>-0.<service> do "
     "not resolve.",
     "Set dnsPolicy: ClusterFirstWithHostNet (or drop hostNetwork).",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def host_network_dns(docs: list, ctx: Context) -> Iterator:

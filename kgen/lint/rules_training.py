@@ -13,7 +13,7 @@ from typing import Any
 
 from kgen.findings import Severity
 from kgen.lint import k8s
-from kgen.lint.model import Workload, workloads
+from kgen.lint.model import TRAINING_KINDS, Workload, workloads
 from kgen.lint.registry import Context, rule
 from kgen.lint.torchcmd import _SHELLS, Launch, find_launches, resolve
 
@@ -124,7 +124,7 @@ def _launch_path(container_path: tuple, launch: Launch | dict | None = None, fla
     "The node count, wherever it is written (--nnodes, NNODES, NUM_NODES, PET_NNODES ...), must equal the "
     "number of pods: Job completions (= parallelism) or StatefulSet replicas.",
     "Make them equal (kgen render derives both from --nodes).",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def nnodes_agree(docs: list, ctx: Context) -> Iterator:
@@ -152,7 +152,7 @@ def nnodes_agree(docs: list, ctx: Context) -> Iterator:
     "Processes per node, wherever written (--nproc-per-node, NPROC_PER_NODE, GPUS_PER_NODE ...), must equal "
     "the GPUs per pod (nvidia.com/gpu limit) for GPU pods.",
     "Set it to the GPU limit, or to 'gpu'.",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def nproc_agree(docs: list, ctx: Context) -> Iterator:
@@ -178,7 +178,7 @@ def nproc_agree(docs: list, ctx: Context) -> Iterator:
     E,
     "A literal WORLD_SIZE must equal nodes x processes per node.",
     "Delete WORLD_SIZE (torchrun sets it) or fix it.",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def world_size_agree(docs: list, ctx: Context) -> Iterator:
@@ -209,7 +209,7 @@ def world_size_agree(docs: list, ctx: Context) -> Iterator:
     "RANK, LOCAL_RANK and WORLD_SIZE are set by torchrun for every worker; hand-set values next "
     "to torchrun are ignored and mislead.",
     "Delete them; use NODE_RANK / --node-rank for the node.",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
@@ -244,7 +244,7 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
     "GPU training pods need a memory-backed /dev/shm (emptyDir medium: Memory, a hostPath /dev/shm, or "
     "hostIPC: true); the default 64 MiB makes NCCL and DataLoader workers crash.",
     "Mount an emptyDir {medium: Memory, sizeLimit: ...} at /dev/shm.",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def dev_shm(docs: list, ctx: Context) -> Iterator:
@@ -289,7 +289,7 @@ def shm_gaps(pod_spec: dict, launches: list) -> Iterator[tuple]:
     "A fixed or random `sleep` before torchrun staggers start-up: it wastes time on every start and "
     "grows with the node count, and it does not make the master ready.",
     "Delete the sleep; torchrun's rendezvous (or kgen's entrypoint) waits actively with a timeout.",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def sleep_stagger(docs: list, ctx: Context) -> Iterator:
@@ -311,7 +311,7 @@ def sleep_stagger(docs: list, ctx: Context) -> Iterator:
     "--master-port, --node-rank): torchrun ignores one set and ranks are not what you expect (without "
     "--rdzv-backend the backend is static, and --rdzv-endpoint with --node-rank is fine).",
     "Use either c10d (rdzv flags, no node rank) or static (master addr/port + node rank).",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def mixed_rendezvous(docs: list, ctx: Context) -> Iterator:

@@ -17,7 +17,7 @@ from typing import Any
 
 from kgen.findings import Severity
 from kgen.lint import k8s
-from kgen.lint.model import Workload, workloads
+from kgen.lint.model import TRAINING_KINDS, Workload, workloads
 from kgen.lint.model import memo as _memo
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _env_path, _launch_path, _multi
@@ -353,7 +353,7 @@ def _headless_selecting_nothing(docs: list) -> Iterator:
     "A multi-node training Job's pods need spec.template.spec.subdomain naming the headless "
     "Service (a StatefulSet's serviceName likewise), or pod DNS names such as <job>-0.<service> do not exist.",
     "Set subdomain (Job) or serviceName (StatefulSet) to the rendezvous Service's name.",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
@@ -407,7 +407,7 @@ _POD0 = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
     "resolves to any pod (a Service "
     "pinned to pod 0 by batch.kubernetes.io/job-completion-index or statefulset.kubernetes.io/pod-name is fine).",
     "Set MASTER_ADDR to <name>-0.<service>.",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def master_addr(docs: list, ctx: Context) -> Iterator:

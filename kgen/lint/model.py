@@ -137,9 +137,45 @@ def _why_training(w: Workload, c: dict, scripted: Scripted, multi: bool | None) 
     dist = sorted(env & DIST_ENV)
     if dist:
         return f"distributed environment ({', '.join(dist[:3])})"
-    if multi and w.facts.runs_to_completion and k8s.gpu_limit(c) and w.doc.kind != "Pod":
+    if multi and w.facts.runs_to_completion and k8s.gpu_limit(c) and not _trivial(scripted):
         return _GPUS_ONLY
     return None
+
+
+_TRIVIAL = {
+    "sleep",
+    "echo",
+    "printf",
+    "nvidia-smi",
+    "true",
+    "false",
+    "cat",
+    "ls",
+    "date",
+    "env",
+    "hostname",
+    "set",
+    "export",
+    "exit",
+    "cd",
+    "pwd",
+    "whoami",
+    "id",
+    "uname",
+    "nvcc",
+    "rocm-smi",
+    "tail",
+}
+
+
+def _trivial(scripted: Scripted) -> bool:
+    """A command that runs only shell builtins and tools such as sleep, echo, nvidia-smi: a GPU smoke
+    test, not training (an image ENTRYPOINT or any other program may be training)."""
+    if scripted.no_command or not scripted.commands:
+        return False
+    from kgen.lint.torchcmd import _SHELLS
+
+    return all(argv[0].rsplit("/", 1)[-1] in _TRIVIAL | _SHELLS for argv, _ in scripted.commands if argv)
 
 
 def workloads(docs: list) -> list[Workload]:

@@ -572,3 +572,11 @@ def test_kgen_lint_explain_on_the_command_line(tmp_path):
     assert result.exit_code == 0, result.output
     [line] = [x for x in result.stdout.splitlines() if " KG137 info: " in x]
     assert "training workload: Job 'llama'" in line and "container 'trainer': torchrun" in line
+
+
+def test_a_gpu_smoke_test_job_is_not_training():
+    docs = _job_with(["bash", "-c", "nvidia-smi && sleep 60"], None)
+    job_doc = docs[1]
+    job_doc["spec"]["template"]["spec"]["containers"][0]["env"] = []
+    job_doc["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] = {}
+    assert "KG110" not in rule_ids(lint_docs([job_doc]))

@@ -9,7 +9,8 @@ least one *training container*:
 2. in a workload of several pods, a container whose environment names a distributed world
    (MASTER_ADDR, WORLD_SIZE, RANK, NODE_RANK, NNODES, PET_NNODES ...: env:// initialisation by
    ``python train.py``, or an image ENTRYPOINT that launches), or that requests GPUs in a
-   workload that runs to completion (Job, JobSet, Volcano Job); or
+   workload that runs to completion (Job, JobSet, Volcano Job) and runs more than a GPU smoke test
+   (sleep, echo, nvidia-smi); or
 3. the trainer of a training operator's kind (PyTorchJob's ``pytorch`` container, a TrainJob's
    trainer, a TrainingRuntime's ``node``), whatever it runs.
 

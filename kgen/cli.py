@@ -6,13 +6,15 @@ stdout, no traceback).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import sys
+from collections.abc import Iterator
 
 import click
 
 from kgen import __version__
-from kgen.errors import KgenError
+from kgen.errors import KgenError, NestedLauncherError
 from kgen.versions import DEFAULT_KUBERNETES_VERSION
 
 RENDER_EPILOG = """\b
@@ -70,6 +72,27 @@ def write_output(path: str, text: str) -> None:
         problem = f"cannot write {path}: {exc.strerror or exc}"
         fix = _WRITE_FIXES.get(exc.errno or 0)
         raise KgenError(f"{problem}; {fix}" if fix else problem, option="-o/--output") from None
+
+
+@contextlib.contextmanager
+def corrected_launcher(cmd: str) -> Iterator[None]:
+    """A launcher after `--` (torchrun ...): the error's `use:` becomes the whole command line as typed,
+    with the launcher dropped and what it was asked for carried into kgen's options."""
+    try:
+        yield
+    except NestedLauncherError as exc:
+        if exc.option == "-- COMMAND":
+            import shlex
+
+            ctx = click.get_current_context(silent=True)
+            argv: list[str] = list(ctx.meta.get("kgen.args", [])) if ctx is not None else []
+            cut = (
+                argv.index("--")
+                if "--" in argv
+                else max(0, len(argv) - len(ctx.params.get("command") or ()) if ctx else 0)
+            )
+            exc.use = shlex.join([*cmd.split(), *argv[:cut], *exc.add, "--", *exc.command])
+        raise
 
 
 # An example value per option, for "needs a value" errors (options without one show their metavar).
@@ -211,6 +234,10 @@ class KgenGroup(click.Group):
                 exc.ctx = ctx
             raise
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        ctx.meta["kgen.args"] = list(args[1:])  # the subcommand's raw arguments (ctx.meta is shared with it)
+        return super().resolve_command(ctx, args)
+
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
             rv = super().main(args=args, prog_name="kgen", complete_var=complete_var, standalone_mode=False, **extra)
@@ -344,7 +371,8 @@ def render(
         kubernetes_version=kubernetes_version,
         output_format=output_format,
     )
-    result = render_with_warnings(request)
+    with corrected_launcher("kgen render"):
+        result = render_with_warnings(request)
     for line in stderr_lines(result):  # the self-check's warnings: the manifest is printed, the user told
         click.echo(f"kgen: {line}", err=True)
     text = result.text

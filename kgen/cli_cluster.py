@@ -529,7 +529,10 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, command, **re
         stdin=stdin,
         flags={**render_params, "namespace": namespace},  # every other render option is a values flag
     )
-    checked = render_checked(request)
+    from kgen.cli import corrected_launcher
+
+    with corrected_launcher("kgen submit"):
+        checked = render_checked(request)
     spec, docs = checked.spec, checked.docs
     cluster = connect(spec.namespace or namespace, context, kubeconfig)
     preflight(cluster, docs)  # before anything is stopped or applied

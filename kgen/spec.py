@@ -10,7 +10,7 @@ import re
 from typing import Any, NamedTuple
 
 from kgen import jobset as jobset_facts
-from kgen.errors import UsageError
+from kgen.errors import NestedLauncherError, UsageError
 from kgen.lint.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, is_dns_subdomain, parse_quantity
 from kgen.versions import DEFAULT_K8S, MAX_K8S, MIN_K8S
 
@@ -230,6 +230,11 @@ def command_problem(command: list[str] | tuple[str, ...]) -> str | None:
     None when the command is fine; an empty command is the smoke test."""
     if not command:
         return None
+    from kgen.launchers import nested_launcher, problem
+
+    nested = nested_launcher(command)
+    if nested is not None:
+        return problem(nested)
     head = command[0]
     if head == "":
         return "the program is an empty string: torchrun would run ''"
@@ -479,6 +484,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
             f"is {nproc} but gpus is {gpus}: one process per GPU",
             hint="leave nprocPerNode at 0 (auto) for GPU jobs",
         )
+    _check_nested_launcher(v, o, gpus, nodes)
 
     name = text("name")
     if len(name) > 63:
@@ -744,6 +750,39 @@ def _check_command(v: dict[str, Any], o: dict[str, str]) -> None:
             if from_cli
             else f"give one string to split like a shell, command: {fixed}, or one list item per argument",
         )
+
+
+def _check_nested_launcher(v: dict[str, Any], o: dict[str, str], gpus: int, nodes: int) -> None:
+    """A launcher as the training command (torchrun, python -m torch.distributed.run, accelerate launch,
+    deepspeed) would run inside the entrypoint's own torchrun: refused, with the command to use instead."""
+    import shlex
+
+    from kgen.launchers import correction, nested_launcher, problem
+
+    command = v["command"]
+    nested = nested_launcher(command) if isinstance(command, list) else None
+    if nested is None:
+        return
+    fix = correction(
+        nested,
+        gpus=gpus,
+        nproc=v["nprocPerNode"],
+        nproc_set=o.get("nprocPerNode", "default") != "default",
+        nodes=nodes,
+        nodes_set=o.get("nodes", "default") != "default",
+    )
+    origin = o.get("command", "command")
+    if origin == "-- COMMAND":  # the CLI rewrites this into the whole command line
+        use = shlex.join([*fix.flags(), "--", *fix.command])
+    elif origin.startswith("--set"):
+        use = shlex.join(["--set", "command=" + shlex.join(fix.command), *fix.flags()])
+    else:  # a values file: the keys to write there (JSON lists and numbers are YAML)
+        import json
+
+        use = ", ".join(f"{k}: {json.dumps(val)}" for k, val in {"command": fix.command, **fix.values()}.items())
+    raise NestedLauncherError(
+        problem(nested), option=origin, use=use, command=fix.command, add=fix.flags(), notes=list(fix.notes)
+    )
 
 
 def patch_origin(origins: dict[str, str], index: int) -> str:

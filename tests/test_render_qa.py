@@ -152,6 +152,13 @@ COMMANDS = [
     (["./run.sh", "--lr", "3"], False),
     (["python3", "-c", "print(1)"], False),
     (["bash", "-c", "echo $(X)"], False),
+    # launchers nest inside the entrypoint's own torchrun (issue 15.1); tests/test_launchers.py has the rest
+    (["torchrun", "--standalone", "--nproc-per-node", "8", "train.py"], True),
+    (["python3", "-m", "torch.distributed.run", "train.py"], True),
+    (["-m", "torch.distributed.launch", "train.py"], True),
+    (["accelerate", "launch", "train.py"], True),
+    (["deepspeed", "train.py"], True),
+    (["python3", "train.py"], False),
 ]
 
 
@@ -167,6 +174,8 @@ def test_render_and_entrypoint_agree_on_commands(command, refused):
         entrypoint_refuses = stop.code == ep.EXIT_CONFIG
     assert entrypoint_refuses is refused
     assert (command_problem(command) is not None) is refused
+    if command_problem(command) and ep.launcher_problem(command, {}):  # a launcher: the same words
+        assert ep.launcher_problem(command, {}).startswith(command_problem(command) + "; ")
 
 
 def test_render_is_stricter_only_on_an_empty_program():

@@ -35,8 +35,29 @@ Values reference (every key, its type, default and meaning): kgen values
 
 
 def _fail(message: str, code: int = 2) -> None:
-    click.echo(f"kgen: error: {message}", err=True)
+    try:
+        click.echo(f"kgen: error: {message}", err=True)
+    except OSError:  # stderr is gone too: the exit code is all that is left to say it
+        pass
     sys.exit(code)
+
+
+# A write to stdout failed because the reader went away (EPIPE): kgen says nothing and ends as Unix tools
+# do, by SIGPIPE (kgen.__main__ re-raises the signal; in-process callers see this exit code, 128 + 13).
+EXIT_BROKEN_PIPE = 141
+class ReaderGone(Exception):
+    """A write to stdout found no reader (EPIPE); not an OSError, so that click's main passes it on."""
+
+
+# Errors of a write to stdout that are not the reader's leaving: one line on stderr, exit 2.
+STDOUT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EIO, errno.EBADF, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.ENXIO, errno.EINVAL}
+)
+
+
+def stdout_error(exc: OSError) -> str:
+    why = {errno.EBADF: "stdout is closed (>&-)"}.get(exc.errno or 0, exc.strerror or str(exc))
+    return f"cannot write to stdout: {why}; redirect it elsewhere, or write a file with --output-file FILE"
 
 
 _WRITE_FIXES = {
@@ -72,6 +93,20 @@ def write_output(path: str, text: str) -> None:
         problem = f"cannot write {path}: {exc.strerror or exc}"
         fix = _WRITE_FIXES.get(exc.errno or 0)
         raise KgenError(f"{problem}; {fix}" if fix else problem, option="-o/--output") from None
+
+
+def read_stdin_values(values_files: tuple[str, ...] | list[str]) -> str | None:
+    """The text of `-f -` (bounded: kgen.layering.MAX_VALUES_BYTES); None when stdin is not named."""
+    if "-" not in values_files:
+        return None
+    from kgen.inputs import read_text
+    from kgen.layering import MAX_VALUES_BYTES
+
+    try:
+        return read_text("-", limit=MAX_VALUES_BYTES, what="values file")
+    except KgenError as exc:
+        exc.option = "-f -"
+        raise
 
 
 @contextlib.contextmanager
@@ -228,11 +263,19 @@ class KgenGroup(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
-            return super().parse_args(ctx, args)
+            return super().parse_args(ctx, args)  # `kgen --help` / `--version` print here
         except click.UsageError as exc:
             if exc.ctx is None:
                 exc.ctx = ctx
             raise
+        except BrokenPipeError:
+            raise ReaderGone() from None
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # click's main would make it exit 1; kgen ends like Unix tools do
+            raise ReaderGone() from None
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         ctx.meta["kgen.args"] = list(args[1:])  # the subcommand's raw arguments (ctx.meta is shared with it)
@@ -256,9 +299,12 @@ class KgenGroup(click.Group):
             _fail(" ".join(message.split()), 2)
         except click.exceptions.ClickException as exc:
             _fail(exc.format_message(), exc.exit_code)
-        except BrokenPipeError:
-            sys.stderr.close()
-            sys.exit(1)
+        except (BrokenPipeError, ReaderGone):  # the reader went away (`kgen render | head`): quiet
+            sys.exit(EXIT_BROKEN_PIPE)
+        except OSError as exc:
+            if exc.filename is None and exc.errno in STDOUT_ERRNOS:  # e.g. `kgen render > /dev/full`
+                _fail(stdout_error(exc))
+            raise
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
@@ -349,7 +395,7 @@ def render(
     from kgen.api import RenderRequest, render_with_warnings, stderr_lines
 
     _check_output(output)
-    stdin = sys.stdin.read() if "-" in values_files else None
+    stdin = read_stdin_values(values_files)
     request = RenderRequest(
         stdin=stdin,
         preset=preset,

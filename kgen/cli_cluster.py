@@ -522,15 +522,15 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, command, **re
 
     check_timeout(timeout)
     fields = {k: render_params.pop(k) for k in REQUEST_FIELDS if k != "command"}
-    stdin = sys.stdin.read() if "-" in (fields.get("values_files") or ()) else None  # `-f -`, as render
+    from kgen.cli import corrected_launcher, read_stdin_values
+
+    stdin = read_stdin_values(fields.get("values_files") or ())  # `-f -`, as render
     request = RenderRequest(
         **fields,
         command=command,
         stdin=stdin,
         flags={**render_params, "namespace": namespace},  # every other render option is a values flag
     )
-    from kgen.cli import corrected_launcher
-
     with corrected_launcher("kgen submit"):
         checked = render_checked(request)
     spec, docs = checked.spec, checked.docs

@@ -115,7 +115,7 @@ def test_json_output_is_a_kubectl_list():
 
 def test_output_file_written_whole(tmp_path):
     out = tmp_path / "m.yaml"
-    res = run("render", "-o", str(out))
+    res = run("render", "--output-file", str(out))
     assert res.exit_code == 0 and res.stdout == ""
     assert out.read_text() == run("render").stdout
     assert [p.name for p in tmp_path.iterdir()] == ["m.yaml"]  # no temp file left behind
@@ -124,7 +124,7 @@ def test_output_file_written_whole(tmp_path):
 def test_output_file_untouched_on_error(tmp_path):
     out = tmp_path / "m.yaml"
     out.write_text("previous\n")
-    res = run("render", "--nodes", "0", "-o", str(out))
+    res = run("render", "--nodes", "0", "--output-file", str(out))
     assert res.exit_code == 2
     assert out.read_text() == "previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml"]
@@ -162,7 +162,15 @@ BAD_INPUT = [
     (["--gpus", "8", "--set", "nprocPerNode=4"], "nprocPerNode: is 4 but gpus is 8"),
     (["--kubernetes-version", "1.20"], "--kubernetes-version: supported versions are 1.27 to 1.37"),
     (["--kubernetes-version", "latest"], '--kubernetes-version: must look like 1.31, got "latest"'),
-    (["--format", "xml"], '--format: must be yaml or json, got "xml"'),
+    (
+        ["--format", "xml"],
+        '-o/--output: must be an output format, yaml or json; got "xml" (to write a file use --output-file xml)',
+    ),
+    (
+        ["-o", "job.yaml"],
+        '-o/--output: must be an output format, yaml or json; got "job.yaml" '
+        "(to write a file use --output-file job.yaml)",
+    ),
     (["-f", "/nonexistent/values.yaml"], "-f/--values: cannot read /nonexistent/values.yaml"),
     (["--bogus"], "--bogus: not an option of kgen render"),
     # values that pass the values checks and are caught by the lint self-check on the documents

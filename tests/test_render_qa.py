@@ -85,7 +85,11 @@ REFUSED = [
     # 10: empty values are mistakes, not "use the default"
     (["--kubernetes-version", ""], '--kubernetes-version: must look like 1.31, got ""'),
     (["--preset", ""], "--preset: needs a preset name"),
-    (["-o", ""], "-o/--output: needs a file name, got an empty string (- writes to stdout)"),
+    (["--output-file", ""], "--output-file: needs a file name, got an empty string (- writes to stdout)"),
+    (
+        ["-o", ""],
+        '-o/--output: must be an output format, yaml or json; got "" (to write a file use --output-file FILE)',
+    ),
 ]
 
 
@@ -129,7 +133,7 @@ def test_int_bounds_are_inclusive():
 
 
 def test_entrypoint_output_empty_and_extra_argument():
-    assert "-o/--output: needs a file name" in one_line_error(run("entrypoint", "-o", ""))
+    assert "--output-file: needs a file name" in one_line_error(run("entrypoint", "--output-file", ""))
     err = one_line_error(run("entrypoint", "extra"))
     assert err == 'kgen: error: "extra": kgen entrypoint takes no such argument (see `kgen entrypoint --help`)\n'
 

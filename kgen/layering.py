@@ -11,6 +11,7 @@ ruamel.yaml reads both (it is loaded for rendering anyway; PyYAML stays off the 
 from __future__ import annotations
 
 import copy
+import json
 import re
 import warnings
 from typing import Any
@@ -70,6 +71,7 @@ def not_a_mapping(prefix: str, value: Any, where: str) -> UsageError:
     )
 
 
+VALUE_FROM = re.compile(r"""\s*\{\s*["']?valueFrom["']?\s*:""")  # --set env.NAME={valueFrom: ...}
 _SHELL_OPERATORS = {"|", "||", "&", "&&", ";", ";;", ">", ">>", "<", "<<", "(", ")"}
 
 
@@ -141,6 +143,25 @@ def convert(key: str, raw: Any, typed: Any, where: str) -> Any:
         if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
             raise bad("a list of strings")
         return list(raw)
+    if kind == "env":  # NAME: string, or NAME: {valueFrom: ...} (typed: `optional: true` is a boolean)
+        if raw is None or raw == "":
+            return {}
+        if not isinstance(raw, dict):
+            raise bad("a mapping of NAME: value (or NAME: {valueFrom: ...})")
+        out: dict[str, Any] = {}
+        for name, val in raw.items():
+            if isinstance(val, dict):  # as written, every scalar a string (kgen.envvars converts `optional`)
+                out[str(name)] = val
+            elif isinstance(val, str):
+                out[str(name)] = val
+            else:
+                shown = "nothing" if val is None else f'"{val}"'
+                raise UsageError(
+                    f"{name}: must be a string or {{valueFrom: ...}}, got {shown}",
+                    option=where,
+                    hint='quote an empty value: NAME: ""',
+                )
+        return out
     if kind == "dict[str,str]":
         if raw is None or raw == "":
             return {}
@@ -289,7 +310,7 @@ class Layers:
         self.values, self.origins = defaults()
 
     def apply(self, key: str, value: Any, origin: str, merge: bool = True) -> None:
-        if merge and VALUES[key][0] == "dict[str,str]":
+        if merge and VALUES[key][0] in ("dict[str,str]", "env"):
             merged = dict(self.values[key])
             merged.update(value)
             value = merged
@@ -331,7 +352,7 @@ class Layers:
         dotted = ".".join(parts)
         if dotted in VALUES:
             kind = VALUES[dotted][0]
-            if kind in ("argv", "list[str]", "list[dict]", "dict", "dict[str,str]") and value.strip().startswith(
+            if kind in ("argv", "list[str]", "list[dict]", "dict", "dict[str,str]", "env") and value.strip().startswith(
                 ("[", "{")
             ):
                 raw, typed = load_values_text(f"v: {value}", where)
@@ -344,8 +365,13 @@ class Layers:
         # dict[str,str] entry: env.FOO=bar, labels.team=ml, nodeSelector.pool=a100
         for n in range(len(parts) - 1, 0, -1):
             head = ".".join(parts[:n])
-            if head in VALUES and VALUES[head][0] == "dict[str,str]":
-                self.apply(head, {".".join(parts[n:]): value}, where)
+            if head in VALUES and VALUES[head][0] in ("dict[str,str]", "env"):
+                entry = ".".join(parts[n:])
+                if VALUES[head][0] == "env" and VALUE_FROM.match(value):  # env.HF_TOKEN={valueFrom: ...}
+                    raw, typed = load_values_text(f"v: {{{json.dumps(entry)}: {value}}}", where)
+                    self.apply(head, convert(head, raw["v"], typed["v"], where), where)
+                else:
+                    self.apply(head, {entry: value}, where)
                 return
         raise unknown_key(dotted, "--set")
 

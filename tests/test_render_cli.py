@@ -200,7 +200,7 @@ def test_bad_input_one_line_exit_2_nothing_on_stdout(args, message):
         ("nodes: 2\nnodes: 3\n", 'duplicate key "nodes"'),
         ("nccl:\n  debg: INFO\n", 'unknown key "nccl.debg" (did you mean "nccl.debug"?)'),
         ("nodes: 0\n", 'v.yaml: nodes: must be an integer between 1 and 100000, got "0"'),
-        ("env: [A, B]\n", "v.yaml: env: must be a mapping of strings"),
+        ("env: [A, B]\n", "v.yaml: env: must be a mapping of NAME: value (or NAME: {valueFrom: ...})"),
     ],
 )
 def test_bad_values_file(tmp_path, content, message):

@@ -214,15 +214,18 @@ def test_bad_values_file(tmp_path, content, message):
 def test_every_command_is_documented_in_the_readme():
     from tests.conftest import ROOT
 
+    import click
+
     readme = (ROOT / "README.md").read_text()
-    for command in (
-        "kgen render",
-        "kgen lint",
-        "kgen presets list",
-        "kgen presets show",
-        "kgen values",
-        "kgen --version",
-    ):
+
+    def walk(cmd, path):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield " ".join(path)
+
+    for command in [*walk(cli, ["kgen"]), "kgen --version"]:
         assert command in readme, command
     for preset in PRESETS:
         assert f"`{preset}`" in readme, preset

@@ -158,8 +158,10 @@ def status(name, namespace, context, kubeconfig, output_format, watch, no_logs, 
     sys.exit(status_exit(v.state, state_codes))
 
 
-def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: bool = False, timeout=None):
-    """Follow the pod and workload watches; print each new verdict line; return the final verdict."""
+def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: bool = False, timeout=None, until=None):
+    """Follow the pod and workload watches; print each new verdict line; return the final verdict.
+    Ends when the run ends, when it runs (``until_running``), after ``timeout`` seconds, or once the
+    threading.Event ``until`` is set (a caller that follows for its own reason)."""
     import queue
 
     from kgen.cluster import views
@@ -203,7 +205,7 @@ def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: 
                 ev = events_q.get(timeout=1.0)
             except queue.Empty:
                 ev = None
-            if deadline and time.monotonic() > deadline:
+            if (deadline and time.monotonic() > deadline) or (until is not None and until.is_set()):
                 break
             if ev is None or ev.get("type") == "ENDED":
                 continue

@@ -212,9 +212,9 @@ def test_bad_values_file(tmp_path, content, message):
 
 
 def test_every_command_is_documented_in_the_readme():
-    from tests.conftest import ROOT
-
     import click
+
+    from tests.conftest import ROOT
 
     readme = (ROOT / "README.md").read_text()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 
 import click
 import pytest
@@ -106,8 +107,21 @@ def test_status_watch_replays_the_stream(served):
     r, kc = served("statefulset-running")
     cluster = Cluster.connect(kubeconfig=kc)
     v, raw = gather(cluster, r.name)
+    # stop once both recorded streams have been read to their end (the event), with a generous hard bound
+    # (the machine may be busy): never a fixed 2 s that a starved thread might not fit into
+    replayed, ended = threading.Event(), set()
+    watch = cluster.watch
+
+    def counted(kind, **kw):
+        yield from watch(kind, **kw)
+        ended.add(kind)
+        if {"Pod", "StatefulSet"} <= ended:
+            replayed.set()
+
+    cluster.watch = counted
     with click.Context(cli):
-        final = watch_run(cluster, r.name, raw, "text", True, True, timeout=2.0)
+        final = watch_run(cluster, r.name, raw, "text", True, True, timeout=60.0, until=replayed)
+    assert replayed.is_set(), "the recorded watch streams were not replayed within 60 s"
     assert final.state == "running"
     watches = [p for _, p, _, _ in r.requests if "watch=true" in p]
     assert any("statefulsets" in p and "metadata.name%3Drec-sts-running" in p for p in watches), watches
@@ -454,15 +468,21 @@ def test_list(served):
 
 
 def test_logs_follow_stops_at_once_on_ctrl_c(tmp_path):
-    """`kgen logs -f` on a running run (streams open, 5 s between chunks): SIGINT ends it at once,
-    one line, exit 130, although every stream is still open."""
+    """`kgen logs -f` on a running run whose streams stay open (the replay server sends the next chunk only
+    after STREAM_PACE seconds): SIGINT ends it at once, one line, exit 130, although every stream is open.
+
+    What is checked is that kgen does not wait for a stream: a kgen that did would end only after
+    STREAM_PACE (10 minutes). The bound is a generous hard timeout far below that, not a tight wall-clock
+    figure: the machine may be busy with other test runs, and a process waiting for the CPU is not slow."""
     import os
+    import queue
     import signal
     import subprocess
     import sys
-    import time
+    import threading
 
-    with Replay("job-running", log_repeat=20, log_pace=5.0) as r:
+    stream_pace, bound = 600.0, 120.0
+    with Replay("job-running", log_repeat=20, log_pace=stream_pace) as r:
         kc = r.kubeconfig(tmp_path)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         proc = subprocess.Popen(
@@ -472,13 +492,16 @@ def test_logs_follow_stops_at_once_on_ctrl_c(tmp_path):
             text=True,
             env=env,
         )
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
         try:
-            first = proc.stdout.readline()
+            first = lines.get(timeout=bound)  # the streams are open: the first chunk is on screen
             assert first.startswith("["), first
             proc.send_signal(signal.SIGINT)
-            start = time.monotonic()
-            out, err = proc.communicate(timeout=10)
-            assert time.monotonic() - start < 5
+            try:
+                _, err = proc.communicate(timeout=bound)  # drains stdout too: kgen's last flush never blocks
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"kgen logs -f still running {bound:.0f} s after SIGINT") from None
             assert proc.returncode == 130
             assert err.strip().splitlines()[-1] == "kgen: error: aborted"
         finally:

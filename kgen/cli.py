@@ -497,8 +497,8 @@ def lint(
     Examples:
       kgen lint deploy/                 # every *.yaml / *.yml below deploy/
       kgen render --preset 4x8 | kgen lint -
-      kgen lint --strict --format junit -o report.xml manifests/   (CI)
-      kgen lint --format github deploy/ # annotations in a GitHub Actions run
+      kgen lint --strict -o junit --output-file report.xml manifests/   (CI)
+      kgen lint -o github deploy/       # annotations in a GitHub Actions run
       kgen lint --skip KG102,KG111 manifests/
     Rules: docs/lint.md. Per object: annotation kgen.dev/lint-skip: "KG102,KG111".
     Exit 0 clean, 1 on error findings (and warnings with --strict), 2 on usage errors or files

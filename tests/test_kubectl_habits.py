@@ -160,3 +160,33 @@ ask kgen st
     lines = done.stdout.splitlines()
     assert lines[0] == "complete -o nosort -F _kgen_completion kgen"
     assert lines[1:] == ["render", "--preset", "2node-test 4x1 4x8 64x8", "bash zsh fish", "status stop"]
+
+
+def _o_uses(text: str):
+    """(command, -o value, line) for every -o/--output/--format after `kgen CMD` in a text (help, README, docs);
+    a pipeline's or comment's later part is not that command's."""
+    import re
+
+    for line in text.splitlines():
+        for part in re.split(r"[|#;]|&&", line):
+            m = re.search(r"\bkgen ((?:presets )?[a-z]+)\b(.*)", part)
+            if m:
+                for value in re.findall(r"(?:^|\s)(?:-o|--output|--format)[ =](\S+)", m.group(2)):
+                    yield m.group(1), value.strip("`'\",)"), line.strip()
+
+
+def test_every_o_in_help_readme_and_docs_is_a_format_of_its_command():
+    from tests.conftest import ROOT
+
+    texts = [(ROOT / "README.md").read_text(), *(p.read_text() for p in (ROOT / "docs").glob("*.md"))]
+    for path, _param in commands_with_o():
+        texts.append(run(*path, "--help").stdout)
+    formats = {" ".join(path): param.metavar.split("|") for path, param in commands_with_o() if param.metavar}
+    seen = 0
+    for text in texts:
+        for command, value, line in _o_uses(text):
+            if command not in formats or value.startswith(("FORMAT", "text|", "yaml|", "[")):
+                continue
+            seen += 1
+            assert value in formats[command], f"-o {value} is not a format of kgen {command}: {line}"
+    assert seen >= 10

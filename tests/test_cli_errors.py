@@ -147,4 +147,4 @@ def test_entrypoint_o_writes_it_with_the_safe_writer(tmp_path):
 
 def test_entrypoint_is_documented_in_the_readme():
     readme = (ROOT / "README.md").read_text()
-    assert "kgen entrypoint -o" in readme and "kgen entrypoint --path" in readme
+    assert "kgen entrypoint --output-file" in readme and "kgen entrypoint --path" in readme

@@ -223,6 +223,15 @@ def _no_such_option(exc: click.NoSuchOption, cmd: str) -> str:
     if start is not None:
         import shlex  # only on this error path
 
+        from kgen.launchers import nested_launcher, problem
+
+        nested = nested_launcher(argv[start:])
+        if nested is not None:  # `kgen render torchrun --nproc-per-node 8 train.py`: both mistakes at once
+            fixed = "kgen render " + shlex.join([*argv[:start], "--", *nested.command])
+            carry = (
+                f" (its {nested.option}: kgen's --gpus, or --set nprocPerNode for a CPU job)" if nested.option else ""
+            )
+            return f"{head}; {problem(nested)}{carry}; use: {fixed}"
         fixed = "kgen render " + shlex.join([*argv[:start], "--", *argv[start:]])
         return f"{head}; put the training command after --: {fixed}"
     close = [p for p in exc.possibilities or () if p not in ("--help", "-h")]

@@ -317,3 +317,11 @@ def test_two_bare_metal_nodes_refuse_before_starting_torch(tmp_path):
     assert not (tmp_path / "ran").exists()
     with socket.socket() as s:  # node 0 never listened: the rendezvous and liveness ports are free
         s.bind(("127.0.0.1", port))
+
+
+def test_a_launcher_without_the_separator_gets_both_fixes_at_once():
+    line = one_line(run("render", "--nodes", "4", "torchrun", "--nproc-per-node", "8", "train.py", "--lr", "3"))
+    assert line == (
+        f"kgen: error: --nproc-per-node: not an option of kgen render; {NESTED} (its --nproc-per-node 8: "
+        "kgen's --gpus, or --set nprocPerNode for a CPU job); use: kgen render --nodes 4 -- train.py --lr 3"
+    )

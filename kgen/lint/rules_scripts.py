@@ -276,6 +276,15 @@ def _nested_message(outer: Launch, inner: Launch) -> str:
     fixed = " ".join(script) if script else "train.py"
     nproc = inner.flag("nproc_per_node")
     if outer.form == "kgen":
+        import shlex
+
+        from kgen.launchers import nested_launcher, problem  # the wording render and the entrypoint use (C5)
+
+        after = outer.words[outer.words.index("--") + 1 :] if "--" in outer.words else inner.words
+        nested = nested_launcher(after)
+        if nested is not None:
+            per_node = f" and NPROC_PER_NODE={nested.nproc}" if nested.nproc else ""
+            return f"{problem(nested)}; use `-- {shlex.join(nested.command)}`{per_node}"
         extra = f" and NPROC_PER_NODE={nproc}" if nproc else ""
         return (
             f"kgen's entrypoint runs torchrun itself, so `-- {' '.join(inner.words)}` nests {inner.form} inside it "

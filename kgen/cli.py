@@ -494,8 +494,23 @@ def render(
 )
 @output_file_option("Write the report to FILE (atomically) instead of stdout.")
 @click.option("--list-rules", is_flag=True, help="Print every rule id, severity and summary, then exit.")
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Also report how lint reads each training workload (launcher, pods, DNS, rank source) as info (KG137).",
+)
 def lint(
-    paths, filenames, kubernetes_version, skip, strict, output_format, engine, schema_location, output_file, list_rules
+    paths,
+    filenames,
+    kubernetes_version,
+    skip,
+    strict,
+    output_format,
+    engine,
+    schema_location,
+    output_file,
+    list_rules,
+    explain,
 ) -> None:
     """Check manifests offline: Kubernetes JSON schemas plus the rules schemas miss.
 
@@ -537,6 +552,7 @@ def lint(
         engine=engine,
         schema_location=schema_location,
         fail_on_warnings=strict,
+        explain=explain,
     )
     inputs = [*filenames, *paths]
     if not inputs and sys.stdin.isatty():

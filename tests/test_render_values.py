@@ -446,7 +446,7 @@ def test_dollar_parenthesis_lands_literally_instead_of_refusing():
 
 @pytest.mark.parametrize("kind", ["job", "statefulset", "jobset"])
 def test_host_ipc_renders_for_every_kind(kind):
-    """hostIPC: true is the host's /dev/shm: the shm rules of every kind accept it (KG110; KG156 for a JobSet)."""
+    """hostIPC: true is the host's /dev/shm: the shm rules of every kind accept it (KG110; KG156 before)."""
     res = run("render", "--preset", "4x8", "--kind", kind, "--set", "hostIPC=true")
     assert res.exit_code == 0, res.stderr
     mounts = re.findall(r"mountPath: (\S+)", res.stdout)

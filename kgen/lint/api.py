@@ -38,6 +38,7 @@ class LintOptions(NamedTuple):
     schema_location: str | None = None
     strict: bool = True  # strict schemas reject unknown fields
     fail_on_warnings: bool = False  # `kgen lint --strict`: warnings fail too (exit 1)
+    explain: bool = False  # `kgen lint --explain`: one info finding per training workload: how lint reads it
 
 
 class DocumentRef(NamedTuple):
@@ -78,7 +79,7 @@ class _Prepared:
 
     def __init__(self, opts: LintOptions):
         from kgen import schema
-        from kgen.lint.registry import Context, load_rules
+        from kgen.lint.registry import Context, expand_ids, load_rules
 
         self.opts = opts
         self.version = schema.normalize_version(opts.kubernetes_version)
@@ -87,11 +88,11 @@ class _Prepared:
         self.rules = load_rules()
         if isinstance(opts.skip, str):
             raise UsageError("skip must be a set of rule ids, not a string", option="--skip")
-        self.skip = frozenset(s.strip().upper() for s in opts.skip)
+        self.skip = expand_ids(frozenset(s.strip().upper() for s in opts.skip))
         unknown = sorted(s for s in self.skip if s not in self.rules)
         if unknown:
             raise UsageError(_unknown_ids(unknown, self.rules), option="--skip")
-        self.ctx = Context(self.version)
+        self.ctx = Context(self.version, opts.explain)
         self.schemas = schema.bundled(self.version, opts.strict)
         self.user = (
             schema.UserSchemas(opts.schema_location, self.version, opts.strict) if opts.schema_location else None
@@ -278,11 +279,18 @@ def _skips(doc: Document) -> frozenset:
     value = ann.get(SKIP_ANNOTATION) if isinstance(ann, dict) else None
     if not isinstance(value, str):
         return frozenset()
-    return frozenset(s.strip().upper() if s.strip().lower() != "all" else "all" for s in value.split(",") if s.strip())
+    from kgen.lint.registry import expand_ids
+
+    return expand_ids(
+        frozenset(s.strip().upper() if s.strip().lower() != "all" else "all" for s in value.split(",") if s.strip())
+    )
 
 
 def _lint_docs(docs: list[Document], texts: dict[str, str], p: _Prepared, result: LintResult) -> None:
     """Document rules per document; stream rules once over all documents (one context)."""
+    from kgen.lint.model import with_embedded
+
+    docs = with_embedded(docs)  # AppWrapper components are linted as objects of their own
     objects: list[Document] = []
     per_doc: dict[int, list[Finding]] = {}
     broken = {f.file for f in result.input_errors}

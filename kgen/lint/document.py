@@ -25,13 +25,23 @@ class Document:
         self.data = data
         self.findings: list[Finding] = []  # parse findings (duplicate keys)
         self.memo: dict = {}  # per-document caches for rules
+        self.prefix: tuple = ()  # an object embedded in another (AppWrapper component): its path there
 
     def __repr__(self) -> str:
         return f"Document({self.file!r}, {self.index}, {self.kind or '?'}/{self.name or '?'})"
 
     @property
     def line(self) -> int:
-        return 0 if self.node is None else self.node.start_mark.line + 1
+        if self.node is None:
+            return 0
+        return self.locate(())[0] if self.prefix else self.node.start_mark.line + 1
+
+    def child(self, path: tuple, data: object) -> Document:
+        """The object at ``path`` inside this one (an AppWrapper component ...) as a document of its own:
+        its findings' paths are shown from this document's root, their lines and columns exact."""
+        child = Document(self.file, self.index, self.node, data)
+        child.prefix = self.prefix + tuple(path)
+        return child
 
     @cached_property
     def kind(self) -> str:
@@ -64,7 +74,7 @@ class Document:
         ``path`` exists. Duplicate keys: the last wins, like the decoded value."""
         node = self.node
         mark = node.start_mark
-        for step in path:
+        for step in self.prefix + tuple(path):
             nxt = None
             if node.id == "mapping":
                 for k, v in node.value:
@@ -95,7 +105,8 @@ class Document:
 
     def finding(self, rule_id: str, severity: Severity, message: str, path: tuple = ()) -> Finding:
         line, col = self.locate(path)
-        return Finding(rule_id, severity, message, self.file, line, col, format_path(path), self.kind, self.name)
+        shown = format_path(self.prefix + tuple(path))
+        return Finding(rule_id, severity, message, self.file, line, col, shown, self.kind, self.name)
 
 
 _SIMPLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*$")

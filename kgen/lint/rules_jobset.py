@@ -22,8 +22,9 @@ from typing import Any
 from kgen import jobset as js
 from kgen.findings import Severity
 from kgen.lint import k8s
+from kgen.lint.kinds.jobset import SERVED
 from kgen.lint.registry import RULES, Context, rule
-from kgen.lint.torchcmd import find_launches, host_of
+from kgen.lint.torchcmd import find_launches
 
 E, W = Severity.ERROR, Severity.WARNING
 
@@ -69,6 +70,11 @@ NOT_MANAGED = {
     "ReplicaSet",
     "Namespace",
 }
+
+
+def _is_jobset(doc: Any) -> bool:
+    """A JobSet of the JobSet project's API group (a ``kind: JobSet`` of another group is not one)."""
+    return doc.api_version.split("/")[0] == "jobset.x-k8s.io"
 
 
 def _int(value: Any) -> int | None:
@@ -124,7 +130,8 @@ def _failure_rules(doc: Any) -> list[tuple[int, dict]]:
 @rule(
     "KG150",
     E,
-    "JobSet structure (written from the jobset.x-k8s.io/v1alpha2 API reference): known spec fields, "
+    "JobSet structure (written from the jobset.x-k8s.io v1alpha2 and v1 API references; other versions are "
+    "not served): known spec fields, "
     "replicatedJobs with unique names, a Job template and replicas >= 0, network and failurePolicy "
     "field types, failure policy actions, rule names, Job failure reasons and regular expressions, "
     "success/startup policy enums and replicatedJob references.",
@@ -132,9 +139,13 @@ def _failure_rules(doc: Any) -> list[tuple[int, dict]]:
     kinds=["JobSet"],
 )
 def jobset_structure(doc: Any, ctx: Context) -> Iterator:
-    group = doc.api_version.split("/")[0]
-    if group == "jobset.x-k8s.io" and doc.api_version != js.API_VERSION:
-        yield ("apiVersion",), f"apiVersion {doc.api_version!r}: kgen checks {js.API_VERSION} (the served version)"
+    if doc.api_version.split("/")[0] != "jobset.x-k8s.io":
+        return  # a JobSet of another API group is not this JobSet
+    if doc.api_version not in SERVED:
+        yield (
+            ("apiVersion",),
+            f"apiVersion {doc.api_version!r} is not served by the JobSet controller; use {' or '.join(SERVED)}",
+        )
     spec = doc.data.get("spec")
     if not isinstance(spec, dict):
         yield ("spec",), "spec must be a mapping with replicatedJobs"
@@ -324,6 +335,8 @@ def _targets(obj: dict, path: tuple, names: set) -> Iterator:
     kinds=["JobSet"],
 )
 def child_job_template(doc: Any, ctx: Context) -> Iterator:
+    if not _is_jobset(doc):
+        return
     from kgen import schema
     from kgen.lint.document import Document
 
@@ -368,6 +381,8 @@ def child_job_template(doc: Any, ctx: Context) -> Iterator:
     kinds=["JobSet"],
 )
 def jobset_names(doc: Any, ctx: Context) -> Iterator:
+    if not _is_jobset(doc):
+        return
     if not doc.name:
         return
     for i, rjob in _rjobs(doc):
@@ -429,178 +444,6 @@ def _total_pods(doc: Any) -> int | None:
 
 
 @rule(
-    "KG153",
-    E,
-    "A training JobSet's node count must agree: NNODES / --nnodes = the number of pods (replicas x "
-    "completions over all replicatedJobs), each child Job Indexed with parallelism = completions, and "
-    "NPROC_PER_NODE / --nproc-per-node = the GPUs per pod.",
-    "Make them equal (kgen render --kind jobset derives all of them from --nodes and --gpus).",
-    kinds=["JobSet"],
-)
-def jobset_counts(doc: Any, ctx: Context) -> Iterator:
-    from kgen.lint.rules_training import _env_path, _launch_path, _literal_env, _nnodes_values, _nproc_values
-
-    total = _total_pods(doc)
-    for i, rjob, _, _, launches in _training_rjobs(doc):
-        spec = _job_spec(rjob)
-        jpath = ("spec", "replicatedJobs", i, "template", "spec")
-        mode = spec.get("completionMode")
-        if mode is not None and mode != "Indexed":
-            yield (
-                jpath + ("completionMode",),
-                f"completionMode {mode!r}: training pods need Indexed (node ranks, hostnames)",
-            )
-        comp, par = _int(spec.get("completions")), _int(spec.get("parallelism"))
-        if comp is not None and (par if par is not None else 1) != comp:
-            yield jpath + ("parallelism",), f"parallelism {par} != completions {comp}; the world never forms"
-        for c, cpath, found in launches:
-            env = _literal_env(c)
-            gpus = k8s.gpu_limit(c)
-            for launch in found:
-                for low, high, where in _nnodes_values(launch, env):
-                    if total is not None and not low <= total <= high:
-                        path = _env_path(cpath, c, "NNODES") if where.startswith("NNODES") else _launch_path(cpath, c)
-                        yield (
-                            path,
-                            f"{where} but the JobSet has {total} pods; the world never completes. Make them equal",
-                        )
-                for value, where in _nproc_values(launch, env):
-                    if gpus and value != gpus:
-                        path = (
-                            _env_path(cpath, c, "NPROC_PER_NODE")
-                            if where.startswith("NPROC")
-                            else _launch_path(cpath, c)
-                        )
-                        yield path, f"{where} but the container has {gpus} GPUs; use {gpus}"
-
-
-@rule(
-    "KG154",
-    E,
-    "A multi-node training JobSet needs DNS hostnames (network.enableDNSHostnames not false), a pod "
-    "subdomain equal to network.subdomain (default: the JobSet name), and MASTER_ADDR / --master-addr / "
-    "--rdzv-endpoint naming pod 0: <jobset>-<replicatedJob>-0-0.<subdomain>.",
-    "Use JobSet's hostname scheme, e.g. MASTER_ADDR=<jobset>-node-0-0.<jobset>.",
-    kinds=["JobSet"],
-)
-def jobset_master(doc: Any, ctx: Context) -> Iterator:
-    total = _total_pods(doc)
-    if total is None or total <= 1 or not doc.name:
-        return
-    sub = _subdomain(doc)
-    rjobs = _rjobs(doc)
-    first = rjobs[0][1].get("name") if rjobs else None
-    want = js.pod_fqdn(doc.name, sub, 0, first) if isinstance(first, str) else f"{doc.name}-<replicatedJob>-0-0.{sub}"
-    trained = list(_training_rjobs(doc))
-    if trained and not _dns_enabled(doc):
-        yield (
-            ("spec", "network", "enableDNSHostnames"),
-            f"enableDNSHostnames is false, so the pods get no DNS names and {want} does not resolve; set it to true",
-        )
-    for _, _, ps, base, launches in trained:
-        pod_sub = ps.get("subdomain")
-        if pod_sub is not None and pod_sub != sub:
-            yield (
-                base + ("subdomain",),
-                f"subdomain {pod_sub!r} differs from the JobSet's subdomain {sub!r}; use {sub!r}",
-            )
-        for c, cpath, found in launches:
-            from kgen.lint.rules_training import _env_path, _launch_path, _literal_env
-
-            env = _literal_env(c)
-            checks = []
-            ma = env.get("MASTER_ADDR")
-            if isinstance(ma, str):
-                checks.append(("MASTER_ADDR", ma, _env_path(cpath, c, "MASTER_ADDR")))
-            for launch in found:
-                for key in ("master_addr", "rdzv_endpoint"):
-                    raw = launch.flag(key)
-                    if raw and not raw.startswith("$"):
-                        checks.append((f"--{key.replace('_', '-')}", host_of(raw), _launch_path(cpath, c)))
-            for what, value, path in checks:
-                if not value or "$" in value:
-                    continue
-                host = value.lower().rstrip(".")
-                if host == want or host.startswith(want + "."):
-                    continue
-                label = host.split(".")[0]
-                if label == sub:
-                    why = "names the Service, which resolves to any pod"
-                elif isinstance(first, str) and label == js.pod_hostname(doc.name, 0, first):
-                    why = f"has the wrong subdomain (JobSet's is {sub!r})"
-                else:
-                    why = "is not pod 0 of this JobSet"
-                yield path, f"{what}={value} {why}; use {want}"
-
-
-@rule(
-    "KG155",
-    W,
-    "JobSet's network.publishNotReadyAddresses should stay true (its default) for training: pods must "
-    "resolve each other before they are Ready.",
-    "Delete network.publishNotReadyAddresses or set it to true.",
-    kinds=["JobSet"],
-)
-def jobset_not_ready(doc: Any, ctx: Context) -> Iterator:
-    if k8s.get(_spec(doc), "network", "publishNotReadyAddresses") is False and any(_training_rjobs(doc)):
-        yield (
-            ("spec", "network", "publishNotReadyAddresses"),
-            "publishNotReadyAddresses: false: pod 0's name resolves only once it is Ready; delete it (default true)",
-        )
-
-
-@rule(
-    "KG156",
-    E,
-    "GPU training pods of a JobSet need a memory-backed /dev/shm (emptyDir medium: Memory, a hostPath /dev/shm, "
-    "or hostIPC: true), as KG110 for Jobs.",
-    "Mount an emptyDir {medium: Memory, sizeLimit: ...} at /dev/shm.",
-    kinds=["JobSet"],
-)
-def jobset_shm(doc: Any, ctx: Context) -> Iterator:
-    from kgen.lint.rules_training import shm_gaps
-
-    for _, _, ps, _, launches in _training_rjobs(doc):
-        for cpath in shm_gaps(ps, launches):
-            yield (
-                cpath,
-                "GPU container has no memory-backed /dev/shm; mount an emptyDir with medium: Memory at /dev/shm",
-            )
-
-
-@rule(
-    "KG157",
-    E,
-    "A multi-node training JobSet's child Jobs must fail as a whole on the first failed pod: "
-    "backoffLimit: 0 and restartPolicy: Never (JobSet defaults an empty restartPolicy to OnFailure), "
-    "so JobSet restarts the whole group instead of one pod that cannot rejoin the torch world.",
-    "Set backoffLimit: 0 and restartPolicy: Never in every replicatedJob template.",
-    kinds=["JobSet"],
-)
-def jobset_child_fail_stop(doc: Any, ctx: Context) -> Iterator:
-    total = _total_pods(doc)
-    if total is None or total <= 1:
-        return
-    for i, rjob, ps, base, _ in _training_rjobs(doc):
-        jspec = _job_spec(rjob)
-        jpath = ("spec", "replicatedJobs", i, "template", "spec")
-        bl = jspec.get("backoffLimit")
-        if bl != 0:
-            what = "not set (default 6)" if bl is None else f"{bl}"
-            yield (
-                jpath + (("backoffLimit",) if bl is not None else ()),
-                f"backoffLimit is {what}: a failed pod is replaced alone and cannot rejoin; set backoffLimit: 0",
-            )
-        rp = ps.get("restartPolicy")
-        if rp != "Never":
-            what = "not set (JobSet defaults it to OnFailure)" if rp is None else repr(rp)
-            yield (
-                base + (("restartPolicy",) if rp is not None else ()),
-                f"restartPolicy is {what}: a crashed rank restarts alone in place; set restartPolicy: Never",
-            )
-
-
-@rule(
     "KG158",
     W,
     "A training JobSet's failure policy should be wired to the failures: with no failurePolicy the first "
@@ -613,6 +456,8 @@ def jobset_child_fail_stop(doc: Any, ctx: Context) -> Iterator:
     kinds=["JobSet"],
 )
 def jobset_failure_wiring(doc: Any, ctx: Context) -> Iterator:
+    if not _is_jobset(doc):
+        return
     trained = list(_training_rjobs(doc))
     total = _total_pods(doc)
     if not trained or total is None or total <= 1:
@@ -689,15 +534,9 @@ def _annotations(obj: Any) -> dict:
 
 
 def _pod_templates(doc: Any) -> list[tuple[dict, tuple]]:
-    if doc.kind == "JobSet":
-        out = []
-        for i, rjob in _rjobs(doc):
-            tpl = k8s.get(rjob, "template", "spec", "template")
-            if isinstance(tpl, dict):
-                out.append((tpl, ("spec", "replicatedJobs", i, "template", "spec", "template")))
-        return out
-    found = k8s.pod_template(doc)
-    return [found] if found and found[1] else []
+    from kgen.lint import kinds
+
+    return [(t.template, t.path) for t in kinds.templates(doc) if t.path and t.containers is None]
 
 
 @rule(

@@ -15,17 +15,16 @@ from collections.abc import Iterator
 
 from kgen.findings import Severity
 from kgen.lint import k8s
+from kgen.lint.kinds.base import JOB_INDEX, LWS_INDEX, RANK_ENV, STS_INDEX, VOLCANO_INDEX
+from kgen.lint.model import TRAINING_KINDS, Workload, workloads
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import (
-    Workload,
     _env_path,
     _int,
     _launch_path,
-    _literal_env,
     _multi,
     _nproc_values,
     _where_path,
-    workloads,
 )
 from kgen.lint.torchcmd import Launch, resolve
 
@@ -47,7 +46,7 @@ def _flag(launch: Launch, env: dict, name: str) -> tuple[bool, str | None]:
 
 def _torchrun(w: Workload) -> Iterator[tuple[dict, tuple, Launch, dict]]:
     for c, cpath, launches in w.launches:
-        env = _literal_env(c)
+        env = w.env(c)
         for launch in launches:
             if launch.form == "torchrun":
                 yield c, cpath, launch, env
@@ -78,20 +77,25 @@ def _elastic(w: Workload) -> bool:
     "KG117",
     W,
     "A multi-node training Job retries one pod alone (restartPolicy: OnFailure, or backoffLimit > 0 / the "
-    "default 6 / backoffLimitPerIndex without a podFailurePolicy): the replacement cannot rejoin the world "
+    "default 6 / backoffLimitPerIndex without a podFailurePolicy; a JobSet's child Jobs need backoffLimit: 0 "
+    "and restartPolicy: Never, which JobSet defaults to OnFailure): the replacement cannot rejoin the world "
     "the others formed, and the retries run out at a rate that depends on the node count.",
     "Set restartPolicy: Never and backoffLimit: 0, or a podFailurePolicy (FailJob on real errors, Ignore on "
     "disruptions), or restart the whole group (kgen's entrypoint, JobSet).",
-    kinds=["Job"],
+    kinds=["Job", "JobSet"],
     scope="stream",
 )
 def failure_retries_one_pod(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        if w.doc.kind != "Job" or not _multi(w) or not any(True for _ in _torchrun(w)):
-            continue  # kgen's entrypoint fail-stops every pod, so the Job re-forms the whole group
-        if _elastic(w):
+        job = w.tpl.job
+        if job is None or not _multi(w) or _elastic(w):
             continue
-        spec = k8s.get(w.doc.data, "spec") or {}
+        if w.facts.group_restart:
+            yield from _child_fails_whole(w, job)
+            continue
+        if not any(True for _ in _torchrun(w)):
+            continue  # kgen's entrypoint fail-stops every pod, so the Job re-forms the whole group
+        jpath = w.tpl.job_path
         if w.spec.get("restartPolicy") == "OnFailure":
             yield (
                 w.doc,
@@ -100,14 +104,14 @@ def failure_retries_one_pod(docs: list, ctx: Context) -> Iterator:
                 "world the other nodes formed; use restartPolicy: Never with backoffLimit: 0 or a podFailurePolicy",
             )
             continue
-        if "podFailurePolicy" in spec:
+        if "podFailurePolicy" in job:
             continue
-        per_index = _int(spec.get("backoffLimitPerIndex"))
-        limit = spec.get("backoffLimit")
+        per_index = _int(job.get("backoffLimitPerIndex"))
+        limit = job.get("backoffLimit")
         if per_index:
             yield (
                 w.doc,
-                ("spec", "backoffLimitPerIndex"),
+                jpath + ("backoffLimitPerIndex",),
                 f"backoffLimitPerIndex: {per_index} retries one index alone; its new pod cannot rejoin the running "
                 "world. Use backoffLimit: 0 or a podFailurePolicy, or restart the whole group",
             )
@@ -115,10 +119,33 @@ def failure_retries_one_pod(docs: list, ctx: Context) -> Iterator:
             shown = f"backoffLimit: {limit}" if limit is not None else "the default backoffLimit (6)"
             yield (
                 w.doc,
-                ("spec", "backoffLimit") if limit is not None else ("spec",),
+                jpath + ("backoffLimit",) if limit is not None else jpath,
                 f"{shown} without a podFailurePolicy replaces a failed pod alone; it cannot rejoin the world the "
                 "other nodes formed. Set backoffLimit: 0 or add a podFailurePolicy",
             )
+
+
+def _child_fails_whole(w: Workload, job: dict) -> Iterator:
+    """A JobSet restarts the whole group when a child Job fails: the child Job must fail at its first
+    failed pod (backoffLimit: 0, restartPolicy: Never; JobSet defaults an empty restartPolicy to
+    OnFailure), or one pod is replaced alone and cannot rejoin the torch world."""
+    bl = job.get("backoffLimit")
+    if bl != 0:
+        what = "not set (default 6)" if bl is None else f"{bl}"
+        yield (
+            w.doc,
+            w.tpl.job_path + (("backoffLimit",) if bl is not None else ()),
+            f"backoffLimit is {what}: a failed pod is replaced alone and cannot rejoin; set backoffLimit: 0 so the "
+            f"{w.kind} restarts the whole group",
+        )
+    rp = w.spec.get("restartPolicy")
+    if rp != "Never":
+        what = f"not set ({w.kind} defaults it to OnFailure)" if rp is None else repr(rp)
+        yield (
+            w.doc,
+            w.tpl.restart_path,
+            f"restartPolicy is {what}: a crashed rank restarts alone in place; set restartPolicy: Never",
+        )
 
 
 # --- QoS ---------------------------------------------------------------------------------------------
@@ -132,11 +159,13 @@ _QOS_RESOURCES = ("cpu", "memory")
     "A training pod with no cpu or memory request or limit in any container is BestEffort: the first to be "
     "evicted or OOM-killed under node pressure (nvidia.com/gpu does not count for QoS).",
     "Set resources.requests.cpu and .memory on the trainer (limits.memory too, or requests = limits for Guaranteed).",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def best_effort_training_pod(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
+        if w.tpl.partial or w.facts.resources_elsewhere:
+            continue  # a TrainJob's trainer (its runtime may give the pod resources) or a runtime (its TrainJobs do)
         has_qos = False
         for c, _ in k8s.containers(w.spec, w.base):
             res = c.get("resources")
@@ -145,10 +174,10 @@ def best_effort_training_pod(docs: list, ctx: Context) -> Iterator:
                 if isinstance(values, dict) and any(r in values for r in _QOS_RESOURCES):
                     has_qos = True
         if not has_qos:
-            _, cpath, _ = w.launches[0]
+            c0, cpath, _, _ = w.containers[0]
             yield (
                 w.doc,
-                cpath + ("resources",) if "resources" in w.launches[0][0] else cpath,
+                cpath + ("resources",) if "resources" in c0 else cpath,
                 "no container requests cpu or memory, so the pod is BestEffort (GPUs do not count): first to be "
                 "evicted or OOM-killed; set resources.requests.cpu and .memory",
             )
@@ -165,7 +194,7 @@ def best_effort_training_pod(docs: list, ctx: Context) -> Iterator:
     "per-pod --node-rank (default 0), for c10d an --rdzv-endpoint.",
     "Launch with --nnodes=N and either --master-addr=<name>-0.<service> --node-rank=$(NODE_RANK) or "
     "--rdzv-backend=c10d --rdzv-endpoint=<name>-0.<service>:29400.",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def launcher_mode(docs: list, ctx: Context) -> Iterator:
@@ -259,32 +288,30 @@ def _rank_sources(c: dict, cpath: tuple) -> Iterator[tuple[tuple, str]]:
     "Kubernetes 1.28; elsewhere they are empty. A --node-rank from the pod's name or IP is not a number.",
     "Use the source of the workload's kind: Job metadata.annotations['batch.kubernetes.io/job-completion-index'], "
     "StatefulSet metadata.labels['apps.kubernetes.io/pod-index'] (1.28+) or the HOSTNAME ordinal.",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def node_rank_source(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        is_job = w.doc.kind == "Job"
-        for c, cpath, launches in w.launches:
-            if all(launch.form == "kgen" for launch in launches):
+        sources = w.tpl.rank_sources
+        for c, cpath, scripted, _why in w.containers:
+            launches = [launch for launch in scripted.launches if launch.training]
+            if launches and all(launch.form == "kgen" for launch in launches):
                 continue  # kgen's entrypoint skips an empty rank source and falls back to the HOSTNAME ordinal
             yield from _rank_not_a_number(w, c, cpath, launches)
             for path, text in _rank_sources(c, cpath):
                 fieldref = path[-1] == "fieldPath"
-                if not is_job and (_JOB_ENV.search(text) or (fieldref and any(k in text for k in _JOB_INDEX))):
+                job_ref = _JOB_ENV.search(text) or (fieldref and any(k in text for k in _JOB_INDEX))
+                sts_ref = fieldref and any(k in text for k in _STS_INDEX)
+                if job_ref and JOB_INDEX not in sources:
                     yield (
                         w.doc,
                         path,
-                        "a StatefulSet's pods have no completion index (JOB_COMPLETION_INDEX is an Indexed Job's); "
-                        "use metadata.labels['apps.kubernetes.io/pod-index'] or the HOSTNAME ordinal",
+                        f"a {w.kind}'s pods have no completion index (JOB_COMPLETION_INDEX is an Indexed Job's); "
+                        + _rank_hint(sources),
                     )
-                elif is_job and fieldref and any(k in text for k in _STS_INDEX):
-                    yield (
-                        w.doc,
-                        path,
-                        f"{text} is a StatefulSet pod's; a Job's pods carry "
-                        "metadata.annotations['batch.kubernetes.io/job-completion-index']",
-                    )
+                elif sts_ref and STS_INDEX not in sources:
+                    yield (w.doc, path, f"{text} is a StatefulSet pod's; " + _rank_hint(sources))
                 elif fieldref and ctx.minor < 28 and text.startswith("metadata.labels[") and "-index" in text:
                     yield (
                         w.doc,
@@ -293,6 +320,20 @@ def node_rank_source(docs: list, ctx: Context) -> Iterator:
                         "Use metadata.annotations['batch.kubernetes.io/job-completion-index'] (Job) or the "
                         "HOSTNAME ordinal (StatefulSet)",
                     )
+
+
+def _rank_hint(sources: frozenset) -> str:
+    if JOB_INDEX in sources:
+        return "a Job's pods carry metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    if STS_INDEX in sources:
+        return "use metadata.labels['apps.kubernetes.io/pod-index'] or the HOSTNAME ordinal"
+    if VOLCANO_INDEX in sources:
+        return "use VC_TASK_INDEX (the env plugin) or metadata.annotations['volcano.sh/task-index']"
+    if LWS_INDEX in sources:
+        return "use LWS_WORKER_INDEX"
+    if RANK_ENV in sources:
+        return "the operator sets RANK / PET_NODE_RANK"
+    return "use the pod's index of its own kind"
 
 
 def _rank_not_a_number(w: Workload, c: dict, cpath: tuple, launches: list) -> Iterator:
@@ -329,13 +370,13 @@ def _rank_not_a_number(w: Workload, c: dict, cpath: tuple, launches: list) -> It
     "pod's GPUs.",
     "Write the number once (kgen render derives all of them from --gpus); delete CUDA_VISIBLE_DEVICES (the "
     "device plugin sets the visible GPUs).",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def nproc_written_twice(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         for c, cpath, launches in w.launches:
-            env = _literal_env(c)
+            env = w.env(c)
             gpus = k8s.gpu_limit(c)
             nprocs: list[tuple[int, str, Launch]] = [
                 (v, where, la) for la in launches for v, where in _nproc_values(la, env)
@@ -396,7 +437,7 @@ def _targets_gpu_nodes(spec: dict) -> str | None:
     "limit fails at start (no CUDA device), and a pod sent to GPU nodes (GPU toleration, node selector or "
     "affinity) without a GPU limit gets no GPU from the device plugin.",
     "Set resources.limits.nvidia.com/gpu to the GPUs per node (and --nproc-per-node to the same number).",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def gpu_pod_without_gpus(docs: list, ctx: Context) -> Iterator:
@@ -432,7 +473,7 @@ def gpu_pod_without_gpus(docs: list, ctx: Context) -> Iterator:
     "default ClusterFirst it falls back to the node's resolver and pod names such as <name>-0.<service> do "
     "not resolve.",
     "Set dnsPolicy: ClusterFirstWithHostNet (or drop hostNetwork).",
-    kinds=["Job", "StatefulSet"],
+    kinds=TRAINING_KINDS,
     scope="stream",
 )
 def host_network_dns(docs: list, ctx: Context) -> Iterator:

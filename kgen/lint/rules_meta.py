@@ -176,13 +176,10 @@ def label_sets(doc: Any) -> Iterator[tuple[Any, tuple, str]]:
             yield sel, ("spec", "selector"), "selector"
         elif isinstance(sel, dict):
             yield sel.get("matchLabels"), ("spec", "selector", "matchLabels"), "selector"
-    found = k8s.pod_template(doc)
-    if found and doc.kind != "Pod":
-        tpl, base = found
-        yield k8s.get(tpl, "metadata", "labels"), base + ("metadata", "labels"), "label"
-    ps = k8s.pod_spec(doc)
-    if ps:
-        spec, base = ps
+    for tpl, base in k8s.pod_templates(doc):
+        if base:
+            yield k8s.get(tpl, "metadata", "labels"), base + ("metadata", "labels"), "label"
+    for spec, base in k8s.pod_specs(doc):
         yield spec.get("nodeSelector"), base + ("nodeSelector",), "nodeSelector"
 
 

@@ -28,9 +28,8 @@ _MEDIUMS = re.compile(r"^(|Memory|HugePages|HugePages-.+)$")
 
 
 def _pod(doc: Any) -> Iterator[tuple[dict, tuple]]:
-    ps = k8s.pod_spec(doc)
-    if ps:
-        yield ps
+    """Every pod spec of the object: one per pod template, for every kind (JobSet, PyTorchJob ...)."""
+    yield from k8s.pod_specs(doc)
 
 
 @rule(
@@ -480,12 +479,15 @@ def secret_in_env(doc: Any, ctx: Context) -> Iterator:
     "Pin a tag or a digest (image: repo/train:1.4 or repo/train@sha256:...).",
 )
 def image_tag(doc: Any, ctx: Context) -> Iterator:
-    for spec, base in _pod(doc):
-        for c, path in k8s.containers(spec, base):
-            image = c.get("image")
-            if not isinstance(image, str) or not image or "@" in image:
-                continue
-            last = image.rsplit("/", 1)[-1]
-            tag = last.split(":", 1)[1] if ":" in last else ""
-            if tag in ("", "latest"):
-                yield path + ("image",), f"image {image!r} is not pinned; use a version tag or a digest"
+    from kgen.lint import kinds
+
+    containers = [cp for spec, base in _pod(doc) for cp in k8s.containers(spec, base)]
+    containers += [cp for t in kinds.templates(doc) if t.containers is not None for cp in t.containers]  # TrainJob
+    for c, path in containers:
+        image = c.get("image")
+        if not isinstance(image, str) or not image or "@" in image:
+            continue
+        last = image.rsplit("/", 1)[-1]
+        tag = last.split(":", 1)[1] if ":" in last else ""
+        if tag in ("", "latest"):
+            yield path + ("image",), f"image {image!r} is not pinned; use a version tag or a digest"

@@ -74,8 +74,7 @@ def port_numbers(doc: Any, ctx: Context) -> Iterator:
     groups = []
     if doc.kind == "Service":
         groups.append((_ports(doc), ("spec", "ports"), "port"))
-    ps = k8s.pod_spec(doc)
-    if ps:
+    for ps in k8s.pod_specs(doc):
         for c, base in k8s.containers(*ps):
             if isinstance(c.get("ports"), list):
                 groups.append((c["ports"], base + ("ports",), "containerPort"))

@@ -1,54 +1,132 @@
-"""Find torchrun launches in container commands and read their flags.
+"""How a container launches training: the launch model every training rule reads.
 
-Recognised forms: ``torchrun ...``, ``python -m torch.distributed.run ...`` (and ``.launch``),
-the same inside ``bash -c`` / ``sh -c`` scripts (with ``\\`` continuations, ``&&``, ``;``), and
-kgen's own entrypoint (``python3 /opt/kgen/kgen_entrypoint.py``), which reads NNODES and
-NPROC_PER_NODE from the environment and runs torchrun itself.
+A container's ``command`` + ``args`` is read the way the kubelet and the shell run it:
+
+- wrappers are looked through: ``exec``, ``env A=1``, ``nohup``, ``time``, ``stdbuf``, ``timeout``,
+  ``nice``, ``numactl``, ``tini --``, ``dumb-init --``;
+- shells (``sh``, ``bash``, ``dash``, ``zsh``, ``ash``, ``ksh``) with any option cluster
+  (``-c``, ``-xc``, ``-lc``, ``-ec``, ``-cxue``, ``-o pipefail -c``, ``-l -c``, ``--login``): the
+  ``-c`` script is parsed (``kgen.lint.shell``), ``$0``, ``$1`` ... and ``"$@"`` come from the
+  arguments after it, so a prologue ending in ``exec "$@"`` launches whatever ``args`` holds; every
+  simple command of the script is read again (a nested ``bash -c "..."``, ``exec torchrun ...``);
+- launchers: ``torchrun``, ``python[3] -m torch.distributed.run|launch``, ``deepspeed``,
+  ``accelerate launch`` (their node count, rank, master and processes flags mapped onto torchrun's
+  names: ``--num_machines`` is ``nnodes``, ``--machine_rank`` ``node_rank``, ``--main_process_ip``
+  ``master_addr`` ...), kgen's entrypoint (``kgen_entrypoint.py -- CMD``), and a plain
+  ``python[3] script.py`` (form ``python``: training when the pod's environment says so, env://);
+- a launcher that runs another launcher (kgen's entrypoint ``-- torchrun ...``, ``torchrun
+  --no-python torchrun ...``, ``torchrun -m torch.distributed.run``) is recorded as ``nested``;
+- for each launcher inside a script, what the script does with its exit status (``|| echo
+  failed``, ``; exit 0``, ``| tee log`` without ``pipefail`` ...) is recorded as ``swallowed``.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Any
 
-_SHELLS = {"bash", "sh", "zsh", "dash", "ash"}
-_BOOL_FLAGS = {
+from kgen.lint import shell
+
+_SHELLS = {"bash", "sh", "zsh", "dash", "ash", "ksh", "mksh"}
+TRAINING_FORMS = ("torchrun", "deepspeed", "accelerate", "kgen")
+_TORCHRUN_BOOL = {
     "standalone",
     "no_python",
-    "no-python",
     "run_path",
-    "run-path",
     "module",
     "m",
     "use_env",
-    "use-env",
-    "redirects_all",
-    "virtual-local-rank",
     "virtual_local_rank",
 }
-_SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", ";;"}
+_DEEPSPEED_BOOL = {
+    "no_ssh",
+    "no_ssh_check",
+    "force_multi",
+    "no_local_rank",
+    "no_python",
+    "module",
+    "save_pid",
+    "enable_each_rank_log",
+    "bind_cores_to_rank",
+    "elastic_training",
+}
+_ACCELERATE_BOOL = {
+    "multi_gpu",
+    "cpu",
+    "tpu",
+    "use_deepspeed",
+    "use_fsdp",
+    "use_megatron_lm",
+    "use_xpu",
+    "quiet",
+    "q",
+    "debug",
+    "module",
+    "m",
+    "no_python",
+    "same_network",
+    "enable_cpu_affinity",
+}
+_DEEPSPEED_MAP = {"num_nodes": "nnodes", "num_gpus": "nproc_per_node", "num_procs": "nproc_per_node"}
+_ACCELERATE_MAP = {
+    "num_machines": "nnodes",
+    "machine_rank": "node_rank",
+    "main_process_ip": "master_addr",
+    "main_process_port": "master_port",
+    "num_processes": "world_processes",
+}
+_LAUNCHER_MODULES = {
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torchrun",
+    "deepspeed.launcher.runner": "deepspeed",
+    "deepspeed": "deepspeed",
+    "accelerate.commands.launch": "accelerate",
+}
+_PY_VALUE_OPTS = {"-W", "-X", "-Q"}
 _VAR = re.compile(r"^\$(?:\{(\w+)\}|\((\w+)\)|(\w+))$")
-_SLEEP = re.compile(r"^[ \t]*(sleep[ \t]+[^;&|#\n]+)", re.M)
-_HOLD = "KgenSubst"  # placeholder for a $(...) / ${...} while a script line is split into words
-_HELD = re.compile(_HOLD + r"(\d+)" + _HOLD)
-_PREFIX_WORDS = {"exec", "nohup", "time", "env", "stdbuf"}
+_MAX_DEPTH = 8
 
 
 class Launch:
-    """One torchrun (or kgen entrypoint) launch found in a container's command."""
+    """One launcher found in a container's command."""
 
-    __slots__ = ("form", "flags", "exports", "sleeps", "where", "flag_where", "script", "opaque")
+    __slots__ = (
+        "form",
+        "flags",
+        "exports",
+        "sleeps",
+        "where",
+        "flag_where",
+        "script",
+        "opaque",
+        "child",
+        "nested",
+        "swallowed",
+        "words",
+        "shell_words",
+        "config_file",
+        "spelled",
+    )
 
     def __init__(self, form: str, flags: dict[str, str | None] | None = None) -> None:
-        self.form = form  # torchrun | kgen
-        self.flags: dict[str, str | None] = flags if flags is not None else {}  # nnodes, nproc_per_node, ...
+        self.form = form  # torchrun | deepspeed | accelerate | kgen | python
+        self.flags: dict[str, str | None] = flags if flags is not None else {}  # torchrun's names: nnodes, ...
         self.exports: list[str] = []  # variables assigned/exported in the same script
-        self.sleeps: list[str] = []  # sleep commands before/around the launch
+        self.sleeps: list[str] = []  # sleep commands of the script
         self.where: tuple = ()  # ("command"|"args", index) of the launcher (or of the shell script)
         self.flag_where: dict[str, tuple] = {}  # flag -> ("command"|"args", index) of the item holding it
-        self.script = False  # found inside a `sh -c` script
-        self.opaque = False  # some flags come from an expansion ($ARGS, "$@"): absent flags are unknown
+        self.script = False  # found inside a shell script
+        self.opaque = False  # some flags come from an expansion ($ARGS, "$@") or a config file
+        self.child: list[str] = []  # what the launcher runs: the training script and its arguments
+        self.nested: Launch | None = None  # a launcher this launcher runs (never right)
+        self.swallowed: str | None = None  # how the script loses the launcher's exit status
+        self.words: list[str] = []  # the launcher's own words, as written (after quote removal)
+        self.shell_words: dict[str, list[str]] = {}  # flag -> the shell source of its value (for $RANDOM ...)
+        self.config_file = False  # accelerate --config_file / deepspeed config: flags may live there
+        self.spelled: dict[str, str] = {}  # flag -> how the command line wrote it ("--main_process_ip")
+
+    def __repr__(self) -> str:
+        return f"Launch({self.form!r}, {self.flags!r})"
 
     def at(self, flag: str | None = None) -> tuple:
         """Where in the container a flag (or the launch itself) is written: ("args", 3), ..."""
@@ -59,194 +137,590 @@ class Launch:
     def flag(self, name: str) -> str | None:
         return self.flags.get(name)
 
+    def spelling(self, name: str) -> str:
+        """The flag as written on the command line (``--main_process_ip`` for accelerate's master)."""
+        return self.spelled.get(name, "--" + name.replace("_", "-"))
+
+    def master_flags(self) -> list[tuple[str, str]]:
+        """(key, value) of the flags that name the master (pod 0): --master-addr, and --rdzv-endpoint
+        unless the rendezvous is etcd (then it names the etcd server)."""
+        out = []
+        for key in ("master_addr", "rdzv_endpoint"):
+            raw = self.flags.get(key)
+            if raw and not (key == "rdzv_endpoint" and (self.flags.get("rdzv_backend") or "").startswith("etcd")):
+                out.append((key, raw))
+        return out
+
     def has(self, name: str) -> bool:
         return name in self.flags
+
+    @property
+    def training(self) -> bool:
+        return self.form in TRAINING_FORMS
+
+
+class Scripted:
+    """What reading one container's command found, besides its launches."""
+
+    __slots__ = ("launches", "errors", "commands", "no_command", "scripts")
+
+    def __init__(self) -> None:
+        self.launches: list[Launch] = []
+        self.errors: list[tuple[tuple, str]] = []  # (where, shell syntax error)
+        self.commands: list[tuple[list[str], tuple]] = []  # every simple command run (argv, where)
+        self.no_command = False  # the image's ENTRYPOINT/CMD runs: unknown launcher
+        self.scripts: list[tuple[shell.Script, tuple]] = []  # parsed shell scripts and where they are
 
 
 def _norm(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-def _shield(line: str) -> tuple[str, list[str]]:
-    """``line`` with every ``$(...)``, ``$((...))`` and ``${...}`` (balanced, quotes ignored) replaced by a
-    placeholder word, and the replaced texts: Kubernetes ``$(VAR)`` references and shell substitutions
-    are parts of a word, not the ``(``/``)`` operators that end a command."""
-    out: list[str] = []
-    saved: list[str] = []
-    i = 0
-    n = len(line)
-    while i < n:
-        if line[i] == "$" and i + 1 < n and line[i + 1] in "({":
-            opener = line[i + 1]
-            closer = ")" if opener == "(" else "}"
-            depth = 0
-            j = i + 1
-            while j < n:
-                if line[j] == opener:
-                    depth += 1
-                elif line[j] == closer:
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
-            if j < n:
-                out.append(f"{_HOLD}{len(saved)}{_HOLD}")
-                saved.append(line[i : j + 1])
-                i = j + 1
-                continue
-        out.append(line[i])
-        i += 1
-    return "".join(out), saved
+def _base(word: str) -> str:
+    return word.rsplit("/", 1)[-1]
 
 
-def _unshield(token: str, saved: list[str]) -> str:
-    if _HOLD not in token:
-        return token
-    return _HELD.sub(lambda m: saved[int(m.group(1))], token)
+# --- reading a container ------------------------------------------------------------------------
 
 
-def _commands(script: str) -> list[list[str]]:
-    """Simple commands of a shell script, as token lists (best effort, never raises)."""
-    text = script.replace("\\\r\n", " ").replace("\\\n", " ")
-    out: list[list[str]] = []
-    for line in text.splitlines():
-        shielded, saved = _shield(line)
-        try:
-            lex = shlex.shlex(shielded, posix=True, punctuation_chars=";&|()")
-            lex.whitespace_split = True
-            lex.commenters = "#"
-            tokens = [_unshield(t, saved) for t in lex]
-        except ValueError:
-            tokens = [_unshield(t, saved) for t in shielded.split()]
-        cur: list[str] = []
-        for tok in tokens:
-            if tok in _SEPARATORS or set(tok) <= set(";&|()"):
-                if cur:
-                    out.append(cur)
-                cur = []
-            else:
-                cur.append(tok)
-        if cur:
-            out.append(cur)
-    return out
-
-
-def _launch_start(tokens: list[str]) -> tuple[str, int] | None:
-    """('torchrun'|'kgen', index of the first flag) if ``tokens`` launches torchrun."""
-    i = 0
-    while i < len(tokens) and (tokens[i] in _PREFIX_WORDS or re.match(r"^\w+=", tokens[i])):
-        i += 1
-    if i >= len(tokens):
-        return None
-    base = tokens[i].rsplit("/", 1)[-1]
-    if base == "torchrun":
-        return "torchrun", i + 1
-    if base.startswith("python"):
-        rest = tokens[i + 1 :]
-        for j, tok in enumerate(rest):
-            if (
-                tok == "-m"
-                and j + 1 < len(rest)
-                and rest[j + 1] in ("torch.distributed.run", "torch.distributed.launch")
-            ):
-                return "torchrun", i + 1 + j + 2
-            if tok.endswith("kgen_entrypoint.py"):
-                return "kgen", i + 1 + j + 1
-            if not tok.startswith("-"):
-                break
-    if base.endswith("kgen_entrypoint.py"):
-        return "kgen", i + 1
-    return None
-
-
-def _parse_flags(
-    tokens: list[str], where: list[tuple] | None = None
-) -> tuple[dict[str, str | None], dict[str, tuple], bool]:
-    """torchrun's flags up to the script; with ``where`` (the source of each token) also where each
-    flag is written; and whether an expansion such as $ARGS may hold more flags."""
-    flags: dict[str, str | None] = {}
-    at: dict[str, tuple] = {}
-    opaque = False
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok.startswith("$"):
-            opaque = True  # torchrun $DISTRIBUTED_ARGS train.py
-            i += 1
-            continue
-        if tok == "--" or not tok.startswith("-") or tok == "-":
-            break
-        if "=" in tok:
-            name, value = tok.split("=", 1)
-            key = _norm(name)
-            flags[key] = value
-        elif _norm(tok) in _BOOL_FLAGS:
-            key = _norm(tok)
-            flags[key] = None
-        else:
-            key = _norm(tok)
-            flags[key] = tokens[i + 1] if i + 1 < len(tokens) else None
-            i += 1
-        if where is not None:
-            at[key] = where[i if "=" in tok or key in _BOOL_FLAGS else i - 1]
-        i += 1
-    return flags, at, opaque
-
-
-def find_launches(container: dict) -> list[Launch]:
+def read_container(container: dict) -> Scripted:
+    """Every launch, command and shell error of one container (memoized on the container dict's id
+    by the caller)."""
+    out = Scripted()
     argv: list[str] = []
-    src: list[tuple] = []  # ("command"|"args", index) of each argv item
+    src: list[tuple] = []
     for key in ("command", "args"):
         part = container.get(key)
         if isinstance(part, list):
             for i, x in enumerate(part):
-                if isinstance(x, (str, int, float)):
+                if isinstance(x, (str, int, float)) and not isinstance(x, bool):
                     argv.append(str(x))
                     src.append((key, i))
+    if not isinstance(container.get("command"), list) or not container.get("command"):
+        out.no_command = True  # the image's ENTRYPOINT runs (args, if any, are its arguments)
     if not argv:
-        return []
-    scripts: list[tuple[list[list[str]], str]] = []
-    script_at: tuple = ()
-    if argv[0].rsplit("/", 1)[-1] in _SHELLS and "-c" in argv[1:]:
-        idx = argv.index("-c", 1)
-        if idx + 1 < len(argv):
-            scripts.append((_commands(argv[idx + 1]), argv[idx + 1]))
-            script_at = src[idx + 1]
-    else:
-        scripts.append(([argv], ""))
-    launches: list[Launch] = []
-    for commands, raw in scripts:
+        return out
+    _Reader(out).run(argv, src, depth=0, in_script=None)
+    return out
+
+
+def find_launches(container: dict) -> list[Launch]:
+    """The training launchers of a container's command (torchrun, deepspeed, accelerate, kgen's
+    entrypoint); ``read_container`` also has plain ``python script.py`` runs."""
+    return [launch for launch in read_container(container).launches if launch.training]
+
+
+class _Reader:
+    def __init__(self, out: Scripted) -> None:
+        self.out = out
+
+    def run(self, argv: list[str], src: list[tuple], depth: int, in_script: tuple | None) -> Launch | None:
+        """Read one command (already split into words); returns the launch it is, if any."""
+        if depth > _MAX_DEPTH or not argv:
+            return None
+        i = _skip_wrappers(argv)
+        argv, src = argv[i:], src[i:]
+        if not argv:
+            return None
+        self.out.commands.append((argv, src[0] if src else ()))
+        head = _base(argv[0])
+        if head in _SHELLS:
+            return self.shell(argv, src, depth, in_script)
+        launch = _launcher(argv, src, in_script)
+        if launch is None:
+            return None
+        if launch.child and launch.form != "python":
+            inner = _Reader(Scripted())
+            child_src = src[len(argv) - len(launch.child) :]
+            found = inner.run(launch.child, child_src, depth + 1, in_script)
+            if found is not None and found.training:
+                launch.nested = found
+        self.out.launches.append(launch)
+        return launch
+
+    def shell(self, argv: list[str], src: list[tuple], depth: int, in_script: tuple | None) -> Launch | None:
+        opts = _shell_options(argv)
+        if opts is None:
+            return None  # a script file or stdin: its text is not in the manifest
+        script_text, script_index, errexit, pipefail = opts
+        where = in_script if in_script is not None else src[script_index]
+        positional = argv[script_index + 1 :]
+        pos_src = src[script_index + 1 :]
+        if not positional:
+            positional, pos_src = [_base(argv[0])], [where]
+        try:
+            script = shell.parse(script_text)
+        except shell.ShellSyntaxError as err:
+            self.out.errors.append((where, str(err)))
+            return None
+        except RecursionError:  # a hostile script the nesting bounds did not catch: never a crash
+            self.out.errors.append((where, "the script is nested too deeply to read"))
+            return None
+        self.out.scripts.append((script, where))
         exports: list[str] = []
-        sleeps = [m.group(1).strip() for m in _SLEEP.finditer(raw)]
+        sleeps: list[str] = []
         found: list[Launch] = []
-        for tokens in commands:
-            if not tokens:
+        for cmd in script.simple_commands():
+            for a in cmd.assigns:
+                exports.append(a.raw.split("=", 1)[0].split("[", 1)[0].rstrip("+"))
+            words, wsrc = _expand_words(cmd.words, positional, pos_src, where)
+            if not words:
                 continue
-            head = tokens[0]
-            if head == "export" or head == "declare":
-                exports.extend(t.split("=", 1)[0] for t in tokens[1:] if "=" in t)
+            if words[0] in ("export", "declare", "typeset", "local", "readonly"):
+                exports.extend(w.split("=", 1)[0] for w in words[1:] if "=" in w and not w.startswith("-"))
                 continue
-            if re.match(r"^[A-Za-z_]\w*=", head) and len(tokens) == 1:
-                exports.append(head.split("=", 1)[0])
+            if words[0] == "sleep" and len(words) > 1:
+                sleeps.append(" ".join(w.raw for w in cmd.words))
                 continue
-            if head == "sleep" and len(tokens) > 1:
-                continue  # reported from the raw script text below
-            start = _launch_start(tokens)
-            if start:
-                form, at = start
-                where = None if script_at else src[at:]
-                flags, flag_where, opaque = _parse_flags(tokens[at:], where) if form == "torchrun" else ({}, {}, False)
-                launch = Launch(form, flags)
-                launch.opaque = opaque
-                launch.script = bool(script_at)
-                launch.where = script_at or src[max(at - 1, 0)]
-                launch.flag_where = flag_where
-                found.append(launch)
+            before = len(self.out.launches)
+            launch = self.run(words, wsrc, depth + 1, where)
+            if launch is not None:
+                fate = exit_fate(script, cmd, errexit, pipefail)
+                for new in self.out.launches[before:]:
+                    new.sleeps = list(sleeps)  # a sleep before the launch staggers it; one after it does not
+                    new.script = True
+                    if new.where == ():
+                        new.where = where
+                    if isinstance(fate, str) and new.swallowed is None:
+                        new.swallowed = fate
+                    found.append(new)
         for launch in found:
             launch.exports = exports
-            launch.sleeps = sleeps
-        launches.extend(found)
-    return launches
+        return found[-1] if found else None
+
+
+def _expand_words(
+    words: list[shell.Word], positional: list[str], pos_src: list[tuple], where: tuple
+) -> tuple[list[str], list[tuple]]:
+    """The fields of a command's words: ``"$@"``, ``$1`` ... replaced from the shell's arguments (with
+    the command/args item each came from), other expansions kept as their source text."""
+    out: list[str] = []
+    src: list[tuple] = []
+    for w in words:
+        if len(w.parts) == 1 and w.parts[0].kind == "param" and not w.parts[0].op:
+            name = w.parts[0].name
+            if name in ("@", "*"):
+                args, asrc = positional[1:], pos_src[1:]
+                if w.parts[0].quoted and name == "@":
+                    out.extend(args)
+                    src.extend(asrc)
+                else:
+                    for a, s in zip(args, asrc, strict=False):
+                        for piece in a.split():
+                            out.append(piece)
+                            src.append(s)
+                continue
+            if name.isdigit():
+                n = int(name)
+                if n < len(positional):
+                    out.append(positional[n])
+                    src.append(pos_src[n] if n < len(pos_src) else where)
+                continue
+        got = (
+            shell.expand(w, None, positional)
+            if any(p.name in ("@", "*") or p.name.isdigit() for p in w.parts)
+            else None
+        )
+        if got is not None:
+            out.extend(got)
+            src.extend([where] * len(got))
+        else:
+            out.append(w.text)
+            src.append(where)
+    return out, src
+
+
+def _shell_options(argv: list[str]) -> tuple[str, int, bool, bool] | None:
+    """(script, index of the script in argv, errexit, pipefail) of ``sh [options] -c SCRIPT [args]``;
+    None when the shell reads a file or stdin."""
+    has_c = errexit = pipefail = False
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--", "-"):
+            i += 1
+            break
+        if a.startswith("--"):
+            if a in ("--rcfile", "--init-file"):
+                i += 2
+                continue
+            i += 1
+            continue
+        if a[:1] in ("-", "+") and len(a) > 1:
+            letters = a[1:]
+            takes = 0
+            for ch in letters:
+                if ch == "c":
+                    has_c = True
+                elif ch == "e" and a[0] == "-":
+                    errexit = True
+                elif ch in "oO":
+                    takes += 1
+            for k in range(takes):
+                if i + 1 + k < len(argv):
+                    value = argv[i + 1 + k]
+                    if value == "pipefail" and a[0] == "-":
+                        pipefail = True
+                    if value == "errexit" and a[0] == "-":
+                        errexit = True
+            i += 1 + takes
+            continue
+        break
+    if not has_c or i >= len(argv):
+        return None
+    return argv[i], i, errexit, pipefail
+
+
+_WRAPPERS = {
+    "exec",
+    "nohup",
+    "time",
+    "stdbuf",
+    "timeout",
+    "nice",
+    "numactl",
+    "tini",
+    "dumb-init",
+    "env",
+    "sudo",
+    "command",
+    "builtin",
+    "taskset",
+    "chrt",
+    "ionice",
+}
+_WRAPPER_VALUE_OPTS = {
+    "timeout": {"-s", "--signal", "-k", "--kill-after"},
+    "nice": {"-n", "--adjustment"},
+    "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"},
+    "sudo": {"-u", "-g", "-C", "-h", "-p"},
+    "stdbuf": {"-i", "-o", "-e"},
+    "exec": {"-a"},
+    "time": {"-f", "-o"},
+    "ionice": {"-c", "-n"},
+    "numactl": {"-C", "-N", "-m", "-p", "-i"},
+}
+
+
+def _skip_wrappers(argv: list[str]) -> int:
+    """Index of the real command after ``exec``, ``env A=1``, ``timeout 1h`` ... and assignments."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        base = _base(word)
+        if re.match(r"^[A-Za-z_]\w*=", word):
+            i += 1
+            continue
+        if base not in _WRAPPERS:
+            return i
+        i += 1
+        values = _WRAPPER_VALUE_OPTS.get(base, set())
+        while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
+            opt = argv[i]
+            i += 1
+            if opt == "--":
+                break
+            if opt in values and "=" not in opt:
+                i += 1
+        if base == "timeout" and i < len(argv):
+            i += 1  # the duration
+        if base in ("taskset", "chrt") and i < len(argv):
+            i += 1  # the mask / priority
+    return i
+
+
+def _launcher(argv: list[str], src: list[tuple], in_script: tuple | None) -> Launch | None:
+    head = _base(argv[0])
+    if head == "torchrun":
+        return _torchrun(argv, src, 1, in_script)
+    if head == "deepspeed":
+        return _flagged("deepspeed", argv, src, 1, in_script, _DEEPSPEED_BOOL, _DEEPSPEED_MAP)
+    if head == "accelerate" and len(argv) > 1 and argv[1] == "launch":
+        launch = _flagged("accelerate", argv, src, 2, in_script, _ACCELERATE_BOOL, _ACCELERATE_MAP)
+        _accelerate_nproc(launch)
+        return launch
+    if head.endswith("kgen_entrypoint.py"):
+        return _kgen(argv, src, 1, in_script)
+    if re.match(r"^python[0-9.]*$", head) or head == "pypy3":
+        return _python(argv, src, in_script)
+    return None
+
+
+def _python(argv: list[str], src: list[tuple], in_script: tuple | None) -> Launch | None:
+    i = 1
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "-m" and i + 1 < len(argv):
+            module = argv[i + 1]
+            form = _LAUNCHER_MODULES.get(module)
+            if form == "torchrun":
+                return _torchrun(argv, src, i + 2, in_script)
+            if form == "deepspeed":
+                return _flagged("deepspeed", argv, src, i + 2, in_script, _DEEPSPEED_BOOL, _DEEPSPEED_MAP)
+            if form == "accelerate":
+                launch = _flagged("accelerate", argv, src, i + 2, in_script, _ACCELERATE_BOOL, _ACCELERATE_MAP)
+                _accelerate_nproc(launch)
+                return launch
+            launch = _at(Launch("python"), src, i, in_script)
+            launch.child = argv[i:]
+            launch.words = argv
+            return launch
+        if tok == "-c":
+            return None  # an inline program
+        if tok in _PY_VALUE_OPTS:
+            i += 2
+            continue
+        if tok.startswith("-"):
+            i += 1
+            continue
+        if tok.endswith("kgen_entrypoint.py"):
+            return _kgen(argv, src, i + 1, in_script)
+        launch = _at(Launch("python"), src, i, in_script)
+        launch.child = argv[i:]
+        launch.words = argv
+        return launch
+    return None
+
+
+def _at(launch: Launch, src: list[tuple], index: int, in_script: tuple | None) -> Launch:
+    launch.where = src[index] if index < len(src) else (src[-1] if src else ())
+    return launch
+
+
+def _kgen(argv: list[str], src: list[tuple], start: int, in_script: tuple | None) -> Launch:
+    launch = _at(Launch("kgen"), src, max(start - 1, 0), in_script)
+    launch.words = argv
+    if "--" in argv[start:]:
+        launch.child = argv[argv.index("--", start) + 1 :]
+        if launch.child and (launch.child[0].endswith(".py") or launch.child[0] == "-m"):
+            launch.child = ["python3", *launch.child]  # the entrypoint runs torchrun on a script or module
+    return launch
+
+
+def _torchrun(argv: list[str], src: list[tuple], start: int, in_script: tuple | None) -> Launch:
+    launch = _flagged("torchrun", argv, src, start, in_script, _TORCHRUN_BOOL, {})
+    if launch.child:
+        if launch.has("no_python"):
+            pass  # the child is a program
+        elif launch.has("module") or launch.has("m"):
+            launch.child = ["python3", "-m", *launch.child]
+        else:
+            launch.child = ["python3", *launch.child]
+    return launch
+
+
+def _flagged(
+    form: str,
+    argv: list[str],
+    src: list[tuple],
+    start: int,
+    in_script: tuple | None,
+    booleans: set[str],
+    names: dict[str, str],
+) -> Launch:
+    """A launcher's flags (``--a=b``, ``--a b``, booleans) up to its script; the rest is the child."""
+    launch = _at(Launch(form), src, max(start - 1, 0), in_script)
+    launch.words = argv
+    i = start
+    while i < len(argv):
+        tok = argv[i]
+        if tok.startswith("$") and not tok.startswith("$("):
+            launch.opaque = True  # torchrun $DISTRIBUTED_ARGS train.py
+            i += 1
+            continue
+        if tok == "--":
+            i += 1
+            break
+        if not tok.startswith("-") or tok == "-":
+            break
+        if "=" in tok:
+            name, value = tok.split("=", 1)
+            key = _norm(name)
+            used = i
+        elif _norm(tok) in booleans:
+            key, value, used = _norm(tok), None, i
+        else:
+            key = _norm(tok)
+            value = argv[i + 1] if i + 1 < len(argv) else None
+            used = i
+            i += 1
+        if key in ("config_file", "deepspeed_config", "hostfile"):
+            launch.config_file = True
+        spelled = tok.split("=", 1)[0]
+        key = names.get(key, key)
+        launch.flags[key] = value
+        launch.spelled[key] = spelled
+        if used < len(src):
+            launch.flag_where[key] = src[used]
+        i += 1
+    launch.child = argv[i:]
+    if form == "accelerate" and launch.config_file:
+        launch.opaque = True
+    return launch
+
+
+def _accelerate_nproc(launch: Launch) -> None:
+    """accelerate's --num_processes counts every process of every machine."""
+    total = launch.flags.get("world_processes")
+    machines = launch.flags.get("nnodes") or "1"
+    if total and total.isdigit() and machines.isdigit() and int(machines) > 0 and int(total) % int(machines) == 0:
+        launch.flags["nproc_per_node"] = str(int(total) // int(machines))
+
+
+# --- what a script does with a command's exit status ----------------------------------------------
+
+_BENIGN = {"echo", "printf", "true", ":", "logger", "touch", "date", "cat", "tee", "ls", "sleep", "wait"}
+_HANDLED = "handled"
+
+
+def exit_fate(script: shell.Script, target: shell.Simple, errexit: bool, pipefail: bool) -> str | None:
+    """How ``script`` loses the exit status of ``target`` (a description such as "`|| echo failed`
+    replaces its exit status"), or None when a failure of ``target`` fails the script (or the script
+    handles it: ``if``, ``$?``, ``PIPESTATUS``, a loop, a function)."""
+    state = {"errexit": errexit, "pipefail": pipefail or "PIPESTATUS" in script.source}
+    got = _seq_fate(script.body, target, state)
+    return got if isinstance(got, str) and got != _HANDLED else None
+
+
+def _seq_fate(seq: shell.Sequence, target: shell.Simple, state: dict) -> Any:
+    for idx, ao in enumerate(seq.items):
+        got = _andor_fate(ao, target, state)
+        if got is None:
+            _apply_set(ao, state)
+            continue
+        if isinstance(got, str):
+            return got
+        if seq.background[idx]:
+            return _HANDLED  # run in the background: `wait` decides, not looked into
+        later = seq.items[idx + 1 :]
+        if not later:
+            return got
+        if state["errexit"] and got[1]:
+            return got
+        rest = _source_of(later)
+        if "$?" in rest or "${?}" in rest or "PIPESTATUS" in rest or "pipestatus" in rest:
+            return _HANDLED
+        first = _first_simple(later[0])
+        shown = " ".join(first.argv) if first is not None else "the next command"
+        return f"`{shown}` runs after it (no set -e), so the script's exit status is the last command's"
+    return None
+
+
+def _andor_fate(ao: shell.AndOr, target: shell.Simple, state: dict) -> Any:
+    for k, (_op, pipe) in enumerate(ao.items):
+        got = _pipe_fate(pipe, target, state)
+        if got is None:
+            continue
+        if isinstance(got, str):
+            return got
+        rest = ao.items[k + 1 :]
+        fallback = next((p for op, p in rest if op == "||"), None)
+        if fallback is not None:
+            if _fails(fallback):
+                return ("status", True)
+            first = _first_simple(fallback)
+            shown = " ".join(first.argv) if first is not None else "the next command"
+            return f"`|| {shown}` replaces its exit status with that command's (0)"
+        return ("status", got[1] and not rest)
+    return None
+
+
+def _pipe_fate(pipe: shell.Pipeline, target: shell.Simple, state: dict) -> Any:
+    for j, node in enumerate(pipe.commands):
+        got = _node_fate(node, target, state)
+        if got is None:
+            continue
+        if isinstance(got, str):
+            return got
+        if pipe.negated:
+            return "`!` inverts its exit status"
+        if j != len(pipe.commands) - 1 and not state["pipefail"]:
+            last = pipe.commands[-1]
+            shown = " ".join(last.argv) if isinstance(last, shell.Simple) else "the last command"
+            return f"the pipeline's exit status is `{shown}`'s (no set -o pipefail)"
+        return got
+    return None
+
+
+def _node_fate(node: shell.Node, target: shell.Simple, state: dict) -> Any:
+    if isinstance(node, shell.Simple):
+        if node is target:
+            return ("status", True)
+        return _HANDLED if any(target is c for c in shell.walk_node(node)) else None
+    if not any(target is c for c in shell.walk_node(node)):
+        return None
+    if node.kind in ("subshell", "group"):
+        got = _seq_fate(node.bodies[0], target, dict(state))
+        return got
+    if node.kind in ("if", "case"):
+        for k, body in enumerate(node.bodies):
+            if any(target is c for c in shell.walk_seq(body)):
+                if node.kind == "if" and k % 2 == 0 and k != len(node.bodies) - 1:
+                    return _HANDLED  # in a condition: the script checks it
+                return _seq_fate(body, target, dict(state))
+    return _HANDLED  # loops, functions, tests: not followed
+
+
+def _apply_set(ao: shell.AndOr, state: dict) -> None:
+    if len(ao.items) != 1 or len(ao.items[0][1].commands) != 1:
+        return
+    cmd = ao.items[0][1].commands[0]
+    if not isinstance(cmd, shell.Simple) or not cmd.words or cmd.argv[0] != "set":
+        return
+    args = cmd.argv[1:]
+    for k, a in enumerate(args):
+        if a[:1] in ("-", "+") and not a.startswith("--"):
+            on = a[0] == "-"
+            if "e" in a[1:]:
+                state["errexit"] = on
+            if "o" in a[1:] and k + 1 < len(args):
+                if args[k + 1] == "pipefail":
+                    state["pipefail"] = on
+                if args[k + 1] == "errexit":
+                    state["errexit"] = on
+
+
+def _fails(pipe: shell.Pipeline) -> bool:
+    """Whether a fallback after ``||`` keeps the failure: ``exit 1``, ``exit $?``, ``false``,
+    ``return 1``, a group ending in one of these, or anything not known to succeed."""
+    last = pipe.commands[-1]
+    if isinstance(last, shell.Compound):
+        if last.kind in ("group", "subshell") and last.bodies[0].items:
+            return _fails(last.bodies[0].items[-1].items[-1][1])
+        return True
+    argv = last.argv
+    if not argv:
+        return False
+    if argv[0] in ("exit", "return"):
+        return len(argv) == 1 or argv[1] != "0"
+    if argv[0] == "false":
+        return True
+    return argv[0] not in _BENIGN
+
+
+def _first_simple(node: Any) -> shell.Simple | None:
+    if isinstance(node, shell.AndOr):
+        node = node.items[0][1]
+    if isinstance(node, shell.Pipeline):
+        node = node.commands[0]
+    if isinstance(node, shell.Simple):
+        return node
+    return next(iter(shell.walk_node(node)), None)
+
+
+def _source_of(items: list[shell.AndOr]) -> str:
+    out: list[str] = []
+    for ao in items:
+        for _, pipe in ao.items:
+            for node in pipe.commands:
+                for cmd in shell.walk_node(node):
+                    out.extend(w.raw for w in cmd.words + cmd.assigns)
+                if isinstance(node, shell.Compound):
+                    out.extend(w.raw for w in node.words)
+    return " ".join(out)
+
+
+# --- values ---------------------------------------------------------------------------------------
 
 
 def resolve(value: str | None, env: dict[str, Any]) -> str | None:

@@ -93,6 +93,8 @@ def statefulset(name: str = "llama", nodes: int = 4, gpus: int = 8) -> dict:
     spec = pod_spec(name, nodes, gpus, restart="Always")
     del spec["subdomain"]
     c = spec["containers"][0]
+    # a StatefulSet restarts a container that ends: the pod stays idle after training (KG129)
+    c["command"] = ["bash", "-c", 'torchrun "$@" && sleep infinity', "torchrun"]
     c["env"][0] = {
         "name": "NODE_RANK",
         "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}},
@@ -107,6 +109,21 @@ def statefulset(name: str = "llama", nodes: int = 4, gpus: int = 8) -> dict:
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": {**labels(name), "kgen.dev/role": "trainer"}},
             "template": {"metadata": {"labels": {**labels(name), "kgen.dev/role": "trainer"}}, "spec": spec},
+        },
+    }
+
+
+def network_policy(name: str = "llama") -> dict:
+    """The policy kgen render emits (issue 17): ingress to the run's pods only from the run's pods."""
+    sel = {"matchLabels": {"app.kubernetes.io/instance": name, "kgen.dev/role": "trainer"}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "podSelector": sel,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": copy.deepcopy(sel)}]}],
         },
     }
 
@@ -130,8 +147,8 @@ def pdb(name: str = "llama") -> dict:
 
 
 BASES = {
-    "job": lambda: [service(), job()],
-    "sts": lambda: [service(), statefulset()],
+    "job": lambda: [service(), job(), network_policy()],
+    "sts": lambda: [service(), statefulset(), network_policy()],
     "cm": lambda: [configmap()],
     "pdb": lambda: [pdb()],
 }

@@ -50,7 +50,7 @@ def test_json_format(bad_file):
     assert code == 1
     assert payload["summary"] == {
         "files": 1,
-        "documents": 2,
+        "documents": 3,
         "errors": 1,
         "warnings": 1,
         "info": 0,
@@ -75,11 +75,12 @@ def test_junit_format(bad_file, tmp_path):
     code, out, _ = run(["--format", "junit", "--output-file", str(report), str(bad_file)])
     assert code == 1 and out == ""
     root = ET.parse(report).getroot()
-    assert root.tag == "testsuites" and root.get("tests") == "2" and root.get("failures") == "1"
+    assert root.tag == "testsuites" and root.get("tests") == "3" and root.get("failures") == "1"
     cases = root.findall("./testsuite/testcase")
     assert [c.get("name") for c in cases] == [
         "Service/llama (line 1)",
         "Job/llama (line 19) KG047 [spec.template.spec.containers[0].resources.limits.memory]",
+        "NetworkPolicy/llama (line 81)",
     ]
     [failure] = cases[1].findall("failure")
     assert failure.get("type") == "KG047"
@@ -249,39 +250,39 @@ def _split(tmp_path, docs, names):
 
 def test_a_folder_is_one_context(tmp_path):
     """Service in svc.yaml, Job in job.yaml: no 'Service missing' (KG100), and cross-file checks run."""
-    _split(tmp_path, BASES["job"](), ["svc.yaml", "job.yaml"])
+    _split(tmp_path, BASES["job"](), ["svc.yaml", "job.yaml", "netpol.yaml"])
     assert run(["--strict", str(tmp_path)]) == (0, "", "")
-    assert run(["--strict", str(tmp_path / "job.yaml"), str(tmp_path / "svc.yaml")]) == (0, "", "")
+    assert run(["--strict", *(str(tmp_path / f) for f in ("job.yaml", "svc.yaml", "netpol.yaml"))]) == (0, "", "")
     code, out, _ = run(["--strict", str(tmp_path / "job.yaml")])  # alone, the Service is missing
     assert code == 1 and " KG100 warning: names Service 'llama', which is not among the linted files" in out
     # a cross-file defect is still found: the Service in svc.yaml is not headless (KG101)
     docs = BASES["job"]()
     docs[0]["spec"]["clusterIP"] = "10.0.0.9"
-    _split(tmp_path, docs, ["svc.yaml", "job.yaml"])
+    _split(tmp_path, docs, ["svc.yaml", "job.yaml", "netpol.yaml"])
     code, out, _ = run([str(tmp_path)])
     assert code == 1 and out.startswith(f"{tmp_path / 'svc.yaml'}:") and " KG101 error: " in out
 
 
 def test_stdin_and_files_are_one_context(tmp_path):
-    svc, job = BASES["job"]()
-    (tmp_path / "svc.yaml").write_text(dump([svc]))
+    svc, job, netpol = BASES["job"]()
+    (tmp_path / "svc.yaml").write_text(dump([svc, netpol]))
     assert run(["--strict", "-", str(tmp_path / "svc.yaml")], input=dump([job])) == (0, "", "")
 
 
 def test_services_pair_with_workloads_of_the_same_namespace(tmp_path):
-    svc, job = BASES["job"]()
+    svc, job, netpol = BASES["job"]()
     svc["metadata"]["namespace"] = "other"
-    _split(tmp_path, [svc, job], ["svc.yaml", "job.yaml"])
+    _split(tmp_path, [svc, job, netpol], ["svc.yaml", "job.yaml", "netpol.yaml"])
     code, out, _ = run([str(tmp_path)])
     assert code == 1 and "KG124 error: Service 'llama' is in namespace other, but the pods run in 'ml'" in out
     assert "KG100" not in out
     del svc["metadata"]["namespace"]  # no namespace: goes wherever it is applied
-    _split(tmp_path, [svc, job], ["svc.yaml", "job.yaml"])
+    _split(tmp_path, [svc, job, netpol], ["svc.yaml", "job.yaml", "netpol.yaml"])
     assert run(["--strict", str(tmp_path)]) == (0, "", "")
 
 
 def test_a_broken_file_does_not_make_the_others_report_a_missing_service(tmp_path):
-    svc, job = BASES["job"]()
+    svc, job, netpol = BASES["job"]()
     (tmp_path / "svc.yaml").write_text(dump([svc]).replace("clusterIP: None", "clusterIP: [None"))
     (tmp_path / "job.yaml").write_text(dump([job]))
     code, out, _ = run([str(tmp_path)])
@@ -420,10 +421,10 @@ def test_sarif_relative_paths_stay_relative(tmp_path, monkeypatch):
 def test_a_folder_of_several_apps_sharing_labels_is_clean(tmp_path):
     """One context must not pair app A's Service with app B's Job because both carry
     app.kubernetes.io/name: kgen (found by bench/lint_throughput: 37,611 false KG103)."""
-    from lint_helpers import job, service
+    from lint_helpers import job, network_policy, service
 
     for name in ("llama", "mistral", "qwen"):
-        (tmp_path / f"{name}.yaml").write_text(dump([service(name), job(name)]))
+        (tmp_path / f"{name}.yaml").write_text(dump([service(name), job(name), network_policy(name)]))
     assert run(["--strict", str(tmp_path)]) == (0, "", "")
     # a Service that selects nothing is still reported, once, against the workload it resembles
     broken = service("mistral")

@@ -44,6 +44,10 @@ def test_render_output_lints_clean_under_strict(preset, kind, version):
     assert rendered.exit_code == 0, rendered.stderr
     linted = CliRunner().invoke(cli, ["lint", "--strict", "--kubernetes-version", version, "-"], input=rendered.stdout)
     lines = linted.stdout.splitlines()
+    if "kind: NetworkPolicy" not in rendered.stdout:
+        # issue 17: the proto branch makes render emit the run's NetworkPolicy; until it is merged,
+        # lint's info finding that no policy selects the pods (KG134, never failing) is expected.
+        lines = [line for line in lines if " KG134 info: " not in line]
     if not _has_cpu_or_memory_requests(rendered.stdout):
         # issue 8.2: render's cpu/memory requests come with the render helper's branch; until that is
         # merged its pods are BestEffort, which KG118 rightly reports. Nothing else may be reported.

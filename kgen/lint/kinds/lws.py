@@ -1,0 +1,110 @@
+"""LeaderWorkerSet (leaderworkerset.x-k8s.io/v1): ``replicas`` groups of ``size`` pods, a leader
+(``leaderTemplate``, else the worker template) and ``size - 1`` workers; pods get
+LWS_LEADER_ADDRESS (``<lws>-<group>.<lws>.<ns>``), LWS_GROUP_SIZE and LWS_WORKER_INDEX, through a
+headless Service named after the LWS; pods restart (restartPolicy Always), and with
+``RecreateGroupOnPodRestart`` a failed pod recreates its whole group."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from kgen.lint.kinds.base import LWS_INDEX, Adapter, Facts, Template, as_int, get
+
+INJECTED = frozenset({"LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "LWS_GROUP_INDEX"})
+SPEC_KEYS = {"replicas", "leaderWorkerTemplate", "rolloutStrategy", "startupPolicy", "networkConfig"}
+LWT_KEYS = {
+    "leaderTemplate",
+    "workerTemplate",
+    "size",
+    "restartPolicy",
+    "subGroupPolicy",
+    "resizePolicy",
+    "volumeClaimTemplates",
+}
+
+
+def _size(doc: Any) -> int | None:
+    size = get(doc.data, "spec", "leaderWorkerTemplate", "size")
+    if size is None:
+        return 1
+    return as_int(size)
+
+
+class LWSAdapter(Adapter):
+    kind = "LeaderWorkerSet"
+    groups = ("leaderworkerset.x-k8s.io",)
+
+    def templates(self, doc: Any) -> list[Template]:
+        lwt = get(doc.data, "spec", "leaderWorkerTemplate")
+        if not isinstance(lwt, dict):
+            return []
+        size = _size(doc)
+        out = []
+        base = ("spec", "leaderWorkerTemplate")
+        leader, worker = lwt.get("leaderTemplate"), lwt.get("workerTemplate")
+        if isinstance(leader, dict):
+            out.append(
+                Template(
+                    leader,
+                    base + ("leaderTemplate",),
+                    1,
+                    role="leader",
+                    injected_env=INJECTED,
+                    rank_sources=frozenset({LWS_INDEX}),
+                )
+            )
+        if isinstance(worker, dict):
+            pods = None if size is None else (size - 1 if isinstance(leader, dict) else size)
+            out.append(
+                Template(
+                    worker,
+                    base + ("workerTemplate",),
+                    pods,
+                    role="worker",
+                    injected_env=INJECTED,
+                    rank_sources=frozenset({LWS_INDEX}),
+                )
+            )
+        return out
+
+    def facts(self, doc: Any) -> Facts:
+        facts = Facts(
+            "LeaderWorkerSet", _size(doc), "leaderWorkerTemplate.size", dns="managed", runs_to_completion=False
+        )
+        facts.master_hosts = (f"{doc.name}-0.{doc.name}", f"{doc.name}-0")
+        facts.service_like = doc.name
+        return facts
+
+    def structure(self, doc: Any, ctx: Any) -> Iterator[tuple[tuple, str]]:
+        spec = doc.data.get("spec")
+        if not isinstance(spec, dict):
+            yield ("spec",), "spec must be a mapping with leaderWorkerTemplate"
+            return
+        for key in spec:
+            if key not in SPEC_KEYS:
+                yield ("spec", key), f"unknown field spec.{key} (LeaderWorkerSet has {', '.join(sorted(SPEC_KEYS))})"
+        lwt = spec.get("leaderWorkerTemplate")
+        if not isinstance(lwt, dict):
+            yield ("spec",), "leaderWorkerTemplate is required"
+            return
+        for key in lwt:
+            if key not in LWT_KEYS:
+                yield ("spec", "leaderWorkerTemplate", key), f"unknown field leaderWorkerTemplate.{key}"
+        if not isinstance(get(lwt, "workerTemplate", "spec"), dict):
+            yield ("spec", "leaderWorkerTemplate"), "workerTemplate (a pod template) is required"
+        size = lwt.get("size")
+        if size is not None and (as_int(size) is None or size < 1):
+            yield ("spec", "leaderWorkerTemplate", "size"), f"size must be an integer >= 1, got {size!r}"
+        rp = lwt.get("restartPolicy")
+        if rp is not None and rp not in ("RecreateGroupOnPodRestart", "None", "Default", "RecreateGroupAfterStart"):
+            yield (
+                ("spec", "leaderWorkerTemplate", "restartPolicy"),
+                f"restartPolicy {rp!r} must be RecreateGroupOnPodRestart or None",
+            )
+        sp = spec.get("startupPolicy")
+        if sp is not None and sp not in ("LeaderCreated", "LeaderReady"):
+            yield ("spec", "startupPolicy"), f"startupPolicy {sp!r} must be LeaderCreated or LeaderReady"
+
+
+ADAPTERS = [LWSAdapter()]

@@ -1,0 +1,175 @@
+"""Kubeflow Trainer v2 (trainer.kubeflow.org/v1alpha1): a TrainJob names a (Cluster)TrainingRuntime
+whose ``spec.template`` is a JobSet template; the TrainJob's ``spec.trainer`` (image, command,
+args, env, numNodes, resourcesPerNode, numProcPerNode) overrides the runtime's trainer container
+(``node``), and the torch plugin injects PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK,
+PET_MASTER_ADDR and PET_MASTER_PORT (pkg/apis/trainer/v1alpha1/{trainjob,trainingruntime}_types.go).
+The runtime's pod templates get every pod rule; a TrainJob alone gets the launch and count rules
+on its trainer (its volumes and the rest of the pod live in the runtime)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from kgen.lint.kinds.base import JOB_INDEX, RANK_ENV, Adapter, Facts, Template, as_int, get
+from kgen.lint.kinds.jobset import jobset_templates, network_facts
+
+INJECTED = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"})
+TRAINJOB_KEYS = {
+    "runtimeRef",
+    "initializer",
+    "trainer",
+    "labels",
+    "annotations",
+    "podSpecOverrides",
+    "podTemplateOverrides",
+    "runtimePatches",
+    "suspend",
+    "managedBy",
+    "activeDeadlineSeconds",
+}
+TRAINER_KEYS = {"image", "command", "args", "env", "numNodes", "resourcesPerNode", "numProcPerNode"}
+RUNTIME_KEYS = {"mlPolicy", "podGroupPolicy", "template"}
+RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+class TrainJobAdapter(Adapter):
+    kind = "TrainJob"
+    groups = ("trainer.kubeflow.org",)
+
+    def templates(self, doc: Any) -> list[Template]:
+        trainer = get(doc.data, "spec", "trainer")
+        if not isinstance(trainer, dict):
+            return []
+        container: dict = {"name": "node"}
+        for key in ("image", "command", "args", "env"):
+            if key in trainer:
+                container[key] = trainer[key]
+        if isinstance(trainer.get("resourcesPerNode"), dict):
+            container["resources"] = trainer["resourcesPerNode"]
+        nodes = as_int(trainer.get("numNodes"))
+        return [
+            Template(
+                {"spec": {"containers": [container]}},
+                ("spec", "trainer"),
+                nodes,
+                role="node",
+                injected_env=INJECTED,
+                rank_sources=frozenset({JOB_INDEX, RANK_ENV}),
+                trainer_container="node",
+                containers=[(container, ("spec", "trainer"))],
+                partial=True,
+            )
+        ]
+
+    def facts(self, doc: Any) -> Facts:
+        nodes = as_int(get(doc.data, "spec", "trainer", "numNodes"))
+        facts = Facts("TrainJob", nodes, "trainer.numNodes", dns="managed")
+        suspend = get(doc.data, "spec", "suspend")
+        facts.suspend = suspend if isinstance(suspend, bool) else None
+        facts.suspend_path = ("spec", "suspend")
+        npn = get(doc.data, "spec", "trainer", "numProcPerNode")
+        if isinstance(npn, (int, str)) and not isinstance(npn, bool):
+            facts.nproc_stated = (str(npn), ("spec", "trainer", "numProcPerNode"), "trainer.numProcPerNode")
+        labels = get(doc.data, "spec", "labels")
+        if isinstance(labels, dict) and QUEUE_LABEL in labels:
+            facts.queue_label_paths.append((("spec", "labels", QUEUE_LABEL), "spec.labels (the JobSet's)"))
+        for base, key in (
+            (("spec",), "podTemplateOverrides"),
+            (("spec",), "podSpecOverrides"),
+            (
+                ("spec", "trainer"),
+                "podTemplateOverrides",
+            ),
+        ):
+            items = get(doc.data, *base, key)
+            for i, item in enumerate(items if isinstance(items, list) else []):
+                if isinstance(get(item, "metadata", "labels"), dict) and QUEUE_LABEL in item["metadata"]["labels"]:
+                    facts.queue_label_paths.append(
+                        (base + (key, i, "metadata", "labels", QUEUE_LABEL), f"{key}[{i}] (the pod template's)")
+                    )
+        return facts
+
+    def structure(self, doc: Any, ctx: Any) -> Iterator[tuple[tuple, str]]:
+        spec = doc.data.get("spec")
+        if not isinstance(spec, dict):
+            yield ("spec",), "spec must be a mapping with runtimeRef"
+            return
+        for key in spec:
+            if key not in TRAINJOB_KEYS:
+                yield ("spec", key), f"unknown field spec.{key} (TrainJob has {', '.join(sorted(TRAINJOB_KEYS))})"
+        ref = spec.get("runtimeRef")
+        if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref.get("name"):
+            yield ("spec", "runtimeRef") if "runtimeRef" in spec else ("spec",), "runtimeRef.name is required"
+        elif ref.get("kind") is not None and ref.get("kind") not in RUNTIME_KINDS:
+            yield ("spec", "runtimeRef", "kind"), f"runtimeRef.kind must be one of {', '.join(RUNTIME_KINDS)}"
+        trainer = spec.get("trainer")
+        if isinstance(trainer, dict):
+            for key in trainer:
+                if key not in TRAINER_KEYS:
+                    yield ("spec", "trainer", key), f"unknown field trainer.{key} ({', '.join(sorted(TRAINER_KEYS))})"
+            nn = trainer.get("numNodes")
+            if nn is not None and (as_int(nn) is None or nn < 1):
+                yield ("spec", "trainer", "numNodes"), f"numNodes must be an integer >= 1, got {nn!r}"
+            for key in ("command", "args"):
+                value = trainer.get(key)
+                if value is not None and (not isinstance(value, list) or not all(isinstance(x, str) for x in value)):
+                    yield ("spec", "trainer", key), f"trainer.{key} must be a list of strings"
+
+
+class RuntimeAdapter(Adapter):
+    groups = ("trainer.kubeflow.org",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def templates(self, doc: Any) -> list[Template]:
+        out = jobset_templates(doc.data, ("spec", "template", "spec"))
+        for t in out:
+            t.injected_env = INJECTED
+            t.rank_sources = t.rank_sources | {RANK_ENV}
+        nodes = as_int(get(doc.data, "spec", "mlPolicy", "numNodes"))
+        if nodes is not None:
+            for t in out:
+                if t.role == "node":
+                    t.pods = nodes
+        return out
+
+    def facts(self, doc: Any) -> Facts:
+        nodes = as_int(get(doc.data, "spec", "mlPolicy", "numNodes"))
+        facts = Facts(self.kind, nodes, "mlPolicy.numNodes")
+        spec = get(doc.data, "spec", "template", "spec")
+        network_facts("<trainjob>", spec if isinstance(spec, dict) else {}, ("spec", "template", "spec"), facts)
+        facts.master_hosts = ()  # the JobSet takes the TrainJob's name: PET_MASTER_ADDR is set for it
+        facts.service_like = None
+        facts.kueue_managed = False
+        facts.resources_elsewhere = True  # TrainJobs set resourcesPerNode
+        npn = get(doc.data, "spec", "mlPolicy", "torch", "numProcPerNode")
+        if isinstance(npn, (int, str)) and not isinstance(npn, bool):
+            facts.nproc_stated = (
+                str(npn),
+                ("spec", "mlPolicy", "torch", "numProcPerNode"),
+                "mlPolicy.torch.numProcPerNode",
+            )
+        return facts
+
+    def structure(self, doc: Any, ctx: Any) -> Iterator[tuple[tuple, str]]:
+        spec = doc.data.get("spec")
+        if not isinstance(spec, dict):
+            yield ("spec",), "spec must be a mapping with template"
+            return
+        for key in spec:
+            if key not in RUNTIME_KEYS:
+                yield ("spec", key), f"unknown field spec.{key} ({self.kind} has {', '.join(sorted(RUNTIME_KEYS))})"
+        if not isinstance(get(spec, "template", "spec", "replicatedJobs"), list):
+            yield (
+                ("spec", "template") if "template" in spec else ("spec",),
+                "template.spec.replicatedJobs is required (a JobSet template)",
+            )
+        nn = get(spec, "mlPolicy", "numNodes")
+        if nn is not None and (as_int(nn) is None or nn < 1):
+            yield ("spec", "mlPolicy", "numNodes"), f"numNodes must be an integer >= 1, got {nn!r}"
+
+
+ADAPTERS = [TrainJobAdapter(), RuntimeAdapter("TrainingRuntime"), RuntimeAdapter("ClusterTrainingRuntime")]

@@ -1,0 +1,236 @@
+"""The training-workload views every training rule reads, built once per lint run.
+
+A *training workload* is an object of a kind lint has an adapter for (``kgen.lint.kinds``) with at
+least one *training container*:
+
+1. a container whose command runs a recognised launcher: torchrun, ``python -m
+   torch.distributed.run|launch``, deepspeed, ``accelerate launch`` or kgen's entrypoint, seen
+   through shells and wrappers (``kgen.lint.torchcmd``); or
+2. in a workload of several pods, a container whose environment names a distributed world
+   (MASTER_ADDR, WORLD_SIZE, RANK, NODE_RANK, NNODES, PET_NNODES ...: env:// initialisation by
+   ``python train.py``, or an image ENTRYPOINT that launches), or that requests GPUs in a
+   workload that runs to completion (Job, JobSet, Volcano Job) and runs more than a GPU smoke test
+   (sleep, echo, nvidia-smi); or
+3. the trainer of a training operator's kind (PyTorchJob's ``pytorch`` container, a TrainJob's
+   trainer, a TrainingRuntime's ``node``), whatever it runs.
+
+StatefulSets and LeaderWorkerSets need (1) or a distributed environment: GPUs alone are an
+inference server there. Every pod rule applies to a training container whatever launches it
+(an unknown launcher too); the launcher rules apply where the launcher is known. A workload that is
+training by its GPUs alone (2, no launcher, no distributed environment: it may be a parallel batch
+of independent GPU tasks) gets the pod rules but not the multi-node wiring rules.
+
+One ``Workload`` view is made per pod template of a training workload (a JobSet's replicatedJob,
+a PyTorchJob's Master and Worker ...), carrying the workload's facts (pods in the world, DNS
+wiring, injected environment, rank sources, restart policy), so a rule written once applies to
+every kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kgen.lint import k8s, kinds
+from kgen.lint.kinds.base import Facts, Template
+from kgen.lint.torchcmd import Launch, Scripted, read_container
+
+DIST_ENV = {
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "NODE_RANK",
+    "NNODES",
+    "NUM_NODES",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_RDZV_ENDPOINT",
+}
+_GPUS_ONLY = "GPUs in a multi-pod workload"
+# The kinds the training rules read (for --list-rules; the adapters in kgen.lint.kinds decide).
+TRAINING_KINDS = (
+    "Job",
+    "StatefulSet",
+    "JobSet",
+    "PyTorchJob",
+    "TrainJob",
+    "TrainingRuntime",
+    "ClusterTrainingRuntime",
+    "LeaderWorkerSet",
+)
+_OPERATOR_KINDS = {"PyTorchJob", "TrainJob", "TrainingRuntime", "ClusterTrainingRuntime"}
+
+
+class Workload:
+    """One pod template of a training workload, with the workload's facts."""
+
+    __slots__ = ("doc", "tpl", "facts", "spec", "base", "nodes", "launches", "containers", "primary", "distributed")
+
+    def __init__(self, doc: Any, tpl: Template, facts: Facts, primary: bool) -> None:
+        self.doc = doc
+        self.tpl = tpl
+        self.facts = facts
+        self.spec = tpl.spec  # pod spec
+        self.base = tpl.spec_path  # path of the pod spec
+        self.nodes = facts.nodes  # pods of the training world
+        self.launches: list[tuple[dict, tuple, list[Launch]]] = []  # training containers with a known launcher
+        self.containers: list[tuple[dict, tuple, Scripted, str]] = []  # every training container, and why
+        self.primary = primary  # the first template of its workload (workload-level findings go once)
+        self.distributed = False  # a launcher, a distributed environment or an operator's trainer (not GPUs alone)
+
+    def __repr__(self) -> str:
+        return f"Workload({self.doc.kind}/{self.doc.name} {self.tpl.role or '-'})"
+
+    @property
+    def name(self) -> str:
+        return self.doc.name
+
+    @property
+    def kind(self) -> str:
+        return self.facts.kind
+
+    @property
+    def user_wired(self) -> bool:
+        """The user makes the pods' DNS names (Job subdomain, StatefulSet serviceName + a Service)."""
+        return self.facts.dns in ("subdomain", "serviceName")
+
+    @property
+    def dns_field(self) -> tuple[str | None, tuple]:
+        return self.facts.dns_name, self.facts.dns_path
+
+    def env(self, container: dict) -> dict[str, Any]:
+        """The container's literal env (None for valueFrom) plus what the controller injects (None)."""
+        env: dict[str, Any] = {name: None for name in self.tpl.injected_env}
+        for e in k8s.env_list(container):
+            if isinstance(e, dict) and isinstance(e.get("name"), str):
+                env[e["name"]] = e.get("value") if "value" in e else None
+        return env
+
+
+def containers_of(tpl: Template) -> list[tuple[dict, tuple]]:
+    if tpl.containers is not None:
+        return tpl.containers
+    return list(k8s.containers(tpl.spec, tpl.spec_path, init=False))
+
+
+def read(doc: Any, container: dict, path: tuple) -> Scripted:
+    memo = doc.memo.setdefault("kg_read", {})
+    got = memo.get(path)
+    if got is None:
+        got = memo[path] = read_container(container)
+    return got
+
+
+def _why_training(w: Workload, c: dict, scripted: Scripted, multi: bool | None) -> str | None:
+    if any(launch.training for launch in scripted.launches):
+        forms = sorted({launch.form for launch in scripted.launches if launch.training})
+        return "launcher " + ", ".join(forms)
+    if w.doc.kind in _OPERATOR_KINDS:
+        trainer = w.tpl.trainer_container
+        names = [x.get("name") for x, _ in containers_of(w.tpl)]
+        if trainer is None or c.get("name") == trainer or trainer not in names:
+            return f"the {w.doc.kind}'s trainer"
+    if multi is False:
+        return None
+    env = {e["name"] for e in k8s.env_list(c) if isinstance(e, dict) and isinstance(e.get("name"), str)}
+    env |= set(w.tpl.injected_env)
+    dist = sorted(env & DIST_ENV)
+    if dist:
+        return f"distributed environment ({', '.join(dist[:3])})"
+    if multi and w.facts.runs_to_completion and k8s.gpu_limit(c) and not _trivial(scripted):
+        return _GPUS_ONLY
+    return None
+
+
+_TRIVIAL = {
+    "sleep",
+    "echo",
+    "printf",
+    "nvidia-smi",
+    "true",
+    "false",
+    "cat",
+    "ls",
+    "date",
+    "env",
+    "hostname",
+    "set",
+    "export",
+    "exit",
+    "cd",
+    "pwd",
+    "whoami",
+    "id",
+    "uname",
+    "nvcc",
+    "rocm-smi",
+    "tail",
+}
+
+
+def _trivial(scripted: Scripted) -> bool:
+    """A command that runs only shell builtins and tools such as sleep, echo, nvidia-smi: a GPU smoke
+    test, not training (an image ENTRYPOINT or any other program may be training)."""
+    if scripted.no_command or not scripted.commands:
+        return False
+    from kgen.lint.torchcmd import _SHELLS
+
+    return all(argv[0].rsplit("/", 1)[-1] in _TRIVIAL | _SHELLS for argv, _ in scripted.commands if argv)
+
+
+def workloads(docs: list) -> list[Workload]:
+    return memo("workloads", docs, _workloads)
+
+
+def _workloads(docs: list) -> list[Workload]:
+    out = []
+    for doc in docs:
+        facts = kinds.facts(doc)
+        if facts is None:
+            continue
+        first = True
+        for tpl in kinds.templates(doc):
+            w = Workload(doc, tpl, facts, primary=False)
+            multi = None if facts.nodes is None else facts.nodes > 1
+            for c, path in containers_of(tpl):
+                scripted = read(doc, c, path)
+                why = _why_training(w, c, scripted, multi)
+                if why is None:
+                    continue
+                w.containers.append((c, path, scripted, why))
+                w.distributed = w.distributed or why != _GPUS_ONLY
+                found = [launch for launch in scripted.launches if launch.training]
+                if found:
+                    w.launches.append((c, path, found))
+            if w.containers:
+                w.primary = first
+                first = False
+                out.append(w)
+    return out
+
+
+_MEMO: dict[str, tuple[list, Any]] = {}
+
+
+def memo(key: str, docs: list, build: Any) -> Any:
+    """One result per lint run: every stream rule gets the same ``docs`` list object."""
+    got = _MEMO.get(key)
+    if got is not None and got[0] is docs:
+        return got[1]
+    value = build(docs)
+    _MEMO[key] = (docs, value)
+    return value
+
+
+def with_embedded(docs: list) -> list:
+    """``docs`` plus the objects embedded in them (AppWrapper components), each right after its
+    wrapper, so every rule sees them as objects of their own (a wrapper inside a wrapper too)."""
+    out = []
+    for doc in docs:
+        out.append(doc)
+        adapter = kinds.adapter_for(doc) if isinstance(doc.data, dict) else None
+        if adapter is not None:
+            for path, obj in adapter.embedded(doc):
+                out.extend(with_embedded([doc.child(path, obj)]))
+    return out

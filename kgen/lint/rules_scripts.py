@@ -1,0 +1,296 @@
+"""Rules on what a training container's command does, read through the launch model
+(``kgen.lint.torchcmd``, shells parsed by ``kgen.lint.shell``): scripts bash refuses, exit
+statuses a script loses, rendezvous ids and node counts that differ per pod, long-running kinds
+whose command ends, env values that are shell code, and launchers nested in launchers (contract C5).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from kgen.findings import Severity
+from kgen.lint import k8s, kinds, shell
+from kgen.lint.model import containers_of, read, workloads
+from kgen.lint.registry import Context, rule
+from kgen.lint.rules_training import _launch_path, _multi
+from kgen.lint.torchcmd import Launch
+
+E, W = Severity.ERROR, Severity.WARNING
+_DNS_TOOLS = {"getent", "nslookup", "dig", "host", "kubectl"}
+_PER_POD_FIELDS = {"metadata.name", "metadata.uid", "status.podIP", "status.podIPs", "spec.nodeName", "status.hostIP"}
+_PER_POD_VARS = {"HOSTNAME", "RANDOM", "SRANDOM", "BASHPID", "$"}
+_PER_POD_COMMANDS = {"date", "hostname", "uuidgen", "openssl", "od", "head", "cat", "shuf", "mktemp"}
+_HOLDS = re.compile(r"sleep\s+(inf|infinity|\d{5,})|tail\s+-f|while\s+(true|:)|sleep\s+365d")
+_SHELL_CODE = re.compile(r"\$\((?![A-Za-z_][A-Za-z0-9_]*\))[^)]*\)")
+
+
+def _each_container(doc: Any) -> Iterator[tuple[Any, dict, tuple]]:
+    for tpl in kinds.templates(doc):
+        for c, path in containers_of(tpl):
+            yield tpl, c, path
+
+
+@rule(
+    "KG125",
+    E,
+    "A container's shell script (sh -c / bash -c) is not valid shell syntax (an unclosed quote, $( or "
+    "here-document, a missing fi/done): bash refuses to run it and the container exits at once.",
+    "Fix the script at the line the message gives (bash -n -c '...' checks it).",
+)
+def script_syntax(doc: Any, ctx: Context) -> Iterator:
+    for _tpl, c, path in _each_container(doc):
+        for where, problem in read(doc, c, path).errors:
+            yield path + where, f"the shell script does not parse: {problem}"
+
+
+@rule(
+    "KG126",
+    W,
+    "A training command's exit status is lost in its script (`torchrun ... || echo failed`, `&& echo OK || "
+    "echo FAILED`, `; exit 0`, `|| true`, `| tee log` without pipefail, a command after it without set -e): "
+    "the pod exits 0 when training failed, so the Job (JobSet, PyTorchJob ...) reports success.",
+    "Let the launcher's status be the script's: `exec torchrun ...`, or `set -eo pipefail`, or `|| exit 1`.",
+    scope="stream",
+)
+def exit_status_swallowed(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        if not w.facts.runs_to_completion:
+            continue
+        for _c, cpath, scripted, _why in w.containers:
+            for launch in scripted.launches:
+                if launch.swallowed and (launch.training or launch.form == "python"):
+                    yield (
+                        w.doc,
+                        _launch_path(cpath, launch),
+                        f"{_name(launch)}'s exit status is lost: {launch.swallowed}; a failed run ends the pod "
+                        f"with 0 and the {w.kind} succeeds. Use exec, set -eo pipefail, or `|| exit 1`",
+                    )
+
+
+def _name(launch: Launch) -> str:
+    return {"kgen": "kgen's entrypoint", "python": "the training script"}.get(launch.form, launch.form)
+
+
+@rule(
+    "KG127",
+    E,
+    "The rendezvous id (--rdzv-id / --rdzv_id, or PET_RDZV_ID) must be the same in every pod of the run; "
+    "$RANDOM, $(date ...), $HOSTNAME, the pod's name or IP differ per pod, so each pod waits in a "
+    "rendezvous of its own and the world never forms.",
+    "Use one id for the run: the workload's name, or a value every pod shares (e.g. $(JOB_NAME) from a "
+    "fieldRef to metadata.labels['batch.kubernetes.io/job-name']).",
+    scope="stream",
+)
+def rdzv_id_per_pod(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        if not _multi(w):
+            continue
+        for c, cpath, scripted, _why in w.containers:
+            per_pod = _per_pod_names(c, scripted)
+            for launch in scripted.launches:
+                raw = launch.flag("rdzv_id")
+                if raw is None:
+                    continue
+                why = _varies(raw, per_pod)
+                if why:
+                    yield (
+                        w.doc,
+                        _launch_path(cpath, launch, "rdzv_id"),
+                        f"--rdzv-id={raw} {why}, so every pod has its own rendezvous and the world never forms; "
+                        f"use one id for the run, e.g. --rdzv-id={w.name}",
+                    )
+            env = k8s.env_value(c, "PET_RDZV_ID")
+            if env and isinstance(env[1], str):
+                why = _varies(env[1], per_pod)
+                if why:
+                    yield w.doc, cpath + ("env", env[0], "value"), f"PET_RDZV_ID={env[1]} {why}; use one id for the run"
+
+
+def _per_pod_names(c: dict, scripted: Any) -> dict[str, str]:
+    """Variables whose value differs per pod: fieldRefs to the pod's name/IP, $HOSTNAME ..., and script
+    variables assigned from those or from $(date), $RANDOM."""
+    names = {v: "which differs per pod" for v in _PER_POD_VARS}
+    for e in k8s.env_list(c):
+        if isinstance(e, dict) and isinstance(e.get("name"), str):
+            ref = k8s.get(e, "valueFrom", "fieldRef", "fieldPath")
+            if ref in _PER_POD_FIELDS:
+                names[e["name"]] = f"the pod's {ref}"
+    for script, _where in scripted.scripts:
+        for cmd in script.simple_commands():
+            for a in cmd.assigns:
+                name, _, _ = a.raw.partition("=")
+                value = a.text.split("=", 1)[1] if "=" in a.text else ""
+                if _varies(value, names):
+                    names[name] = f"assigned {value} in the script"
+    return names
+
+
+def _varies(text: str, per_pod: dict[str, str]) -> str | None:
+    for m in re.finditer(r"\$(?:\{(\w+)\}|\((\w+)\)|(\w+|\$))", text):  # ${HOSTNAME%-*}: cannot tell
+        name = m.group(1) or m.group(2) or m.group(3)
+        if name in per_pod:
+            return f"uses {m.group(0)} ({per_pod[name]})"
+    for m in re.finditer(r"\$\(\s*([\w./-]+)|`\s*([\w./-]+)", text):
+        command = (m.group(1) or m.group(2)).rsplit("/", 1)[-1]
+        if command in _PER_POD_COMMANDS and command not in per_pod:
+            return f"runs {command} in each pod, which gives each its own value"
+    if "/proc/sys/kernel/random" in text:
+        return "reads a random id in each pod"
+    return None
+
+
+@rule(
+    "KG128",
+    W,
+    "--nnodes (or NNODES) counted from DNS at start-up (getent hosts / nslookup / dig ... | wc -l) counts "
+    "the pods that happen to exist yet: pods start at different times, so nodes disagree on the world size "
+    "and the rendezvous hangs or forms a smaller world.",
+    "Write the node count (it is the workload's pod count), or derive it from the spec (kgen render).",
+    scope="stream",
+)
+def nnodes_from_dns(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        for _c, cpath, scripted, _why in w.containers:
+            counted = _dns_counted(scripted)
+            for launch in scripted.launches:
+                raw = launch.flag("nnodes")
+                if raw is None:
+                    continue
+                why = _dns_use(raw, counted)
+                if why:
+                    yield (
+                        w.doc,
+                        _launch_path(cpath, launch, "nnodes"),
+                        f"--nnodes={raw} {why} at start-up, which counts only the pods that exist yet; "
+                        f"write the node count ({w.nodes if w.nodes is not None else 'the pod count'})",
+                    )
+
+
+def _dns_counted(scripted: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for script, _where in scripted.scripts:
+        for cmd in script.simple_commands():
+            for a in cmd.assigns:
+                name = a.raw.split("=", 1)[0]
+                tool = _dns_tool(a)
+                if tool:
+                    out[name] = tool
+    return out
+
+
+def _dns_tool(word: shell.Word) -> str | None:
+    for part in word.parts:
+        if part.script is not None:
+            for cmd in part.script.simple_commands():
+                if cmd.words and cmd.argv[0].rsplit("/", 1)[-1] in _DNS_TOOLS:
+                    return cmd.argv[0].rsplit("/", 1)[-1]
+    return None
+
+
+def _dns_use(raw: str, counted: dict[str, str]) -> str | None:
+    try:
+        script = shell.parse("x " + raw)
+    except shell.ShellSyntaxError:
+        return None
+    for cmd in script.simple_commands():
+        if cmd.words and cmd.argv[0].rsplit("/", 1)[-1] in _DNS_TOOLS:
+            return f"runs {cmd.argv[0]}"
+    for m in re.finditer(r"\$\{?(\w+)", raw):
+        if m.group(1) in counted:
+            return f"is ${m.group(1)}, counted with {counted[m.group(1)]}"
+    return None
+
+
+@rule(
+    "KG129",
+    W,
+    "A training command that ends in a kind that restarts its pods (StatefulSet, LeaderWorkerSet: "
+    "restartPolicy Always) trains again from the start every time it finishes, forever.",
+    "Run training as a Job, JobSet or Indexed Job; or keep the pod idle after training (kgen's entrypoint "
+    "does); or use a Job-like kind.",
+    scope="stream",
+)
+def restarted_forever(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        if w.facts.runs_to_completion:
+            continue
+        for _c, cpath, scripted, _why in w.containers:
+            launches = [launch for launch in scripted.launches if launch.training]
+            if not launches or any(launch.form == "kgen" for launch in launches):
+                continue  # kgen's entrypoint holds the pod idle after training
+            source = " ".join(script.source for script, _ in scripted.scripts)
+            if _HOLDS.search(source):
+                continue
+            yield (
+                w.doc,
+                _launch_path(cpath, launches[0]),
+                f"{_name(launches[0])} ends when training ends, and the {w.kind}'s restartPolicy Always starts it "
+                "again, forever; run training as a Job/JobSet, or keep the pod idle afterwards",
+            )
+
+
+@rule(
+    "KG130",
+    E,
+    "An env value holds a shell command substitution ($(command ...)): Kubernetes expands only $(VAR) "
+    "references in env values and runs no shell, so the program receives the text as it is written.",
+    "Compute the value in the container's command (a shell script), or use valueFrom (fieldRef, configMapKeyRef).",
+)
+def shell_in_env_value(doc: Any, ctx: Context) -> Iterator:
+    for _tpl, c, path in _each_container(doc):
+        for i, e in enumerate(k8s.env_list(c)):
+            value = e.get("value") if isinstance(e, dict) else None
+            if not isinstance(value, str):
+                continue
+            m = _SHELL_CODE.search(value.replace("$$(", "\0\0"))
+            if m:
+                yield (
+                    path + ("env", i, "value"),
+                    f"{e.get('name')}={value}: {m.group(0)} stays literal (Kubernetes runs no shell for env "
+                    "values); compute it in the container's command",
+                )
+
+
+@rule(
+    "KG131",
+    E,
+    "A launcher runs another launcher (kgen's entrypoint `-- torchrun ...`, `torchrun --no-python torchrun "
+    "...`, `torchrun -m torch.distributed.run`, deepspeed or accelerate inside torchrun): every node starts "
+    "a world of its own inside the outer launcher's, so the job trains as independent one-node worlds.",
+    "Give the outer launcher the training script itself (kgen's entrypoint: `-- train.py ARGS`, with "
+    "--nproc-per-node as NPROC_PER_NODE / kgen render --gpus).",
+)
+def nested_launchers(doc: Any, ctx: Context) -> Iterator:
+    for _tpl, c, path in _each_container(doc):
+        for launch in read(doc, c, path).launches:
+            inner = launch.nested
+            if inner is None:
+                continue
+            yield _launch_path(path, launch), _nested_message(launch, inner)
+
+
+def _nested_message(outer: Launch, inner: Launch) -> str:
+    script = [w for w in inner.child if w not in ("python", "python3")]
+    fixed = " ".join(script) if script else "train.py"
+    nproc = inner.flag("nproc_per_node")
+    if outer.form == "kgen":
+        import shlex
+
+        from kgen.launchers import nested_launcher, problem  # the wording render and the entrypoint use (C5)
+
+        after = outer.words[outer.words.index("--") + 1 :] if "--" in outer.words else inner.words
+        nested = nested_launcher(after)
+        if nested is not None:
+            per_node = f" and NPROC_PER_NODE={nested.nproc}" if nested.nproc else ""
+            return f"{problem(nested)}; use `-- {shlex.join(nested.command)}`{per_node}"
+        extra = f" and NPROC_PER_NODE={nproc}" if nproc else ""
+        return (
+            f"kgen's entrypoint runs torchrun itself, so `-- {' '.join(inner.words)}` nests {inner.form} inside it "
+            f"and every node trains as a world of its own; use `-- {fixed}`{extra}"
+        )
+    return (
+        f"{outer.form} runs {inner.form} (`{' '.join(inner.words)}`): every node starts a world of its own "
+        f"inside {outer.form}'s; launch {fixed} with one launcher"
+    )

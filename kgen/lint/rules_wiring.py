@@ -1,0 +1,569 @@
+"""Service and DNS wiring of training workloads, across all documents of one lint run: the
+rendezvous Service a Job's subdomain / StatefulSet's serviceName names (or that selects its pods),
+its headless and not-ready settings, its selector, the pods' DNS names and the master address
+(MASTER_ADDR, --master-addr, --rdzv-endpoint) naming pod 0 -- for kinds whose controller names the
+pods (JobSet, PyTorchJob, Volcano Job, LeaderWorkerSet) from the workload model's facts.
+
+Services are paired with workloads through an index built once per run (by name, by one selector
+pair, by the workload a job-name/pod-name selector names), so the rules stay linear.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+from kgen.findings import Severity
+from kgen.lint import k8s
+from kgen.lint.model import TRAINING_KINDS, Workload, workloads
+from kgen.lint.model import memo as _memo
+from kgen.lint.registry import Context, rule
+from kgen.lint.rules_training import _env_path, _launch_path, _multi
+from kgen.lint.torchcmd import host_of
+
+E, W = Severity.ERROR, Severity.WARNING
+_MASTERISH = {"master", "leader", "head", "chief", "rank0", "rank-0", "main", "driver", "coordinator"}
+
+
+def _wired(docs: list) -> list[Workload]:
+    """Training workloads whose pods' DNS names the user wires (Job subdomain, StatefulSet serviceName)."""
+    return _memo("wired", docs, lambda ds: [w for w in workloads(ds) if w.user_wired])
+
+
+def services(docs: list) -> list:
+    return _memo("services", docs, lambda ds: [d for d in ds if d.kind == "Service" and d.name])
+
+
+def same_namespace(a: Any, b: Any) -> bool:
+    """Objects of one context meet when their namespaces agree; an object without a namespace goes
+    wherever it is applied (``kubectl apply -n``), so it meets any."""
+    return not a.namespace or not b.namespace or a.namespace == b.namespace
+
+
+class _ServiceIndex:
+    """The Services of one context, indexed so that pairing them with workloads stays linear in a
+    folder of hundreds of apps: by name, by every selector pair, and those whose selector uses only
+    controller-set keys (job-name, pod index, pod name)."""
+
+    __slots__ = ("by_name", "by_pair", "special", "by_owner", "for_workload")
+
+    def __init__(self, docs: list) -> None:
+        self.by_name: dict[str, list] = {}
+        self.by_pair: dict[tuple, list] = {}
+        self.special: list = []  # controller keys that name no workload (controller-uid ...)
+        self.by_owner: dict[str, list] = {}  # controller keys naming one workload: job-name=X, pod-name=X-N
+        self.for_workload: dict[int, dict[str, Any]] = {}
+        by_label = workloads_by_label(docs)
+        for svc in services(docs):
+            self.by_name.setdefault(svc.name, []).append(svc)
+            pairs = _plain_pairs(svc)
+            if pairs:
+                # A Service selects a workload's pods only if all its pairs are among their labels, so one
+                # pair finds it: the one fewest pod templates carry (the instance label, not app=kgen).
+                rarest = min(pairs, key=lambda p: (len(by_label.get(p, ())), p))
+                self.by_pair.setdefault(rarest, []).append(svc)
+            elif _selector(svc):
+                owner = _owner(_selector(svc))
+                if owner is None:
+                    self.special.append(svc)
+                else:
+                    self.by_owner.setdefault(owner, []).append(svc)
+
+    def named(self, name: str, w: Workload) -> bool:
+        return any(same_namespace(s, w.doc) for s in self.by_name.get(name, ()))
+
+
+_CONTROLLER_KEYS = {
+    "job-name",
+    "batch.kubernetes.io/job-name",
+    "controller-uid",
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-completion-index",
+    "apps.kubernetes.io/pod-index",
+    "statefulset.kubernetes.io/pod-name",
+    "controller-revision-hash",
+}
+
+
+def _owner(selector: dict) -> str | None:
+    """The workload a controller-keys-only selector names: job-name=X, statefulset pod-name=X-N."""
+    for key in ("job-name", "batch.kubernetes.io/job-name"):
+        if isinstance(selector.get(key), str):
+            return selector[key]
+    pod = selector.get("statefulset.kubernetes.io/pod-name")
+    if isinstance(pod, str) and "-" in pod:
+        return pod.rsplit("-", 1)[0]
+    return None
+
+
+def _service_index(docs: list) -> _ServiceIndex:
+    return _memo("service_index", docs, _ServiceIndex)
+
+
+def services_for(w: Workload, docs: list) -> dict[str, Any]:
+    """The Services that may serve workload ``w``, by name: the one its subdomain/serviceName names
+    and every one that can select its pods (all selector labels on the pod template, or only
+    controller-set keys), of its namespace (an exact namespace match wins a name clash)."""
+    index = _service_index(docs)
+    got = index.for_workload.get(id(w.doc))
+    if got is not None:
+        return got
+    candidates: list = []
+    named, _ = w.dns_field
+    if named:
+        candidates.extend(index.by_name.get(named, ()))
+    for pair in k8s.template_labels(w.doc).items():
+        if isinstance(pair[1], str):
+            candidates.extend(index.by_pair.get(pair, ()))
+    candidates.extend(index.special)
+    candidates.extend(index.by_owner.get(w.name, ()))
+    out: dict[str, Any] = {}
+    for svc in sorted(set(candidates), key=lambda s: (s.file, s.index)):
+        if same_namespace(svc, w.doc) and (svc.name not in out or svc.namespace == w.doc.namespace):
+            out[svc.name] = svc
+    index.for_workload[id(w.doc)] = out
+    return out
+
+
+def _plain_pairs(svc: Any) -> list[tuple]:
+    return [(k, v) for k, v in _selector(svc).items() if k not in _CONTROLLER_KEYS and isinstance(v, str)]
+
+
+def workloads_by_label(docs: list) -> dict[tuple, list]:
+    return _memo("workloads_by_label", docs, _workloads_by_label)
+
+
+def _workloads_by_label(docs: list) -> dict[tuple, list]:
+    """Every object with a pod template (but Pods), by each (key, value) of its template labels."""
+    out: dict[tuple, list] = {}
+    for d in docs:
+        if d.kind != "Pod" and k8s.pod_template(d):
+            for pair in k8s.template_labels(d).items():
+                if isinstance(pair[1], str):
+                    out.setdefault(pair, []).append(d)
+    return out
+
+
+def _selector(svc: Any) -> dict:
+    sel = k8s.get(svc.data, "spec", "selector")
+    return sel if isinstance(sel, dict) else {}
+
+
+def rendezvous_service(w: Workload, svcs: dict) -> Any:
+    named, _ = w.dns_field
+    if named:
+        return svcs.get(named)
+    for svc in svcs.values():
+        if k8s.selector_scope(_selector(svc), w.doc) == "all":
+            return svc
+    return None
+
+
+def _in_ns(w: Workload) -> str:
+    return f" (namespace {w.doc.namespace})" if w.doc.namespace else ""
+
+
+# --- Service wiring ---------------------------------------------------------------------------
+
+
+@rule(
+    "KG100",
+    W,
+    "A multi-node training Job/StatefulSet has no Service among the linted files (same namespace) that its "
+    "pods' DNS names come from (subdomain/serviceName names none, or none selects its pods).",
+    "Add a headless Service (clusterIP: None) selecting the pods, named like the subdomain/serviceName.",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+    needs_all_inputs=True,
+)
+def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
+    for w in _wired(docs):
+        if not _multi(w):
+            continue
+        svcs = services_for(w, docs)
+        named, path = w.dns_field
+        if named and named not in svcs:
+            if _service_index(docs).by_name.get(named):
+                continue  # it exists in another namespace: KG124
+            yield (
+                w.doc,
+                path,
+                f"names Service {named!r}, which is not among the linted files{_in_ns(w)}; "
+                "add it (headless, selecting the pods)",
+            )
+        elif not named and rendezvous_service(w, svcs) is None:
+            yield (
+                w.doc,
+                ("metadata", "name"),
+                f"no headless Service among the linted files{_in_ns(w)} selects the pods; "
+                "pods get no DNS names for rendezvous",
+            )
+
+
+@rule(
+    "KG101",
+    E,
+    "The rendezvous Service of a training workload must be headless (clusterIP: None) so that "
+    "every pod gets its own DNS name.",
+    "Set spec.clusterIP: None.",
+    kinds=["Service"],
+    scope="stream",
+)
+def rendezvous_headless(docs: list, ctx: Context) -> Iterator:
+    done = set()
+    for w in _wired(docs):
+        svc = rendezvous_service(w, services_for(w, docs))
+        if svc is not None and id(svc) not in done and k8s.get(svc.data, "spec", "clusterIP") != "None":
+            done.add(id(svc))
+            yield (
+                svc,
+                ("spec",),
+                f"Service {svc.name!r} is the rendezvous Service of {w.doc.kind} {w.name!r}; "
+                "make it headless: clusterIP: None",
+            )
+
+
+@rule(
+    "KG102",
+    W,
+    "The rendezvous Service should publish not-ready addresses, so pod DNS names resolve before "
+    "the pods are Ready (training pods have no readiness to report).",
+    "Set spec.publishNotReadyAddresses: true.",
+    kinds=["Service"],
+    scope="stream",
+)
+def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        if w.primary and w.facts.managed_not_ready is not None and _multi(w):
+            path, message = w.facts.managed_not_ready
+            yield w.doc, path, message
+    done = set()
+    for w in _wired(docs):
+        svc = rendezvous_service(w, services_for(w, docs))
+        if (
+            svc is not None
+            and id(svc) not in done
+            and k8s.get(svc.data, "spec", "publishNotReadyAddresses") is not True
+        ):
+            done.add(id(svc))
+            yield (
+                svc,
+                ("spec",),
+                (f"set publishNotReadyAddresses: true so {w.name}-N.{svc.name} resolves before the pods are Ready"),
+            )
+
+
+@rule(
+    "KG103",
+    E,
+    "The rendezvous Service's selector must match exactly the training pods: all of them (not "
+    "none, not a 'role: master' label every pod carries) and no pods of other workloads.",
+    "Select the pods by their instance label (e.g. app.kubernetes.io/instance: <name>) and use "
+    "<name>-0.<service> as MASTER_ADDR.",
+    kinds=["Service"],
+    scope="stream",
+)
+def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
+    by_label = workloads_by_label(docs)
+    for w in _wired(docs):
+        for svc in services_for(w, docs).values():
+            sel = _selector(svc)
+            if not sel:
+                continue
+            named, _ = w.dns_field
+            scope = k8s.selector_scope(sel, w.doc)
+            if scope in ("pod0", "some"):
+                continue  # a Service for one pod (e.g. the master), pinned by a per-pod label
+            if scope == "all":
+                for k, v in sel.items():
+                    if isinstance(v, str) and (v.lower() in _MASTERISH or k.lower() in _MASTERISH) and w.nodes != 1:
+                        yield (
+                            svc,
+                            ("spec", "selector", k),
+                            (
+                                f"selector {k}={v} looks like it picks the master, but every pod of {w.doc.kind} "
+                                f"{w.name!r} carries it (one pod template), so {svc.name!r} resolves to any pod; "
+                                "select the "
+                                f"job's pods and use {w.name}-0.{svc.name} for MASTER_ADDR"
+                            ),
+                        )
+                plain = [(k, v) for k, v in sel.items() if isinstance(v, str)]
+                rarest = min(plain, key=lambda p: (len(by_label.get(p, ())), p)) if plain else None
+                others = [
+                    d
+                    for d in (by_label.get(rarest, []) if rarest else [])
+                    if d is not w.doc and same_namespace(svc, d) and k8s.selector_matches(sel, k8s.template_labels(d))
+                ]
+                for other in others:
+                    yield (
+                        svc,
+                        ("spec", "selector"),
+                        (
+                            f"selector also matches the pods of {other.kind} {other.name!r}; "
+                            "add a label unique to the training pods"
+                        ),
+                    )
+            elif named == svc.name:
+                yield svc, ("spec", "selector"), _selects_none(svc, w)
+    yield from _headless_selecting_nothing(docs)
+
+
+def _selects_none(svc: Any, w: Workload) -> str:
+    labels = k8s.template_labels(w.doc)
+    missing = ", ".join(f"{k}={v}" for k, v in _selector(svc).items() if labels.get(k) != v)
+    return f"selector selects none of the pods of {w.doc.kind} {w.name!r}: the pod template lacks {missing}"
+
+
+def _headless_selecting_nothing(docs: list) -> Iterator:
+    """A headless Service whose selector selects no pod template of the context, no workload names it,
+    and which shares labels with a training workload's pods: reported once, against the workload it
+    shares most labels with (e.g. a 'role: master' no pod carries)."""
+    by_label = workloads_by_label(docs)
+    wls = _wired(docs)
+    named: dict[str, set[str]] = {}  # subdomain/serviceName -> namespaces of the workloads naming it
+    for w in wls:
+        if w.dns_field[0]:
+            named.setdefault(w.dns_field[0], set()).add(w.doc.namespace)
+    for svc in services(docs):
+        sel = _selector(svc)
+        pairs = _plain_pairs(svc)
+        if not pairs or k8s.get(svc.data, "spec", "clusterIP") != "None":
+            continue
+        if any(not ns or not svc.namespace or ns == svc.namespace for ns in named.get(svc.name, ())):
+            continue  # checked against the workload that names it
+        rarest = min(pairs, key=lambda p: (len(by_label.get(p, ())), p))
+        if any(same_namespace(svc, d) and k8s.selector_scope(sel, d) != "none" for d in by_label.get(rarest, ())):
+            continue  # it serves some pods
+        best, most = None, 0
+        for w in wls:
+            if same_namespace(svc, w.doc):
+                labels = k8s.template_labels(w.doc)
+                shared = sum(1 for k, v in pairs if labels.get(k) == v)
+                if shared > most:
+                    best, most = w, shared
+        if best is not None:
+            yield svc, ("spec", "selector"), _selects_none(svc, best)
+
+
+@rule(
+    "KG104",
+    E,
+    "A multi-node training Job's pods need spec.template.spec.subdomain naming the headless "
+    "Service (a StatefulSet's serviceName likewise), or pod DNS names such as <job>-0.<service> do not exist.",
+    "Set subdomain (Job) or serviceName (StatefulSet) to the rendezvous Service's name.",
+    kinds=TRAINING_KINDS,
+    scope="stream",
+)
+def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        if not w.primary or w.user_wired or not _multi(w):
+            continue
+        for path, message in w.facts.dns_problems:
+            yield w.doc, path, message
+        if w.facts.dns == "none":
+            yield (
+                w.doc,
+                ("spec", "plugins") if "plugins" in (k8s.get(w.doc.data, "spec") or {}) else ("spec",),
+                f"{w.kind} {w.name!r} runs {w.nodes} training pods but they get no DNS names: add the svc plugin "
+                "(plugins: {svc: [], env: []}) or the pytorch plugin",
+            )
+    for w in _wired(docs):
+        if not _multi(w):
+            continue
+        svcs = services_for(w, docs)
+        named, path = w.dns_field
+        selecting = [
+            s
+            for s in svcs.values()
+            if k8s.selector_scope(_selector(s), w.doc) == "all" and k8s.get(s.data, "spec", "clusterIP") == "None"
+        ]
+        field_name = "subdomain" if w.doc.kind == "Job" else "serviceName"
+        if not named:
+            hint = f" (e.g. {selecting[0].name!r})" if selecting else ""
+            yield (
+                w.doc,
+                path[:-1],
+                f"{field_name} is not set, so the pods get no DNS names; "
+                f"set {field_name} to the headless Service{hint}",
+            )
+        elif named in svcs and selecting and svcs[named] not in selecting:
+            yield (
+                w.doc,
+                path,
+                f"{field_name} {named!r} names a Service that does not select these pods; use {selecting[0].name!r}",
+            )
+
+
+_POD0 = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
+
+
+@rule(
+    "KG105",
+    E,
+    "MASTER_ADDR (and --master-addr / --rdzv-endpoint) must name pod 0 of this workload "
+    "(<name>-0.<service>[.<namespace>.svc...], in the workload's namespace), not the Service, which "
+    "resolves to any pod (a Service "
+    "pinned to pod 0 by batch.kubernetes.io/job-completion-index or statefulset.kubernetes.io/pod-name is fine).",
+    "Set MASTER_ADDR to <name>-0.<service>.",
+    kinds=TRAINING_KINDS,
+    scope="stream",
+)
+def master_addr(docs: list, ctx: Context) -> Iterator:
+    yield from _managed_master(docs)
+    index = _service_index(docs)
+    for w in _wired(docs):
+        if not _multi(w):
+            continue
+        svcs = services_for(w, docs)
+        svc = rendezvous_service(w, svcs)
+        named, _ = w.dns_field
+        svc_name = svc.name if svc is not None else named
+        for c, cpath, scripted, _why in w.containers:
+            launches = [launch for launch in scripted.launches if launch.training]
+            env = w.env(c)
+            checks: list[tuple[str, str, tuple]] = []
+            ma = env.get("MASTER_ADDR")
+            if isinstance(ma, str):
+                checks.append(("MASTER_ADDR", ma, _env_path(cpath, c, "MASTER_ADDR")))
+            for launch in launches:
+                for key, raw in launch.master_flags():
+                    if not raw.startswith("$"):
+                        checks.append((launch.spelling(key), host_of(raw), _launch_path(cpath, launch, key)))
+            yield from _self_master(w, c, cpath, launches, svc_name)
+            for what, value, path in checks:
+                if "$" in value or not value:
+                    continue
+                pod0 = {n for n, s in svcs.items() if k8s.selector_scope(_selector(s), w.doc) == "pod0"}
+                msg = _master_problem(value, w.name, svc_name, partial(index.named, w=w), pod0, w.doc.namespace)
+                if msg:
+                    yield w.doc, path, f"{what}={value} {msg}"
+
+
+def _managed_master(docs: list) -> Iterator:
+    """MASTER_ADDR / --master-addr / --rdzv-endpoint of a kind whose controller names the pods
+    (JobSet, PyTorchJob, Volcano Job, LeaderWorkerSet) must name its pod 0."""
+    for w in workloads(docs):
+        if w.user_wired or not w.facts.master_hosts or not _multi(w):
+            continue
+        want = w.facts.master_hosts[0]
+        for c, cpath, _scripted, _why in w.containers:
+            env = w.env(c)
+            checks: list[tuple[str, str, tuple]] = []
+            ma = env.get("MASTER_ADDR")
+            if isinstance(ma, str):
+                checks.append(("MASTER_ADDR", ma, _env_path(cpath, c, "MASTER_ADDR")))
+            for launch in next((found for x, _, found in w.launches if x is c), []):
+                for key, raw in launch.master_flags():
+                    if not raw.startswith("$"):
+                        checks.append((launch.spelling(key), host_of(raw), _launch_path(cpath, launch, key)))
+            for what, value, path in checks:
+                if not value or "$" in value:
+                    continue
+                host = value.lower().rstrip(".")
+                if any(host == h or host.startswith(h + ".") for h in w.facts.master_hosts):
+                    continue
+                label = host.split(".")[0]
+                if w.facts.service_like and label == w.facts.service_like:
+                    why = "names the Service, which resolves to any pod"
+                elif w.facts.service_like and host.split(".")[1:2] and label == want.split(".")[0]:
+                    why = f"has the wrong subdomain ({w.kind}'s is {w.facts.service_like!r})"
+                elif host in ("localhost", "127.0.0.1", "::1"):
+                    why = "is the pod itself, so every node starts its own world"
+                else:
+                    why = f"is not pod 0 of this {w.kind}"
+                yield w.doc, path, f"{what}={value} {why}; use {want}"
+
+
+_SELF_FIELDS = {"status.podIP", "status.podIPs", "metadata.name", "spec.nodeName", "status.hostIP", "status.hostIPs"}
+_VAR_REF = re.compile(r"^\$(?:\{(\w+)\}|\((\w+)\)|(\w+))")
+
+
+def _self_master(w: Workload, c: dict, cpath: tuple, launches: list, svc: str | None) -> Iterator:
+    """MASTER_ADDR / --master-addr / --rdzv-endpoint taken from the pod's own address (fieldRef
+    status.podIP, metadata.name, $HOSTNAME, $(hostname)): every pod is its own master."""
+    want = f"{w.name}-0.{svc}" if svc else f"{w.name}-0.<headless service>"
+    own: dict[str, str] = {"HOSTNAME": "the pod's hostname"}
+    for i, e in enumerate(k8s.env_list(c)):
+        if not isinstance(e, dict) or not isinstance(e.get("name"), str):
+            continue
+        ref = k8s.get(e, "valueFrom", "fieldRef", "fieldPath")
+        value = e.get("value")
+        if ref in _SELF_FIELDS:
+            own[e["name"]] = f"fieldRef {ref}"
+        elif isinstance(value, str) and _VAR_REF.match(value) and _var_name(value) in own:
+            own[e["name"]] = own[_var_name(value)]
+        if e["name"] == "MASTER_ADDR" and e["name"] in own:
+            yield (
+                w.doc,
+                cpath + ("env", i),
+                f"MASTER_ADDR from {own['MASTER_ADDR']} is each pod's own address, so every pod starts a world "
+                f"of its own; use pod 0's name {want}",
+            )
+    for launch in launches:
+        for key, raw in launch.master_flags():
+            name = _var_name(raw) if _VAR_REF.match(raw) else None
+            source = own.get(name) if name and name != "MASTER_ADDR" else None
+            if source is None and ("$(hostname" in raw or "`hostname" in raw):
+                source = "the pod's hostname"
+            if source:
+                yield (
+                    w.doc,
+                    _launch_path(cpath, launch, key),
+                    f"{launch.spelling(key)}={raw} is {source}, each pod's own address, so every pod starts "
+                    f"a world of its own; use pod 0's name {want}",
+                )
+
+
+def _var_name(text: str) -> str:
+    m = _VAR_REF.match(text)
+    return (m.group(1) or m.group(2) or m.group(3)) if m else ""
+
+
+def _master_problem(
+    value: str, name: str, svc: str | None, is_service: Any, pod0: set, namespace: str = ""
+) -> str | None:
+    want = f"{name}-0.{svc}" if svc else f"{name}-0.<headless service>"
+    host = value.lower().rstrip(".")
+    first = host.split(".")[0]
+    if first in pod0:
+        return None  # a Service that selects only pod 0 (per-pod label) is a stable master address
+    if first == svc or is_service(first):
+        return f"names the Service, which resolves to any pod; use pod 0's name {want}"
+    m = _POD0.match(host)
+    if m and m.group("pod") == name and (svc is None or m.group("svc") == svc):
+        parts = host.split(".")
+        if len(parts) >= 3 and namespace and parts[2] != namespace:
+            return f"names namespace {parts[2]!r}, but the pods run in {namespace!r}; use {want}.{namespace}.svc"
+        if len(parts) >= 4 and parts[3] != "svc":
+            return f"is not a cluster DNS name (<pod>.<service>.<namespace>.svc.<domain>); use {want}"
+        return None
+    if host in ("localhost", "127.0.0.1", "::1"):
+        return f"is the pod itself, so every node starts its own world; use {want}"
+    return f"is not pod 0 of {name!r}; use {want}"
+
+
+@rule(
+    "KG124",
+    E,
+    "The Service a training workload's subdomain/serviceName names must be in the workload's namespace: "
+    "pod DNS names <name>-N.<service> exist only in the Service's own namespace.",
+    "Put the Service and the Job/StatefulSet in the same namespace.",
+    kinds=["Job", "StatefulSet"],
+    scope="stream",
+)
+def rendezvous_service_namespace(docs: list, ctx: Context) -> Iterator:
+    index = _service_index(docs)
+    for w in _wired(docs):
+        named, path = w.dns_field
+        if not named or named in services_for(w, docs):
+            continue
+        elsewhere = sorted({s.namespace for s in index.by_name.get(named, ())})
+        if elsewhere:
+            yield (
+                w.doc,
+                path,
+                f"Service {named!r} is in namespace {', '.join(elsewhere)}, but the pods run in "
+                f"{w.doc.namespace!r}; pod DNS names exist only in the Service's namespace",
+            )

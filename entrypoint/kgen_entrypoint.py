@@ -1092,8 +1092,8 @@ class StrangerLog:
         else:
             self.suppressed += 1
 
-    def roll(self, now: float) -> None:
-        if now - self.window_start < STRANGER_LOG_WINDOW:
+    def roll(self, now: float, final: bool = False) -> None:
+        if now - self.window_start < STRANGER_LOG_WINDOW and not final:
             return
         if self.suppressed:
             log(
@@ -1513,6 +1513,7 @@ class Hub:
         """Own torchrun succeeded: tell the others; keep watching until they are done."""
         self.state = "finishing"
         self.close_listeners()
+        self.strangers.roll(time.monotonic(), final=True)
         for conn in list(self.unproven) + list(self.members):
             self._drop(conn)
         for conn in self.peers.values():
@@ -1526,6 +1527,7 @@ class Hub:
         for conn in list(self.unproven):
             self._drop(conn)
         self.close_listeners()
+        self.strangers.roll(time.monotonic(), final=True)
 
 
 class Spoke:

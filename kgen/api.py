@@ -315,6 +315,7 @@ FIELD_KEYS = (
     ("spec.securityContext", "podSecurityContext"),
     ("labels", "labels"),
     ("annotations", "annotations"),
+    ("ingress", "networkPolicy.extraIngress"),
 )
 
 

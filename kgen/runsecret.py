@@ -61,7 +61,8 @@ def _read_key(path: Path) -> bytes:
         raise UsageError(
             f"the run key {path} must hold {KEY_MIN} to {KEY_MAX} characters, it holds {len(key)}",
             option=KEY_ENV,
-            hint="e.g. python3 -c 'import secrets; print(secrets.token_hex(32))' > FILE; chmod 600 FILE",
+            hint="e.g. python3 -c 'import secrets; print(secrets.token_hex(32))' > FILE; chmod 600 FILE; "
+            "or values auth.secretName",
         )
     return key
 

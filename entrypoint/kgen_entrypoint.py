@@ -8,18 +8,22 @@ Usage (what `kgen render` puts in the pod; also works by hand on bare metal):
     python3 kgen_entrypoint.py -- ./run.sh args          # anything else: torchrun --no-python
     python3 kgen_entrypoint.py --smoke-test              # all-reduce check instead of training
     python3 kgen_entrypoint.py --diagnose                # one PASS/FAIL line per check
+    python3 kgen_entrypoint.py --stop                    # stop the whole group (run's environment, any host)
 
 Environment (docs/design.md is the contract): NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT,
 node rank from NODE_RANK > JOB_COMPLETION_INDEX > KGEN_POD_INDEX > HOSTNAME ordinal, optional
 KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT,
 KGEN_MASTER_WAIT_TIMEOUT, KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT,
-KGEN_MAX_RESTARTS, KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR.
-Set for the training processes: KGEN_RESTART_COUNT (the generation, 0 first), KGEN_RDZV_ID.
+KGEN_MAX_RESTARTS, KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, and for
+NNODES > 1 KGEN_SECRET_FILE (a file holding the run's secret, the same on every node; the liveness
+channel authenticates every connection with it). Set for the training processes: KGEN_RESTART_COUNT
+(the generation, 0 first), KGEN_RDZV_ID.
 
 Exit codes: 0 success; 2 bad environment, usage or no torch; 3 node 0 not reachable (within
 KGEN_MASTER_WAIT_TIMEOUT, or KGEN_REPLACEMENT_TIMEOUT after a loss); 4 the group could not form
 (nodes missing after KGEN_RDZV_TIMEOUT, or a lost node's replacement after KGEN_REPLACEMENT_TIMEOUT);
-5 the run failed as a whole (re-formation limit, another node's script error); 75 a peer was lost
+5 the run failed as a whole (re-formation limit, another node's script error); 6 stopped by user
+(Ctrl-C / SIGINT on any node, or --stop): every node of the group exits 6; 75 a peer was lost
 and re-formation is off (KGEN_MAX_REFORMATIONS=0); 76 this node was dropped from the group (it froze
 or was cut off): replace it; otherwise torchrun's exit code; 128+N after signal N. The last log
 line says why: "kgen-entrypoint: stopped: <reason>".
@@ -30,15 +34,18 @@ by the GPU check of --diagnose. How it works and what was measured: docs/entrypo
 
 from __future__ import annotations
 
+import hmac
 import json
 import math
 import os
 import random
 import re
+import secrets
 import selectors
 import shlex
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -48,6 +55,7 @@ EXIT_CONFIG = 2
 EXIT_MASTER_UNREACHABLE = 3
 EXIT_PEERS_MISSING = 4  # distinct from 75: a pod that never starts is not a disruption to retry
 EXIT_RUN_FAILED = 5  # the run failed as a whole: re-formation limit, or another node's script error
+EXIT_STOPPED = 6  # stopped by user: Ctrl-C (SIGINT) on any node or --stop; the whole group exits 6
 EXIT_PEER_LOST = 75  # re-formation off (KGEN_MAX_REFORMATIONS=0): a peer was lost, the group is replaced
 EXIT_DROPPED = 76  # this node froze or was cut off and the group moved on without it: replace this pod
 
@@ -56,9 +64,20 @@ ABORT_GRACE = 3.0  # fail-stop: SIGTERM to the local tree, then SIGKILL after th
 SIGNAL_GRACE = 20.0  # SIGTERM/SIGINT received: torchrun gets this long before SIGKILL (k8s: 30 s)
 PROGRESS_EVERY = 10.0  # a progress line while waiting for node 0
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0  # master wait: exponential backoff with jitter
-HANDSHAKE_TIMEOUT = 5.0  # node 0 must answer a hello within this
+HANDSHAKE_TIMEOUT = 5.0  # node 0 must answer a hello within this; a member must say hello within this
 FAIL_VERDICT_WAIT = 2.0  # a torchrun failed: node 0 waits this long for a lost node to explain it
-PROTOCOL = 2
+STOP_GRACE = 10.0  # stopped by user: SIGTERM to the local tree, SIGKILL after this (a script may checkpoint)
+STOP_LINGER = 5.0  # stopped by user: node 0 keeps telling nodes that rejoin (between generations) this long
+STOP_BUDGET = 5.0  # --stop (and Ctrl-C on a node not connected): how long to try reaching node 0
+PROTOCOL = 3  # liveness channel wire format (docs/entrypoint.md, "Wire format"); 3: authenticated
+
+# Membership proof (docs/entrypoint.md, "Security"): limits that keep strangers cheap.
+SECRET_MIN, SECRET_MAX = 32, 4096  # characters in KGEN_SECRET_FILE (after stripping whitespace), bytes read
+AUTH_TIMEOUT = 3.0  # a connection must prove membership within this many seconds of its accept
+MAX_UNPROVEN = 128  # connections waiting to prove membership at once; beyond, the oldest is dropped
+PREAUTH_LINE_MAX = 1024  # bytes of a line before membership is proven
+LINE_MAX = 65536  # bytes of a line on an authenticated connection
+STRANGER_LOG_BURST, STRANGER_LOG_WINDOW = 10, 10.0  # refused connections logged one by one, then counted
 
 DEFAULTS = {
     "KGEN_MASTER_WAIT_TIMEOUT": 600.0,
@@ -122,6 +141,10 @@ class Config:
         self.rdzv_timeout = self.max_restarts = self.max_reformations = 0
         self.replacement_timeout = 0.0
         self.on_script_error = "fail"
+        self.secret: bytes | None = None  # the run's secret (KGEN_SECRET_FILE); None for NNODES=1
+        self.secret_file = ""
+        self.secret_problem = ""  # also in `problems`; --diagnose reports it as its own check
+        self.notes: list[str] = []  # logged after the summary (e.g. a secret file others can read)
 
     @property
     def world_size(self) -> int:
@@ -145,6 +168,7 @@ class Config:
             f"master wait {self.master_wait:g}s; heartbeat every {self.hb_interval:g}s, "
             f"peer lost after {self.hb_timeout:g}s of silence; re-formations up to {self.max_reformations}, "
             f"replacement wait {self.replacement_timeout:g}s, on script error: {self.on_script_error}"
+            + (f"; run secret from {self.secret_file}" if self.secret is not None else "")
         )
 
 
@@ -220,7 +244,66 @@ def derive_rank(env: dict, nnodes: int | None, cfg: Config) -> None:
     cfg.node_rank = rank
 
 
-def load_config(env: dict) -> Config:
+SECRET_HOWTO = (
+    "create one with `umask 077; python3 -c 'import secrets; print(secrets.token_hex(32))' > ~/.kgen-secret` "
+    "and give every node the same file (Kubernetes: kgen render mounts the run's Secret and sets it)"
+)
+
+
+def read_secret(env: dict, cfg: Config) -> None:
+    """The run's secret from the file named by KGEN_SECRET_FILE (contract: text, surrounding
+    whitespace stripped). Only regular files are read, and at most SECRET_MAX bytes of them."""
+    path = _raw(env, "KGEN_SECRET_FILE")
+    problem = ""
+    if path is None:
+        problem = f"KGEN_SECRET_FILE is not set: a multi-node run needs the run's secret; {SECRET_HOWTO}"
+    else:
+        cfg.secret_file = path
+        data = b""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            problem = f"KGEN_SECRET_FILE={path!r}: cannot read it ({exc.strerror or exc}); {SECRET_HOWTO}"
+        else:
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    problem = f"KGEN_SECRET_FILE={path!r} is not a regular file; {SECRET_HOWTO}"
+                else:
+                    while len(data) <= SECRET_MAX:
+                        chunk = os.read(fd, SECRET_MAX + 1 - len(data))
+                        if not chunk:
+                            break
+                        data += chunk
+                    if info.st_mode & 0o077 and not (env.get("KGEN_KIND") or "").strip():
+                        cfg.notes.append(
+                            f"KGEN_SECRET_FILE={path} can be read by other users of this host (mode "
+                            f"{stat.S_IMODE(info.st_mode):04o}): chmod 600 it"
+                        )
+            except OSError as exc:
+                problem = f"KGEN_SECRET_FILE={path!r}: cannot read it ({exc.strerror or exc}); {SECRET_HOWTO}"
+            finally:
+                os.close(fd)
+        secret = data.strip()
+        if problem:
+            pass
+        elif len(data) > SECRET_MAX:
+            problem = f"KGEN_SECRET_FILE={path!r} is larger than {SECRET_MAX} bytes: not a secret file; {SECRET_HOWTO}"
+        elif len(secret) < SECRET_MIN:
+            problem = (
+                f"KGEN_SECRET_FILE={path!r} holds {len(secret)} characters: a run secret needs at least "
+                f"{SECRET_MIN}; {SECRET_HOWTO}"
+            )
+        else:
+            cfg.secret = secret
+    if problem:
+        cfg.secret_problem = problem
+        cfg.problems.append(problem)
+
+
+def load_config(env: dict, with_rank: bool = True) -> Config:
+    """Every setting, validated; `problems` lists what is wrong. Without `with_rank` (--stop), the
+    node rank is not derived: the process asking for a stop is not a node."""
     cfg = Config()
     p = cfg.problems
     cfg.nnodes = _number(env, "NNODES", p, int, lo=1, fix="set NNODES to the number of nodes (pods), e.g. NNODES=4")
@@ -361,7 +444,10 @@ def load_config(env: dict) -> Config:
             f"fail (default: a training script's own error fails the run) or reform"
         )
     cfg.on_script_error = ose
-    derive_rank(env, cfg.nnodes, cfg)
+    if cfg.nnodes is not None and cfg.nnodes > 1:  # one node has no liveness channel and needs no secret
+        read_secret(env, cfg)
+    if with_rank:
+        derive_rank(env, cfg.nnodes, cfg)
     return cfg
 
 
@@ -461,8 +547,9 @@ class Child:
                 self.rc = 128 - code if code < 0 else code
                 self.proc.returncode = self.rc
 
-    def kill_tree(self, grace: float, first: int = signal.SIGTERM) -> None:
-        """Signal everything below us, wait up to `grace` seconds, then SIGKILL what is left."""
+    def kill_tree(self, grace: float, first: int = signal.SIGTERM, sigs: Signals | None = None) -> None:
+        """Signal everything below us, wait up to `grace` seconds (cut short by a signal in `sigs`:
+        a second Ctrl-C), then SIGKILL what is left."""
         if signal_tree(first, self.pid if self.rc is None else None) == 0 and (proc_is_ours() or self.rc is not None):
             return
         deadline = time.monotonic() + grace
@@ -470,6 +557,9 @@ class Child:
             self.reap()
             if not descendants() and (proc_is_ours() or self.rc is not None):
                 return
+            if sigs is not None and sigs.pending:
+                log(f"received {signal.Signals(sigs.pending.pop(0)).name} again: killing the local process tree now")
+                break
             time.sleep(0.05)
         left = signal_tree(signal.SIGKILL, self.pid if self.rc is None else None)
         if left:
@@ -482,8 +572,98 @@ class Child:
 
 
 # --------------------------------------------------------------------------------------------
-# Liveness channel: newline-delimited JSON over TCP, node 0 is the hub
+# Liveness channel: newline-delimited JSON over TCP, node 0 is the hub, every connection proves
+# that it belongs to the run before anything it says counts (docs/entrypoint.md, "Wire format").
+#
+#   node 0 -> process, on accept:   {"t":"challenge","v":3,"n":"<ns: 32 hex>"}
+#   process -> node 0:              {"t":"auth","v":3,"n":"<nc: 32 hex>","mac":"<HMAC(S, 'kgen/3 auth ns nc')>"}
+#   then every line, both ways:     <64 hex: HMAC(K, '<dir> <seq> ' + json)> <json>
+#                                   K = HMAC(S, 'kgen/3 session ns nc'), dir c (to node 0) / s (from node 0),
+#                                   seq counts the lines of that direction from 0
+#   node 0 -> a failed proof:       {"t":"denied","reason":"..."}    (then it closes)
+#
+# S is the run's secret (KGEN_SECRET_FILE), HMAC is HMAC-SHA256 in hex. The secret never crosses the
+# network; both nonces are fresh per connection, so neither a recorded proof nor a recorded line is
+# accepted again; a line out of order, dropped, replayed or changed fails its MAC and ends the
+# connection. Node 0 proves itself by its first line (only a holder of S can compute K).
 # --------------------------------------------------------------------------------------------
+
+MSG_CHALLENGE = "challenge"  # node 0 -> process (not authenticated): its nonce
+MSG_AUTH = "auth"  # process -> node 0 (not authenticated): its nonce and the proof
+MSG_DENIED = "denied"  # node 0 -> process (not authenticated): the proof was wrong; closes
+
+
+def _mac(key: bytes, text: str | bytes) -> str:
+    return hmac.new(key, text.encode() if isinstance(text, str) else text, "sha256").hexdigest()
+
+
+def membership_proof(secret: bytes, ns: str, nc: str) -> str:
+    """The answer to node 0's challenge `ns`, bound to the prover's own nonce `nc`."""
+    return _mac(secret, f"kgen/{PROTOCOL} auth {ns} {nc}")
+
+
+def _is_nonce(value) -> bool:
+    return isinstance(value, str) and len(value) == 32 and all(c in "0123456789abcdef" for c in value)
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(16)
+
+
+class ProtocolError(Exception):
+    """A line that does not belong on this connection: too long, not kgen's protocol, or a MAC that
+    does not verify (an injected, replayed, reordered or corrupted message)."""
+
+
+class Session:
+    """An authenticated connection: a key of its own (from the secret and both nonces), a MAC and a
+    sequence number on every line, per direction."""
+
+    def __init__(self, secret: bytes, ns: str, nc: str, side: str) -> None:
+        self.key = bytes.fromhex(_mac(secret, f"kgen/{PROTOCOL} session {ns} {nc}"))
+        self.tx_dir, self.rx_dir = ("c", "s") if side == "client" else ("s", "c")
+        self.tx_seq = self.rx_seq = 0
+
+    def seal(self, msg: dict) -> bytes:
+        body = json.dumps(msg, separators=(",", ":"))
+        tag = _mac(self.key, f"{self.tx_dir} {self.tx_seq} {body}")
+        self.tx_seq += 1
+        return f"{tag} {body}\n".encode()
+
+    def open(self, line: bytes) -> dict:
+        tag, _, body = line.partition(b" ")
+        expected = _mac(self.key, f"{self.rx_dir} {self.rx_seq} ".encode() + body).encode()
+        if not hmac.compare_digest(tag, expected):
+            raise ProtocolError("a message failed verification (injected, replayed, reordered or corrupted)")
+        self.rx_seq += 1
+        try:
+            msg = json.loads(body)
+        except ValueError:
+            msg = None
+        if not isinstance(msg, dict):
+            raise ProtocolError("an authenticated line is not a message")
+        return msg
+
+
+def plain_line(msg: dict) -> bytes:
+    return (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+
+
+def parse_plain(line: bytes) -> dict:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        msg = None
+    if not isinstance(msg, dict):
+        raise ProtocolError("sent something that is not kgen's protocol")
+    return msg
+
+
+def show_addr(addr) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host, port = addr[0], addr[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(addr or "?")
 
 
 class Conn:
@@ -498,6 +678,9 @@ class Conn:
         self.outbuf = b""
         self.last_rx = self.last_tx = time.monotonic()
         self.closed = False
+        self.session: Session | None = None  # set once membership is proven
+        self.nonce = ""  # node 0: the challenge sent on this connection
+        self.limit = PREAUTH_LINE_MAX
         self.rank: int | None = None
         self.host = ""
         self.done = False
@@ -506,7 +689,7 @@ class Conn:
     def send(self, msg: dict) -> None:
         if self.closed:
             return
-        self.outbuf += (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        self.outbuf += self.session.seal(msg) if self.session is not None else plain_line(msg)
         self.last_tx = time.monotonic()
         self.flush()
 
@@ -524,31 +707,30 @@ class Conn:
                 self.close()
                 return
 
-    def read(self) -> list[dict] | None:
-        """Messages received so far; None when the peer closed the connection or reset it."""
+    def fill(self) -> bool:
+        """Read what has arrived; False when the peer closed the connection or reset it."""
         try:
             data = self.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
-            return []
+            return True
         except OSError:
-            return None
+            return False
         if not data:
-            return None
+            return False
         self.last_rx = time.monotonic()
         self.inbuf += data
-        return self.read_buffered()
+        return True
 
-    def read_buffered(self) -> list[dict]:
-        msgs = []
-        while b"\n" in self.inbuf:
-            line, self.inbuf = self.inbuf.split(b"\n", 1)
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(msg, dict):
-                msgs.append(msg)
-        return msgs
+    def pop(self) -> dict | None:
+        """The next complete message (verified once the connection is authenticated), None when no
+        full line has arrived. Raises ProtocolError; the caller drops the connection."""
+        end = self.inbuf.find(b"\n")
+        if end < 0 or end > self.limit:
+            if len(self.inbuf) > self.limit:
+                raise ProtocolError(f"sent more than {self.limit} bytes without a line break")
+            return None
+        line, self.inbuf = self.inbuf[:end], self.inbuf[end + 1 :]
+        return self.session.open(line) if self.session is not None else parse_plain(line)
 
     def close(self) -> None:
         if not self.closed:
@@ -570,25 +752,59 @@ class Rejected(Exception):
         self.code = code
 
 
-def handshake(cfg: Config, sock: socket.socket, hello: dict) -> tuple[dict, bytes]:
-    sock.settimeout(HANDSHAKE_TIMEOUT)
-    sock.sendall((json.dumps(hello) + "\n").encode())
-    buf = b""
-    deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+class Denied(Exception):
+    """Node 0 (or whatever answers at its address) refused this process's membership proof."""
+
+
+def _read_line(sock: socket.socket, buf: bytes, deadline: float, limit: int) -> tuple[bytes, bytes]:
     while b"\n" not in buf:
-        if time.monotonic() > deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             raise TimeoutError("no answer")
+        if len(buf) > limit:
+            raise ProtocolError(f"the answer exceeds {limit} bytes without a line break")
+        sock.settimeout(left)
         data = sock.recv(4096)
         if not data:
-            raise ConnectionResetError("closed during handshake")
+            raise ConnectionResetError("closed during the handshake")
         buf += data
     line, rest = buf.split(b"\n", 1)
-    return json.loads(line), rest
+    return line, rest
 
 
-def connect_once(cfg: Config, hello: dict, timeout: float) -> tuple[socket.socket, bytes]:
-    """One attempt: resolve, connect, handshake. Raises socket.gaierror / OSError / Rejected."""
-    addrs = resolve(cfg.master_addr, cfg.liveness_port)
+def handshake(cfg: Config, sock: socket.socket, first: dict) -> tuple[Session, dict, bytes]:
+    """Prove membership to node 0 and send `first` (hello, probe or stop) in the same packet.
+
+    Returns the session, node 0's first (verified) answer and any bytes after it. Raises Denied
+    (node 0 refused the proof), ProtocolError (the answer is not an authenticated node 0), OSError."""
+    if cfg.secret is None:
+        raise Denied("no run secret on this host (KGEN_SECRET_FILE)")
+    deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+    line, rest = _read_line(sock, b"", deadline, PREAUTH_LINE_MAX)
+    challenge = parse_plain(line)
+    if challenge.get("t") != MSG_CHALLENGE or not _is_nonce(challenge.get("n")):
+        raise ProtocolError("the process on that port is not a kgen node 0 (no challenge)")
+    if challenge.get("v") != PROTOCOL:
+        raise ProtocolError(f"node 0 speaks liveness protocol {challenge.get('v')!r}, this node {PROTOCOL}")
+    ns, nc = challenge["n"], new_nonce()
+    session = Session(cfg.secret, ns, nc, "client")
+    auth = {"t": MSG_AUTH, "v": PROTOCOL, "n": nc, "mac": membership_proof(cfg.secret, ns, nc)}
+    sock.settimeout(max(0.1, deadline - time.monotonic()))
+    sock.sendall(plain_line(auth) + session.seal(first))
+    line, rest = _read_line(sock, rest, deadline, LINE_MAX)
+    if line.startswith(b"{"):
+        plain = parse_plain(line)
+        if plain.get("t") == MSG_DENIED:
+            raise Denied(str(plain.get("reason", "refused")))
+        raise ProtocolError("node 0's answer is not authenticated")
+    return session, session.open(line), rest
+
+
+def open_session(cfg: Config, first: dict, timeout: float, host: str | None = None):
+    """One attempt: resolve node 0 (or `host`), connect, prove membership, send `first`.
+
+    Returns (socket, session, answer, rest). Raises socket.gaierror, OSError, ProtocolError, Denied."""
+    addrs = resolve(host or cfg.master_addr, cfg.liveness_port)
     last: Exception = OSError("no address")
     for addr in addrs:
         family = socket.AF_INET6 if len(addr) == 4 else socket.AF_INET
@@ -596,17 +812,27 @@ def connect_once(cfg: Config, hello: dict, timeout: float) -> tuple[socket.socke
         try:
             sock.settimeout(timeout)
             sock.connect(addr)
-            answer, rest = handshake(cfg, sock, hello)
-        except (OSError, ValueError) as exc:
+            session, answer, rest = handshake(cfg, sock, first)
+        except Denied:
+            sock.close()
+            raise
+        except (OSError, ProtocolError) as exc:
             sock.close()
             last = exc
             continue
-        if answer.get("t") == "welcome":
-            return sock, rest
-        sock.close()
-        code = answer.get("code", EXIT_CONFIG if answer.get("fatal") else 0)
-        raise Rejected(str(answer.get("reason", answer)), code if isinstance(code, int) else EXIT_CONFIG)
+        return sock, session, answer, rest
     raise last
+
+
+def connect_once(cfg: Config, hello: dict, timeout: float) -> tuple[socket.socket, Session, bytes]:
+    """One attempt to join: open a session with a hello. Raises socket.gaierror / OSError /
+    ProtocolError / Denied / Rejected."""
+    sock, session, answer, rest = open_session(cfg, hello, timeout)
+    if answer.get("t") == "welcome":
+        return sock, session, rest
+    sock.close()
+    code = answer.get("code", EXIT_CONFIG if answer.get("fatal") else 0)
+    raise Rejected(str(answer.get("reason", answer)), code if isinstance(code, int) else EXIT_CONFIG)
 
 
 class Signals:
@@ -666,7 +892,9 @@ MSG_ABORT = "abort"  # node 0 -> nodes: a node was lost; stop torch, join again 
 MSG_END = "end"  # node 0 -> nodes: the run failed as a whole; stop torch, exit with `code` (`blame`: the node at fault)
 MSG_DONE = "done"  # either way: my torchrun finished successfully
 MSG_FAIL = "fail"  # node -> node 0: my torchrun exited non-zero (node 0 decides: lost node or script error)
-MSG_LEAVE = "leave"  # node -> node 0: I am going away (signal: pod deleted or stopped)
+MSG_LEAVE = "leave"  # node -> node 0: I am going away (SIGTERM: pod deleted; the group re-forms)
+MSG_STOP = "stop"  # either way: stopped by user on `host` (Ctrl-C, --stop): every node ends torch and exits 6
+MSG_STOPPING = "stopping"  # node 0 -> --stop: the stop is under way (`nodes`: the ranks told)
 
 REFORM = "reform"
 FAIL = "fail"
@@ -677,7 +905,8 @@ def decide(cfg: Config, fault: str, gen: int) -> tuple[str, int, str]:
 
     fault: "lost" (a node died, was deleted, evicted, frozen or cut off) or "script" (a node's
     torchrun exited non-zero while no node was lost: the training script's own error).
-    Not decided here: a group that never forms (4), a node that learns it was dropped (76)."""
+    Not decided here: a group that never forms (4), a node that learns it was dropped (76), a stop
+    by the user (6)."""
     if cfg.max_reformations == 0:  # re-formation off: fail-stop, the controller replaces the group
         return FAIL, EXIT_PEER_LOST, "re-formation is off (KGEN_MAX_REFORMATIONS=0)"
     if fault == "script" and cfg.on_script_error == "fail":
@@ -703,8 +932,63 @@ def check_torch() -> None:
         )
 
 
+def wrong_secret(cfg: Config, target: str, reason: str) -> None:
+    fatal(
+        EXIT_CONFIG,
+        f"wrong secret: node 0 at {target} refused this node's proof of the run secret ({reason}): every node "
+        f"needs the same secret in KGEN_SECRET_FILE (here {cfg.secret_file}); on Kubernetes every pod mounts "
+        f"the run's Secret: re-render and re-apply the whole run",
+    )
+
+
+def stopped_by_user(host: str) -> Stop:
+    return Stop(EXIT_STOPPED, f"stopped by user on {host}")
+
+
+def tell_node0_stop(cfg: Config, host: str, budget: float) -> tuple[bool, str]:
+    """Ask node 0 to stop the whole group (--stop, or Ctrl-C on a node not connected to it).
+
+    Returns (True, what node 0 answered) or (False, why it could not be reached) within `budget`
+    seconds. Raises Denied when node 0 refuses this host's proof of the run secret."""
+    deadline = time.monotonic() + budget
+    backoff = BACKOFF_FIRST
+    why = "not tried"
+    while True:
+        try:
+            sock, _, answer, _ = open_session(
+                cfg, {"t": MSG_STOP, "host": host}, timeout=max(0.2, min(2.0, deadline - time.monotonic()))
+            )
+        except socket.gaierror as exc:
+            why = f"{cfg.master_addr!r} does not resolve ({exc.strerror or exc})"
+        except (OSError, ProtocolError) as exc:
+            why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        else:
+            sock.close()
+            if answer.get("t") == MSG_STOPPING:
+                nodes = answer.get("nodes") if isinstance(answer.get("nodes"), list) else []
+                return True, f"node 0 is stopping the group ({len(nodes)} other node(s) connected: {nodes})"
+            why = f"node 0 answered {answer.get('t')!r}"
+        now = time.monotonic()
+        if now >= deadline:
+            return False, why
+        time.sleep(min(backoff, BACKOFF_MAX, deadline - now) * random.uniform(0.5, 1.0))
+        backoff *= 2
+
+
+def stop_unconnected(cfg: Config) -> Stop:
+    """Ctrl-C on a node that is not connected to node 0 (waiting for it): end this node, and tell
+    node 0 when it can be reached within a short bound."""
+    host = socket.gethostname()
+    try:
+        told, detail = tell_node0_stop(cfg, host, min(STOP_BUDGET, 2.0))
+    except Denied as exc:
+        told, detail = False, f"node 0 refused this node's proof ({exc})"
+    log(f"received SIGINT: stopped by user; node 0 {'told: ' + detail if told else 'not told: ' + detail}")
+    return stopped_by_user(host)
+
+
 def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
-    """Active, bounded wait for node 0's entrypoint (DNS, then TCP, then a hello/welcome).
+    """Active, bounded wait for node 0's entrypoint (DNS, TCP, the membership proof, hello/welcome).
 
     `last` is the generation this node trained in (-1: never). Every attempt resolves the name
     again (a replacement node 0 comes back with a new IP)."""
@@ -732,20 +1016,25 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
     log(f"waiting for node 0 at {target} (liveness port; bound {bound_name}={bound:g}s)")
     while True:
         if sigs.pending:
-            sig = sigs.pending[0]
+            sig = sigs.pending.pop(0)
             name = signal.Signals(sig).name
+            if sig == signal.SIGINT:
+                raise stop_unconnected(cfg)
             log(f"received {name} while waiting for node 0: exiting")
             raise Stop(128 + sig, f"signal {name}")
         attempts += 1
         now = time.monotonic()
         try:
-            sock, rest = connect_once(cfg, hello, timeout=max(0.2, min(5.0, deadline - now)))
+            sock, session, rest = connect_once(cfg, hello, timeout=max(0.2, min(5.0, deadline - now)))
             log(f"node 0 reachable after {time.monotonic() - start:.1f}s ({attempts} attempt(s))")
             conn = Conn(sock)
+            conn.session, conn.limit = session, LINE_MAX
             conn.inbuf = rest  # anything node 0 sent right after the welcome
             return conn
         except socket.gaierror as exc:
             state = f"DNS: {cfg.master_addr!r} does not resolve ({exc.strerror or exc})"
+        except Denied as exc:
+            wrong_secret(cfg, target, str(exc))
         except Rejected as exc:
             if exc.code == EXIT_DROPPED:
                 log(f"node 0 says: {exc}")
@@ -753,6 +1042,8 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
             if exc.code:
                 fatal(exc.code, f"node 0 refused this node: {exc}")
             state = f"node 0 answered but is not ready for this node: {exc}"
+        except ProtocolError as exc:
+            state = f"{target} answered but did not prove it is this run's node 0 ({exc})"
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             state = f"port: {target} resolved but not accepting ({reason})"
@@ -785,24 +1076,58 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
     raise AssertionError  # unreachable
 
 
+class StrangerLog:
+    """Each refused connection is logged once; beyond STRANGER_LOG_BURST lines per
+    STRANGER_LOG_WINDOW seconds they are only counted (a flood must not flood the log)."""
+
+    def __init__(self) -> None:
+        self.window_start = time.monotonic()
+        self.lines = self.suppressed = self.total = 0
+
+    def note(self, text: str) -> None:
+        self.total += 1
+        self.roll(time.monotonic())
+        if self.lines < STRANGER_LOG_BURST:
+            self.lines += 1
+            log(text)
+        else:
+            self.suppressed += 1
+
+    def roll(self, now: float, final: bool = False) -> None:
+        if now - self.window_start < STRANGER_LOG_WINDOW and not final:
+            return
+        if self.suppressed:
+            log(
+                f"refused {self.suppressed} more connection(s) from outside the run in the last "
+                f"{now - self.window_start:.0f}s (not logged one by one; {self.total} in all)"
+            )
+        self.window_start, self.lines, self.suppressed = now, 0, 0
+
+
 class Hub:
-    """Node 0's side: accepts every other node, numbers the generations, watches the nodes."""
+    """Node 0's side: proves every connection's membership, accepts every other node, numbers the
+    generations, watches the nodes."""
 
     def __init__(self, cfg: Config, sel: selectors.BaseSelector) -> None:
         self.cfg, self.sel = cfg, sel
         self.listeners: list[socket.socket] = []
-        self.pending: list[Conn] = []
+        self.unproven: dict[Conn, None] = {}  # accepted, challenged, no proof yet (oldest first)
+        self.members: dict[Conn, None] = {}  # proven, no hello yet (or a probe / a stop request)
         self.peers: dict[int, Conn] = {}
         self.lasts: dict[int, int] = {}
         self.dropped: dict[int, tuple[int, str]] = {}  # rank -> (generation, why)
         self.expected = set(range(1, cfg.nnodes))
         self.gen = -1
-        self.state = "joining"  # joining | training | finishing
+        self.state = "joining"  # joining | training | finishing | stopping
         self.form_started = time.monotonic()
         self.why_forming = ""
         self.last_beat = 0.0
         self.lost: str | None = None
         self.script_fail: tuple[int, int, float] | None = None  # (rank, rc, when)
+        self.stop_host: str | None = None  # a stop by the user was asked for, on this host
+        self.told: set[int] = set()  # stopping: the ranks told to stop
+        self.strangers = StrangerLog()
+        self.seen_nonces: dict[str, None] = {}  # recent client nonces: a replayed proof is named as such
 
     def listen(self) -> None:
         errors = []
@@ -816,7 +1141,7 @@ class Hub:
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 sock.bind((host, self.cfg.liveness_port))
-                sock.listen(max(16, self.cfg.nnodes))
+                sock.listen(max(MAX_UNPROVEN, self.cfg.nnodes))
                 sock.setblocking(False)
             except OSError as exc:
                 sock.close()
@@ -841,52 +1166,140 @@ class Hub:
             sock.close()
         self.listeners = []
 
+    # -- connections and the membership proof ---------------------------------------------
     def on_event(self, data) -> None:
         kind, obj = data
         if kind == "listen":
+            self._accept(obj)
+            return
+        conn: Conn = obj
+        if conn.closed:
+            return
+        alive = conn.fill()
+        while not conn.closed:
             try:
-                sock, addr = obj.accept()
+                msg = conn.pop()
+            except ProtocolError as exc:
+                self._bad(conn, str(exc))
+                return
+            if msg is None:
+                break
+            if conn.session is None:
+                self._prove(conn, msg)
+            else:
+                self._message(conn, msg)
+        if not alive and not conn.closed:
+            if conn.session is None:
+                self._stranger(conn, "closed the connection without proving membership")
+            else:
+                self._gone(conn, "closed its liveness connection (pod died, was deleted or its entrypoint was killed)")
+
+    def _accept(self, listener: socket.socket) -> None:
+        for _ in range(64):  # a burst is taken in one turn, but bounded: heartbeats come first
+            try:
+                sock, addr = listener.accept()
             except OSError:
                 return
             conn = Conn(sock, addr)
-            self.pending.append(conn)
+            conn.nonce = new_nonce()
+            self.unproven[conn] = None
             self.sel.register(sock, selectors.EVENT_READ, ("conn", conn))
-            return
-        conn: Conn = obj
-        msgs = conn.read()
-        if msgs is None:
-            self._gone(conn, "closed its liveness connection (pod died, was deleted or its entrypoint was killed)")
-            return
-        for msg in msgs:
-            self._message(conn, msg)
+            conn.send({"t": MSG_CHALLENGE, "v": PROTOCOL, "n": conn.nonce})
+            if len(self.unproven) > MAX_UNPROVEN:
+                oldest = next(iter(self.unproven))
+                self._stranger(oldest, f"dropped: more than {MAX_UNPROVEN} connections waited to prove membership")
+
+    def _stranger(self, conn: Conn, what: str, deny: str | None = None) -> None:
+        """A connection that did not prove membership: logged once, told nothing useful, dropped."""
+        self.strangers.note(
+            f"refused a connection from {show_addr(conn.addr)}: {what} (not a node of this run; not counted, "
+            f"nothing changed)"
+        )
+        if deny is not None:
+            conn.send({"t": MSG_DENIED, "reason": deny})
+        self._drop(conn)
+
+    def _prove(self, conn: Conn, msg: dict) -> None:
+        """The first line of a connection: its membership proof, or it is a stranger's."""
+        t = msg.get("t")
+        if t != MSG_AUTH:
+            tried = f"sent {t!r}" if isinstance(t, str) else "sent something that is not kgen's protocol"
+            return self._stranger(conn, f"{tried[:80]} without proving membership")
+        if msg.get("v") != PROTOCOL:
+            v = str(msg.get("v"))[:20]
+            return self._stranger(
+                conn,
+                f"speaks liveness protocol {v}",
+                deny=f"liveness protocol {v} vs node 0's {PROTOCOL}: every node must run the same kgen entrypoint",
+            )
+        nc, mac = msg.get("n"), msg.get("mac")
+        if not _is_nonce(nc) or not isinstance(mac, str):
+            return self._stranger(conn, "sent a malformed proof")
+        if not hmac.compare_digest(mac.encode(), membership_proof(self.cfg.secret or b"", conn.nonce, nc).encode()):
+            if nc in self.seen_nonces:
+                what = "replayed a recorded exchange (its nonce was used before)"
+            else:
+                what = "wrong proof of the run secret (a different KGEN_SECRET_FILE?)"
+            return self._stranger(conn, what, deny="wrong secret")
+        self.seen_nonces[nc] = None
+        if len(self.seen_nonces) > 4096:
+            del self.seen_nonces[next(iter(self.seen_nonces))]
+        conn.session = Session(self.cfg.secret or b"", conn.nonce, nc, "server")
+        conn.limit = LINE_MAX
+        conn.since = time.monotonic()
+        del self.unproven[conn]
+        self.members[conn] = None
+
+    def _bad(self, conn: Conn, why: str) -> None:
+        if conn.session is None:
+            self._stranger(conn, why)
+        elif conn.rank is not None:
+            self._gone(conn, f"sent a line that is not valid on its connection ({why}): dropped")
+        else:
+            log(f"dropped a connection from {show_addr(conn.addr)}: {why}")
+            self._drop(conn)
 
     def _gone(self, conn: Conn, what: str) -> None:
-        """A joined node's connection ended (closed, reset or silent)."""
+        """A joined node's connection ended (closed, reset, silent or broken)."""
         self._drop(conn)
         rank = conn.rank
         if rank is None or self.peers.get(rank) is not conn:
             return
         del self.peers[rank]
         self.lasts.pop(rank, None)
-        if conn.done:
+        if conn.done or self.state == "stopping":
             return
         if self.state == "joining":
             log(f"node {rank} {what} while the group was forming: waiting for it again")
         else:
             self.lose(rank, f"node {rank} {what}")
 
+    # -- messages on proven connections --------------------------------------------------------
     def _message(self, conn: Conn, msg: dict) -> None:
         t = msg.get("t")
         if conn.rank is None:
             if t == MSG_PROBE:
                 conn.send(
-                    {"t": MSG_STATUS, "joined": sorted(self.peers), "nnodes": self.cfg.nnodes, "id": self.cfg.rdzv_id}
+                    {
+                        "t": MSG_STATUS,
+                        "joined": sorted(self.peers),
+                        "nnodes": self.cfg.nnodes,
+                        "id": self.cfg.rdzv_id,
+                        "gen": self.gen,
+                        "state": self.state,
+                    }
                 )
                 conn.flush(0.5)
                 self._drop(conn)
             elif t == MSG_HELLO:
                 self._hello(conn, msg)
+            elif t == MSG_STOP:
+                self._stop_asked(conn, msg)
+                conn.send({"t": MSG_STOPPING, "nodes": sorted(self.peers)})
+                conn.flush(0.5)
+                self._drop(conn)
             else:
+                log(f"dropped a member connection from {show_addr(conn.addr)}: it sent {str(t)[:40]!r} before hello")
                 self._drop(conn)
             return
         if t == MSG_DONE:
@@ -894,10 +1307,21 @@ class Hub:
             log(f"node {conn.rank} finished successfully")
         elif t == MSG_FAIL:
             log(f"node {conn.rank}'s torchrun exited with code {msg.get('rc')}")
-            self.script_failed(conn.rank, int(msg.get("rc") or 1))
+            rc = msg.get("rc")
+            self.script_failed(conn.rank, rc if isinstance(rc, int) and rc else 1)
         elif t == MSG_LEAVE:
-            reason = msg.get("reason", "unknown")
+            reason = str(msg.get("reason", "unknown"))[:200]
             self._gone(conn, f"left: {reason}")
+        elif t == MSG_STOP:
+            conn.done = True  # its departure is not a loss
+            self._stop_asked(conn, msg)
+
+    def _stop_asked(self, conn: Conn, msg: dict) -> None:
+        host = str(msg.get("host") or "?")[:200]
+        via = f"node {conn.rank}" if conn.rank is not None else f"kgen_entrypoint.py --stop from {show_addr(conn.addr)}"
+        log(f"stop requested by user on {host} ({via})")
+        if self.stop_host is None:
+            self.stop_host = host
 
     def _reject(self, conn: Conn, msg: dict, reason: str, code: int) -> None:
         log(f"refused node {msg.get('rank')!r} (host {msg.get('host')}): {reason}")
@@ -910,8 +1334,6 @@ class Hub:
         cfg = self.cfg
         if not isinstance(last, int):
             last = -1
-        if self.state == "finishing":
-            return self._reject(conn, msg, "node 0 has finished this run", 0)
         if msg.get("id") != cfg.rdzv_id:
             return self._reject(
                 conn,
@@ -919,6 +1341,14 @@ class Hub:
                 f"rendezvous id {msg.get('id')!r} differs from node 0's {cfg.rdzv_id!r} (pods of two different runs?)",
                 0,
             )
+        if self.state == "stopping" and isinstance(rank, int):  # between generations when the stop came
+            conn.send({"t": MSG_STOP, "host": self.stop_host})
+            conn.flush(0.5)
+            self.told.add(rank)
+            self._drop(conn)
+            return
+        if self.state == "finishing":
+            return self._reject(conn, msg, "node 0 has finished this run", 0)
         if msg.get("nnodes") != cfg.nnodes or msg.get("nproc") != cfg.nproc:
             return self._reject(
                 conn,
@@ -947,8 +1377,8 @@ class Hub:
             )
         if self.state != "joining":
             return self._reject(conn, msg, f"node 0 is training generation {self.gen}; try again", 0)
-        self.pending.remove(conn)
-        conn.rank, conn.host = rank, msg.get("host")
+        del self.members[conn]
+        conn.rank, conn.host = rank, str(msg.get("host"))[:200]
         self.peers[rank] = conn
         self.lasts[rank] = last
         if last < 0:
@@ -956,7 +1386,7 @@ class Hub:
         conn.send({"t": MSG_WELCOME, "v": PROTOCOL, "hb": cfg.hb_interval})
         log(
             f"node {rank} joined the liveness channel ({len(self.peers)}/{cfg.nnodes - 1} peers, host "
-            f"{msg.get('host')}, last generation {last})"
+            f"{conn.host}, last generation {last})"
         )
 
     def _drop(self, conn: Conn) -> None:
@@ -964,8 +1394,8 @@ class Hub:
             self.sel.unregister(conn.sock)
         except (KeyError, ValueError):
             pass
-        if conn in self.pending:
-            self.pending.remove(conn)
+        self.unproven.pop(conn, None)
+        self.members.pop(conn, None)
         conn.close()
 
     def lose(self, rank: int | None, reason: str) -> None:
@@ -1035,8 +1465,21 @@ class Hub:
         self._close_peers()
         self.close_listeners()
 
+    def stop_all(self, host: str) -> None:
+        """Stopped by user: tell every node now; nodes that rejoin meanwhile are told by _hello."""
+        self.stop_host = host
+        self.state = "stopping"
+        for rank, conn in self.peers.items():
+            if not conn.done:
+                conn.send({"t": MSG_STOP, "host": host})
+            self.told.add(rank)
+        self._close_peers()
+
+    def all_told(self) -> bool:
+        return self.expected <= self.told
+
     def _close_peers(self) -> None:
-        for conn in list(self.peers.values()) + list(self.pending):
+        for conn in list(self.peers.values()) + list(self.members):
             conn.flush(0.2)
             self._drop(conn)
         self.peers.clear()
@@ -1051,9 +1494,14 @@ class Hub:
         else:
             for conn in self.peers.values():
                 conn.flush()
-        for conn in list(self.pending):
+        for conn in list(self.unproven):
+            if now - conn.since <= AUTH_TIMEOUT:
+                break  # oldest first: the rest are younger
+            self._stranger(conn, f"sent no proof of membership within {AUTH_TIMEOUT:g}s")
+        for conn in list(self.members):
             if now - conn.since > HANDSHAKE_TIMEOUT:
                 self._drop(conn)
+        self.strangers.roll(now)
         for _, conn in sorted(self.peers.items()):
             if not conn.done and now - conn.last_rx > cfg.hb_timeout:
                 self._gone(
@@ -1066,6 +1514,9 @@ class Hub:
         """Own torchrun succeeded: tell the others; keep watching until they are done."""
         self.state = "finishing"
         self.close_listeners()
+        self.strangers.roll(time.monotonic(), final=True)
+        for conn in list(self.unproven) + list(self.members):
+            self._drop(conn)
         for conn in self.peers.values():
             conn.send({"t": MSG_DONE})
 
@@ -1074,25 +1525,40 @@ class Hub:
 
     def close(self) -> None:
         self._close_peers()
+        for conn in list(self.unproven):
+            self._drop(conn)
         self.close_listeners()
+        self.strangers.roll(time.monotonic(), final=True)
 
 
 class Spoke:
-    """Every other node's side: one connection to node 0 per generation."""
+    """Every other node's side: one authenticated connection to node 0 per generation."""
 
     def __init__(self, cfg: Config, sel: selectors.BaseSelector, conn: Conn) -> None:
         self.cfg, self.sel, self.conn = cfg, sel, conn
         self.master_done = False
         self.start_gen: int | None = None
-        # what node 0 (or its loss) decided: ("abort", reason) | ("end", code, blame, reason) | ("lost", reason)
+        # what node 0 (or its loss) decided: ("abort", reason) | ("end", code, blame, reason) |
+        # ("stop", host) | ("lost", reason)
         self.verdict: tuple | None = None
         sel.register(conn.sock, selectors.EVENT_READ, ("conn", conn))
-        if b"\n" in conn.inbuf:
-            self._handle(conn.read_buffered())
+        self._drain(True)
 
     def on_event(self, data) -> None:
-        msgs = self.conn.read()
-        if msgs is None:
+        self._drain(self.conn.fill())
+
+    def _drain(self, alive: bool) -> None:
+        while not self.conn.closed:
+            try:
+                msg = self.conn.pop()
+            except ProtocolError as exc:
+                self.close()
+                self._set(("lost", f"the liveness connection to node 0 broke: {exc}"))
+                return
+            if msg is None:
+                break
+            self._handle(msg)
+        if not alive and not self.conn.closed:
             self.close()
             if not self.master_done:
                 self._set(
@@ -1102,22 +1568,23 @@ class Spoke:
                         "was killed)",
                     )
                 )
-            return
-        self._handle(msgs)
 
-    def _handle(self, msgs: list[dict]) -> None:
-        for msg in msgs:
-            t = msg.get("t")
-            if t == MSG_START:
-                self.start_gen = int(msg.get("gen", 0))
-            elif t == MSG_ABORT:
-                self._set(("abort", msg.get("reason", "unknown")))
-            elif t == MSG_END:
-                code = int(msg.get("code", EXIT_RUN_FAILED))
-                self._set(("end", code, msg.get("blame"), msg.get("reason", "unknown")))
-            elif t == MSG_DONE:
-                self.master_done = True
-                log("node 0 finished successfully")
+    def _handle(self, msg: dict) -> None:
+        t = msg.get("t")
+        if t == MSG_START:
+            gen = msg.get("gen", 0)
+            self.start_gen = gen if isinstance(gen, int) and gen >= 0 else 0
+        elif t == MSG_ABORT:
+            self._set(("abort", str(msg.get("reason", "unknown"))))
+        elif t == MSG_END:
+            code = msg.get("code", EXIT_RUN_FAILED)
+            code = code if isinstance(code, int) and 0 < code < 256 else EXIT_RUN_FAILED
+            self._set(("end", code, msg.get("blame"), str(msg.get("reason", "unknown"))))
+        elif t == MSG_STOP:
+            self._set(("stop", str(msg.get("host") or "?")))
+        elif t == MSG_DONE:
+            self.master_done = True
+            log("node 0 finished successfully")
 
     def _set(self, verdict: tuple) -> None:
         if self.verdict is None:
@@ -1381,11 +1848,22 @@ def stop_after_signal(sigs: Signals, child: Child | None, sig: int) -> Stop:
     return Stop(128 + sig, f"signal {name}")
 
 
-def hold_if_statefulset(cfg: Config, sigs: Signals) -> None:
-    """StatefulSet pods restart on exit 0 (restartPolicy Always): after a successful run, idle."""
+def end_local(cfg: Config, sigs: Signals, child: Child | None, stop: Stop) -> Stop:
+    """Stopped by user: end this node's torch tree (SIGTERM, SIGKILL after STOP_GRACE or at a second
+    Ctrl-C), then exit with `stop` (a StatefulSet pod holds idle instead: it would retrain)."""
+    if child is not None:
+        log(f"{stop.reason}: stopping torch (SIGTERM, SIGKILL after {STOP_GRACE:g}s)")
+        child.kill_tree(STOP_GRACE, sigs=sigs)
+    hold_if_statefulset(cfg, sigs, "stopped by user")
+    return stop
+
+
+def hold_if_statefulset(cfg: Config, sigs: Signals, what: str = "run succeeded") -> None:
+    """StatefulSet pods restart on any exit (restartPolicy Always): after a successful or stopped
+    run, idle until the pod is deleted (SIGTERM)."""
     if cfg.kind != "statefulset":
         return
-    log("run succeeded; holding idle so restartPolicy Always does not retrain; kgen stop NAME to remove")
+    log(f"{what}; holding idle so restartPolicy Always does not retrain; kgen stop NAME to remove")
     while not sigs.pending:
         sigs.sleep(3600)
 
@@ -1394,7 +1872,10 @@ def run_single(cfg: Config, command: list[str], sigs: Signals) -> Stop:
     child = start_torchrun(cfg, command, 0)
     while child.rc is None:
         if sigs.pending:
-            return stop_after_signal(sigs, child, sigs.pending.pop(0))
+            sig = sigs.pending.pop(0)
+            if sig == signal.SIGINT:
+                return end_local(cfg, sigs, child, stopped_by_user(socket.gethostname()))
+            return stop_after_signal(sigs, child, sig)
         sigs.sleep(0.1)
         child.reap()
     child.kill_tree(2.0)
@@ -1404,20 +1885,45 @@ def run_single(cfg: Config, command: list[str], sigs: Signals) -> Stop:
     return Stop(0, "succeeded")
 
 
+def stop_group(cfg: Config, hub: Hub, sigs: Signals, child: Child | None, host: str) -> Stop:
+    """Node 0: stopped by user on `host` (its own Ctrl-C, a node's, or --stop). Every node is told
+    at once; nodes that were between generations are told when they rejoin, for STOP_LINGER."""
+    stop = stopped_by_user(host)
+    log(f"{stop.reason}: stopping every node")
+    hub.stop_all(host)
+    if child is not None and child.rc is None:
+        signal_tree(signal.SIGTERM, child.pid)  # torch ends while the last nodes are told
+    deadline = time.monotonic() + STOP_LINGER
+    while not hub.all_told() and time.monotonic() < deadline and not sigs.pending:
+        poll(hub.sel, sigs, hub)
+        hub.tick(time.monotonic())
+        if child is not None:
+            child.reap()
+    if not hub.all_told():
+        log(f"node rank(s) {sorted(hub.expected - hub.told)} not connected: not told")
+    hub.close()
+    return end_local(cfg, sigs, child, stop)
+
+
 def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseSelector) -> Stop:
     hub = Hub(cfg, sel)
     hub.listen()
     log(
-        f"liveness channel listening on port {cfg.liveness_port}; waiting for "
-        f"{cfg.nnodes - 1} node(s), bound KGEN_RDZV_TIMEOUT={cfg.rdzv_timeout}s"
+        f"liveness channel listening on port {cfg.liveness_port} (connections prove membership with the run "
+        f"secret); waiting for {cfg.nnodes - 1} node(s), bound KGEN_RDZV_TIMEOUT={cfg.rdzv_timeout}s"
     )
     while True:
         # joining / re-forming: every node must (re)join with a hello
         while not hub.complete():
             poll(sel, sigs, hub)
+            if sigs.pending and sigs.pending[0] == signal.SIGINT:
+                sigs.pending.pop(0)
+                return stop_group(cfg, hub, sigs, None, socket.gethostname())
             if sigs.pending:
                 hub.close()
                 return stop_after_signal(sigs, None, sigs.pending.pop(0))
+            if hub.stop_host is not None:
+                return stop_group(cfg, hub, sigs, None, hub.stop_host)
             now = time.monotonic()
             hub.tick(now)
             reason = hub.form_deadline_passed(now)
@@ -1452,6 +1958,11 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                 child.kill_tree(ABORT_GRACE)
                 return Stop(EXIT_DROPPED, f"dropped from the group ({reason})")
             excuse_own_absence(hub.peers.values(), took, cfg)
+            if sigs.pending and sigs.pending[0] == signal.SIGINT:
+                sigs.pending.pop(0)
+                return stop_group(cfg, hub, sigs, child, socket.gethostname())
+            if hub.stop_host is not None:
+                return stop_group(cfg, hub, sigs, child, hub.stop_host)
             if sigs.pending:
                 sig = sigs.pending[0]
                 reason = f"node 0 received {signal.Signals(sig).name} (pod deleted or stopped)"
@@ -1506,6 +2017,19 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
             return Stop(code, f"{what} ({reason})")
 
 
+def spoke_signal(cfg: Config, sigs: Signals, spoke: Spoke, child: Child | None) -> Stop:
+    """A signal on a connected node: Ctrl-C (SIGINT) stops the whole group through node 0; any
+    other signal (SIGTERM: pod deleted) makes this node leave, and the group re-forms without it."""
+    sig = sigs.pending.pop(0)
+    if sig == signal.SIGINT:
+        host = socket.gethostname()
+        spoke.send({"t": MSG_STOP, "host": host}, True)
+        log("received SIGINT: stopped by user; node 0 told to stop every node")
+        return end_local(cfg, sigs, child, stopped_by_user(host))
+    spoke.send({"t": MSG_LEAVE, "reason": f"received {signal.Signals(sig).name} (pod deleted or stopped)"}, True)
+    return stop_after_signal(sigs, child, sig)
+
+
 def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseSelector) -> Stop:
     last = -1
     while True:
@@ -1513,12 +2037,14 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
         while spoke.start_gen is None and spoke.verdict is None:
             poll(sel, sigs, spoke)
             if sigs.pending:
-                spoke.send({"t": MSG_LEAVE, "reason": f"received {signal.Signals(sigs.pending[0]).name}"}, True)
-                return stop_after_signal(sigs, None, sigs.pending.pop(0))
+                return spoke_signal(cfg, sigs, spoke, None)
             spoke.tick(time.monotonic())
         if spoke.start_gen is None:
             verdict = spoke.verdict
             spoke.close()
+            if verdict[0] == "stop":
+                log(f"node 0 says: stopped by user on {verdict[1]}")
+                return end_local(cfg, sigs, None, stopped_by_user(verdict[1]))
             if verdict[0] == "end":
                 log(f"FAIL-STOP: node 0 ended the run: {verdict[-1]}")
                 return Stop(verdict[1], f"node 0 ended the run ({verdict[-1]})")
@@ -1535,11 +2061,7 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
             now = time.monotonic()
             excuse_own_absence([spoke.conn], now - before, cfg)
             if sigs.pending:
-                sig = sigs.pending[0]
-                spoke.send(
-                    {"t": MSG_LEAVE, "reason": f"received {signal.Signals(sig).name} (pod deleted or stopped)"}, True
-                )
-                return stop_after_signal(sigs, child, sigs.pending.pop(0))
+                return spoke_signal(cfg, sigs, spoke, child)
             if child.rc is not None and own_rc is None:
                 own_rc = child.rc
                 if own_rc == 0:
@@ -1556,6 +2078,9 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
             kind = spoke.verdict[0]
             reason = spoke.verdict[-1]
             spoke.close()
+            if kind == "stop":
+                log(f"node 0 says: stopped by user on {reason}")
+                return end_local(cfg, sigs, child, stopped_by_user(reason))
             if kind == "end":
                 log(f"FAIL-STOP: node 0 ended the run: {reason}")
                 child.kill_tree(ABORT_GRACE)
@@ -1591,6 +2116,31 @@ def run(cfg: Config, command: list[str]) -> int:
     else:
         stop = run_spoke(cfg, command, sigs, sel)
     raise stop
+
+
+def request_stop(env: dict) -> int:
+    """--stop: ask node 0 over the liveness channel to stop the whole group (run's environment,
+    any host). 0: node 0 is stopping it; 3: node 0 not reachable; 2: configuration, wrong secret."""
+    cfg = load_config(env, with_rank=False)
+    if cfg.problems:
+        fatal(EXIT_CONFIG, cfg.problems)
+    if cfg.nnodes == 1:
+        fatal(EXIT_CONFIG, "--stop: NNODES=1 has no liveness channel: stop that node with Ctrl-C (SIGINT)")
+    target = f"{cfg.master_addr}:{cfg.liveness_port}"
+    host = socket.gethostname()
+    try:
+        told, detail = tell_node0_stop(cfg, host, STOP_BUDGET)
+    except Denied as exc:
+        wrong_secret(cfg, target, str(exc))
+        raise AssertionError from exc  # unreachable
+    if not told:
+        fatal(
+            EXIT_MASTER_UNREACHABLE,
+            f"--stop: node 0 at {target} not reachable within {STOP_BUDGET:g}s ({detail}): nothing was stopped; "
+            f"the run may have ended, or node 0 is down (then Ctrl-C each node)",
+        )
+    print(f"kgen-entrypoint: stop: {detail}; every node exits {EXIT_STOPPED} (stopped by user on {host})", flush=True)
+    return 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -1695,37 +2245,146 @@ def _iface_check(var: str, value: str | None) -> tuple[bool, str]:
     return True, f"{var}={value}: present"
 
 
-def probe_status(sock: socket.socket, cfg: Config) -> str:
-    """Ask node 0's entrypoint which nodes have joined (read-only; not counted as a peer)."""
+def probe_node0(cfg: Config, host: str) -> tuple[bool, str]:
+    """Ask node 0's entrypoint which nodes have joined (an authenticated probe: node 0 tells only a
+    holder of the run's secret). Returns (ok, detail after "<host>:<port> ")."""
+    if cfg.secret is None:
+        try:
+            sock = socket.create_connection((host, cfg.liveness_port), timeout=3)
+        except OSError as exc:
+            return False, f"does not accept ({exc.strerror or exc})"
+        try:
+            line, _ = _read_line(sock, b"", time.monotonic() + 3, PREAUTH_LINE_MAX)
+            hello = parse_plain(line)
+        except (OSError, ProtocolError):
+            hello = {}
+        finally:
+            sock.close()
+        if hello.get("t") != MSG_CHALLENGE:
+            return False, "accepts, but what answers is not a kgen entrypoint (no challenge)"
+        return True, (
+            f"accepts (kgen liveness protocol {hello.get('v')}); without the run's secret node 0 tells nothing "
+            f"more: set KGEN_SECRET_FILE to see which nodes joined"
+        )
     try:
-        answer, _ = handshake(cfg, sock, {"t": MSG_PROBE})
-    except (OSError, ValueError):
-        return " (no answer from node 0's entrypoint)"
+        sock, _, answer, _ = open_session(cfg, {"t": MSG_PROBE}, timeout=3, host=host)
+    except Denied as exc:
+        return False, (
+            f"accepts, but node 0 refused this host's proof of the run secret ({exc}): KGEN_SECRET_FILE "
+            f"({cfg.secret_file}) holds another secret than node 0's"
+        )
+    except ProtocolError as exc:
+        return False, f"accepts, but did not prove it is this run's node 0 ({exc})"
+    except OSError as exc:
+        return False, f"does not accept ({getattr(exc, 'strerror', None) or exc})"
+    sock.close()
     if answer.get("t") != MSG_STATUS:
-        return ""
+        return False, f"accepts, but node 0 answered {answer.get('t')!r}"
     joined = answer.get("joined", [])
-    missing = sorted(set(range(1, int(answer.get("nnodes", 1)))) - set(joined))
-    return (
-        f"; node 0's entrypoint (run {answer.get('id')}) has {len(joined)} of "
-        f"{int(answer.get('nnodes', 1)) - 1} peers" + (f", missing {missing}" if missing else "")
+    nnodes = answer.get("nnodes") if isinstance(answer.get("nnodes"), int) else 1
+    missing = sorted(set(range(1, nnodes)) - set(joined))
+    return True, (
+        f"accepts; node 0's entrypoint (run {answer.get('id')}) has {len(joined)} of {nnodes - 1} peers"
+        + (f", missing {missing}" if missing else "")
     )
 
 
 def running_job_status(cfg: Config) -> str:
-    """Inside a running job: node 0's own entrypoint answers a probe on the liveness port."""
-    try:
-        sock = socket.create_connection(("127.0.0.1", cfg.liveness_port), timeout=2)
-    except OSError:
+    """Inside a running job: node 0's own entrypoint answers an authenticated probe on the liveness port."""
+    if cfg.secret is None:
         return ""
     try:
-        answer, _ = handshake(cfg, sock, {"t": MSG_PROBE})
-    except (OSError, ValueError):
+        sock, _, answer, _ = open_session(cfg, {"t": MSG_PROBE}, timeout=2, host="127.0.0.1")
+    except (OSError, ProtocolError, Denied):
         return ""
-    finally:
-        sock.close()
+    sock.close()
     if answer.get("t") != MSG_STATUS or answer.get("id") != cfg.rdzv_id:
         return ""
     return f"node 0's entrypoint (run {answer.get('id')}) is running with {len(answer.get('joined', []))} peer(s)"
+
+
+def _proc_net_addr(text: str, v6: bool) -> str:
+    raw = bytes.fromhex(text)
+    if not v6:
+        return socket.inet_ntop(socket.AF_INET, raw[::-1])
+    return socket.inet_ntop(socket.AF_INET6, b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
+
+
+def listening_addresses(port: int) -> list[str] | None:
+    """The addresses this host's listening TCP sockets on `port` are bound to (/proc/net/tcp, tcp6);
+    None when neither can be read."""
+    found: set[str] = set()
+    readable = False
+    for path, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        try:
+            with open(path) as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for row in rows:
+            fields = row.split()
+            if len(fields) < 4 or fields[3] != "0A":  # 0A = LISTEN
+                continue
+            addr, _, port_hex = fields[1].rpartition(":")
+            try:
+                if int(port_hex, 16) == port:
+                    found.add(_proc_net_addr(addr, v6))
+            except ValueError:
+                continue
+    return sorted(found) if readable else None
+
+
+def interface_addresses() -> list[tuple[str, str]]:
+    """(interface, IPv4 address) of this host's interfaces (Linux SIOCGIFADDR); [] when unknown."""
+    try:
+        import fcntl
+        import struct
+
+        names = [name for _, name in socket.if_nameindex()]
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    except (ImportError, OSError):
+        return []
+    out = []
+    try:
+        for name in names:
+            try:
+                res = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:
+                continue
+            out.append((name, socket.inet_ntoa(res[20:24])))
+    finally:
+        sock.close()
+    return out
+
+
+def exposure(port: int, authenticated: bool, env: dict) -> str:
+    """Node 0: who can reach `port`, from the addresses its listeners are bound to (where it can tell)."""
+    bound = listening_addresses(port)
+    if bound is None:
+        return f"{port}: cannot tell (/proc/net/tcp is not readable)"
+    if not bound:
+        return f"{port}: nothing listens on it yet (the run is not running on this node): cannot tell"
+    guard = (
+        "kgen's liveness channel authenticates every connection"
+        if authenticated
+        else "torch's store does not authenticate: fence this port (a NetworkPolicy on Kubernetes, a host "
+        "firewall or a fabric-only bind on bare metal; README, Security)"
+    )
+    if any(a in ("0.0.0.0", "::") for a in bound):
+        addrs = [(name, ip) for name, ip in interface_addresses() if not ip.startswith("127.")]
+        fabric = [v for v in (env.get("GLOO_SOCKET_IFNAME"), env.get("NCCL_SOCKET_IFNAME")) if v]
+        where = ", ".join(f"{ip} ({name})" for name, ip in addrs) or "every address of this host"
+        text = f"{port} listens on all interfaces ({', '.join(bound)}): reachable at {where} by any host routed there"
+        if fabric:
+            wanted = [w for spec in fabric for w in spec.lstrip("^=").split(",") if w]
+            outside = [f"{ip} ({name})" for name, ip in addrs if not any(name.startswith(w) for w in wanted)]
+            if outside:
+                text += f"; outside the training fabric ({', '.join(fabric)}) too: {', '.join(outside)}"
+        return f"{text}; {guard}"
+    if all(a.startswith("127.") or a == "::1" for a in bound):
+        return f"{port} is bound to loopback only ({', '.join(bound)}): not reachable from other hosts"
+    return f"{port} is bound to {', '.join(bound)} only: reachable only through that address; {guard}"
 
 
 def diagnose(env: dict) -> int:
@@ -1736,8 +2395,8 @@ def diagnose(env: dict) -> int:
         print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
 
     cfg = load_config(env)
-    rank_problems = [p for p in cfg.problems if "rank" in p and "NNODES is not" not in p]
-    env_problems = [p for p in cfg.problems if p not in rank_problems]
+    rank_problems = [p for p in cfg.problems if "rank" in p and "NNODES is not" not in p and p != cfg.secret_problem]
+    env_problems = [p for p in cfg.problems if p not in rank_problems and p != cfg.secret_problem]
     if env_problems:
         for p in env_problems:
             check(False, "environment", p)
@@ -1749,6 +2408,10 @@ def diagnose(env: dict) -> int:
             f"{cfg.master_addr} MASTER_PORT={cfg.master_port} liveness port "
             f"{cfg.liveness_port}",
         )
+    if cfg.secret_problem:
+        check(False, "run secret", cfg.secret_problem)
+    elif cfg.secret is not None:
+        check(True, "run secret", f"KGEN_SECRET_FILE={cfg.secret_file} ({len(cfg.secret)} characters)")
     if rank_problems:
         for p in rank_problems:
             check(False, "node rank", p)
@@ -1793,23 +2456,27 @@ def diagnose(env: dict) -> int:
                             )
                     finally:
                         s.close()
+                for label, port in (("rendezvous", cfg.master_port), ("liveness", cfg.liveness_port)):
+                    check(True, f"exposure of the {label} port", exposure(port, label == "liveness", env))
             else:
-                for label, port in (("liveness", cfg.liveness_port), ("rendezvous", cfg.master_port)):
-                    try:
-                        sock = socket.create_connection((cfg.master_addr, port), timeout=3)
-                        detail = f"{cfg.master_addr}:{port} accepts"
-                        if label == "liveness":
-                            detail += probe_status(sock, cfg)
-                        sock.close()
-                        check(True, f"master {label} port", detail)
-                    except OSError as exc:
-                        check(
-                            False,
-                            f"master {label} port",
-                            f"{cfg.master_addr}:{port} does not accept ({exc.strerror or exc}): "
-                            f"node 0's entrypoint/torchrun must be running; check its logs, the "
-                            f"container ports and NetworkPolicies",
-                        )
+                ok, detail = probe_node0(cfg, cfg.master_addr)
+                if not ok and detail.startswith("does not accept"):
+                    detail += (
+                        ": node 0's entrypoint must be running; check its logs, the container ports and NetworkPolicies"
+                    )
+                check(ok, "master liveness port", f"{cfg.master_addr}:{cfg.liveness_port} {detail}")
+                port = cfg.master_port
+                try:
+                    socket.create_connection((cfg.master_addr, port), timeout=3).close()
+                    check(True, "master rendezvous port", f"{cfg.master_addr}:{port} accepts")
+                except OSError as exc:
+                    check(
+                        False,
+                        "master rendezvous port",
+                        f"{cfg.master_addr}:{port} does not accept ({exc.strerror or exc}): "
+                        f"node 0's entrypoint/torchrun must be running; check its logs, the "
+                        f"container ports and NetworkPolicies",
+                    )
     try:
         st = os.statvfs("/dev/shm")
         size = st.f_frsize * st.f_blocks
@@ -1856,12 +2523,13 @@ def diagnose(env: dict) -> int:
 # --------------------------------------------------------------------------------------------
 
 USAGE = (
-    "usage: kgen_entrypoint.py [--diagnose | --smoke-test | -- COMMAND [ARGS...]]\n"
+    "usage: kgen_entrypoint.py [--diagnose | --smoke-test | --stop | -- COMMAND [ARGS...]]\n"
     "  -- train.py ARGS      run a script on every worker through torchrun\n"
     "  -- -m pkg.mod ARGS    run a module\n"
     "  -- PROGRAM ARGS       run any program (torchrun --no-python)\n"
     "  --smoke-test          all-reduce check instead of training\n"
     "  --diagnose            environment and network checks, one PASS/FAIL line each\n"
+    "  --stop                stop the whole group (with the run's environment, on any host)\n"
 )
 
 
@@ -1887,6 +2555,10 @@ def _main(argv: list[str] | None = None) -> int:
         if len(args) > 1:
             fatal(EXIT_CONFIG, "--diagnose takes no arguments")
         return diagnose(dict(os.environ))
+    if args[:1] == ["--stop"]:
+        if len(args) > 1:
+            fatal(EXIT_CONFIG, "--stop takes no arguments")
+        return request_stop(dict(os.environ))
     if args[:1] == ["--smoke-test"]:
         if len(args) > 1:
             fatal(EXIT_CONFIG, "--smoke-test takes no arguments")
@@ -1905,6 +2577,8 @@ def _main(argv: list[str] | None = None) -> int:
         fatal(EXIT_CONFIG, cfg.problems)
     _TAG = f"kgen node {cfg.node_rank}"
     log(cfg.summary())
+    for note in cfg.notes:
+        log(f"note: {note}")
     return run(cfg, command)
 
 

@@ -122,7 +122,12 @@ def build(request: RenderRequest) -> TrainingSpec:
     if request.command:
         layers.apply("command", list(request.command), "-- COMMAND")
     values, origins = layers.result()
-    return build_spec(values, origins, minor)
+    spec = build_spec(values, origins, minor)
+    if spec.renders_secret:  # the one input that is not in the values: the user's kgen key (a file)
+        from kgen.runsecret import secret_data
+
+        spec = spec._replace(run_secret_data=secret_data(spec.namespace, spec.name))
+    return spec
 
 
 def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -> list[dict]:
@@ -261,6 +266,11 @@ def render_notes(spec: TrainingSpec) -> list[str]:
             f"queue {queue}: Kueue's webhook gates the StatefulSet's pods until it admits them (needs Kueue's "
             "pod and statefulset integrations); on a cluster without Kueue the StatefulSet starts at once, unqueued"
         )
+    if spec.v("hostNetwork") and spec.v("networkPolicy.enabled"):
+        notes.append(
+            "hostNetwork: NetworkPolicies do not apply to host-network pods, so none is rendered; fence the "
+            "rendezvous and liveness ports on the nodes (a host firewall; README, Security)"
+        )
     if spec.is_jobset:
         notes.append(
             "kind jobset: needs the JobSet controller (v0.10.0 or newer for onJobFailureMessagePatterns); "
@@ -305,6 +315,7 @@ FIELD_KEYS = (
     ("spec.securityContext", "podSecurityContext"),
     ("labels", "labels"),
     ("annotations", "annotations"),
+    ("ingress", "networkPolicy.extraIngress"),
 )
 
 

@@ -371,12 +371,12 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
 # ------------------------------------------------------------------------------------------ stop
 STOP_EPILOG = """\b
 Examples:
-  kgen stop llama-70b                 # delete the Job/StatefulSet, Service, ConfigMap, PDB and pods
+  kgen stop llama-70b                 # delete the workload, Service, ConfigMap, Secret, NetworkPolicy, PDB, pods
   kgen stop llama-70b --wait          # ... and wait (at most --timeout) until the pods are gone
   kgen stop llama-70b -n team-a       # stopping a stopped run says so and succeeds
 """
 
-STOP_KINDS = ("Job", "StatefulSet", "JobSet", "Service", "ConfigMap", "PodDisruptionBudget")
+STOP_KINDS = ("Job", "StatefulSet", "JobSet", "Service", "ConfigMap", "Secret", "NetworkPolicy", "PodDisruptionBudget")
 
 
 def stop_run(cluster, name: str, wait: bool, timeout: float) -> int:
@@ -428,7 +428,7 @@ def check_timeout(timeout: float) -> None:
 @click.option("--wait", is_flag=True, help="Wait until the run's pods are gone.")
 @click.option("--timeout", default=300.0, show_default=True, metavar="SECONDS", help="Bound for --wait.")
 def stop(name, namespace, context, kubeconfig, wait, timeout):
-    """Stop a run: delete its Job or StatefulSet, Service, ConfigMap, PDB and pods (foreground)."""
+    """Stop a run: delete its workload, Service, ConfigMap, Secret, NetworkPolicy, PDB and pods (foreground)."""
     check_timeout(timeout)
     cluster = connect(namespace, context, kubeconfig)
     if not stop_run(cluster, name, wait, timeout):

@@ -40,7 +40,7 @@ POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 # Indexes of the child Job's podFailurePolicy rules; the JobSet rules match on them.
 PFP_DISRUPTION_INDEX = 0
 PFP_NOT_RETRIABLE_INDEX = 1
-NOT_RETRIABLE_EXIT_CODES = (2, 4)  # entrypoint: configuration error, group never formed
+NOT_RETRIABLE_EXIT_CODES = (2, 4, 6)  # entrypoint: configuration error, group never formed, stopped by user
 
 # Job failure reasons a JobSet rule can name (batch/v1 JobConditionReason values).
 JOB_FAILURE_REASONS = (

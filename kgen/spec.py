@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from kgen import jobset as jobset_facts
 from kgen.errors import NestedLauncherError, UsageError
 from kgen.lint.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, is_dns_subdomain, parse_quantity
+from kgen.runsecret import SECRET_DIR, SECRET_FILE
 from kgen.versions import DEFAULT_K8S, MAX_K8S, MIN_K8S
 
 # ---------------------------------------------------------------------------------------------
@@ -177,6 +178,24 @@ VALUES: dict[str, tuple[str, Any, str]] = {
         "Kueue TAS: node label of the level all pods must share, e.g. cloud.google.com/gce-topology-block.",
     ),
     "topology.preferred": ("str", "", "Kueue TAS: node label of the level the pods should share (best effort)."),
+    # --- run authentication and port fencing (README, Security) ---
+    "auth.secretName": (
+        "str",
+        "",
+        "Secret holding the run's secret (key `secret`) that the nodes prove membership with; empty = render "
+        "`<name>-auth`, derived from your kgen key ($KGEN_KEY_FILE, else ~/.config/kgen/run-key) and the run's "
+        "namespace/name. Multi-node runs only.",
+    ),
+    "networkPolicy.enabled": (
+        "bool",
+        True,
+        "Render a NetworkPolicy: the run's pods accept connections only from the run's own pods (every port).",
+    ),
+    "networkPolicy.extraIngress": (
+        "list[dict]",
+        [],
+        "More NetworkPolicy ingress rules (Kubernetes form), e.g. a metrics port from a monitoring namespace.",
+    ),
     "patches": (
         "list[dict]",
         [],
@@ -319,6 +338,7 @@ class TrainingSpec(NamedTuple):
     env: tuple[EnvVar, ...] = ()
     resources: dict[str, dict[str, Any]] | None = None  # the trainer's requests/limits
     dns_policy: str = ""  # "" = leave Kubernetes' default
+    run_secret_data: str = ""  # the rendered Secret's data (base64); set by kgen.api.build (kgen.runsecret)
 
     # ---- derived names --------------------------------------------------------------------
     @property
@@ -395,6 +415,29 @@ class TrainingSpec(NamedTuple):
 
     def v(self, key: str) -> Any:
         return self.values[key]
+
+    # ---- run authentication and port fencing (kgen/runsecret.py) ----------------------------
+    @property
+    def needs_secret(self) -> bool:
+        """Multi-node runs authenticate their liveness channel; one node has none."""
+        return self.nodes > 1
+
+    @property
+    def renders_secret(self) -> bool:
+        return self.needs_secret and not self.values["auth.secretName"]
+
+    @property
+    def secret_name(self) -> str:
+        return self.values["auth.secretName"] or f"{self.name}-auth"
+
+    @property
+    def secret_dir(self) -> str:
+        return SECRET_DIR
+
+    @property
+    def renders_network_policy(self) -> bool:
+        """NetworkPolicies do not apply to host-network pods: none is rendered for them."""
+        return bool(self.values["networkPolicy.enabled"]) and not self.values["hostNetwork"]
 
     # ---- JobSet and Kueue (kgen/jobset.py has the naming facts) ----------------------------
     @property
@@ -603,6 +646,8 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
     if v["ttlSecondsAfterFinished"] is not None:
         integer("ttlSecondsAfterFinished", 0)  # int32
     _check_labels(v, o)
+    if text("auth.secretName") and not is_dns_subdomain(v["auth.secretName"]):
+        raise _fail(o, "auth.secretName", f'must be a Secret name (a DNS subdomain), got "{v["auth.secretName"]}"')
 
     _check_volumes(v, o)
     _check_command(v, o)
@@ -817,8 +862,8 @@ def _check_patches(v: dict[str, Any], o: dict[str, str]) -> None:
                 raise UsageError(f"patch: cannot change {key}", option=where, hint="a patch edits an object")
 
 
-RESERVED_VOLUMES = {"kgen-entrypoint", "dshm"}
-RESERVED_MOUNTS = {"/opt/kgen", "/dev/shm"}
+RESERVED_VOLUMES = {"kgen-entrypoint", "dshm", "kgen-secret"}
+RESERVED_MOUNTS = {"/opt/kgen", "/dev/shm", SECRET_DIR}
 
 
 def _user_env(v: dict[str, Any], o: dict[str, str]) -> list[EnvVar]:
@@ -861,7 +906,10 @@ def _check_volumes(v: dict[str, Any], o: dict[str, str]) -> None:
             raise _fail(o, "volumes", f'volume name "{name}" is not a DNS label', hint="for example data")
         if name in RESERVED_VOLUMES or name in names:
             raise _fail(
-                o, "volumes", f'volume name "{name}" is already used', hint="kgen uses kgen-entrypoint and dshm"
+                o,
+                "volumes",
+                f'volume name "{name}" is already used',
+                hint="kgen uses kgen-entrypoint, dshm, kgen-secret",
             )
         names.add(name)
     for mount in v["volumeMounts"]:
@@ -869,7 +917,9 @@ def _check_volumes(v: dict[str, Any], o: dict[str, str]) -> None:
         if name not in names:
             raise _fail(o, "volumeMounts", f'mount "{name}" names no volume', hint="add it under volumes")
         if not isinstance(path, str) or not path.startswith("/") or path.rstrip("/") in RESERVED_MOUNTS:
-            raise _fail(o, "volumeMounts", f'mountPath "{path}" must be absolute and not /opt/kgen or /dev/shm')
+            raise _fail(
+                o, "volumeMounts", f'mountPath "{path}" must be absolute and not /opt/kgen, /dev/shm or {SECRET_DIR}'
+            )
 
 
 def _kgen_env(
@@ -915,6 +965,8 @@ def _kgen_env(
         env.append(EnvVar("GLOO_SOCKET_IFNAME", v["gloo.socketIfname"]))
     if v["nccl.ibDisable"] is not None:
         env.append(EnvVar("NCCL_IB_DISABLE", "1" if v["nccl.ibDisable"] else "0"))
+    if nodes > 1:  # the run's secret, mounted read-only from a Secret (never an environment value)
+        env.append(EnvVar("KGEN_SECRET_FILE", SECRET_FILE))
     return env
 
 

@@ -108,11 +108,14 @@ def environment() -> jinja2.Environment:
 
 
 def template_names(spec: TrainingSpec) -> list[str]:
-    if spec.is_jobset:  # JobSet creates its own headless Service (network.enableDNSHostnames)
-        names = ["configmap.yaml.j2", "jobset.yaml.j2"]
-    else:
-        workload = "job.yaml.j2" if spec.is_job else "statefulset.yaml.j2"
-        names = ["configmap.yaml.j2", "service.yaml.j2", workload]
+    names = ["configmap.yaml.j2"]
+    if spec.renders_secret:
+        names.append("secret.yaml.j2")
+    if not spec.is_jobset:  # JobSet creates its own headless Service (network.enableDNSHostnames)
+        names.append("service.yaml.j2")
+    if spec.renders_network_policy:
+        names.append("networkpolicy.yaml.j2")
+    names.append("jobset.yaml.j2" if spec.is_jobset else "job.yaml.j2" if spec.is_job else "statefulset.yaml.j2")
     if spec.v("podDisruptionBudget"):
         names.append("pdb.yaml.j2")
     return names

@@ -28,9 +28,10 @@ def entrypoint_codes() -> dict[str, int]:
 
 def test_every_entrypoint_code_has_a_meaning_in_kgen_status():
     codes = entrypoint_codes()
-    assert {"EXIT_CONFIG", "EXIT_PEERS_MISSING", "EXIT_PEER_LOST", "EXIT_DROPPED"} <= set(codes)
+    assert {"EXIT_CONFIG", "EXIT_PEERS_MISSING", "EXIT_PEER_LOST", "EXIT_DROPPED", "EXIT_STOPPED"} <= set(codes)
     assert set(codes.values()) <= set(TABLE), sorted(set(codes.values()) - set(TABLE))
     assert TABLE[codes["EXIT_PEER_LOST"]].role == "victim"  # never the root cause
+    assert codes["EXIT_STOPPED"] == 6 and TABLE[6].role == "stopped"  # contract C4: stopped by user
 
 
 def test_the_jobs_failure_policy_replaces_exactly_the_lost_dropped_killed_and_deleted_pods():
@@ -39,4 +40,8 @@ def test_the_jobs_failure_policy_replaces_exactly_the_lost_dropped_killed_and_de
     rules = job["spec"]["podFailurePolicy"]["rules"]
     ignored = {v for r in rules if r["action"] == "Ignore" and "onExitCodes" in r for v in r["onExitCodes"]["values"]}
     assert ignored == {codes["EXIT_PEER_LOST"], codes["EXIT_DROPPED"], 128 + 9, 128 + 15}
-    assert jobset.NOT_RETRIABLE_EXIT_CODES == (codes["EXIT_CONFIG"], codes["EXIT_PEERS_MISSING"])
+    # a user's stop (6) is not a lost node: the Job fails at once (FailJob), the JobSet does not restart
+    [fail] = [r for r in rules if r["action"] == "FailJob"]
+    assert fail["onExitCodes"] == {"containerName": "trainer", "operator": "NotIn", "values": [0]}
+    assert codes["EXIT_STOPPED"] not in ignored
+    assert jobset.NOT_RETRIABLE_EXIT_CODES == (codes["EXIT_CONFIG"], codes["EXIT_PEERS_MISSING"], codes["EXIT_STOPPED"])

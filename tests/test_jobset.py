@@ -79,7 +79,10 @@ def test_golden(preset, queue, update_goldens):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_one_replicated_job_of_n_indexed_pods_and_no_service(preset):
     docs = rendered(preset=preset)
-    assert [d["kind"] for d in docs] == ["ConfigMap", "JobSet"]  # JobSet creates the Service
+    # JobSet creates the Service; the run's secret and NetworkPolicy are kgen's (the pods carry kgen's labels)
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Secret", "NetworkPolicy", "JobSet"]
+    selector = the(docs, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod(docs)["metadata"]["labels"].items()
     jobset = the(docs, "JobSet")
     assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
     [rjob] = jobset["spec"]["replicatedJobs"]
@@ -139,7 +142,7 @@ def test_failure_policy_wires_the_entrypoint_exit_codes():
     # The Job controller's failure message names the index of the podFailurePolicy rule that matched.
     assert pfp[js.PFP_DISRUPTION_INDEX]["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
     codes = pfp[js.PFP_NOT_RETRIABLE_INDEX]["onExitCodes"]
-    assert codes == {"containerName": "trainer", "operator": "In", "values": [2, 4]}
+    assert codes == {"containerName": "trainer", "operator": "In", "values": [2, 4, 6]}
     assert all(r["action"] == "FailJob" for r in pfp)
     rules = {r["name"]: r for r in fp["rules"]}
     assert [r["name"] for r in fp["rules"]] == ["NotRetriable", "Deadline", "Disruption", "Restart"]  # fail first
@@ -204,7 +207,7 @@ def test_without_queue_nothing_is_suspended_or_labelled():
 def test_queue_note_on_stderr_says_it_never_starts_without_kueue():
     res = run("render", "--kind", "jobset", "--queue", QUEUE)
     assert res.exit_code == 0
-    assert docs_of(res.stdout)[1]["spec"]["suspend"] is True
+    assert docs_of(res.stdout)[-1]["spec"]["suspend"] is True
     assert "starts only when Kueue admits it" in res.stderr and "never starts" in res.stderr
     res = run("render", "--kind", "statefulset", "--queue", QUEUE)
     assert "starts at once, unqueued" in res.stderr
@@ -272,9 +275,9 @@ def test_entrypoint_accepts_jobset_and_puts_the_restart_attempt_in_the_rendezvou
     spec = importlib.util.spec_from_file_location("kgen_entrypoint_js", path)
     ep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ep)
-    base = {"NNODES": "2", "NPROC_PER_NODE": "1", "MASTER_ADDR": "t-node-0-0.t", "MASTER_PORT": "29500"}
-    env = {**base, "JOB_COMPLETION_INDEX": "1", "KGEN_KIND": "jobset", "KGEN_JOB_NAME": "t", "KGEN_RUN_ID": "u1"}
+    base = {"NNODES": "1", "NPROC_PER_NODE": "1", "MASTER_ADDR": "t-node-0-0.t", "MASTER_PORT": "29500"}
+    env = {**base, "JOB_COMPLETION_INDEX": "0", "KGEN_KIND": "jobset", "KGEN_JOB_NAME": "t", "KGEN_RUN_ID": "u1"}
     cfg = ep.load_config({**env, "KGEN_RESTART_ATTEMPT": "3"})
-    assert cfg.problems == [] and cfg.node_rank == 1
+    assert cfg.problems == [] and cfg.node_rank == 0
     assert cfg.rdzv_id == "t-u1-attempt3"
     assert ep.load_config(env).rdzv_id == "t-u1"  # Job / StatefulSet pods: unchanged

@@ -23,8 +23,8 @@ def test_render_without_arguments_is_the_2node_test_smoke_test():
     res = run("render")
     assert res.exit_code == 0, res.stderr
     docs = docs_of(res.stdout)
-    assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "Job"]
-    job = docs[2]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"]
+    job = docs[-1]
     assert job["spec"]["completions"] == 2
     trainer = job["spec"]["template"]["spec"]["containers"][0]
     assert trainer["args"] == ["--smoke-test"]
@@ -36,14 +36,14 @@ def test_render_without_arguments_is_the_2node_test_smoke_test():
 def test_readme_example_nodes_gpus():
     res = run("render", "--nodes", "4", "--gpus", "8")
     assert res.exit_code == 0
-    job = docs_of(res.stdout)[2]
+    job = docs_of(res.stdout)[-1]
     assert job["spec"]["parallelism"] == job["spec"]["completions"] == 4
 
 
 def test_command_after_double_dash_reaches_args_verbatim():
     res = run("render", "--", "train.py", "--lr", "3e-4", "--name", "x y")
     assert res.exit_code == 0
-    trainer = docs_of(res.stdout)[2]["spec"]["template"]["spec"]["containers"][0]
+    trainer = docs_of(res.stdout)[-1]["spec"]["template"]["spec"]["containers"][0]
     assert trainer["args"] == ["--", "train.py", "--lr", "3e-4", "--name", "x y"]
 
 
@@ -97,7 +97,7 @@ def test_layering_order_later_wins(tmp_path):
         "C=flag",
     )
     assert res.exit_code == 0, res.stderr
-    job = docs_of(res.stdout)[2]
+    job = docs_of(res.stdout)[-1]
     assert job["spec"]["completions"] == 7  # flag > --set > later file > earlier file > preset
     env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["NNODES"] == "7"
@@ -110,7 +110,7 @@ def test_json_output_is_a_kubectl_list():
     assert res.exit_code == 0
     data = json.loads(res.stdout)
     assert data["kind"] == "List"
-    assert [i["kind"] for i in data["items"]] == ["ConfigMap", "Service", "Job"]
+    assert [i["kind"] for i in data["items"]] == ["ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"]
 
 
 def test_output_file_written_whole(tmp_path):

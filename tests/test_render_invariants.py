@@ -227,8 +227,13 @@ volumeMounts:
         ("volumeMounts: [{name: nope, mountPath: /x}]\n", 'mount "nope" names no volume'),
         (
             "volumes: [{name: d, emptyDir: {}}]\nvolumeMounts: [{name: d, mountPath: /dev/shm}]\n",
-            "not /opt/kgen or /dev/shm",
+            "not /opt/kgen, /dev/shm or /var/run/secrets/kgen",
         ),
+        (
+            "volumes: [{name: d, emptyDir: {}}]\nvolumeMounts: [{name: d, mountPath: /var/run/secrets/kgen/}]\n",
+            "not /opt/kgen, /dev/shm or /var/run/secrets/kgen",
+        ),
+        ("volumes: [{name: kgen-secret, emptyDir: {}}]\n", 'volume name "kgen-secret" is already used'),
     ],
 )
 def test_bad_volumes_are_rejected(tmp_path, content, message):

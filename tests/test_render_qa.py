@@ -108,7 +108,7 @@ def test_reserved_label_in_a_values_file_names_the_file(tmp_path):
 def test_free_labels_and_a_module_command_still_render():
     res = run("render", "--set", "labels.team=ml", "--set", "labels.example.com/owner=me", "--", "-m", "pkg.train")
     assert res.exit_code == 0, res.stderr
-    job = [d for d in yaml.safe_load_all(res.stdout) if d][2]
+    job = [d for d in yaml.safe_load_all(res.stdout) if d][-1]
     assert job["metadata"]["labels"]["team"] == "ml"
     assert job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kgen"
 
@@ -117,7 +117,7 @@ def test_a_patch_may_add_and_change_other_labels():
     patch = "patches=[{target: {kind: Job}, patch: {metadata: {labels: {team: a}}, spec: {suspend: true}}}]"
     res = run("render", "--set", patch)
     assert res.exit_code == 0, res.stderr
-    job = [d for d in yaml.safe_load_all(res.stdout) if d][2]
+    job = [d for d in yaml.safe_load_all(res.stdout) if d][-1]
     assert job["metadata"]["labels"]["team"] == "a" and job["spec"]["suspend"] is True
 
 
@@ -197,7 +197,7 @@ def test_keys_the_kind_ignores_warn_and_render_goes_on():
         "render", "--kind", "statefulset", "--set", "activeDeadlineSeconds=100", "--set", "ttlSecondsAfterFinished=5"
     )
     assert res.exit_code == 0
-    assert [d["kind"] for d in yaml.safe_load_all(res.stdout) if d][2] == "StatefulSet"
+    assert [d["kind"] for d in yaml.safe_load_all(res.stdout) if d][-1] == "StatefulSet"
     assert res.stderr.splitlines() == [
         "kgen: warning: --set activeDeadlineSeconds: has no effect with kind statefulset: "
         "a StatefulSet has no deadline",
@@ -238,7 +238,7 @@ def test_shm_above_the_memory_request_warns():
 def test_values_from_stdin():
     res = run("render", "-f", "-", "--name", "from-stdin", input="nodes: 3\ngpus: 0\n")
     assert res.exit_code == 0, res.stderr
-    job = [d for d in yaml.safe_load_all(res.stdout) if d][2]
+    job = [d for d in yaml.safe_load_all(res.stdout) if d][-1]
     assert job["spec"]["completions"] == 3 and job["metadata"]["name"] == "from-stdin"
     err = one_line_error(run("render", "-f", "-", input="nodes: 0\n"))
     assert '<stdin>: nodes: must be an integer between 1 and 100000, got "0"' in err

@@ -3,8 +3,9 @@
 ``role`` drives the root-cause search (kgen.cluster.verdict):
 - ``cause``: the failure may be where a run went wrong (a crash, a kill, a config error);
 - ``victim``: a fail-stop reaction to another rank's failure; never the root cause;
-- ``stopped``: stopped from outside (SIGTERM); a cause only when nothing else explains it
-  (an eviction, a deleted pod), a consequence when the Job controller was already failing the Job.
+- ``stopped``: stopped from outside (SIGTERM; 6: stopped by user, the whole group); a cause only when
+  nothing else explains it (an eviction, a deleted pod, a user's stop), a consequence when the Job
+  controller was already failing the Job.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ TABLE: dict[int, ExitMeaning] = {
         ExitMeaning(4, "the group never formed: some ranks did not connect (KGEN_RDZV_TIMEOUT)", "cause"),
         # 5 and 76 come with in-place re-formation (KGEN_MAX_REFORMATIONS > 0)
         ExitMeaning(5, "the run failed as a whole (re-formation limit, or another node's script error)", "victim"),
+        ExitMeaning(6, "stopped by user (Ctrl-C on a node, or kgen_entrypoint.py --stop)", "stopped"),
         ExitMeaning(75, "fail-stop: a peer died, froze or was cut off", "victim"),
         ExitMeaning(76, "dropped from the group: this node froze or was cut off", "cause"),
         ExitMeaning(130, "interrupted (SIGINT)", "stopped"),

@@ -446,6 +446,7 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|PRIVATE_KEY)", re.I)
+_PATH_SUFFIXES = ("_FILE", "_PATH", "_DIR")
 
 
 @rule(
@@ -465,6 +466,8 @@ def secret_in_env(doc: Any, ctx: Context) -> Iterator:
                 if isinstance(name, str) and _SECRET_NAME.search(name) and isinstance(value, str) and value:
                     if "$(" in value:
                         continue  # a reference to another variable
+                    if name.upper().endswith(_PATH_SUFFIXES) and value.startswith("/"):
+                        continue  # where a secret is mounted (KGEN_SECRET_FILE, *_PASSWORD_FILE), not the secret
                     yield (
                         path + ("env", i, "value"),
                         (f"{name} has a literal value; move it to a Secret and use valueFrom.secretKeyRef"),

@@ -4,8 +4,8 @@ GETs are answered with the recorded bodies, byte for byte: the pod list, the Job
 Service, the ConfigMap, the EventList, pod logs (200 with the recorded body, or the recorded non-200
 ``Status`` with its code), and the watch streams (``?watch=true``) sent chunked, one recorded event per
 chunk. Anything the recordings do not hold is a standard ``404 NotFound`` Status. Lists the recordings
-do not hold as lists (jobs, services, ... by label) are made of the recorded objects; PDBs, which the
-recorded manifests do not have, are an empty list. DELETE and PATCH requests are recorded in
+do not hold as lists (jobs, services, ... by label) are made of the recorded objects; PDBs, Secrets and
+NetworkPolicies, which the recorded manifests do not have, are an empty list. DELETE and PATCH requests are recorded in
 ``requests`` for the tests to check what the client sent; they are answered with the recorded object
 (or 404), and a DELETE makes later GETs of that object 404 (what a finished deletion looks like).
 """
@@ -26,6 +26,8 @@ GROUP_OF = {
     "statefulsets": ("apps", "StatefulSet"),
     "services": ("", "Service"),
     "configmaps": ("", "ConfigMap"),
+    "secrets": ("", "Secret"),
+    "networkpolicies": ("networking.k8s.io", "NetworkPolicy"),
     "poddisruptionbudgets": ("policy", "PodDisruptionBudget"),
     "pods": ("", "Pod"),
     "events": ("", "Event"),
@@ -33,7 +35,7 @@ GROUP_OF = {
 
 
 # The group versions the recorded API server served that kgen uses (jobset.x-k8s.io was not installed).
-SERVED_GROUP_VERSIONS = {"api/v1", "apis/batch/v1", "apis/apps/v1", "apis/policy/v1"}
+SERVED_GROUP_VERSIONS = {"api/v1", "apis/batch/v1", "apis/apps/v1", "apis/policy/v1", "apis/networking.k8s.io/v1"}
 
 # What a Kubernetes API server answers to a path it has no handler for, such as the discovery of a group
 # version that is not installed (`kubectl get --raw /apis/jobset.x-k8s.io/v1alpha2` on a cluster without

@@ -329,7 +329,7 @@ def test_submit_applies_server_side_with_field_manager_kgen(served):
     res = run("submit", "--name", "fresh-run", "--nodes", "2", "--gpus", "0", "--kubeconfig", kc)
     assert res.exit_code == 0, res.output
     patches = [(p, json.loads(b), ct) for m, p, b, ct in r.requests if m == "PATCH"]
-    assert [body["kind"] for _, body, _ in patches] == ["ConfigMap", "Service", "Job"]
+    assert [body["kind"] for _, body, _ in patches] == ["ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"]
     for path, body, ctype in patches:
         assert "fieldManager=kgen" in path and ctype == "application/apply-patch+yaml"
         assert body["metadata"]["namespace"] == "rec"
@@ -428,17 +428,26 @@ def test_submit_rolls_back_what_it_created_when_the_workload_apply_fails(served)
     assert res.exit_code == 2
     assert res.stdout.splitlines() == [  # progress as it happened; the error line tells the rest
         "configmap/fresh-run-entrypoint applied (server-side, field manager kgen)",
+        "secret/fresh-run-auth applied (server-side, field manager kgen)",
         "service/fresh-run applied (server-side, field manager kgen)",
+        "networkpolicy/fresh-run applied (server-side, field manager kgen)",
     ]
     err = res.stderr.splitlines()
     assert len(err) == 1 and err[0].startswith("kgen: error: forbidden: ") and "RBAC" in err[0]
-    assert "rolled back: service/fresh-run, configmap/fresh-run-entrypoint deleted again" in err[0]
+    assert (
+        "rolled back: networkpolicy/fresh-run, service/fresh-run, secret/fresh-run-auth, "
+        "configmap/fresh-run-entrypoint deleted again" in err[0]
+    )
     writes = [(m, p.split("?")[0]) for m, p, *_ in r.requests if m != "GET"]
     assert writes == [
         ("PATCH", "/api/v1/namespaces/rec/configmaps/fresh-run-entrypoint"),
+        ("PATCH", "/api/v1/namespaces/rec/secrets/fresh-run-auth"),
         ("PATCH", "/api/v1/namespaces/rec/services/fresh-run"),
+        ("PATCH", "/apis/networking.k8s.io/v1/namespaces/rec/networkpolicies/fresh-run"),
         ("PATCH", "/apis/batch/v1/namespaces/rec/jobs/fresh-run"),
+        ("DELETE", "/apis/networking.k8s.io/v1/namespaces/rec/networkpolicies/fresh-run"),
         ("DELETE", "/api/v1/namespaces/rec/services/fresh-run"),
+        ("DELETE", "/api/v1/namespaces/rec/secrets/fresh-run-auth"),
         ("DELETE", "/api/v1/namespaces/rec/configmaps/fresh-run-entrypoint"),
     ]
 
@@ -452,8 +461,10 @@ def test_submit_rollback_leaves_objects_that_existed_before(served):
     cluster.delete("Job", r.name)  # the run's Job is gone, its Service and ConfigMap are still there
     before = len(r.requests)
     res = run("submit", "--name", r.name, "--nodes", "2", "--gpus", "0", "--kubeconfig", kc)
-    assert res.exit_code == 2 and "forbidden" in res.stderr and "rolled back" not in res.stderr
-    assert [m for m, *_ in r.requests[before:] if m == "DELETE"] == []
+    assert res.exit_code == 2 and "forbidden" in res.stderr
+    # the recorded run had no Secret and no NetworkPolicy (older kgen): only those two were created here
+    deleted = [p.split("?")[0].rsplit("/", 2)[-2] for m, p, *_ in r.requests[before:] if m == "DELETE"]
+    assert deleted == ["networkpolicies", "secrets"]
 
 
 # ------------------------------------------------------------------------------------------ list
@@ -593,9 +604,10 @@ def test_submit_dry_run_server_sends_dry_run_applies_and_changes_nothing(served)
     )
     assert res.exit_code == 0, res.output
     writes = [(m, p) for m, p, *_ in r.requests if m != "GET"]
-    assert [m for m, _ in writes] == ["PATCH"] * 3
+    assert [m for m, _ in writes] == ["PATCH"] * 5
     assert all("dryRun=All" in p and "fieldManager=kgen" in p for _, p in writes)
-    assert [d["kind"] for d in yaml.safe_load_all(res.stdout)] == ["ConfigMap", "Service", "Job"]
+    kinds = [d["kind"] for d in yaml.safe_load_all(res.stdout)]
+    assert kinds == ["ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"]
     assert f"run {r.name} exists; --replace would stop it first (not stopped)" in res.stderr
     assert "nothing was changed" in res.stderr.splitlines()[-1]
 
@@ -604,4 +616,7 @@ def test_submit_dry_run_client_needs_no_cluster():
     res = run("submit", "--nodes", "2", "--gpus", "0", "--dry-run", "--kubeconfig", "/nonexistent", "--", "train.py")
     assert res.exit_code == 0, res.output
     assert res.stdout == run("render", "--nodes", "2", "--gpus", "0", "--", "train.py").stdout
-    assert res.stderr.splitlines()[-1].startswith("kgen: dry run: configmap/kgen-train-entrypoint, service/kgen-train,")
+    assert res.stderr.splitlines()[-1].startswith(
+        "kgen: dry run: configmap/kgen-train-entrypoint, secret/kgen-train-auth, service/kgen-train, "
+        "networkpolicy/kgen-train,"
+    )

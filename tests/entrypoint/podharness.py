@@ -4,6 +4,7 @@ One pod = `unshare --pid --fork --mount --mount-proc`: its own PID namespace (SI
 kills every process in it, as a container runtime does) and mount namespace, in which
 
 * the ConfigMap's files are bind-mounted read-only at the volumeMount's mountPath (/opt/kgen),
+  and a Secret's files (the run's secret) likewise at theirs (/var/run/secrets/kgen),
 * a memory emptyDir is a tmpfs of the rendered sizeLimit (/dev/shm),
 * /etc/hosts is a private bind mount of the pod's own hosts file: `<name>-<i>.<service>` (and
   the FQDN) resolve to 127.0.0.1 once pod i has been started, as a headless Service with
@@ -18,6 +19,7 @@ interpreter's directory so the rendered `python3` is the test venv's. Network: l
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shlex
@@ -56,6 +58,17 @@ def free_port_pair() -> int:
         except OSError:
             continue
     raise RuntimeError("no free port pair")
+
+
+def write_secret(folder: Path, name: str = "kgen-secret") -> str:
+    """A run secret as a bare-metal user creates it: 64 hex characters in a 0600 file."""
+    import secrets
+
+    path = Path(folder) / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_hex(32) + "\n")
+    return str(path)
 
 
 def kgen_render(*args: str) -> str:
@@ -288,6 +301,7 @@ class Cluster:
     ) -> None:
         docs = [d for d in yaml.safe_load_all(manifest) if d]
         self.configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+        self.secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
         services = [d for d in docs if d["kind"] == "Service"]
         workloads = [d for d in docs if d["kind"] in ("Job", "StatefulSet")]
         if len(workloads) != 1 or len(services) != 1:
@@ -424,6 +438,8 @@ class Cluster:
             if "configMap" in vol:
                 src = self._configmap_dir(vol)
                 mounts[path] = ("ro" if vm.get("readOnly") else "rw", src)
+            elif "secret" in vol:
+                mounts[path] = ("ro", self._secret_dir(vol))  # Secret volumes are always read-only
             elif "emptyDir" in vol:
                 ed = vol["emptyDir"] or {}
                 if ed.get("medium") == "Memory":
@@ -445,6 +461,7 @@ class Cluster:
         ancestor = os.path.dirname(path.rstrip("/"))
         while not os.path.isdir(ancestor):
             ancestor = os.path.dirname(ancestor)
+        ancestor = os.path.realpath(ancestor)  # /var/run -> /run
         if ancestor == "/":
             raise ValueError(f"harness cannot create mount point {path}: its only existing ancestor is /")
         stash = self.root / f"stash{index}-{ancestor.strip('/').replace('/', '_')}"
@@ -457,7 +474,7 @@ class Cluster:
             if os.path.islink(src):
                 steps.append(f"ln -s {shlex.quote(os.readlink(src))} {qdst}")
             elif os.path.isdir(src):
-                steps += [f"mkdir {qdst}", f"mount --rbind {qsrc} {qdst}"]
+                steps += [f"mkdir -p {qdst}", f"mount --rbind {qsrc} {qdst}"]  # -p: mount itself makes /run/mount
             else:
                 steps += [f"touch {qdst}", f"mount --bind {qsrc} {qdst}"]
         steps.append(f"mkdir -p {shlex.quote(path)}")
@@ -478,6 +495,35 @@ class Cluster:
             f.chmod(item.get("mode", mode))
         self._volume_dirs[cm_name] = str(d)
         return str(d)
+
+    def _secret_dir(self, vol: dict) -> str:
+        name = vol["secret"]["secretName"]
+        if name in self._volume_dirs:
+            return self._volume_dirs[name]
+        if name not in self.secrets:
+            raise ValueError(f"harness: Secret {name!r} is not in the manifest")
+        d = self.root / f"secret-{name}"
+        d.mkdir(mode=0o700)
+        mode = vol["secret"].get("defaultMode", 0o644)
+        for key, value in self.secrets[name].get("data", {}).items():
+            f = d / key
+            f.write_bytes(base64.b64decode(value))
+            f.chmod(mode)
+        self._volume_dirs[name] = str(d)
+        return str(d)
+
+    def secret_file(self) -> str:
+        """The run's secret as a file on the host (for a process outside the pods: --diagnose, --stop)."""
+        vol = next(v for v in self.volumes.values() if "secret" in v)
+        return os.path.join(self._secret_dir(vol), "secret")
+
+    def host_env(self, index: int) -> dict[str, str]:
+        """Pod `index`'s environment for a process run on the host, outside the pods ("a third shell")."""
+        env = self.pod_env(index)
+        env["MASTER_ADDR"] = "127.0.0.1"  # the pods' DNS names live in their own /etc/hosts
+        if "KGEN_SECRET_FILE" in env:
+            env["KGEN_SECRET_FILE"] = self.secret_file()
+        return env
 
     # -- driving -----------------------------------------------------------------------------
     def start(self, *indexes: int) -> None:

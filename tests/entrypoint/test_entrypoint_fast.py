@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import os
+import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,7 +22,19 @@ spec = importlib.util.spec_from_file_location("kgen_entrypoint", ENTRYPOINT)
 ep = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ep)
 
-BASE = {"NNODES": "4", "NPROC_PER_NODE": "2", "MASTER_ADDR": "job-0.job", "MASTER_PORT": "29500"}
+_SECRET_DIR = tempfile.mkdtemp(prefix="kgen-test-secret-")
+atexit.register(shutil.rmtree, _SECRET_DIR, True)
+SECRET_FILE = os.path.join(_SECRET_DIR, "secret")
+with open(os.open(SECRET_FILE, os.O_WRONLY | os.O_CREAT, 0o600), "w") as _fh:
+    _fh.write(secrets.token_hex(32) + "\n")
+
+BASE = {
+    "NNODES": "4",
+    "NPROC_PER_NODE": "2",
+    "MASTER_ADDR": "job-0.job",
+    "MASTER_PORT": "29500",
+    "KGEN_SECRET_FILE": SECRET_FILE,
+}
 # A generous bound for "promptly" on a machine busy with other test runs: far below the waits a bug
 # would show (the 600 s default master wait), never a tight wall-clock figure (issue 15.6).
 BUSY_BOUND = 60.0

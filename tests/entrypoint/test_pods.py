@@ -208,16 +208,17 @@ def test_bad_pod_environment_exits_2(cluster, override, message):
 
 
 @pytest.mark.timeout(120)
-def test_bare_metal_two_nodes_with_only_the_five_variables(tmp_path):
+def test_bare_metal_two_nodes_with_only_the_five_variables_and_the_secret(tmp_path):
     """No Kubernetes, no harness: two plain processes given NNODES, NPROC_PER_NODE, MASTER_ADDR,
-    MASTER_PORT and NODE_RANK by hand (plus PATH) behave like pods."""
+    MASTER_PORT and NODE_RANK by hand, and KGEN_SECRET_FILE (plus PATH) behave like pods."""
     import os
     import subprocess
     import sys
 
-    from podharness import REPO
+    from podharness import REPO, write_secret
 
     port = free_port_pair()
+    secret = write_secret(tmp_path)
     entry = REPO / "entrypoint" / "kgen_entrypoint.py"
     procs = []
     try:
@@ -229,6 +230,7 @@ def test_bare_metal_two_nodes_with_only_the_five_variables(tmp_path):
                 "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(port),
                 "NODE_RANK": str(rank),
+                "KGEN_SECRET_FILE": secret,
             }
             log = open(tmp_path / f"node{rank}.log", "w")
             procs.append(
@@ -266,8 +268,7 @@ def test_missing_worker_named_after_rdzv_timeout_and_visible_to_diagnose(cluster
     t = time.monotonic()
     c.start(0, 1)  # node 2 never comes
     assert c.wait_for_log(r"node 1 joined the liveness channel", 1, 30, [c.pods[0]]), c.logs()
-    env = c.pod_env(2)
-    env["MASTER_ADDR"] = "127.0.0.1"  # we run outside the pods' mount namespace
+    env = c.host_env(2)  # we run outside the pods' mount namespace
     res = subprocess.run(
         [sys.executable, str(REPO / "entrypoint" / "kgen_entrypoint.py"), "--diagnose"],
         env=env,

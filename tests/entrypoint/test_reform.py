@@ -237,15 +237,16 @@ def test_script_error_reforms_when_values_say_so(cluster, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_bare_metal_node_restarted_by_hand_rejoins(tmp_path):
-    """No Kubernetes: three plain processes given the five variables; node 2 is killed and started
-    again by hand (as systemd would), and the group re-forms."""
+    """No Kubernetes: three plain processes given the five variables and KGEN_SECRET_FILE; node 2 is
+    killed and started again by hand (as systemd would), and the group re-forms."""
     import os
     import subprocess
     import sys
 
-    from podharness import REPO
+    from podharness import REPO, write_secret
 
     port = free_port_pair()
+    secret = write_secret(tmp_path)
     ckpt = tmp_path / "ckpt.json"
     entry = REPO / "entrypoint" / "kgen_entrypoint.py"
     steps = 50
@@ -262,6 +263,7 @@ def test_bare_metal_node_restarted_by_hand_rejoins(tmp_path):
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
             "NODE_RANK": str(rank),
+            "KGEN_SECRET_FILE": secret,
             "GLOO_SOCKET_IFNAME": "lo",
         }
         path = tmp_path / f"node{rank}.{len(logs)}.log"

@@ -111,6 +111,7 @@ FAILING = [
     ("KG057", "job", set_at(POD + ("securityContext",), {"runAsUser": 9999999999999}), "1.37"),
     ("KG057", "job", set_at(C0 + ("securityContext",), {"runAsGroup": -1}), "1.37"),
     ("KG058", "job", _append(ENV, {"name": "HF_TOKEN", "value": "hf_abc"}), "1.37"),
+    ("KG058", "job", _append(ENV, {"name": "DB_PASSWORD_FILE", "value": "hunter2"}), "1.37"),  # not a path
     ("KG059", "job", set_at(C0 + ("image",), "ghcr.io/acme/train:latest"), "1.37"),
     ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train"), "1.37"),
     ("KG060", "job", delete_at(POD + ("restartPolicy",)), "1.37"),
@@ -370,6 +371,7 @@ PASSING = [
         _append(ENV, {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "t"}}}),
         "1.37",
     ),
+    ("KG058", "job", _append(ENV, {"name": "DB_PASSWORD_FILE", "value": "/run/secrets/db"}), "1.37"),
     ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train@sha256:" + "a" * 64), "1.37"),
     ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train:1.4"), "1.37"),
     ("KG060", "job", set_at(POD + ("restartPolicy",), "OnFailure"), "1.37"),

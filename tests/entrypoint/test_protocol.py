@@ -1,0 +1,313 @@
+"""The liveness channel's membership proof and the group stop, without torch (issue 17.1, 16.5).
+
+Wire format and threat model: docs/entrypoint.md ("Wire format", "Security"). The real node 0 here
+is the entrypoint of a 3-node run waiting for its peers (test_entrypoint_fast.Hub); the attacks on a
+training group are in test_security.py, the stops of a training group in test_stop.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from test_entrypoint_fast import BASE, ENTRYPOINT, SECRET_FILE, Hub, _free_port, ep, run_ep
+
+SECRET = b"s" * 64
+
+
+# -- the session: every line authenticated, in order, once, in its direction --------------------------
+def pair():
+    ns, nc = ep.new_nonce(), ep.new_nonce()
+    return ep.Session(SECRET, ns, nc, "client"), ep.Session(SECRET, ns, nc, "server")
+
+
+def test_lines_verify_in_order_and_both_ways():
+    client, server = pair()
+    for i in range(3):
+        assert server.open(client.seal({"t": "hb", "i": i}).rstrip(b"\n")) == {"t": "hb", "i": i}
+        assert client.open(server.seal({"t": "start", "gen": i}).rstrip(b"\n")) == {"t": "start", "gen": i}
+
+
+@pytest.mark.parametrize("attack", ["replay", "reorder", "reflect", "change", "other session", "unsigned"])
+def test_a_line_out_of_place_fails_verification(attack):
+    client, server = pair()
+    first, second = client.seal({"t": "hb"}).rstrip(b"\n"), client.seal({"t": "done"}).rstrip(b"\n")
+    server.open(first)
+    line = {
+        "replay": first,
+        "reorder": client.seal({"t": "fail", "rc": 1}).rstrip(b"\n"),  # skips `second`
+        "reflect": server.seal({"t": "stop"}).rstrip(b"\n"),  # node 0's own line sent back to it
+        "change": second.replace(b"done", b"fail"),
+        "other session": pair()[0].seal({"t": "done"}).rstrip(b"\n"),
+        "unsigned": b'{"t":"done"}',
+    }[attack]
+    with pytest.raises(ep.ProtocolError):
+        server.open(line)
+    assert server.open(second) == {"t": "done"} if attack != "change" else True
+
+
+def test_the_proof_binds_both_nonces_and_the_secret():
+    ns, nc = ep.new_nonce(), ep.new_nonce()
+    proof = ep.membership_proof(SECRET, ns, nc)
+    assert len(proof) == 64 and proof != ep.membership_proof(SECRET, ep.new_nonce(), nc)
+    assert proof != ep.membership_proof(SECRET, ns, ep.new_nonce()) != ep.membership_proof(b"t" * 64, ns, nc)
+    assert SECRET.decode() not in proof
+
+
+# -- the secret file (contract C3) ----------------------------------------------------------------------
+def _secret_env(tmp_path, content: bytes | None, name="secret") -> dict:
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+        path.chmod(0o600)
+    return {**BASE, "NODE_RANK": "1", "KGEN_SECRET_FILE": str(path)}
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (None, "cannot read it (No such file or directory)"),
+        (b"short\n", "holds 5 characters: a run secret needs at least 32"),
+        (b"x" * 5000, "is larger than 4096 bytes"),
+    ],
+)
+def test_a_bad_secret_file_is_one_line_and_exit_2(tmp_path, content, expected):
+    res = run_ep(_secret_env(tmp_path, content), "--", "/bin/true")
+    assert res.returncode == 2
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("kgen-entrypoint: error:")]
+    assert len(errors) == 1 and "KGEN_SECRET_FILE=" in errors[0] and expected in errors[0], res.stderr
+    assert "token_hex(32)" in errors[0] and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/"])
+def test_a_secret_that_is_not_a_regular_file_is_refused_without_reading_it(path):
+    res = run_ep({**BASE, "NODE_RANK": "1", "KGEN_SECRET_FILE": path}, "--", "/bin/true", timeout=10)
+    assert res.returncode == 2 and f"KGEN_SECRET_FILE='{path}' is not a regular file" in res.stderr
+
+
+def test_secret_unset_and_whitespace():
+    env = {k: v for k, v in BASE.items() if k != "KGEN_SECRET_FILE"}
+    cfg = ep.load_config({**env, "NODE_RANK": "1"})
+    assert cfg.problems == [cfg.secret_problem] and cfg.secret_problem.startswith("KGEN_SECRET_FILE is not set")
+    assert ep.load_config({**env, "NNODES": "1", "NODE_RANK": "0"}).problems == []  # one node: no channel
+    cfg = ep.load_config({**BASE, "NODE_RANK": "1"})
+    assert cfg.secret == open(SECRET_FILE, "rb").read().strip() and len(cfg.secret) == 64
+
+
+def test_a_secret_others_can_read_is_noted_on_bare_metal(tmp_path):
+    env = _secret_env(tmp_path, b"k" * 64)
+    os.chmod(env["KGEN_SECRET_FILE"], 0o644)
+    assert "chmod 600" in " ".join(ep.load_config(env).notes)
+    assert ep.load_config({**env, "KGEN_KIND": "job"}).notes == []  # a Secret volume's mode is render's
+
+
+# -- node 0 with a wrong secret, and a fake node 0 ----------------------------------------------------
+def test_a_node_with_another_secret_learns_wrong_secret_and_exits_2(tmp_path):
+    hub = Hub(tmp_path)
+    try:
+        t = time.monotonic()
+        other = _secret_env(tmp_path, b"o" * 64)["KGEN_SECRET_FILE"]
+        res = run_ep({**hub.env, "NODE_RANK": "1", "KGEN_SECRET_FILE": other}, "--", "/bin/true")
+        assert res.returncode == 2 and time.monotonic() - t < 10
+        assert "kgen-entrypoint: error: wrong secret: node 0 at 127.0.0.1:" in res.stderr
+        assert res.stderr.rstrip().splitlines()[-1] == "kgen-entrypoint: stopped: configuration error"
+        time.sleep(0.3)
+        assert "wrong proof of the run secret" in hub.log() and "joined" not in hub.log()
+    finally:
+        hub.stop()
+
+
+class FakeNode0(threading.Thread):
+    """Listens on the liveness port and plays node 0 without the secret: a challenge, then forged
+    answers (a plain welcome and start, and lines sealed with a guessed key)."""
+
+    def __init__(self, port: int, answer: bytes | None = None) -> None:
+        super().__init__(daemon=True)
+        self.srv = socket.create_server(("127.0.0.1", port))
+        self.answer = answer
+        self.served = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        self.srv.settimeout(0.2)
+        while not self.done.is_set():
+            try:
+                conn, _ = self.srv.accept()
+            except OSError:
+                continue
+            with conn:
+                ns = ep.new_nonce()
+                conn.sendall(ep.plain_line({"t": "challenge", "v": 3, "n": ns}))
+                conn.settimeout(2)
+                try:
+                    got = conn.recv(65536)
+                    nc = json.loads(got.split(b"\n")[0])["n"]
+                    guess = ep.Session(b"g" * 64, ns, nc, "server")
+                    conn.sendall(
+                        self.answer
+                        or guess.seal({"t": "welcome", "v": 3, "hb": 1}) + guess.seal({"t": "start", "gen": 0})
+                    )
+                    self.served += 1
+                except (OSError, ValueError, KeyError):
+                    pass
+        self.srv.close()
+
+
+@pytest.mark.parametrize("answer", [None, b'{"t":"welcome","v":3}\n{"t":"start","gen":0}\n'], ids=["sealed", "plain"])
+def test_a_fake_node0_cannot_start_or_steer_a_node(answer):
+    live = _free_port()
+    fake = FakeNode0(live, answer)
+    fake.start()
+    try:
+        env = {**BASE, "NODE_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(live - 1)}
+        env.update({"KGEN_LIVENESS_PORT": str(live), "KGEN_MASTER_WAIT_TIMEOUT": "3"})
+        res = run_ep(env, "--", "/bin/true")
+    finally:
+        fake.done.set()
+        fake.join(5)
+    assert fake.served >= 1
+    assert res.returncode == 3, res.stderr  # it kept waiting for the real node 0, then gave up
+    assert "did not prove it is this run's node 0" in res.stderr
+    assert "generation 0: starting" not in res.stderr
+
+
+# -- probe, --diagnose ---------------------------------------------------------------------------------
+def test_probe_tells_a_stranger_nothing_and_a_member_the_status(tmp_path):
+    hub = Hub(tmp_path)
+    try:
+        sock = socket.create_connection(("127.0.0.1", hub.live), timeout=5)
+        sock.sendall(b'{"t":"probe"}\n')
+        time.sleep(0.5)
+        said = sock.recv(65536)
+        sock.close()
+        assert json.loads(said)["t"] == "challenge" and b"t-r1" not in said and b"nnodes" not in said
+        no_secret = {k: v for k, v in hub.env.items() if k != "KGEN_SECRET_FILE"}
+        res = run_ep({**no_secret, "NODE_RANK": "2"}, "--diagnose")
+        assert "FAIL run secret: KGEN_SECRET_FILE is not set" in res.stdout
+        assert re.search(
+            r"PASS master liveness port: 127\.0\.0\.1:\d+ accepts \(kgen liveness protocol 3\)", res.stdout
+        )
+        assert "t-r1" not in res.stdout and "peers" not in res.stdout
+        res = run_ep({**hub.env, "NODE_RANK": "2"}, "--diagnose")
+        assert "PASS run secret: KGEN_SECRET_FILE=" in res.stdout
+        assert "entrypoint (run t-r1) has 0 of 2 peers, missing [1, 2]" in res.stdout, res.stdout
+        wrong = _secret_env(tmp_path, b"w" * 64)["KGEN_SECRET_FILE"]
+        res = run_ep({**hub.env, "NODE_RANK": "2", "KGEN_SECRET_FILE": wrong}, "--diagnose")
+        assert "FAIL master liveness port" in res.stdout and "refused this host's proof" in res.stdout
+    finally:
+        hub.stop()
+
+
+def test_diagnose_on_node0_says_who_can_reach_the_ports(tmp_path):
+    hub = Hub(tmp_path)
+    try:
+        res = run_ep({**hub.env, "NODE_RANK": "0"}, "--diagnose")
+        line = next(ln for ln in res.stdout.splitlines() if "exposure of the liveness port" in ln)
+        assert f"{hub.live} listens on all interfaces (0.0.0.0" in line and "authenticates every connection" in line
+        line = next(ln for ln in res.stdout.splitlines() if "exposure of the rendezvous port" in ln)
+        assert "nothing listens on it yet" in line
+        store = socket.create_server(("127.0.0.1", hub.live - 1))  # a store bound to one address only
+        try:
+            res = run_ep({**hub.env, "NODE_RANK": "0"}, "--diagnose")
+        finally:
+            store.close()
+        assert f"{hub.live - 1} is bound to loopback only (127.0.0.1)" in res.stdout, res.stdout
+    finally:
+        hub.stop()
+
+
+def test_strangers_are_counted_beyond_a_burst():
+    lines: list[str] = []
+    real_log = ep.log
+    ep.log = lines.append
+    try:
+        strangers = ep.StrangerLog()
+        for i in range(25):
+            strangers.note(f"stranger {i}")
+        strangers.roll(time.monotonic(), final=True)
+    finally:
+        ep.log = real_log
+    assert lines[:10] == [f"stranger {i}" for i in range(10)]
+    assert len(lines) == 11 and lines[10].startswith("refused 15 more connection(s) from outside the run")
+
+
+# -- the group stop without torch: --stop, Ctrl-C on node 0, Ctrl-C on a node waiting for node 0 ----------
+def test_stop_from_another_shell_ends_node0_with_exit_6(tmp_path):
+    hub = Hub(tmp_path)
+    try:
+        res = run_ep({**hub.env}, "--stop")  # no node rank needed
+        assert res.returncode == 0, res.stderr
+        host = socket.gethostname()
+        said = "node 0 is stopping the group (0 other node(s) connected: []); every node exits 6"
+        assert f"{said} (stopped by user on {host})" in res.stdout
+        assert hub.proc.wait(15) == 6  # it told nobody (no node joined) and waited STOP_LINGER for them
+        assert hub.log().rstrip().splitlines()[-1] == f"kgen-entrypoint: stopped: stopped by user on {host}"
+        assert "kgen_entrypoint.py --stop from 127.0.0.1:" in hub.log()
+    finally:
+        hub.stop()
+
+
+def test_stop_when_node0_is_unreachable_says_so_with_exit_3():
+    live = _free_port()
+    env = {**BASE, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(live - 1), "KGEN_LIVENESS_PORT": str(live)}
+    t = time.monotonic()
+    res = run_ep(env, "--stop")
+    assert res.returncode == 3 and time.monotonic() - t < 15
+    assert f"--stop: node 0 at 127.0.0.1:{live} not reachable within 5s" in res.stderr
+    assert "nothing was stopped" in res.stderr and res.stdout == ""
+
+
+def test_stop_with_a_wrong_secret_is_refused(tmp_path):
+    hub = Hub(tmp_path)
+    try:
+        res = run_ep({**hub.env, "KGEN_SECRET_FILE": _secret_env(tmp_path, b"w" * 64)["KGEN_SECRET_FILE"]}, "--stop")
+        assert res.returncode == 2 and "wrong secret" in res.stderr
+        assert hub.proc.poll() is None  # still running
+    finally:
+        assert hub.stop() == 143
+
+
+@pytest.mark.parametrize("args, message", [(["--stop", "x"], "--stop takes no arguments")])
+def test_stop_usage(args, message):
+    res = run_ep({**BASE, "NNODES": "1"}, *args)
+    assert res.returncode == 2 and message in res.stderr
+    res = run_ep({**BASE, "NNODES": "1"}, "--stop")
+    assert res.returncode == 2 and "NNODES=1 has no liveness channel" in res.stderr
+
+
+def test_ctrl_c_on_node0_forming_the_group_exits_6(tmp_path):
+    hub = Hub(tmp_path)
+    try:
+        hub.proc.send_signal(signal.SIGINT)
+        assert hub.proc.wait(15) == 6
+        assert hub.log().rstrip().endswith(f"stopped by user on {socket.gethostname()}")
+    finally:
+        hub.stop()
+
+
+def test_ctrl_c_on_a_node_waiting_for_node0_ends_it_at_once_with_exit_6():
+    live = _free_port()
+    env = {"PATH": "/usr/bin:/bin", **BASE, "NODE_RANK": "1", "MASTER_ADDR": "127.0.0.1"}
+    env.update({"MASTER_PORT": str(live - 1), "KGEN_LIVENESS_PORT": str(live)})
+    proc = subprocess.Popen(
+        [sys.executable, str(ENTRYPOINT), "--", "/bin/true"], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(1.0)
+        t = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(10)
+        err = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert rc == 6 and time.monotonic() - t < 5
+    assert "node 0 not told" in err  # node 0 is not there: nobody to tell
+    assert err.rstrip().splitlines()[-1] == f"kgen-entrypoint: stopped: stopped by user on {socket.gethostname()}"

@@ -12,13 +12,6 @@ from tests.conftest import KINDS, PRESETS
 TARGETS = [None, "1.27", "1.31", "1.34", "1.37"]  # None = the default (1.33); the gates change at 31 and 34
 
 
-def _unfenced(result, text: str) -> list:
-    """The findings, less lint's info that no NetworkPolicy fences the run (KG134) until render emits
-    the run's policy (issue 17, proto branch)."""
-    fenced = "kind: NetworkPolicy" in text
-    return [f for f in result.findings if fenced or f.rule_id != "KG134"]
-
-
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t or "default")
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("preset", PRESETS)
@@ -27,7 +20,7 @@ def test_output_is_clean_on_every_newer_kubernetes(preset, kind, target):
     first = int((target or DEFAULT_KUBERNETES_VERSION).split(".")[1])
     for minor in range(first, MAX_K8S + 1):
         result = lint_text(text, f"{preset}-{kind}", LintOptions(kubernetes_version=f"1.{minor}"))
-        assert _unfenced(result, text) == [], f"1.{minor}: {[f.text() for f in result.findings]}"
+        assert result.findings == [], f"1.{minor}: {[f.text() for f in result.findings]}"
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t or "default")
@@ -38,7 +31,7 @@ def test_optional_objects_are_clean_too(kind, target):
     first = int((target or DEFAULT_KUBERNETES_VERSION).split(".")[1])
     for minor in range(first, MAX_K8S + 1):
         result = lint_text(text, f"optional-{kind}", LintOptions(kubernetes_version=f"1.{minor}"))
-        assert _unfenced(result, text) == [], f"1.{minor}: {[f.text() for f in result.findings]}"
+        assert result.findings == [], f"1.{minor}: {[f.text() for f in result.findings]}"
 
 
 def test_a_broken_manifest_is_not_clean():

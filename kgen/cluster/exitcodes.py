@@ -29,6 +29,8 @@ TABLE: dict[int, ExitMeaning] = {
         ExitMeaning(3, "node 0 never became reachable (KGEN_MASTER_WAIT_TIMEOUT)", "cause"),
         ExitMeaning(4, "the group never formed: some ranks did not connect (KGEN_RDZV_TIMEOUT)", "cause"),
         # 5 and 76 come with in-place re-formation (KGEN_MAX_REFORMATIONS > 0)
+        # 6: a deliberate group stop (Ctrl-C / SIGINT on a node, `kgen_entrypoint.py --stop`, `kgen stop`)
+        ExitMeaning(6, "stopped by user", "stopped"),
         ExitMeaning(5, "the run failed as a whole (re-formation limit, or another node's script error)", "victim"),
         ExitMeaning(75, "fail-stop: a peer died, froze or was cut off", "victim"),
         ExitMeaning(76, "dropped from the group: this node froze or was cut off", "cause"),

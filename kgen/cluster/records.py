@@ -68,11 +68,11 @@ class Failure:
     source: str  # "pod", "previous container", "deleted pod (watch)", "events", "exit file", ...
     disruption: str = ""  # the DisruptionTarget condition: evicted, preempted, ...
     host: str = ""  # the ssh destination (bare metal)
+    key: str = ""  # the key of this rank's log in ``RunRecords.logs`` when not the pod (bare metal: node R@host)
 
     @property
     def where(self) -> str:
-        """The key of this rank's log in ``RunRecords.logs``."""
-        return self.pod or self.host
+        return self.key or self.pod or self.host
 
     def describe(self) -> str:
         what = self.meaning if self.exit_code is None else f"exit {self.exit_code}: {self.meaning}"
@@ -162,3 +162,6 @@ class RunRecords:
     scheduler_messages: Counter = field(default_factory=Counter)  # unschedulable pods' PodScheduled messages
     idle_after_success: bool = False  # StatefulSet: node 0's log says the run succeeded and the pods idle
     notes: list[str] = field(default_factory=list)  # extra detail lines from the adapter (bare metal: ssh errors)
+    # bare metal only
+    stopped: str = ""  # the run was stopped on purpose: by whom and how (the headline's words)
+    group_intact: bool = False  # node 0's log: every node in the current generation, none lost since

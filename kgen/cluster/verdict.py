@@ -89,7 +89,17 @@ INCIDENT_WINDOW_S = 10.0  # failures this close to the first one belong to the s
 IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 
 # Exit code of `kgen status` per state (documented in docs/cluster.md; 2 stays "bad input / error").
-STATE_EXIT = {"succeeded": 0, "failed": 1, "running": 3, "starting": 3, "restarting": 3, "degraded": 3, "pending": 4}
+# "stopped": a bare-metal run ended by `kgen stop` or a deliberate group stop (terminal, not a success).
+STATE_EXIT = {
+    "succeeded": 0,
+    "failed": 1,
+    "stopped": 1,
+    "running": 3,
+    "starting": 3,
+    "restarting": 3,
+    "degraded": 3,
+    "pending": 4,
+}
 
 
 # ------------------------------------------------------------------------------------ the verdict
@@ -111,7 +121,7 @@ class RootCause:
 class Verdict:
     name: str
     kind: str  # Job | StatefulSet | JobSet | bare-metal | local | ?
-    state: str  # pending | starting | running | degraded | restarting | succeeded | failed
+    state: str  # pending | starting | running | degraded | restarting | succeeded | failed | stopped
     headline: str  # the one verdict line
     details: list[str] = field(default_factory=list)
     ranks_expected: int = 0
@@ -329,6 +339,10 @@ def judge(rec: RunRecords) -> Verdict:
                 f"the Job is failing (FailureTarget since {clock(rec.failing_since)}), "
                 f"{rec.terminating} pod(s) still terminating"
             )
+    elif rec.stopped:
+        v.state = "stopped"
+        ended = sum(1 for r in rows if r.state != "Running")
+        v.headline = f"Stopped: {rec.stopped}; {ended}/{expected} ranks ended, {reform_text}"
     elif rec.suspended:
         v.state = "pending"
         v.headline = (
@@ -410,8 +424,23 @@ def _live_state(v: Verdict, rec: RunRecords) -> None:
             else ""
         )
         return
-    failed_rows = [r for r in rows if r.state in ("Failed", "Terminating", "Deleted") and r.exit_code != 0]
+    failed_rows = [r for r in rows if r.state in ("Failed", "Terminating", "Deleted", "Lost") and r.exit_code != 0]
     done = [r for r in rows if r.state == "Succeeded"]
+    unseen = [r for r in rows if r.state in ("Unreachable", "Frozen")]  # bare metal: ssh cannot tell, or SIGSTOPped
+    if unseen and up and not failed_rows:
+        which = ", ".join(f"rank {r.rank} ({r.host or r.pod}) {r.state.lower()}" for r in unseen)
+        if rec.group_intact:
+            v.state = "running"
+            v.headline = (
+                f"Running: {up}/{expected} ranks up, {which}: node 0's log says the group still trains with "
+                "every node, so it runs but kgen cannot see it"
+            )
+        else:
+            v.state = "degraded"
+            first = v.root_cause
+            why = f": {_fmt_cause(first)}" if first else ""
+            v.headline = f"Degraded: {up}/{expected} ranks up, {which}{why}"
+        return
     if failed_rows and up:
         v.state = "degraded"
         first = v.root_cause

@@ -14,9 +14,38 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
 
 
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def host_rows(v: Verdict) -> list[str]:
+    """Bare metal: one row per rank with its ssh host, state, generation, exit code and last log line."""
+    header = ["RANK", "HOST", "STATE", "GEN", "RESTARTS", "EXIT", "MEANING", "LAST LINE"]
+    body = []
+    for r in v.rows:
+        host = r.host if not r.node or r.node == r.host else f"{r.host} ({r.node})"
+        body.append(
+            [
+                "?" if r.rank is None else str(r.rank),
+                host,
+                r.state,
+                str(r.generation),
+                str(r.restarts),
+                "-" if r.exit_code is None else str(r.exit_code),
+                _clip(r.meaning, 60) or "-",
+                _clip(r.last_line, 70) or "-",
+            ]
+        )
+    return table(header, body)
+
+
 def status_text(v: Verdict, rows: bool = True) -> str:
     out: list[str] = []
-    if rows and v.rows:
+    if rows and v.rows and any(r.host for r in v.rows):
+        out.extend(host_rows(v))
+        out.append("")
+    elif rows and v.rows:
         show_gen = any(r.generation > 1 for r in v.rows)
         header = ["RANK", "POD", "NODE", "STATE", "RESTARTS", "EXIT", "MEANING"]
         if show_gen:

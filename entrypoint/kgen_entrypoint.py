@@ -1177,10 +1177,19 @@ def torchrun_argv(cfg: Config, command: list[str], gen: int = 0) -> list[str]:
         "--monitor-interval=0.1",
     ]
     if command[0] == "-m":
-        return argv + command
+        return argv + ["-m"] + [torchrun_literal(a) for a in command[1:]]
     if command[0].endswith(".py"):
-        return argv + command
-    return argv + ["--no-python"] + command
+        return argv + [torchrun_literal(a) for a in command]
+    return argv + ["--no-python", command[0]] + [torchrun_literal(a) for a in command[1:]]
+
+
+_NOT_TORCHRUN_MACRO = re.compile(r"\$(?!\{local_rank\}|local_rank(?![A-Za-z0-9_]))")
+
+
+def torchrun_literal(arg: str) -> str:
+    """torchrun passes every worker argument through string.Template (its ${local_rank} macro), which
+    turns "$$" into "$": escape every other "$" so that the script gets its arguments exactly."""
+    return _NOT_TORCHRUN_MACRO.sub("$$", arg)
 
 
 def check_command(command: list[str]) -> None:

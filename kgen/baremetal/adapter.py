@@ -32,7 +32,7 @@ KGEN_PREFIX = re.compile(r"^\[kgen (?:node|supervisor) \d+ \d\d:\d\d:\d\d \+[\d.
 GEN_START = re.compile(r"generation (\d+): starting")
 REPLACED = re.compile(r"entrypoint ended with code (\d+): replacing it")
 LOST = re.compile(r"(?:peer lost|FAIL-STOP): (.*)|re-forming: (node 0 lost: .*)")
-STOPPED_BY = re.compile(r"stopped: (stopped by user on \S+)")
+STOPPED_BY = re.compile(r"stopped (by user on \S+)")  # the entrypoint's "stopped: stopped by user on HOST"
 EXIT_STOPPED = 6
 SHOW = 110  # characters of a log line in a row
 
@@ -109,7 +109,7 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
         return row, [], False
     events = st.get("events") or []
     tail = st.get("tail") or []
-    row.generation = log_generation({"": "\n".join(events)})
+    row.generation = max((int(m.group(1)) for e in events for m in [GEN_START.search(e)] if m), default=0)
     row.last_line = _short(split_ts(tail[-1])[1]) if tail else ""
     failures = []
     for line in events:  # attempts the supervisor replaced (as a Job replaces a pod)
@@ -233,8 +233,8 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
         reformations=log_generation(logs),
     )
     states_now = [r.state for r in rows]
-    alive = [s for s in states_now if s in ("Running", "Frozen", "Unreachable")]
-    out.succeeded = states_now.count("Succeeded")
+    alive = [s for s in states_now if s in ("Running", "Frozen")]  # an unreachable node may run: it only
+    out.succeeded = states_now.count("Succeeded")  # keeps the run from "succeeded"
     out.complete = out.succeeded == expected
     stopped_rows = [r for r in rows if r.state == "Stopped"]
     if not alive and not out.complete and stopped_rows:

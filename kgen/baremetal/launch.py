@@ -269,6 +269,7 @@ def launch(req: LaunchRequest, transport: Transport, say: Callable[[str], None] 
         ],
         python=req.python,
         ssh_config=req.ssh_config,
+        connect_timeout=int(getattr(transport, "connect_timeout", 10)),
         master_addr=master,
         port=req.port,
         liveness_port=req.port + 1,

@@ -31,7 +31,7 @@ REORDER_S = 0.3  # kgen logs -f: lines are held this long to merge the hosts' st
 def transport_for(rec: R.RunRecord) -> Transport:
     if rec.mode == "local":
         return LocalTransport(rec.python)
-    return SshTransport(rec.python, rec.ssh_config)
+    return SshTransport(rec.python, rec.ssh_config, rec.connect_timeout)
 
 
 def _json_line(out: bytes) -> dict | None:
@@ -52,13 +52,18 @@ def _failed(host: str, result) -> str:
     return f"{host}: the entrypoint on the host failed ({lines[-1].strip() if lines else f'exit {result.rc}'})"
 
 
+def _bound(transport: Transport) -> float:
+    """A query's wall-clock bound: ssh's connect timeout, then a few seconds to answer."""
+    return getattr(transport, "connect_timeout", 0) + 5.0 if isinstance(transport, SshTransport) else STATE_TIMEOUT
+
+
 def query(rec: R.RunRecord, transport: Transport) -> list[NodeState]:
     """Every node's run state (``--state``), one call per host, all at once."""
 
     def one(node: R.NodeRecord) -> NodeState:
         if not node.dir:
             return NodeState(node, {"missing": True})
-        res = transport.call(node.host, ["--run-dir", node.dir, "--state"], timeout=STATE_TIMEOUT)
+        res = transport.call(node.host, ["--run-dir", node.dir, "--state"], timeout=_bound(transport))
         answer = _json_line(res.out) if res.ok else None
         if answer is None:
             return NodeState(node, None, _failed(node.host, res))

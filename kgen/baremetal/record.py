@@ -46,6 +46,7 @@ class RunRecord:
     nodes: list[NodeRecord]
     python: str = "python3"
     ssh_config: str | None = None
+    connect_timeout: int = 10
     master_addr: str = ""
     port: int = 29500
     liveness_port: int = 29501

@@ -341,7 +341,7 @@ def judge(rec: RunRecords) -> Verdict:
             )
     elif rec.stopped:
         v.state = "stopped"
-        ended = sum(1 for r in rows if r.state != "Running")
+        ended = sum(1 for r in rows if r.state in ("Stopped", "Succeeded", "Failed", "Lost"))
         v.headline = f"Stopped: {rec.stopped}; {ended}/{expected} ranks ended, {reform_text}"
     elif rec.suspended:
         v.state = "pending"
@@ -438,8 +438,7 @@ def _live_state(v: Verdict, rec: RunRecords) -> None:
         else:
             v.state = "degraded"
             first = v.root_cause
-            why = f": {_fmt_cause(first)}" if first else ""
-            v.headline = f"Degraded: {up}/{expected} ranks up, {which}{why}"
+            v.headline = f"Degraded: {up}/{expected} ranks up; " + (_fmt_cause(first) if first else which)
         return
     if failed_rows and up:
         v.state = "degraded"
@@ -465,6 +464,9 @@ def _live_state(v: Verdict, rec: RunRecords) -> None:
     v.state = "starting"
     pending = states.get("Pending", 0) + states.get("ContainerCreating", 0) + states.get("NoPod", 0) + missing
     v.headline = f"Starting: {up}/{expected} ranks up" + (f", {pending} not started yet" if pending else "")
+    if unseen or states.get("NoRunDir"):  # bare metal
+        v.headline += f", {len(unseen)} unreachable" if unseen else ""
+        v.headline += f", {states['NoRunDir']} without a run directory" if states.get("NoRunDir") else ""
     if states.get("Pending") and all(r.node for r in rows if r.state == "Pending"):
         v.details.append(f"{states['Pending']} pod(s) bound to a node but no container started yet")
 

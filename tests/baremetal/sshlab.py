@@ -53,6 +53,24 @@ def free_port(addr: str) -> int:
         return s.getsockname()[1]
 
 
+def free_port_pair() -> int:
+    """A port P such that P and P+1 are both free on every address (master + liveness port)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port >= 65000:
+            continue
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("0.0.0.0", port))
+                b.bind(("0.0.0.0", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
+
+
 def ns_pids(init_pid: int) -> list[int]:
     """Every process in the PID namespace whose PID 1 is ``init_pid`` (host PIDs)."""
     try:
@@ -277,6 +295,23 @@ class SshLab:
         for pid in children(h.init_pid):
             if comm(pid) == "sshd":
                 os.kill(pid, signal.SIGKILL)
+
+    def restart_sshd(self, i: int) -> None:
+        """A new sshd inside host i's namespaces (it daemonizes; the host's init reaps it)."""
+        h = self.hosts[i]
+        subprocess.run(
+            ["nsenter", "-t", str(h.init_pid), "-p", "-m", "-u", "--", SSHD, "-f", str(h.dir / "etc" / "sshd_config")],
+            check=True,
+            timeout=20,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((h.addr, h.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"sshd of {h.name} did not come back")
 
     def processes(self, i: int) -> list[str]:
         """Command lines of host i's processes (its init and sshd excluded)."""

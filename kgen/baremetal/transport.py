@@ -1,8 +1,9 @@
 """How kgen reaches a host: the system OpenSSH client (ssh hosts) or a plain process (--local).
 
-Every call runs kgen's entrypoint on the host with some arguments (``--launch-node``, ``--run-dir DIR
---state`` ...) and, for ssh, the entrypoint's own source on stdin (a host needs only python3 and torch;
-nothing is installed there). Over ssh:
+Every call runs kgen's entrypoint on the host with some arguments: ``--launch-node`` with the
+entrypoint's own source on stdin (a host needs only python3 and torch; nothing is installed there), or
+a query verb (``--run-dir DIR --state`` ...) that imports the node's copy of it from its run directory
+(bytecode cached there after the first call). Over ssh:
 
 * ``ssh [-F FILE] -o BatchMode=yes -o ConnectTimeout=N -o ServerAliveInterval=5 -T -- HOST CMD``: the
   user's ssh config, agent, ProxyJump and known_hosts apply; no password or passphrase prompt ever
@@ -51,6 +52,26 @@ BOOTSTRAP = (
     "exec(compile(src, 'kgen_entrypoint.py', 'exec'), g)\n"
     "sys.exit(g['main'](sys.argv[1:]))\n"
 )
+
+
+# The query verbs (--run-dir DIR --state/--log/--stop-node/--remove-node) import the node's own copy of the
+# entrypoint from its run directory, so Python caches its bytecode there: a status of 64 hosts does not
+# compile 2,500 lines 64 times. Without the copy there is no run there: say so in the verbs' own shape.
+QUERY = (
+    "import json, os, socket, sys\n"
+    "d = sys.argv[2] if len(sys.argv) > 2 else ''\n"
+    "if d and os.path.isfile(os.path.join(d, 'kgen_entrypoint.py')):\n"
+    "    sys.path.insert(0, d)\n"
+    "    import kgen_entrypoint\n"
+    "    sys.exit(kgen_entrypoint.main(sys.argv[1:]))\n"
+    "if sys.argv[3:4] == ['--log']:\n"
+    "    sys.exit('kgen: no run directory ' + d + ' on ' + socket.gethostname())\n"
+    "print(json.dumps({'dir': d, 'host': socket.gethostname(), 'missing': True, 'left': []}))\n"
+)
+
+
+def is_query(args: list[str]) -> bool:
+    return args[:1] == ["--run-dir"]
 
 
 @dataclass
@@ -121,8 +142,9 @@ class LocalTransport(Transport):
     def popen(self, host: str, args: list[str], stdin_data: bytes = b"") -> subprocess.Popen:
         from kgen.resources import entrypoint_path
 
+        head = [self.python, "-I", "-S", "-c", QUERY] if is_query(args) else [self.python, str(entrypoint_path())]
         proc = subprocess.Popen(
-            [self.python, str(entrypoint_path()), *args],
+            [*head, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -193,6 +215,8 @@ class SshTransport(Transport):
         return [*argv, "-T", "--", host, command]
 
     def remote_command(self, args: list[str]) -> str:
+        if is_query(args):
+            return f"exec {shlex.quote(self.python)} -I -S -c {shlex.quote(QUERY)} {shlex.join(args)}"
         return f"exec {shlex.quote(self.python)} -c {shlex.quote(BOOTSTRAP)} {shlex.join(args)}"
 
     def popen(self, host: str, args: list[str], stdin_data: bytes = b"") -> subprocess.Popen:
@@ -202,7 +226,8 @@ class SshTransport(Transport):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        _feed(proc, b"%d\n" % len(self.source) + self.source + stdin_data)
+        prefix = b"" if is_query(args) else b"%d\n" % len(self.source) + self.source
+        _feed(proc, prefix + stdin_data)
         return proc
 
     def classify(self, host: str, rc: int | None, err: str) -> str:

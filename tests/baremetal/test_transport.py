@@ -32,18 +32,25 @@ def test_remote_command_through_a_real_shell_with_hostile_words(tmp_path):
     python.symlink_to(sys.executable)
     run_dir = str(weird / "run dir\twith\nnewline")
     t = SshTransport(str(python), persist=0)
-    command = t.remote_command(["--run-dir", run_dir, "--state"])
+    query = subprocess.run(
+        ["/bin/sh", "-c", t.remote_command(["--run-dir", run_dir, "--state"])],
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert query.returncode == 0, query.stderr
+    answer = json.loads(query.stdout)
+    assert answer["dir"] == run_dir and answer["missing"] is True
+    # the launch form: the entrypoint's source on stdin, run by the bootstrap
     source = entrypoint_source()
-    res = subprocess.run(
-        ["/bin/sh", "-c", command],
+    launch = subprocess.run(
+        ["/bin/sh", "-c", t.remote_command(["--help"])],
         input=b"%d\n" % len(source) + source,
         capture_output=True,
         timeout=60,
         cwd=tmp_path,
     )
-    assert res.returncode == 0, res.stderr
-    answer = json.loads(res.stdout)
-    assert answer["dir"] == run_dir and answer["missing"] is True
+    assert launch.returncode == 0 and b"--run-dir DIR --state" in launch.stdout, launch.stderr
     assert not (tmp_path / "pwned").exists()
 
 

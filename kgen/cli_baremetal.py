@@ -158,11 +158,8 @@ def stop_baremetal(rec, grace: float, remove: bool) -> int:
     for n in report.nodes:
         click.echo(f"rank {n.node.rank} ({n.node.host}): {n.describe()}")
     if not report.all_stopped:
-        left = [n for n in report.nodes if not n.stopped]
-        _note(
-            f"run {rec.name}: {len(left)} node(s) not confirmed stopped ({report.summary()}); "
-            f"`kgen stop {rec.name}` again once the host(s) answer"
-        )
+        left = ", ".join(f"rank {n.node.rank} on {n.node.host}" for n in report.nodes if not n.stopped)
+        _note(f"run {rec.name}: not confirmed stopped: {left}; `kgen stop {rec.name}` again once the host answers")
         return 1
     if remove:
         problems = ops.remove(rec, transport)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from kgen.baremetal.record import NodeRecord, RunRecord
 from kgen.cluster import exitcodes
-from kgen.cluster.records import RELAYED, Failure, Row, RunRecords, log_generation, parse_time
+from kgen.cluster.records import RELAYED, Failure, Row, RunRecords, parse_time
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 KGEN_PREFIX = re.compile(r"^\[kgen (?:node|supervisor) \d+ \d\d:\d\d:\d\d \+[\d.]+s\] ")
@@ -230,7 +230,8 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
         failures=failures,
         logs=logs,
         where_by_rank={n.rank: [n.host] for n in rec.nodes},
-        reformations=log_generation(logs),
+        # generations that started (a "re-forming (generation 1)" that never formed does not count)
+        reformations=max((r.generation for r in rows), default=0),
     )
     states_now = [r.state for r in rows]
     alive = [s for s in states_now if s in ("Running", "Frozen")]  # an unreachable node may run: it only

@@ -351,7 +351,9 @@ def judge(rec: RunRecords) -> Verdict:
         )
     else:
         _live_state(v, rec)
-    if v.state != "failed" and causes and (v.reformations or v.state == "restarting"):
+    # bare metal: a degraded headline that already names the only incident does not repeat it below
+    repeated = by_host and v.state == "degraded" and len(causes) == 1 and _fmt_cause(causes[0]) in v.headline
+    if v.state != "failed" and causes and (v.reformations or v.state == "restarting") and not repeated:
         label = "restarting after" if v.state == "restarting" else "re-formed after"
         v.details.append(
             f"{label}: {_fmt_cause(causes[-1])}" + (f"; {causes[-1].followers}" if causes[-1].followers else "")

@@ -1840,7 +1840,10 @@ def _same_process(rec: dict | None) -> str | None:
 
 
 def run_processes(run_dir: str, session: int | None = None) -> list[int]:
-    """Live processes of this node: KGEN_RUN_DIR=run_dir in their environment, or in `session`."""
+    """Live processes of this node: KGEN_RUN_DIR=run_dir in their environment, or in `session`.
+    [] when /proc is not this PID namespace's: PIDs read there are never signalled."""
+    if not proc_is_ours():
+        return []
     marker = f"{RUN_MARKER}={run_dir}".encode()
     found = []
     me = os.getpid()
@@ -2343,6 +2346,16 @@ def stop_node(run_dir: str, grace: float, interrupt: bool, group_wait: float) ->
 
     procs = left()
     out["found"] = len(procs)
+    if not proc_is_ours() and isinstance(pid.get("pgid"), int):
+        # a sandbox without its own /proc: the supervisor's process group is all that can be reached
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pid["pgid"], sig)
+            except OSError:
+                break
+            time.sleep(min(grace, 5.0) if sig == signal.SIGTERM else 0)
+        out.update(steps=["SIGTERM process group (no /proc of this PID namespace)"], left=[], unverified=True)
+        return out
     if not procs:
         out.update(already=True, left=[], took=round(time.monotonic() - t0, 3))
         return out

@@ -695,6 +695,10 @@ from kgen.cli_cluster import register as _register_cluster_verbs  # noqa: E402  
 
 _register_cluster_verbs(cli)
 
+from kgen.cli_baremetal import register as _register_baremetal  # noqa: E402  (launch)
+
+_register_baremetal(cli)
+
 
 def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv)

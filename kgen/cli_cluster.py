@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import click
 
+from kgen.cli_baremetal import bare_metal_run, on_option
 from kgen.cli_options import check_format, output_format_option
 from kgen.cluster.errors import ClusterError, MissingClient
 from kgen.errors import UsageError
@@ -116,6 +117,7 @@ Examples:
   kgen status llama-70b --watch         # follow until the run ends
   kgen status llama-70b -n team-a --context prod
   kgen status llama-70b --exit-code || echo "not done: $?"   # scripts: 3 running, 4 pending
+  kgen status my-ssh-run                # a kgen launch run: every host asked over ssh
 
 \b
 Exit codes: 0 unless the run failed (1); 2 bad input, cluster error or no such run.
@@ -137,18 +139,26 @@ restarting), 4 pending (unschedulable, image pull errors).
     "--exit-code",
     "state_codes",
     is_flag=True,
-    help="Exit with the state's code: 0 succeeded, 1 failed, 3 running, 4 pending (default: 0 unless failed).",
+    help="Exit with the state's code: 0 succeeded, 1 failed or stopped, 3 running, 4 pending "
+    "(default: 0 unless it failed or was stopped).",
 )
-def status(name, namespace, context, kubeconfig, output_format, watch, no_logs, brief, state_codes):
+@on_option
+def status(name, namespace, context, kubeconfig, output_format, watch, no_logs, brief, state_codes, on):
     """Show a run: one row per node rank and one verdict line (root cause of a failure).
 
-    NAME is the run name (kgen render --name): its Job or StatefulSet and its pods are found by
-    kgen's labels.
+    NAME is the run name (kgen render --name, kgen launch --name): a bare-metal run of that name
+    (kgen launch's local record) is asked on its hosts; otherwise its Job or StatefulSet and its pods
+    are found on the cluster by kgen's labels.
     """
     from kgen.cluster import views
     from kgen.cluster.verdict import status_exit
 
     check_format(output_format, STATUS_FORMATS, files=False)
+    rec = bare_metal_run(name, on, namespace, context, kubeconfig)
+    if rec is not None:
+        from kgen.cli_baremetal import status_baremetal
+
+        sys.exit(status_baremetal(rec, output_format, watch, brief, state_codes))
     cluster = connect(namespace, context, kubeconfig)
     v, raw = gather(cluster, name, with_logs=not no_logs)
     if not watch:
@@ -246,6 +256,7 @@ Examples:
   kgen logs llama-70b --rank 0 --rank 17-19 --tail 100
   kgen logs llama-70b --since 10m --timestamps
   kgen logs llama-70b --previous            # the containers before their last restart
+  kgen logs my-ssh-run -f --rank 0          # a kgen launch run: every host's log over ssh
 """
 
 
@@ -290,7 +301,8 @@ def parse_duration(value: str | None) -> int | None:
 @click.option(
     "--max-streams", default=128, show_default=True, metavar="N", type=int, help="Concurrent log streams at most."
 )
-def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, timestamps, previous, max_streams):
+@on_option
+def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, timestamps, previous, max_streams, on):
     """Every rank's log, merged, each line prefixed with its node rank."""
     from kgen.cluster import logs as L
     from kgen.cluster.labels import pod_selector
@@ -299,6 +311,16 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
     since_s = parse_duration(since)
     if tail is not None and tail < 0:
         raise UsageError(f"must be 0 or more, got {tail}", option="--tail")
+    rec = bare_metal_run(name, on, namespace, context, kubeconfig)
+    if rec is not None:
+        from kgen.cli_baremetal import logs_baremetal
+
+        if previous:
+            raise UsageError(
+                "is for cluster runs (a bare-metal node's log goes on across restarts)", option="--previous"
+            )
+        logs_baremetal(rec, follow, rank_set, tail, since_s, timestamps)
+        return
     if since_s == 0:  # from now on: the API's sinceSeconds must be > 0, and no line is newer than now
         since_s, tail = None, 0
     if max_streams < 1:
@@ -374,6 +396,7 @@ Examples:
   kgen stop llama-70b                 # delete the workload, Service, ConfigMap, Secret, NetworkPolicy, PDB, pods
   kgen stop llama-70b --wait          # ... and wait (at most --timeout) until the pods are gone
   kgen stop llama-70b -n team-a       # stopping a stopped run says so and succeeds
+  kgen stop my-ssh-run --rm           # a kgen launch run: every process on every host, then its files
 """
 
 STOP_KINDS = ("Job", "StatefulSet", "JobSet", "Service", "ConfigMap", "Secret", "NetworkPolicy", "PodDisruptionBudget")
@@ -427,9 +450,28 @@ def check_timeout(timeout: float) -> None:
 @cluster_options
 @click.option("--wait", is_flag=True, help="Wait until the run's pods are gone.")
 @click.option("--timeout", default=300.0, show_default=True, metavar="SECONDS", help="Bound for --wait.")
-def stop(name, namespace, context, kubeconfig, wait, timeout):
-    """Stop a run: delete its workload, Service, ConfigMap, Secret, NetworkPolicy, PDB and pods (foreground)."""
+@click.option(
+    "--grace",
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Bare metal: SIGKILL what is left this long after the stop began.",
+)
+@click.option("--rm", "remove", is_flag=True, help="Bare metal: then delete the run directories and the record.")
+@on_option
+def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, on):
+    """Stop a run: delete its workload, Service, ConfigMap, Secret, NetworkPolicy, PDB and pods (foreground);
+    a bare-metal run: end every process of it on every host (group stop, SIGTERM, SIGKILL after --grace)."""
     check_timeout(timeout)
+    rec = bare_metal_run(name, on, namespace, context, kubeconfig)
+    if rec is not None:
+        from kgen.cli_baremetal import stop_baremetal
+
+        if not 0 <= grace <= 3600:
+            raise UsageError(f"must be between 0 and 3600 seconds, got {grace:g}", option="--grace")
+        sys.exit(stop_baremetal(rec, grace, remove))
+    if remove:
+        raise UsageError("is for bare-metal runs (kgen launch)", option="--rm")
     cluster = connect(namespace, context, kubeconfig)
     if not stop_run(cluster, name, wait, timeout):
         click.echo(f"run {name} is already stopped: nothing of it left in namespace {cluster.namespace}")
@@ -621,6 +663,10 @@ Examples:
   kgen list                 # kgen runs in the current namespace
   kgen list -A              # in every namespace
   kgen list -o json
+
+\b
+Bare-metal runs (kgen launch, from this machine's records) come first, each asked on its hosts;
+then the cluster's, when a cluster is configured.
 """
 
 
@@ -629,16 +675,44 @@ Examples:
 @click.option("-A", "--all-namespaces", is_flag=True, help="Runs in every namespace.")
 @output_format_option(LIST_FORMATS, "text", help="Output format (wide: also ranks up and re-formations).")
 def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
-    """The kgen-managed runs (found by kgen's labels): shape, kind, state, age and verdict."""
+    """The kgen-managed runs: bare-metal runs (kgen launch) and the cluster's (found by kgen's labels):
+    shape, kind, state, age and verdict."""
     import json
+
+    from kgen.cluster import views
+
+    check_format(output_format, LIST_FORMATS, files=False)
+    from kgen.cli_baremetal import cluster_configured, list_entries
+
+    runs = list_entries()  # bare-metal runs (kgen launch's local records), asked on their hosts
+    where = "this machine's bare-metal records"
+    try:
+        cluster = connect(namespace, context, kubeconfig)
+        runs += cluster_runs(cluster, all_namespaces)
+        where = "any namespace" if all_namespaces else f"namespace {cluster.namespace}"
+    except (ClusterError, MissingClient) as exc:
+        if not runs:
+            raise
+        if cluster_configured(kubeconfig, context):
+            _warn(f"cluster runs not listed: {exc}")
+    if output_format == "json":
+        click.echo(json.dumps(runs, indent=2))
+    elif output_format == "yaml":
+        click.echo(views.to_yaml(runs), nl=False)
+    elif not runs:
+        click.echo(f"no kgen runs in {where}")
+    else:
+        for line in views.list_rows(runs, wide=output_format == "wide"):
+            click.echo(line)
+
+
+def cluster_runs(cluster, all_namespaces: bool) -> list[dict]:
     from datetime import datetime, timezone
 
     from kgen.cluster import views
     from kgen.cluster.labels import MANAGED_SELECTOR
     from kgen.cluster.verdict import INSTANCE_LABEL, decide
 
-    check_format(output_format, LIST_FORMATS, files=False)
-    cluster = connect(namespace, context, kubeconfig)
     workloads = [w for k in ("Job", "StatefulSet", "JobSet") for w in cluster.list(k, MANAGED_SELECTOR, all_namespaces)]
     pods = cluster.list("Pod", MANAGED_SELECTOR, all_namespaces)
     by_run: dict[tuple[str, str], list] = {}
@@ -666,16 +740,7 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
                 "reformations": v.reformations,
             }
         )
-    if output_format == "json":
-        click.echo(json.dumps(runs, indent=2))
-    elif output_format == "yaml":
-        click.echo(views.to_yaml(runs), nl=False)
-    elif not runs:
-        where = "any namespace" if all_namespaces else f"namespace {cluster.namespace}"
-        click.echo(f"no kgen runs in {where}")
-    else:
-        for line in views.list_rows(runs, wide=output_format == "wide"):
-            click.echo(line)
+    return runs
 
 
 COMMANDS = (status, logs, stop, submit, list_runs)

@@ -1,6 +1,9 @@
 import os
+import shutil
 import stat
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -95,3 +98,22 @@ def _no_system_path_created(request):
     if made:
         found = "; ".join(f"{p}: {describe_path(p, since)}" for p in made)
         pytest.fail(f"{request.node.nodeid} left a system path on the host: {found}", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _private_state_dirs(monkeypatch):
+    """No test writes kgen's run records or ssh sockets into the real home or /run: XDG_STATE_HOME and
+    XDG_RUNTIME_DIR are private temp folders per test (short: ssh's control sockets live in the second).
+    Connection-sharing ssh masters a test left behind are ended by their socket (ssh -O exit)."""
+    state = tempfile.mkdtemp(prefix="kgst")
+    runtime = tempfile.mkdtemp(prefix="kgrt")
+    monkeypatch.setenv("XDG_STATE_HOME", state)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+    yield
+    sockets = Path(runtime) / "kgen-ssh"
+    if sockets.is_dir():
+        for sock in sockets.iterdir():
+            argv = ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "kgen-test"]
+            subprocess.run(argv, capture_output=True, timeout=10, check=False)
+    shutil.rmtree(state, ignore_errors=True)
+    shutil.rmtree(runtime, ignore_errors=True)

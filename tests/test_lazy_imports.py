@@ -1,10 +1,11 @@
-"""`kgen render` stays light: no torch, no Kubernetes client, no jsonschema on the render path."""
+"""`kgen render` stays light: no torch, no Kubernetes client, no jsonschema, no bare-metal (ssh) code on the
+render path."""
 
 import json
 import subprocess
 import sys
 
-HEAVY = ["torch", "kubernetes", "jsonschema", "requests", "numpy", "kubernetes_validate"]
+HEAVY = ["torch", "kubernetes", "jsonschema", "requests", "numpy", "kubernetes_validate", "kgen.baremetal"]
 
 
 def test_render_imports_nothing_heavy(tmp_path):

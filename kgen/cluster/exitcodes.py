@@ -31,7 +31,7 @@ TABLE: dict[int, ExitMeaning] = {
         ExitMeaning(4, "the group never formed: some ranks did not connect (KGEN_RDZV_TIMEOUT)", "cause"),
         # 5 and 76 come with in-place re-formation (KGEN_MAX_REFORMATIONS > 0)
         ExitMeaning(5, "the run failed as a whole (re-formation limit, or another node's script error)", "victim"),
-        ExitMeaning(6, "stopped by user (Ctrl-C on a node, or kgen_entrypoint.py --stop)", "stopped"),
+        ExitMeaning(6, "stopped by user (Ctrl-C on a node, kgen_entrypoint.py --stop, or kgen stop)", "stopped"),
         ExitMeaning(75, "fail-stop: a peer died, froze or was cut off", "victim"),
         ExitMeaning(76, "dropped from the group: this node froze or was cut off", "cause"),
         ExitMeaning(130, "interrupted (SIGINT)", "stopped"),

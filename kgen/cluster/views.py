@@ -33,10 +33,40 @@ def to_yaml(data: dict | list) -> str:
     return dump_yaml([data])  # type: ignore[list-item]  # one document: a mapping, or a list of runs
 
 
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def host_rows(v: Verdict, wide: bool = False) -> list[str]:
+    """Bare metal: one row per rank with its ssh host, state, generation, exit code and last log line
+    (``wide``: the meaning and the last line unclipped)."""
+    header = ["RANK", "HOST", "STATE", "GEN", "RESTARTS", "EXIT", "MEANING", "LAST LINE"]
+    body = []
+    for r in v.rows:
+        host = r.host if not r.node or r.node == r.host else f"{r.host} ({r.node})"
+        body.append(
+            [
+                "?" if r.rank is None else str(r.rank),
+                host,
+                r.state,
+                str(r.generation),
+                str(r.restarts),
+                "-" if r.exit_code is None else str(r.exit_code),
+                (" ".join(r.meaning.split()) if wide else _clip(r.meaning, 60)) or "-",
+                (" ".join(r.last_line.split()) if wide else _clip(r.last_line, 70)) or "-",
+            ]
+        )
+    return table(header, body)
+
+
 def status_text(v: Verdict, rows: bool = True, wide: bool = False) -> str:
     """One row per rank, then the verdict. ``wide`` adds the generation, readiness and pod IP columns."""
     out: list[str] = []
-    if rows and v.rows:
+    if rows and v.rows and any(r.host for r in v.rows):
+        out.extend(host_rows(v, wide=wide))
+        out.append("")
+    elif rows and v.rows:
         show_gen = wide or any(r.generation > 1 for r in v.rows)
         header = ["RANK", "POD", "NODE", "STATE", "RESTARTS", "EXIT", "MEANING"]
         if wide:

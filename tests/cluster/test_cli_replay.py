@@ -620,3 +620,23 @@ def test_submit_dry_run_client_needs_no_cluster():
         "kgen: dry run: configmap/kgen-train-entrypoint, secret/kgen-train-auth, service/kgen-train, "
         "networkpolicy/kgen-train,"
     )
+
+
+def test_a_name_that_is_both_bare_metal_and_cluster_is_an_error_naming_both(served, tmp_path):
+    """The verbs find a run in kgen launch's local record or on the cluster; a name that is both must be
+    named with --on."""
+    from kgen.baremetal import record as R
+
+    r, kc = served("job-running")
+    R.save(R.RunRecord(name=r.name, mode="local", nodes=[R.NodeRecord(0, "localhost", str(tmp_path / "node0"))]))
+    res = run("status", r.name, "--kubeconfig", kc)
+    assert res.exit_code == 2 and res.stdout == ""
+    assert "both a bare-metal run" in res.stderr and "cluster run (namespace rec)" in res.stderr
+    assert "--on bare-metal or --on cluster" in res.stderr
+    res = run("status", r.name, "--kubeconfig", kc, "--on", "cluster")
+    assert res.exit_code == 0 and "Running: 3/3 ranks up" in res.stdout
+    res = run("status", r.name, "--kubeconfig", kc, "--on", "bare-metal")
+    assert "NoRunDir" in res.stdout and "local record" in res.stdout
+    # kgen list: the bare-metal run first, then the cluster's
+    listed = run("list", "--kubeconfig", kc).stdout.splitlines()
+    assert listed[1].split()[:3] == ["-", r.name, "local"] and any(" Job " in ln for ln in listed[2:])

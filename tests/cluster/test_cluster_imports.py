@@ -19,12 +19,12 @@ def probe(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("command", ["status", "logs", "stop", "submit", "list"])
+@pytest.mark.parametrize("command", ["status", "logs", "stop", "submit", "list", "launch"])
 def test_help_does_not_import_kubernetes(command):
     code = (
         "import sys, json\nfrom kgen.cli import main\n"
         f"try:\n    main([{command!r}, '--help'])\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
-        "print(json.dumps([m for m in ('kubernetes', 'urllib3') if m in sys.modules]))\n"
+        "print(json.dumps([m for m in ('kubernetes', 'urllib3', 'kgen.baremetal') if m in sys.modules]))\n"
     )
     out = probe(code)
     assert out.returncode == 0, out.stderr
@@ -56,14 +56,26 @@ def test_lint_does_not_import_kubernetes(tmp_path):
         "import sys, json\nfrom kgen.cli import main\n"
         f"for argv in (['render', '--output-file', {str(target)!r}], ['lint', {str(target)!r}]):\n"
         "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code in (0, None), e.code\n"
-        "print(json.dumps([m for m in ('kubernetes', 'urllib3') if m in sys.modules]))\n"
+        "print(json.dumps([m for m in ('kubernetes', 'urllib3', 'kgen.baremetal') if m in sys.modules]))\n"
     )
     out = probe(code)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
-@pytest.mark.parametrize("command", ["status", "logs", "stop", "submit", "list"])
+def test_bare_metal_code_never_imports_the_kubernetes_client():
+    """kgen launch and a bare-metal status run without the kubernetes package (an ssh-only machine)."""
+    code = BLOCK + (
+        "import sys, json\n"
+        "import kgen.baremetal.launch, kgen.baremetal.ops, kgen.baremetal.adapter, kgen.cli_baremetal\n"
+        "print(json.dumps([m for m in ('kubernetes', 'urllib3') if sys.modules.get(m) is not None]))\n"
+    )
+    out = probe(code)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "stop", "submit", "list", "launch"])
 def test_help_has_examples(command):
     res = CliRunner().invoke(cli, [command, "--help"])
     assert res.exit_code == 0

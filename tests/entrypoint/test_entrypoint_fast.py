@@ -191,6 +191,19 @@ def test_torchrun_argv_is_one_static_configuration():
     assert ep.torchrun_argv(cfg, ["bash", "run.sh"])[-3:] == ["--no-python", "bash", "run.sh"]
 
 
+def test_script_arguments_survive_torchruns_local_rank_macro():
+    """torchrun runs every worker argument through string.Template (for ${local_rank}): "$$" would reach
+    the script as "$". The entrypoint escapes every other "$", so arguments arrive exactly."""
+    from string import Template
+
+    args = ["$$", "a$", "$HOME", "${HOME}", "$$(MASTER_ADDR)", "x$$y$", "$local_rankX", "--rank=${local_rank}"]
+    cfg = ep.load_config({**BASE, "JOB_COMPLETION_INDEX": "0"})
+    seen = [Template(a).safe_substitute(local_rank="3") for a in ep.torchrun_argv(cfg, ["t.py", *args])[-len(args) :]]
+    assert seen == [*args[:-1], "--rank=3"]  # torchrun's own macro still works
+    program = ep.torchrun_argv(cfg, ["./run$.sh", "$$"])
+    assert program[-3:] == ["--no-python", "./run$.sh", "$$$$"]  # the program is not substituted by torchrun
+
+
 def test_bare_metal_defaults():
     cfg = ep.load_config({**BASE, "NODE_RANK": "0"})
     assert cfg.problems == []

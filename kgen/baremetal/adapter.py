@@ -1,0 +1,253 @@
+"""The SSH adapter of the verdict: each host's run state (the entrypoint's ``--state``) -> per-rank records.
+
+Pure. What a node's state says, in the vocabulary of `kgen status` on clusters:
+
+| the host says | row state | failure record |
+|---|---|---|
+| ssh could not ask it | Unreachable (a state, not a crash) | only if the other nodes lost it (their log says so) |
+| no run directory | NoRunDir | - |
+| supervisor alive, entrypoint SIGSTOPped | Frozen | if the others dropped it |
+| supervisor alive | Running (training generation N, waiting, re-forming) | attempts its supervisor replaced |
+| exit 0 | Succeeded | - |
+| exit 6, or ended after `kgen stop` | Stopped | - (the run is "stopped") |
+| exit N | Failed | exit N with its meaning and role (kgen.cluster.exitcodes) |
+| supervisor gone, no exit | Lost (host rebooted, or its processes were SIGKILLed) | yes, "cause" |
+
+The log lines are ``<UTC time> <text>``; the entrypoint's own lines (events) carry generations,
+FAIL-STOP blames and the last ``stopped:`` line, the same lines the cluster verdict reads from pods.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kgen.baremetal.record import NodeRecord, RunRecord
+from kgen.cluster import exitcodes
+from kgen.cluster.records import RELAYED, Failure, Row, RunRecords, parse_time
+
+TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
+KGEN_PREFIX = re.compile(r"^\[kgen (?:node|supervisor) \d+ \d\d:\d\d:\d\d \+[\d.]+s\] ")
+GEN_START = re.compile(r"generation (\d+): starting")
+REPLACED = re.compile(r"entrypoint ended with code (\d+): replacing it")
+LOST = re.compile(r"(?:peer lost|FAIL-STOP): (.*)|re-forming: (node 0 lost: .*)")
+STOPPED_BY = re.compile(r"stopped (by user on \S+)")  # the entrypoint's "stopped: stopped by user on HOST"
+EXIT_STOPPED = 6
+SHOW = 110  # characters of a log line in a row
+
+
+@dataclass
+class NodeState:
+    node: NodeRecord
+    state: dict | None  # the entrypoint's --state answer
+    unreachable: str = ""
+
+
+def split_ts(line: str) -> tuple[str, str]:
+    m = TS.match(line)
+    return (m.group(1), line[m.end() :]) if m else ("", line)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= SHOW else text[: SHOW - 3] + "..."
+
+
+def _lost_blames(rank: int, events: Sequence[str]) -> list[tuple[int, str, str]]:
+    """(blamed rank, words, UTC time) for each line where this node says it lost another node."""
+    out: list[tuple[int, str, str]] = []
+    for line in events:
+        ts, text = split_ts(line)
+        m = LOST.search(text)
+        if not m:
+            continue
+        words = RELAYED.sub("", (m.group(1) or m.group(2) or "").strip())
+        listed = re.search(r"node rank\(s\) \[([\d, ]+)\]", words)
+        if listed:
+            ranks = [int(x) for x in listed.group(1).replace(",", " ").split()]
+        else:
+            single = re.search(r"\bnode (\d+)\b", words)
+            ranks = [int(single.group(1))] if single else []
+        out.extend((r, words, ts) for r in ranks if r != rank)
+    return out
+
+
+def _activity(events: Sequence[str]) -> tuple[str, bool]:
+    """What a running node does, from its last kgen line; and whether it trains (vs waits or re-forms)."""
+    for line in reversed(events):
+        _, text = split_ts(line)
+        body = KGEN_PREFIX.sub("", text)
+        m = GEN_START.search(body)
+        if m:
+            return f"training, generation {m.group(1)}", True
+        if "all" in body and "nodes connected" in body:
+            continue  # node 0 says so right before "generation N: starting"
+        if body.startswith(("node ", "liveness channel", "waiting", "still waiting", "re-forming", "peer lost")):
+            return _short(body), False
+        if "replacing it" in body:
+            return _short(body), False
+    return "starting", False
+
+
+def _failure(
+    rank: int, host: str, node: str, code: int | None, meaning: str, role: str, ts, source: str, key: str
+) -> Failure:
+    return Failure(rank, "", node, code, "", meaning, role, ts, source, host=host, key=key)
+
+
+def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
+    """One rank's row, its failures, and whether it trains in the current generation."""
+    node, st = ns.node, ns.state or {}
+    key = f"node{node.rank}@{node.host}"
+    row = Row(node.rank, "", st.get("host") or node.hostname, "", False, 0, None, "", 0, host=node.host)
+    if ns.unreachable:
+        row.state, row.meaning = "Unreachable", ns.unreachable.split(": ", 1)[-1]
+        return row, [], False
+    if st.get("missing"):
+        row.state, row.meaning = "NoRunDir", f"no run directory {node.dir} on this host (never started, or removed)"
+        return row, [], False
+    events = st.get("events") or []
+    tail = st.get("tail") or []
+    row.generation = max((int(m.group(1)) for e in events for m in [GEN_START.search(e)] if m), default=0)
+    row.last_line = _short(split_ts(tail[-1])[1]) if tail else ""
+    failures = []
+    for line in events:  # attempts the supervisor replaced (as a Job replaces a pod)
+        ts, text = split_ts(line)
+        m = REPLACED.search(text)
+        if m:
+            row.restarts += 1
+            code = int(m.group(1))
+            meaning = exitcodes.meaning(code)
+            failures.append(
+                _failure(
+                    node.rank,
+                    node.host,
+                    row.node,
+                    code,
+                    meaning.meaning,
+                    meaning.role,
+                    parse_time(ts),
+                    "an earlier attempt (its supervisor replaced it)",
+                    key,
+                )
+            )
+    exit_rec = st.get("exit")
+    child_state = (st.get("child") or {}).get("state")
+    training = False
+    if isinstance(exit_rec, dict) and isinstance(exit_rec.get("code"), int):
+        code = exit_rec["code"]
+        row.exit_code = code
+        reason = str(exit_rec.get("reason") or "")
+        meaning = exitcodes.meaning(code)
+        row.meaning = reason or meaning.meaning
+        if code == 0:
+            row.state = "Succeeded"
+        elif code == EXIT_STOPPED or (st.get("stopping") and code in (130, 137, 143)):
+            row.state = "Stopped"
+            row.meaning = reason if code == EXIT_STOPPED else f"{reason} (kgen stop)"
+        else:
+            row.state = "Failed"
+            failures.append(
+                _failure(
+                    node.rank,
+                    node.host,
+                    row.node,
+                    code,
+                    meaning.meaning,
+                    meaning.role,
+                    parse_time(exit_rec.get("time")),
+                    "exit status on the host",
+                    key,
+                )
+            )
+    elif st.get("alive"):
+        row.state = "Frozen" if child_state == "T" else "Running"
+        row.ready = row.state == "Running"
+        activity, training = _activity(events)
+        row.meaning = "frozen (SIGSTOP): it cannot answer its peers" if row.state == "Frozen" else activity
+    else:
+        row.state = "Lost"
+        last = split_ts(tail[-1])[0] if tail else ""
+        row.meaning = "its processes are gone without an exit status: the host restarted, or they were SIGKILLed"
+        failures.append(
+            _failure(
+                node.rank,
+                node.host,
+                row.node,
+                None,
+                row.meaning,
+                "cause",
+                parse_time(last),
+                "run state on the host (last log line)",
+                key,
+            )
+        )
+    return row, failures, training
+
+
+def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
+    rows: list[Row] = []
+    failures: list[Failure] = []
+    logs: dict[str, str] = {}
+    training: dict[int, bool] = {}
+    for ns in sorted(states, key=lambda s: s.node.rank):
+        row, fs, trains = row_and_failures(ns)
+        rows.append(row)
+        failures.extend(fs)
+        training[ns.node.rank] = trains
+        events = (ns.state or {}).get("events") or []
+        logs[f"node{ns.node.rank}@{ns.node.host}"] = "\n".join(split_ts(e)[1] for e in events)
+    by_rank = {r.rank: r for r in rows if r.rank is not None}
+    # a node the others lost but kgen cannot see (unreachable, frozen): their words are its failure
+    for ns in states:
+        for blamed, words, ts in _lost_blames(ns.node.rank, (ns.state or {}).get("events") or []):
+            seen = by_rank.get(blamed)
+            if seen is None or seen.state not in ("Unreachable", "Frozen"):
+                continue
+            if any(f.rank == blamed and f.source.startswith("logs") for f in failures):
+                continue
+            what = "unreachable over ssh" if seen.state == "Unreachable" else "frozen (SIGSTOP)"
+            failures.append(
+                _failure(
+                    blamed,
+                    seen.host,
+                    seen.node,
+                    None,
+                    f"{what}; rank {ns.node.rank}'s log: {words}",
+                    "cause",
+                    parse_time(ts),
+                    f"logs of rank {ns.node.rank}",
+                    f"node{blamed}@{row.host}",
+                )
+            )
+    expected = len(rec.nodes)
+    out = RunRecords(
+        name=rec.name,
+        kind=rec.kind,
+        expected=expected,
+        rows=rows,
+        failures=failures,
+        logs=logs,
+        where_by_rank={n.rank: [n.host] for n in rec.nodes},
+        # generations that started (a "re-forming (generation 1)" that never formed does not count)
+        reformations=max((r.generation for r in rows), default=0),
+    )
+    states_now = [r.state for r in rows]
+    alive = [s for s in states_now if s in ("Running", "Frozen")]  # an unreachable node may run: it only
+    out.succeeded = states_now.count("Succeeded")  # keeps the run from "succeeded"
+    out.complete = out.succeeded == expected
+    stopped_rows = [r for r in rows if r.state == "Stopped"]
+    if not alive and not out.complete and stopped_rows:
+        by_user = [m.group(1) for r in stopped_rows for m in [STOPPED_BY.search(r.meaning)] if m]
+        out.stopped = by_user[0] if by_user else "by kgen stop"
+    elif not alive and not out.complete and any(s in ("Failed", "Lost") for s in states_now):
+        out.failed = True
+    running = [r for r in rows if r.state == "Running"]
+    out.group_intact = bool(running) and all(training.get(r.rank or 0) for r in running)
+    out.notes = [
+        f"rank {r.rank} ({r.host}): {'unreachable' if r.state == 'Unreachable' else r.state}: {r.meaning}"
+        for r in rows
+        if r.state in ("Unreachable", "NoRunDir")
+    ]
+    return out

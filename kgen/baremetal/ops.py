@@ -1,0 +1,299 @@
+"""The verbs on a bare-metal run: status, logs (merged, followed), stop, remove, list.
+
+One ssh round trip per host and verb, every host at once (kgen.baremetal.transport.parallel); the
+decisions are pure (kgen.baremetal.adapter -> kgen.cluster.verdict.judge). Returns data; only
+kgen/cli*.py prints.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from kgen.baremetal import record as R
+from kgen.baremetal.adapter import NodeState, split_ts, to_records
+from kgen.baremetal.transport import LocalTransport, SshTransport, Transport, parallel
+from kgen.cluster.logs import prefix, rank_width
+from kgen.cluster.verdict import Verdict, judge
+
+STATE_TIMEOUT = 20.0
+GROUP_WAIT = 3.0  # kgen stop: how long the other nodes get to end by the group stop before SIGTERM
+DEFAULT_GRACE = 10.0
+REORDER_S = 0.3  # kgen logs -f: lines are held this long to merge the hosts' streams in time order
+
+
+def transport_for(rec: R.RunRecord) -> Transport:
+    if rec.mode == "local":
+        return LocalTransport(rec.python)
+    return SshTransport(rec.python, rec.ssh_config, rec.connect_timeout)
+
+
+def _json_line(out: bytes) -> dict | None:
+    for line in reversed(out.decode("utf-8", "replace").splitlines()):
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def _failed(host: str, result) -> str:
+    if result.unreachable:
+        return result.unreachable
+    lines = [ln for ln in result.err.splitlines() if ln.strip()]
+    return f"{host}: the entrypoint on the host failed ({lines[-1].strip() if lines else f'exit {result.rc}'})"
+
+
+def _bound(transport: Transport) -> float:
+    """A query's wall-clock bound: ssh's connect timeout, then a few seconds to answer."""
+    return getattr(transport, "connect_timeout", 0) + 5.0 if isinstance(transport, SshTransport) else STATE_TIMEOUT
+
+
+def query(rec: R.RunRecord, transport: Transport) -> list[NodeState]:
+    """Every node's run state (``--state``), one call per host, all at once."""
+
+    def one(node: R.NodeRecord) -> NodeState:
+        if not node.dir:
+            return NodeState(node, {"missing": True})
+        res = transport.call(node.host, ["--run-dir", node.dir, "--state"], timeout=_bound(transport))
+        answer = _json_line(res.out) if res.ok else None
+        if answer is None:
+            return NodeState(node, None, _failed(node.host, res))
+        return NodeState(node, answer)
+
+    return parallel(rec.nodes, one)
+
+
+def status(rec: R.RunRecord, transport: Transport | None = None) -> Verdict:
+    return judge(to_records(rec, query(rec, transport or transport_for(rec))))
+
+
+# ------------------------------------------------------------------------------------------ logs
+def _since_cut(since_s: int | None) -> str:
+    if since_s is None:
+        return ""
+    t = datetime.now(timezone.utc) - timedelta(seconds=since_s)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _show(line: str, timestamps: bool) -> str:
+    ts, body = split_ts(line)
+    return f"{ts} {body}" if timestamps and ts else body
+
+
+def logs(
+    rec: R.RunRecord,
+    transport: Transport,
+    ranks: set[int] | None = None,
+    tail: int | None = None,
+    since_s: int | None = None,
+    timestamps: bool = False,
+) -> tuple[list[str], list[str]]:
+    """Every chosen rank's log merged in time order, ``[rank]`` prefixes; and one warning per host that failed."""
+    nodes = [n for n in rec.nodes if ranks is None or n.rank in ranks]
+    args = ["--tail", str(tail)] if tail is not None else []
+
+    def one(node: R.NodeRecord):
+        return node, transport.call(node.host, ["--run-dir", node.dir, "--log", *args], timeout=120.0)
+
+    texts: dict[int, list[str]] = {}
+    warnings = []
+    for node, res in parallel(nodes, one):
+        if res.ok:
+            texts[node.rank] = res.out.decode("utf-8", "replace").splitlines()
+        else:
+            warnings.append(f"rank {node.rank}: log unavailable: {_failed(node.host, res)}")
+    cut = _since_cut(since_s)
+    width = rank_width(texts or [0])
+    keyed = [
+        [(split_ts(line)[0], rank, i, line) for i, line in enumerate(lines) if not cut or split_ts(line)[0] >= cut]
+        for rank, lines in sorted(texts.items())
+    ]
+    return [prefix(rank, width) + _show(line, timestamps) for _, rank, _, line in heapq.merge(*keyed)], warnings
+
+
+@dataclass
+class _Stream:
+    node: R.NodeRecord
+    proc: object
+    done: bool = False
+    lines: list[str] = field(default_factory=list)
+
+
+def follow(
+    rec: R.RunRecord,
+    transport: Transport,
+    ranks: set[int] | None = None,
+    tail: int | None = None,
+    since_s: int | None = None,
+    timestamps: bool = False,
+) -> Iterator[str]:
+    """Every chosen rank's log as it grows, until each node's run ended (or its host was lost), merged in
+    time order within a short window (``REORDER_S``); the entrypoint re-forms in place, so a node's log
+    goes on across re-formations and replacements."""
+    nodes = [n for n in rec.nodes if ranks is None or n.rank in ranks]
+    width = rank_width([n.rank for n in nodes] or [0])
+    args = ["--follow"] + (["--tail", str(tail)] if tail is not None else [])
+    if since_s == 0:
+        args = ["--follow", "--tail", "0"]
+    cut = _since_cut(since_s) if since_s else ""
+    q: queue.Queue = queue.Queue(maxsize=8192)
+    procs = []
+
+    def pump(node: R.NodeRecord) -> None:
+        try:
+            proc = transport.popen(node.host, ["--run-dir", node.dir, "--log", *args])
+        except OSError as exc:
+            q.put((node.rank, None, f"cannot start ssh: {exc}"))
+            return
+        procs.append(proc)
+        if proc.stdin is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            q.put((node.rank, raw.decode("utf-8", "replace").rstrip("\n"), None))
+        proc.wait()
+        err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
+        why = transport.classify(node.host, proc.returncode, err) if proc.returncode else ""
+        q.put((node.rank, None, why))
+
+    threads = [threading.Thread(target=pump, args=(n,), daemon=True) for n in nodes]
+    for t in threads:
+        t.start()
+    open_streams = len(threads)
+    held: list[tuple[str, int, int, str]] = []
+    seq = 0
+    try:
+        while open_streams or held:
+            try:
+                rank, line, why = q.get(timeout=0.1)
+            except queue.Empty:
+                rank = None
+            if rank is not None:
+                if line is None:
+                    open_streams -= 1
+                    if why:
+                        seq += 1
+                        heapq.heappush(held, ("", rank, seq, f"(kgen: log stream ended: {why})"))
+                elif not cut or split_ts(line)[0] >= cut:
+                    seq += 1
+                    heapq.heappush(held, (split_ts(line)[0], rank, seq, line))
+            now = datetime.now(timezone.utc) - timedelta(seconds=REORDER_S)
+            ripe = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            while held and (held[0][0] <= ripe or not open_streams or len(held) > 4096):
+                _, r, _, text = heapq.heappop(held)
+                yield prefix(r, width) + _show(text, timestamps)
+    finally:
+        for p in procs:
+            try:
+                p.kill()  # type: ignore[attr-defined]
+            except OSError:
+                pass
+
+
+# ------------------------------------------------------------------------------------------ stop
+@dataclass
+class NodeStop:
+    node: R.NodeRecord
+    answer: dict | None
+    unreachable: str = ""
+
+    @property
+    def stopped(self) -> bool:
+        return self.answer is not None and not self.answer.get("left")
+
+    def describe(self) -> str:
+        a = self.answer
+        if a is None:
+            return f"unreachable: {self.unreachable}; its processes may still run: `kgen stop` again once it is back"
+        if a.get("missing"):
+            return "no run directory on the host (never started, or removed)"
+        if a.get("already"):
+            return "already stopped (no process of the run left)"
+        steps = " then ".join(a.get("steps") or []) or "nothing to signal"
+        if a.get("left"):
+            return f"NOT stopped: {len(a['left'])} process(es) left after {steps} (pids {a['left'][:8]})"
+        return f"stopped: {a.get('found', 0)} process(es) ended in {a.get('took', 0):.1f}s ({steps})"
+
+
+@dataclass
+class StopReport:
+    nodes: list[NodeStop]
+    took: float = 0.0
+
+    @property
+    def all_stopped(self) -> bool:
+        return all(n.stopped for n in self.nodes)
+
+    @property
+    def unreachable(self) -> list[NodeStop]:
+        return [n for n in self.nodes if n.answer is None]
+
+    def summary(self) -> str:
+        bad = [f"rank {n.node.rank} ({n.node.host}): {n.describe()}" for n in self.nodes if not n.stopped]
+        return "; ".join(bad) if bad else "every node stopped"
+
+
+def stop(
+    rec: R.RunRecord,
+    transport: Transport,
+    grace: float = DEFAULT_GRACE,
+    group_stop: bool = True,
+) -> StopReport:
+    """End every process of the run on every host at once: node 0 gets the deliberate group stop (SIGINT,
+    contract C4) and every node waits up to GROUP_WAIT s for it; then SIGTERM, SIGKILL at ``grace``;
+    each host verifies with a /proc scan that nothing of its node is left."""
+    t0 = time.monotonic()
+    wait = min(GROUP_WAIT, grace) if group_stop else 0.0
+
+    def one(node: R.NodeRecord) -> NodeStop:
+        if not node.dir:
+            return NodeStop(node, {"missing": True, "left": []})
+        args = ["--run-dir", node.dir, "--stop-node", "--grace", str(grace), "--group-wait", str(wait)]
+        if group_stop and node.rank == 0:
+            args.append("--interrupt")
+        res = transport.call(node.host, args, timeout=grace + 20.0)
+        answer = _json_line(res.out) if res.ok else None
+        if answer is None:
+            return NodeStop(node, None, _failed(node.host, res))
+        return NodeStop(node, answer)
+
+    nodes = parallel(rec.nodes, one)
+    return StopReport(nodes, time.monotonic() - t0)
+
+
+def remove(rec: R.RunRecord, transport: Transport) -> list[str]:
+    """Delete every node's run directory, then the local record; the problems, if any (record kept then)."""
+
+    def one(node: R.NodeRecord) -> str:
+        if not node.dir:
+            return ""
+        res = transport.call(node.host, ["--run-dir", node.dir, "--remove-node"], timeout=STATE_TIMEOUT)
+        answer = _json_line(res.out) if res.ok else None
+        if answer is None:
+            return _failed(node.host, res)
+        return f"{node.host}: {answer['error']}" if answer.get("error") else ""
+
+    problems = [p for p in parallel(rec.nodes, one) if p]
+    if not problems:
+        R.remove(rec.name)
+        if isinstance(transport, SshTransport):
+            transport.close_shared(rec.hosts)
+    return problems
+
+
+# ------------------------------------------------------------------------------------------ list
+def list_runs(records: list[R.RunRecord] | None = None) -> list[tuple[R.RunRecord, Verdict]]:
+    records = R.all_records() if records is None else records
+    return parallel(records, lambda rec: (rec, status(rec)), limit=8)

@@ -1,0 +1,192 @@
+"""The SSH adapter (each host's run state -> per-rank records) and the one verdict over them (pure).
+
+The states are what `kgen_entrypoint.py --run-dir DIR --state` answers; the log lines are the
+entrypoint's own words (the same lines the cluster verdict reads from pods)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kgen.baremetal.adapter import NodeState, to_records
+from kgen.baremetal.record import NodeRecord, RunRecord
+from kgen.cluster.verdict import decide, judge
+
+HOSTS = ["a", "b", "c"]
+
+
+def ts(t: int) -> str:
+    return f"2026-01-01T12:00:{t:02d}.000000Z"
+
+
+def ev(t: int, rank: int, text: str) -> str:
+    return f"{ts(t)} [kgen node {rank} 12:00:{t:02d} +{t}.0s] {text}"
+
+
+def stopped(t: int, reason: str) -> str:
+    return f"{ts(t)} kgen-entrypoint: stopped: {reason}"
+
+
+def formed(rank: int, gen: int = 0, t: int = 1) -> list[str]:
+    lines = [ev(t, rank, f"all 3 nodes connected after 0.1s: generation {gen}")] if rank == 0 else []
+    return lines + [ev(t, rank, f"generation {gen}: starting: -m torch.distributed.run ...")]
+
+
+def running(rank: int, events: list[str], frozen: bool = False) -> dict:
+    return {
+        "alive": True,
+        "child": {"pid": 10, "state": "T" if frozen else "S"},
+        "exit": None,
+        "events": events,
+        "tail": [f"{ts(30)} step 7 loss 0.1"],
+        "host": HOSTS[rank],
+    }
+
+
+def ended(rank: int, code: int, reason: str, t: int, events: list[str], stopping: bool = False) -> dict:
+    return {
+        "alive": False,
+        "child": {"state": None},
+        "exit": {"code": code, "reason": reason, "time": ts(t), "restarts": 0},
+        "events": [*events, stopped(t, reason)],
+        "tail": [stopped(t, reason)],
+        "host": HOSTS[rank],
+        "stopping": stopping,
+    }
+
+
+def verdict(*states, unreachable: dict[int, str] | None = None):
+    rec = RunRecord(name="demo", mode="ssh", nodes=[NodeRecord(i, h, f"/s/node{i}") for i, h in enumerate(HOSTS)])
+    unreachable = unreachable or {}
+    ns = [
+        NodeState(rec.nodes[i], None if i in unreachable else st, unreachable.get(i, "")) for i, st in enumerate(states)
+    ]
+    return judge(to_records(rec, ns))
+
+
+def test_running_group():
+    v = verdict(*(running(r, formed(r)) for r in range(3)))
+    assert v.state == "running" and v.headline == "Running: 3/3 ranks up, the group formed (node 0's log)"
+    assert [r.host for r in v.rows] == HOSTS and all(r.meaning == "training, generation 0" for r in v.rows)
+    assert v.rows[0].last_line == "step 7 loss 0.1"
+
+
+def test_script_error_is_the_root_cause_and_the_others_followed():
+    v = verdict(
+        ended(
+            0,
+            5,
+            "node 1's torchrun exited with code 1",
+            12,
+            [*formed(0), ev(12, 0, "FAIL-STOP: node 1's torchrun exited with code 1")],
+        ),
+        ended(1, 1, "torch failed with code 1", 10, formed(1)),
+        ended(
+            2,
+            5,
+            "node 0 ended the run",
+            12,
+            [*formed(2), ev(12, 2, "FAIL-STOP: node 0 ended the run: node 1's torchrun exited with code 1")],
+        ),
+    )
+    assert v.state == "failed" and v.exit_code == 1
+    assert v.root_cause.ranks == [1] and v.root_cause.hosts == ["b"] and v.root_cause.exit_code == 1
+    assert v.headline.startswith("Failed: rank 1 (host b): exit 1: the training script failed")
+    assert "kgen-entrypoint: stopped: torch failed with code 1" in v.details
+
+
+def test_crashed_host_is_unreachable_and_named_by_the_survivors():
+    lost = ev(
+        20,
+        0,
+        "peer lost: node 2 closed its liveness connection (pod died, was deleted or its entrypoint "
+        "was killed); stopping torch and re-forming (generation 1)",
+    )
+    v = verdict(
+        running(0, [*formed(0), lost]),
+        running(1, [*formed(1), ev(20, 1, "re-forming: node 0 says: generation 0 aborted; stopping torch")]),
+        None,
+        unreachable={2: "c: connection refused (ssh: connect to host c port 22: Connection refused): is sshd running"},
+    )
+    assert v.state == "degraded", v.headline
+    assert v.rows[2].state == "Unreachable" and "connection refused" in v.rows[2].meaning
+    assert v.root_cause.ranks == [2] and v.root_cause.hosts == ["c"]
+    assert "unreachable over ssh" in v.headline and "closed its liveness connection" in v.headline
+    assert any("rank 2 (c): unreachable" in d for d in v.details)
+
+
+def test_unreachable_host_of_an_intact_group_still_runs():
+    """sshd died on a host, the node goes on: node 0's log says the group trains with every node."""
+    v = verdict(running(0, formed(0)), running(1, formed(1)), None, unreachable={2: "c: connection refused (x)"})
+    assert v.state == "running" and "kgen cannot see it" in v.headline and v.root_cause is None
+
+
+def test_frozen_node_named_from_node_0s_log():
+    silent = ev(
+        25,
+        0,
+        "peer lost: node 1 silent for 5.0s (> KGEN_HEARTBEAT_TIMEOUT=5s): frozen or cut off; "
+        "stopping torch and re-forming (generation 1)",
+    )
+    v = verdict(running(0, [*formed(0), silent]), running(1, formed(1), frozen=True), running(2, formed(2)))
+    assert v.rows[1].state == "Frozen"
+    assert v.state == "degraded" and v.root_cause.ranks == [1] and "silent for 5.0s" in v.headline
+
+
+def test_deliberate_group_stop():
+    why = "stopped by user on a"
+    v = verdict(*(ended(r, 6, why, 30, formed(r)) for r in range(3)))
+    assert v.state == "stopped" and v.exit_code == 1
+    assert v.headline == "Stopped: by user on a; 3/3 ranks ended, 0 re-formations"
+    assert all(r.state == "Stopped" for r in v.rows) and v.root_cause is None
+
+
+def test_kgen_stop_without_the_group_stop():
+    v = verdict(
+        ended(0, 130, "signal SIGINT", 30, formed(0), stopping=True),
+        ended(1, 143, "signal SIGTERM", 33, formed(1), stopping=True),
+        None,
+        unreachable={2: "c: no answer"},
+    )
+    assert v.state == "stopped" and v.headline.startswith("Stopped: by kgen stop; 2/3 ranks ended")
+
+
+def test_lost_node_without_exit_status():
+    st = running(1, formed(1))
+    st.update(alive=False)
+    v = verdict(running(0, formed(0)), st, running(2, formed(2)))
+    assert v.rows[1].state == "Lost" and v.state == "degraded" and v.root_cause.ranks == [1]
+
+
+def test_replaced_node_counts_a_reformation():
+    events1 = [
+        *formed(1),
+        ev(9, 1, "x"),
+        f"{ts(9)} [kgen supervisor 1 12:00:09 +9.0s] node 1's entrypoint ended "
+        "with code 137: replacing it in 1s (replacement 1 of 10, KGEN_MAX_REFORMATIONS), as the Job controller "
+        "replaces a lost pod",
+        *formed(1, gen=1, t=12),
+    ]
+    v = verdict(running(0, [*formed(0), *formed(0, gen=1, t=12)]), running(1, events1), running(2, formed(2, 1, 12)))
+    assert v.state == "running" and v.reformations == 1 and v.rows[1].restarts == 1
+    assert "generation 2 after 1 re-formation" in v.headline
+    assert any(d.startswith("re-formed after: rank 1 (host b): exit 137: killed (SIGKILL)") for d in v.details)
+
+
+def test_succeeded():
+    v = verdict(*(ended(r, 0, "succeeded", 40, formed(r)) for r in range(3)))
+    assert v.state == "succeeded" and v.headline == "Succeeded: 3/3 ranks completed, 0 re-formations"
+
+
+def test_json_shape_is_the_cluster_verdicts():
+    """-o json: the same keys as a cluster run's verdict (bare metal fills host and last_line)."""
+    bare = verdict(*(running(r, formed(r)) for r in range(3))).to_dict()
+    cluster = decide("x", [], {"kind": "Job", "spec": {"completions": 1}}).to_dict()
+    assert set(bare) == set(cluster)
+    row_keys = set(bare["rows"][0])
+    assert row_keys >= {"rank", "pod", "node", "state", "exit_code", "meaning", "generation", "host", "last_line"}
+
+
+@pytest.mark.parametrize("missing", [{"missing": True}])
+def test_no_run_directory(missing):
+    v = verdict(running(0, formed(0)), missing, running(2, formed(2)))
+    assert v.rows[1].state == "NoRunDir" and "without a run directory" in v.headline

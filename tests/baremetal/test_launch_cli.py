@@ -1,0 +1,76 @@
+"""`kgen launch` refuses bad input before anything runs: one line naming the option and the fix, exit 2,
+nothing on stdout; and the other verbs say which run (bare metal or cluster) they use."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from kgen.baremetal import record as R
+from kgen.cli import cli
+
+BASE = ["launch", "--name", "demo"]
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def one_line_error(res, *words):
+    assert res.exit_code == 2, (res.exit_code, res.stdout, res.stderr)
+    assert res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kgen: error: "), res.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        ([*BASE, "--", "train.py"], ["--hosts", "--local N"]),
+        ([*BASE, "--hosts", "a,b", "--local", "2", "--", "t.py"], ["cannot be used together"]),
+        ([*BASE, "--hosts", "a,b"], ["no training command", "-- train.py"]),
+        ([*BASE, "--hosts", "a,,b", "--", "t.py"], ["--hosts", "empty host name"]),
+        ([*BASE, "--hosts", "-oProxyCommand=x", "--", "t.py"], ["--hosts", "ssh would read it as an option"]),
+        (["launch", "--name", "Bad_Name", "--hosts", "a", "--", "t.py"], ["--name", "DNS label"]),
+        ([*BASE, "--hosts", "a", "--env", "NOEQUALS", "--", "t.py"], ["--env", "KEY=VALUE"]),
+        ([*BASE, "--hosts", "a", "--env", "NNODES=3", "--", "t.py"], ["--env", "NNODES is set by kgen launch"]),
+        ([*BASE, "--hosts", "a", "--env", "MASTER_ADDR=x", "--", "t.py"], ["--master-addr"]),
+        ([*BASE, "--hosts", "a", "--inject", "kill:0@5", "--", "t.py"], ["--inject", "--local"]),
+        ([*BASE, "--local", "2", "--inject", "kill:5@1", "--", "t.py"], ["--inject", "not one of the 2 nodes"]),
+        ([*BASE, "--local", "2", "--inject", "boom:1@1", "--", "t.py"], ["--inject", "kill:RANK@SECONDS"]),
+        ([*BASE, "--local", "2", "--inject", "kill:1@1+3", "--", "t.py"], ["--inject", "freeze only"]),
+        ([*BASE, "--local", "0", "--", "t.py"], ["--local", "between 1 and 64"]),
+        ([*BASE, "--hosts", "a", "--port", "65535", "--", "t.py"], ["--port", "P+1"]),
+        ([*BASE, "--hosts", "a", "--nproc-per-node", "0", "--", "t.py"], ["--nproc-per-node"]),
+        ([*BASE, "--hosts", "a", "--ssh-config", "/nonexistent/cfg", "--", "t.py"], ["--ssh-config", "does not exist"]),
+        ([*BASE, "--local", "2", "--ssh-config", "/etc/hostname", "--", "t.py"], ["--ssh-config", "not --local"]),
+        ([*BASE, "--hostfile", "/dev/zero", "--", "t.py"], ["--hostfile", "larger than"]),
+        ([*BASE, "--hosts", "a", "--master-addr", "a b", "--", "t.py"], ["--master-addr"]),
+    ],
+)
+def test_bad_input(args, words):
+    one_line_error(run(*args), *words)
+
+
+def test_an_existing_local_record_is_refused_before_any_ssh():
+    R.save(R.RunRecord(name="demo", mode="ssh", nodes=[R.NodeRecord(0, "gpu1", "/x/node0")]))
+    res = run(*BASE, "--hosts", "unused-host", "--", "t.py")
+    one_line_error(res, "--name", "already exists", "gpu1", "kgen stop demo --rm")
+
+
+def test_unknown_run_with_on_bare_metal():
+    one_line_error(run("status", "nope", "--on", "bare-metal"), "no bare-metal run nope", "kgen list")
+
+
+def test_rm_is_for_bare_metal_runs(tmp_path):
+    one_line_error(run("stop", "nope", "--rm", "--on", "cluster"), "--rm", "bare-metal")
+
+
+def test_help_documents_launch():
+    res = run("launch", "--help")
+    assert res.exit_code == 0 and "Examples:" in res.stdout and "kgen launch --name" in res.stdout
+    for opt in ("--hosts", "--hostfile", "--ssh-config", "--python", "--nproc-per-node", "--workdir", "--env",
+                "--port", "--follow", "--local", "--inject", "--master-addr"):  # fmt: skip
+        assert opt in res.stdout

@@ -394,7 +394,29 @@ def render(
 )
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE (atomically) instead of stdout.")
 @click.option("--list-rules", is_flag=True, help="Print every rule id, severity and summary, then exit.")
-def lint(paths, kubernetes_version, skip, strict, output_format, engine, schema_location, output, list_rules) -> None:
+@click.option(
+    "--exclude",
+    "exclude",
+    metavar="GLOB",
+    multiple=True,
+    help="Leave out files and folders matching GLOB (repeatable; .gitignore-like, relative to the folder given).",
+)
+@click.option(
+    "--summary", is_flag=True, help="End the text report with a summary line (files, documents, findings by severity)."
+)
+def lint(
+    paths,
+    kubernetes_version,
+    skip,
+    strict,
+    output_format,
+    engine,
+    schema_location,
+    output,
+    list_rules,
+    exclude,
+    summary,
+) -> None:
     """Check manifests offline: Kubernetes JSON schemas plus the rules schemas miss.
 
     All files, folders and stdin given together are one context (a Service in svc.yaml serves
@@ -407,6 +429,7 @@ def lint(paths, kubernetes_version, skip, strict, output_format, engine, schema_
       kgen lint --strict --format junit -o report.xml manifests/   (CI)
       kgen lint --format github deploy/ # annotations in a GitHub Actions run
       kgen lint --skip KG102,KG111 manifests/
+      kgen lint --summary --exclude 'legacy/**' --exclude '*.tmpl.yaml' deploy/
     Rules: docs/lint.md. Per object: annotation kgen.dev/lint-skip: "KG102,KG111".
     Exit 0 clean, 1 on error findings (and warnings with --strict), 2 on usage errors or files
     that are not valid YAML (reported as KG004; the other files are still linted).
@@ -414,7 +437,7 @@ def lint(paths, kubernetes_version, skip, strict, output_format, engine, schema_
     import io
 
     from kgen.lint.api import LintOptions, lint_paths
-    from kgen.output import FORMATS, write_findings
+    from kgen.output import FORMATS, summary_line, write_findings
 
     if list_rules:
         from kgen.lint.registry import load_rules
@@ -430,6 +453,10 @@ def lint(paths, kubernetes_version, skip, strict, output_format, engine, schema_
         return
     if output_format not in FORMATS:
         raise KgenError(f'must be {", ".join(FORMATS[:-1])} or {FORMATS[-1]}, got "{output_format}"', option="--format")
+    if summary and output_format != "text":
+        raise KgenError(
+            f"goes with the text format only (json always has a summary), got {output_format}", option="--summary"
+        )
     skipped = frozenset(s.strip() for item in skip for s in item.split(",") if s.strip())
     opts = LintOptions(
         kubernetes_version=kubernetes_version,
@@ -437,12 +464,17 @@ def lint(paths, kubernetes_version, skip, strict, output_format, engine, schema_
         engine=engine,
         schema_location=schema_location,
         fail_on_warnings=strict,
+        exclude=tuple(exclude),
     )
     if not paths and sys.stdin.isatty():
         raise KgenError("no input: pass files or folders, or '-' to read stdin (e.g. kgen render | kgen lint -)")
     result = lint_paths(list(paths) or ["-"], opts)
+    for skipped in result.skipped:
+        click.echo(f"kgen: info: {skipped.path}: skipped, {skipped.reason}", err=True)
     buf = io.StringIO()
     write_findings(result, output_format, buf)
+    if summary and output_format == "text":
+        buf.write(summary_line(result) + "\n")
     if output:
         write_output(output, buf.getvalue())
     else:

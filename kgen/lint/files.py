@@ -14,11 +14,11 @@ or named explicitly (pre-commit names every changed *.yaml):
   like a GitHub Actions workflow, GitLab CI, Docker Compose, pre-commit configuration or Helm values.
 
 ``--exclude GLOB`` (``Excludes``) works like a .gitignore line, matched against the path relative
-to the folder argument (for a file argument: the path as given): ``*`` and ``?`` stay within one
-path segment, ``**`` spans segments (``**/x``, ``a/**``, ``a/**/b``), ``[abc]`` is a class; a glob
-without ``/`` matches a file or folder name at any depth; a glob with ``/`` is anchored at the
-argument (a leading ``/`` is allowed); a trailing ``/`` matches folders only; an excluded folder
-excludes everything below it.
+to the folder argument (for a file argument: the path as given, or any trailing part of it):
+``*`` and ``?`` stay within one path segment, ``**`` spans segments (``**/x``, ``a/**``,
+``a/**/b``), ``[abc]`` is a class; a glob without ``/`` matches a file or folder name at any
+depth; a glob with ``/`` is anchored at the argument (a leading ``/`` is allowed); a trailing
+``/`` matches folders only; an excluded folder excludes everything below it.
 """
 
 from __future__ import annotations
@@ -100,14 +100,19 @@ class Excludes:
         """Whether the relative path ``rel`` ('/'-separated) is excluded by a glob itself."""
         return any(rx.match(rel) and (is_dir or not dir_only) for rx, dir_only in self._rules)
 
-    def excludes_file(self, rel: str) -> bool:
-        """Whether a file at ``rel`` is excluded, by its own path or one of its folders."""
+    def excludes_file(self, path: str) -> bool:
+        """Whether a file named on the command line is excluded: its path as given, or any trailing
+        part of it (``deploy/legacy/**`` matches /abs/repo/deploy/legacy/x.yaml), or a folder on it."""
         if not self._rules:
             return False
-        if self.matches(rel, False):
-            return True
-        parts = rel.split("/")
-        return any(self.matches("/".join(parts[:i]), True) for i in range(1, len(parts)))
+        parts = path.split("/")
+        for start in range(len(parts)):
+            tail = parts[start:]
+            if self.matches("/".join(tail), False):
+                return True
+            if any(self.matches("/".join(tail[:i]), True) for i in range(1, len(tail))):
+                return True
+        return False
 
 
 def _glob_regex(glob: str) -> str:

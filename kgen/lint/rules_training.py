@@ -444,13 +444,16 @@ def _headless_selecting_nothing(docs: list) -> Iterator:
     shares most labels with (e.g. a 'role: master' no pod carries)."""
     by_label = workloads_by_label(docs)
     wls = workloads(docs)
-    named = {(w.dns_field[0], w.doc.namespace) for w in wls}
+    named: dict[str, set[str]] = {}  # subdomain/serviceName -> namespaces of the workloads naming it
+    for w in wls:
+        if w.dns_field[0]:
+            named.setdefault(w.dns_field[0], set()).add(w.doc.namespace)
     for svc in services(docs):
         sel = _selector(svc)
         pairs = _plain_pairs(svc)
         if not pairs or k8s.get(svc.data, "spec", "clusterIP") != "None":
             continue
-        if any(name == svc.name and (not ns or not svc.namespace or ns == svc.namespace) for name, ns in named):
+        if any(not ns or not svc.namespace or ns == svc.namespace for ns in named.get(svc.name, ())):
             continue  # checked against the workload that names it
         rarest = min(pairs, key=lambda p: (len(by_label.get(p, ())), p))
         if any(same_namespace(svc, d) and k8s.selector_scope(sel, d) != "none" for d in by_label.get(rarest, ())):

@@ -54,6 +54,8 @@ def test_json_format(bad_file):
         "errors": 1,
         "warnings": 1,
         "info": 0,
+        "skipped": 0,
+        "excluded": 0,
         "strict": False,
         "exitCode": 1,
     }

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 from typing import IO, Any, NamedTuple
 from xml.sax.saxutils import escape, quoteattr
@@ -120,9 +121,12 @@ def _junit(result: Any, stream: IO[str]) -> None:
     for refs in suites.values():
         for ref in refs:
             lines_by_file.setdefault(ref.file, []).append(ref.line)
-    for f in result.findings:
-        starts = [ln for ln in lines_by_file.get(f.file, []) if ln <= max(f.line, 1)]
-        key = (f.file, max(starts) if starts else 0)
+    for lines in lines_by_file.values():
+        lines.sort()
+    for f in result.findings:  # a finding belongs to the document that starts last at or before its line
+        lines = lines_by_file.get(f.file, [])
+        at = bisect.bisect_right(lines, max(f.line, 1))
+        key = (f.file, lines[at - 1] if at else 0)
         by_doc.setdefault(key, []).append(f)
     cases: dict[str, list[list[str]]] = {}  # file -> testcases (their XML lines)
     failed: dict[str, int] = {}

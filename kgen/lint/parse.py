@@ -141,6 +141,10 @@ MAX_ALIAS_NODES = 10_000_000
 """Nodes that aliases add over a whole run (all files): ten documents at the per-document limit. Aliased
 values are shared, not copied, but schema validation walks them."""
 
+MAX_REFUSED_DOCUMENTS = 100
+"""Refused documents per file before the rest of the file is given up (like a compiler's "too many
+errors"): each costs up to a few milliseconds (libyaml's scanner is quadratic in flow nesting)."""
+
 _intern = sys.intern
 _DOC_MARKER = re.compile(r"^(?:---|\.\.\.)(?=[ \t\r\n]|\Z)", re.M)  # libyaml ends any scalar at these
 
@@ -209,17 +213,22 @@ def parse_stream_partial(text: str, file: str, budget: Budget | None = None) -> 
     errors: list[ParseError] = []
     budget = budget if budget is not None else Budget()
     base_index = base_line = 0
+    # Documents lie between markers (libyaml ends every scalar at one), so when no two markers are
+    # further apart than the limit, no document can exceed it and the per-event check is skipped.
+    size_limit = MAX_DOCUMENT_CHARS if _may_exceed(text) else len(text) + 1
     while True:
         try:
-            _build(text, file, base_index, base_line, budget, docs)
+            _build(text, file, base_index, base_line, budget, size_limit, docs)
             break
         except _Syntax as err:
             errors.append(ParseError(file, err.line, err.column, err.problem))
             break
         except _DocError as err:
-            errors.append(
-                ParseError(file, base_line + err.mark.line + 1, err.mark.column + 1, err.problem, stops=False)
-            )
+            line, col = base_line + err.mark.line + 1, err.mark.column + 1
+            if len(errors) >= MAX_REFUSED_DOCUMENTS:
+                errors.append(ParseError(file, line, col, f"more than {MAX_REFUSED_DOCUMENTS} documents refused"))
+                break
+            errors.append(ParseError(file, line, col, err.problem, stops=False))
             nxt = _DOC_MARKER.search(text, base_index + err.resume)
             if nxt is None:
                 break
@@ -236,13 +245,12 @@ _NOROOT = object()
 _VAL, _ISMAP, _KEY, _BEFORE, _HEIGHT, _MARK, _ANCHOR, _LINES = range(8)
 
 
-def _build(text: str, file: str, base_index: int, base_line: int, budget: Budget, docs: list[Document]) -> None:
+def _build(
+    text: str, file: str, base_index: int, base_line: int, budget: Budget, size_limit: int, docs: list[Document]
+) -> None:
     """Turn libyaml's events for ``text[base_index:]`` into Documents (appended to ``docs``)."""
     loader = _Base(text if base_index == 0 else _Chunks(text, base_index))
     get = loader.get_event
-    # Documents lie between markers (libyaml ends every scalar at one), so when no two markers are
-    # further apart than the limit, no document can exceed it and the per-event check is skipped.
-    size_limit = MAX_DOCUMENT_CHARS if _may_exceed(text, base_index) else len(text) + 1
     stack: list[list] = []
     anchors: dict[str, Any] = {}
     dups: list[tuple] = []
@@ -392,12 +400,12 @@ def _build(text: str, file: str, base_index: int, base_line: int, budget: Budget
         loader.dispose()
 
 
-def _may_exceed(text: str, start: int) -> bool:
-    """Whether some stretch of ``text[start:]`` between document markers is longer than the limit."""
-    if len(text) - start <= MAX_DOCUMENT_CHARS:
+def _may_exceed(text: str) -> bool:
+    """Whether some stretch of ``text`` between document markers is longer than the limit."""
+    if len(text) <= MAX_DOCUMENT_CHARS:
         return False
-    last = start
-    for m in _DOC_MARKER.finditer(text, start):
+    last = 0
+    for m in _DOC_MARKER.finditer(text):
         if m.start() - last > MAX_DOCUMENT_CHARS:
             return True
         last = m.start()

@@ -15,7 +15,7 @@ from lint_helpers import FIXTURES, run_lint
 
 from kgen.inputs import MAX_FILE_BYTES, NotText, TooLarge, read_stream
 from kgen.lint.api import LintOptions, lint_text
-from kgen.lint.parse import MAX_DEPTH, Budget, ParseError, parse_stream, parse_stream_partial
+from kgen.lint.parse import MAX_DEPTH, MAX_REFUSED_DOCUMENTS, Budget, ParseError, parse_stream, parse_stream_partial
 
 PEAK_RSS_MIB = 1024
 
@@ -127,6 +127,15 @@ def test_documents_after_a_refused_one_are_still_read():
     result = lint_text(text, "x.yaml", LintOptions())
     [kg004] = [f for f in result.findings if f.rule_id == "KG004"]
     assert "rest of this file" not in kg004.message and result.exit_code == 2
+
+
+def test_a_file_of_refused_documents_is_given_up_after_a_hundred():
+    text = ("---\n" + _deep_flow(MAX_DEPTH + 1)) * 5000
+    start = time.process_time()
+    docs, errors = _errors(text)
+    assert docs == [] and len(errors) == MAX_REFUSED_DOCUMENTS + 1 and time.process_time() - start < 10
+    assert errors[-1].stops and errors[-1].problem == f"more than {MAX_REFUSED_DOCUMENTS} documents refused"
+    assert errors[-1].line == 2 * MAX_REFUSED_DOCUMENTS + 2
 
 
 def test_depth_limit_holds_exactly_and_through_aliases():

@@ -138,6 +138,37 @@ def test_a_file_of_refused_documents_is_given_up_after_a_hundred():
     assert errors[-1].line == 2 * MAX_REFUSED_DOCUMENTS + 2
 
 
+def _deep_crd(levels: int) -> str:
+    lines = [
+        "apiVersion: apiextensions.k8s.io/v1",
+        "kind: CustomResourceDefinition",
+        "metadata: {name: foos.example.com}",
+        "spec:",
+        "  group: example.com",
+        "  names: {kind: Foo, plural: foos}",
+        "  scope: Namespaced",
+        "  versions:",
+        "  - name: v1",
+        "    served: true",
+        "    storage: true",
+        "    schema:",
+        "      openAPIV3Schema:",
+    ]
+    indent = 8
+    for i in range(levels):
+        lines += [" " * indent + "type: object", " " * indent + "properties:", " " * (indent + 2) + f"p{i}:"]
+        indent += 4
+    return "\n".join([*lines, " " * indent + "type: string"]) + "\n"
+
+
+def test_documents_up_to_the_depth_limit_are_fully_checked():
+    """A CRD schema ~990 levels deep: parsed, schema-validated (recursively) and linted, no RecursionError."""
+    result = lint_text(_deep_crd(490), "crd.yaml", LintOptions())
+    assert result.exit_code == 0 and result.findings == []
+    result = lint_text(_deep_crd(500), "crd.yaml", LintOptions())
+    assert [f.rule_id for f in result.findings] == ["KG004"] and "nests more than" in result.findings[0].message
+
+
 def test_depth_limit_holds_exactly_and_through_aliases():
     assert _errors("a: " + _deep_flow(MAX_DEPTH - 1))[1] == []  # the root mapping is level 1
     assert _errors("a: " + _deep_flow(MAX_DEPTH))[1][0].problem.startswith("YAML nests more than")

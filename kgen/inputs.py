@@ -26,8 +26,10 @@ request limit, and 64 MiB holds ~100,000 typical manifests (a large `helm templa
 it bounds what one file can cost (time and memory), as the API server's limit bounds one request."""
 
 CHUNK = 1 << 20
-_NOT_YAML = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls but TAB, LF, CR; and DEL
-_NOT_YAML_STR = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# What YAML (libyaml, goyaml) does not allow in a stream: C0 controls but TAB, LF and CR; DEL; C1
+# controls but NEL (U+0085, in UTF-8 C2 80..C2 9F); U+FFFE and U+FFFF (EF BF BE/BF).
+_NOT_YAML = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x84\x86-\x9f]|\xef\xbf[\xbe\xbf]")
+_NOT_YAML_STR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ufffe\uffff]")
 
 
 class NotText(InputError):
@@ -56,6 +58,12 @@ class Unreadable(InputError):
     def __init__(self, name: str, problem: str) -> None:
         self.name, self.problem = name, problem
         super().__init__(f"{name}: {problem}")
+
+
+def not_yaml_character(text: str, start: int = 0) -> int | None:
+    """Index of the first character in ``text[start:]`` that YAML does not allow, or None."""
+    m = _NOT_YAML_STR.search(text, start)
+    return m.start() if m else None
 
 
 def _mib(n: int) -> str:
@@ -111,7 +119,7 @@ def read_stream(stream: IO[Any], name: str, limit: int = MAX_FILE_BYTES) -> str:
         except UnicodeDecodeError as err:
             raise _not_utf8(name, parts, chunk[: err.start], err.reason) from None
         if bad_byte:
-            raise _control(name, parts, "", chunk[end])
+            raise _control(name, parts, "", ord(bad_byte.group().decode("utf-8")))
     try:
         parts.append(decoder.decode(b"", final=True))
     except UnicodeDecodeError as err:

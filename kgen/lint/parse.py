@@ -392,10 +392,14 @@ def _build(
         problem = " ".join(str(err.problem or err.context or "invalid YAML").split())
         line, col = (base_line + m.line + 1, m.column + 1) if m else (0, 0)
         raise _Syntax(line, col, f"YAML syntax error: {problem}") from None
-    except yaml.YAMLError as err:  # ReaderError: a character YAML does not allow
-        pos = getattr(err, "position", None)
-        line, col = _line_col(text, base_index + pos) if isinstance(pos, int) else (0, 0)
-        raise _Syntax(line, col, f"YAML error: {' '.join(str(getattr(err, 'reason', err)).split())}") from None
+    except yaml.YAMLError as err:  # ReaderError: a character YAML does not allow (libyaml gives a byte offset)
+        from kgen.inputs import not_yaml_character
+
+        bad = not_yaml_character(text, base_index)
+        if bad is not None:
+            line, col = _line_col(text, bad)
+            raise _Syntax(line, col, f"not YAML text: control character U+{ord(text[bad]):04X}") from None
+        raise _Syntax(0, 0, f"YAML error: {' '.join(str(getattr(err, 'reason', err)).split())}") from None
     finally:
         loader.dispose()
 

@@ -237,6 +237,10 @@ def test_the_reader_stops_at_the_first_byte_that_is_not_text():
     assert (got.value.line, got.value.column) == (3, 6) and "not UTF-8" in got.value.problem
     with pytest.raises(NotText):
         read_stream(io.StringIO("a: \x1b[31m\n"), "f.yaml")
+    with pytest.raises(NotText) as got:  # a C1 control character (libyaml and goyaml refuse them too)
+        read_stream(io.BytesIO("é: 1\nb: x\x86y\n".encode()), "f.yaml")
+    assert (got.value.line, got.value.column) == (2, 5) and "U+0086" in got.value.problem
+    assert read_stream(io.BytesIO("a: x\x85y\n".encode()), "f.yaml") == "a: x\x85y\n"  # NEL is a line break
     with pytest.raises(TooLarge):
         read_stream(io.BytesIO(b"a: b\n" * 300), "f.yaml", limit=1000)
     assert read_stream(io.BytesIO("\ufeffa: \tb\r\n".encode()), "f.yaml") == "\ufeffa: \tb\r\n"

@@ -30,9 +30,9 @@ class Source(NamedTuple):
 
 class PosNode(NamedTuple):
     """A node of a position tree: ``id`` is "scalar", "mapping" or "sequence"; line and column are
-    1-based; ``value`` is the scalar's text, a mapping's [(key text or None, key line, key column,
-    child)] or a sequence's [child]; ``style`` and ``tag`` describe scalars ("" and "!kgen-plain"
-    for an unquoted, untagged one)."""
+    1-based; ``value`` is the scalar's text, a mapping's {key text: (key line, key column, child)}
+    (scalar keys; the last of duplicates) or a sequence's [child]; ``style`` and ``tag`` describe
+    scalars ("" and "!kgen-plain" for an unquoted, untagged one)."""
 
     id: str
     line: int
@@ -205,9 +205,9 @@ class Document:
         for step in path:
             nxt = None
             if node.id == "mapping":
-                for key, kline, kcol, child in node.value:
-                    if key == step:
-                        nxt, where = child, (kline, kcol)
+                got = node.value.get(step) if isinstance(step, str) else None
+                if got is not None:
+                    nxt, where = got[2], (got[0], got[1])
             elif node.id == "sequence" and isinstance(step, int) and 0 <= step < len(node.value):
                 nxt = node.value[step]
                 where = (nxt.line, nxt.column)

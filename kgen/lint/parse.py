@@ -145,6 +145,9 @@ MAX_REFUSED_DOCUMENTS = 100
 """Refused documents per file before the rest of the file is given up (like a compiler's "too many
 errors"): each costs up to a few milliseconds (libyaml's scanner is quadratic in flow nesting)."""
 
+MAX_DUPLICATES = 100
+"""KG001 findings listed per document; the rest are counted in one more finding."""
+
 _intern = sys.intern
 _DOC_MARKER = re.compile(r"^(?:---|\.\.\.)(?=[ \t\r\n]|\Z)", re.M)  # libyaml ends any scalar at these
 
@@ -373,7 +376,9 @@ def _build(
                     else:
                         v = _intern(v) if vc is str else _key_string(v)
                         if v in top[_VAL]:
-                            dups.append((_frame_path(stack), v, mark))
+                            # the first ones with their paths; past MAX_DUPLICATES only counted (a path
+                            # costs the nesting depth)
+                            dups.append((_frame_path(stack) if len(dups) < MAX_DUPLICATES else None, v, mark))
                         top[_KEY] = v
                     continue
                 if key is _MERGEKEY:
@@ -479,7 +484,7 @@ def _add_document(
     line = base_line + mark.line
     source = Source(text, base_index + mark.index, line, mark.column, base_index + end)
     doc = Document(file, len(docs), None, data, source=source, line=line + 1)
-    for path, key, kmark in dups:
+    for path, key, kmark in dups[:MAX_DUPLICATES]:
         doc.findings.append(
             Finding(
                 "KG001",
@@ -489,6 +494,22 @@ def _add_document(
                 base_line + kmark.line + 1,
                 kmark.column + 1,
                 format_path(path + (key,)),
+                doc.kind,
+                doc.name,
+            )
+        )
+    if len(dups) > MAX_DUPLICATES:
+        _, key, kmark = dups[MAX_DUPLICATES]
+        doc.findings.append(
+            Finding(
+                "KG001",
+                Severity.ERROR,
+                f"{len(dups) - MAX_DUPLICATES} more duplicate keys in this document (the first {MAX_DUPLICATES} "
+                "are listed); kubectl rejects them",
+                file,
+                base_line + kmark.line + 1,
+                kmark.column + 1,
+                "",
                 doc.kind,
                 doc.name,
             )
@@ -549,7 +570,8 @@ def positions(source: Source) -> PosNode | None:
                     anchors[e.anchor] = node
             elif c is MappingStartEvent or c is SequenceStartEvent:
                 m = e.start_mark
-                stack.append(["mapping" if c is MappingStartEvent else "sequence", m, [], None, e.anchor])
+                is_map = c is MappingStartEvent
+                stack.append(["mapping" if is_map else "sequence", m, {} if is_map else [], None, e.anchor])
                 continue
             elif c is MappingEndEvent or c is SequenceEndEvent:
                 kind, m, children, _, anchor = stack.pop()
@@ -575,7 +597,12 @@ def positions(source: Source) -> PosNode | None:
                 top[3] = node
             else:
                 key = top[3]
-                top[2].append((key.value if key.id == "scalar" else None, key.line, key.column, node))
+                if key.id == "scalar":  # by key, as in the values: found at once (the last of duplicates)
+                    text_key = key.value
+                    if key.tag == _PLAIN or key.tag in _EXPLICIT_NONSTR:
+                        resolved = _plain(text_key)
+                        text_key = resolved if isinstance(resolved, str) else _key_string(resolved)
+                    top[2][text_key] = (key.line, key.column, node)
                 top[3] = None
     except yaml.YAMLError:
         return None

@@ -16,8 +16,11 @@ In-process callers (tests, Python users) use ``kgen.cli.main`` or ``kgen.cli.cli
 
 from __future__ import annotations
 
+import errno
 import gc
+import io
 import os
+import signal
 import sys
 
 GC_THRESHOLD = (50_000, 10, 10)  # Python's default: (700, 10, 10)
@@ -25,6 +28,8 @@ GC_THRESHOLD = (50_000, 10, 10)  # Python's default: (700, 10, 10)
 
 def main() -> None:
     gc.set_threshold(*GC_THRESHOLD)
+    if sys.stdout is None:  # started with stdout closed (`kgen render >&-`): writing it fails, not vanishes
+        sys.stdout = _Closed()
     from kgen.cli import main as cli_main
 
     try:
@@ -32,7 +37,30 @@ def main() -> None:
         code: object = 0
     except SystemExit as exc:
         code = exc.code
-    os._exit(_flushed(_exit_status(code)))
+    status = _flushed(_exit_status(code))
+    if status == EXIT_BROKEN_PIPE:  # the reader went away: end by SIGPIPE, quietly, like `cat` or `yes`
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
+    os._exit(status)
+
+
+EXIT_BROKEN_PIPE = 141  # kgen.cli.EXIT_BROKEN_PIPE (not imported: kgen.cli loads click)
+
+
+class _Closed(io.TextIOBase):
+    """sys.stdout when file descriptor 1 was closed at start: every write fails with EBADF."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+    def flush(self) -> None:
+        pass
 
 
 def _exit_status(code: object) -> int:
@@ -46,16 +74,31 @@ def _exit_status(code: object) -> int:
 
 
 def _flushed(status: int) -> int:
-    """Flush stdout and stderr (os._exit does not); a reader that went away makes status 1."""
+    """Flush stdout and stderr (os._exit does not). A reader that went away makes the status
+    EXIT_BROKEN_PIPE (quiet); any other failed write (a full disk, /dev/full) is one line and status 2."""
     try:
         sys.stdout.flush()
-    except (BrokenPipeError, ValueError):  # ValueError: stdout already closed
+    except BrokenPipeError:
+        status = EXIT_BROKEN_PIPE
+    except ValueError:  # stdout already closed
         status = status or 1
+    except OSError as exc:
+        from kgen.cli import stdout_error
+
+        _say(f"kgen: error: {stdout_error(exc)}")
+        status = status or 2
     try:
         sys.stderr.flush()
-    except (BrokenPipeError, ValueError):
+    except (OSError, ValueError):
         pass
     return status
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -6,14 +6,30 @@ stdout, no traceback).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import sys
+from collections.abc import Iterator
 
 import click
 
 from kgen import __version__
-from kgen.errors import KgenError
+from kgen.cli_options import (
+    check_format,
+    check_output_file,
+    no_formats_option,
+    output_file_option,
+    output_format_option,
+)
+from kgen.errors import KgenError, NestedLauncherError
 from kgen.versions import DEFAULT_KUBERNETES_VERSION
+
+
+def _preset_names() -> list[str]:
+    from kgen import presets as presets_mod
+
+    return list(presets_mod.names())
+
 
 RENDER_EPILOG = """\b
 Examples:
@@ -33,8 +49,31 @@ Values reference (every key, its type, default and meaning): kgen values
 
 
 def _fail(message: str, code: int = 2) -> None:
-    click.echo(f"kgen: error: {message}", err=True)
+    try:
+        click.echo(f"kgen: error: {message}", err=True)
+    except OSError:  # stderr is gone too: the exit code is all that is left to say it
+        pass
     sys.exit(code)
+
+
+# A write to stdout failed because the reader went away (EPIPE): kgen says nothing and ends as Unix tools
+# do, by SIGPIPE (kgen.__main__ re-raises the signal; in-process callers see this exit code, 128 + 13).
+EXIT_BROKEN_PIPE = 141
+
+
+class ReaderGone(Exception):
+    """A write to stdout found no reader (EPIPE); not an OSError, so that click's main passes it on."""
+
+
+# Errors of a write to stdout that are not the reader's leaving: one line on stderr, exit 2.
+STDOUT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EIO, errno.EBADF, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.ENXIO, errno.EINVAL}
+)
+
+
+def stdout_error(exc: OSError) -> str:
+    why = {errno.EBADF: "stdout is closed (>&-)"}.get(exc.errno or 0, exc.strerror or str(exc))
+    return f"cannot write to stdout: {why}; redirect it elsewhere, or write a file with --output-file FILE"
 
 
 _WRITE_FIXES = {
@@ -50,16 +89,14 @@ _WRITE_FIXES = {
 }
 
 
-def _check_output(path: str | None) -> None:
-    """-o "": an empty file name is a mistake (a shell variable that was not set), not stdout."""
-    if path is not None and not path.strip():
-        raise KgenError("needs a file name, got an empty string", option="-o/--output", hint="- writes to stdout")
+RENDER_FORMATS = ("yaml", "json")
+LINT_FORMATS = ("text", "json", "junit", "github", "sarif")
 
 
-def write_output(path: str, text: str) -> None:
-    """-o FILE: ``-`` is stdout; otherwise kgen.resources.write_file (never destroys what is at the path:
-    devices and FIFOs are written, symlinks followed, regular files replaced all-or-nothing)."""
-    if path == "-":
+def write_output(path: str | None, text: str) -> None:
+    """--output-file FILE: None or ``-`` is stdout; otherwise kgen.resources.write_file (never destroys what
+    is at the path: devices and FIFOs are written, symlinks followed, regular files replaced all-or-nothing)."""
+    if path is None or path == "-":
         click.echo(text, nl=False)
         return
     from kgen.resources import write_file
@@ -69,7 +106,42 @@ def write_output(path: str, text: str) -> None:
     except OSError as exc:
         problem = f"cannot write {path}: {exc.strerror or exc}"
         fix = _WRITE_FIXES.get(exc.errno or 0)
-        raise KgenError(f"{problem}; {fix}" if fix else problem, option="-o/--output") from None
+        raise KgenError(f"{problem}; {fix}" if fix else problem, option="--output-file") from None
+
+
+def read_stdin_values(values_files: tuple[str, ...] | list[str]) -> str | None:
+    """The text of `-f -` (bounded: kgen.layering.MAX_VALUES_BYTES); None when stdin is not named."""
+    if "-" not in values_files:
+        return None
+    from kgen.inputs import read_text
+    from kgen.layering import MAX_VALUES_BYTES
+
+    try:
+        return read_text("-", limit=MAX_VALUES_BYTES, what="values file")
+    except KgenError as exc:
+        exc.option = "-f -"
+        raise
+
+
+@contextlib.contextmanager
+def corrected_launcher(cmd: str) -> Iterator[None]:
+    """A launcher after `--` (torchrun ...): the error's `use:` becomes the whole command line as typed,
+    with the launcher dropped and what it was asked for carried into kgen's options."""
+    try:
+        yield
+    except NestedLauncherError as exc:
+        if exc.option == "-- COMMAND":
+            import shlex
+
+            ctx = click.get_current_context(silent=True)
+            argv: list[str] = list(ctx.meta.get("kgen.args", [])) if ctx is not None else []
+            cut = (
+                argv.index("--")
+                if "--" in argv
+                else max(0, len(argv) - len(ctx.params.get("command") or ()) if ctx else 0)
+            )
+            exc.use = shlex.join([*cmd.split(), *argv[:cut], *exc.add, "--", *exc.command])
+        raise
 
 
 # An example value per option, for "needs a value" errors (options without one show their metavar).
@@ -88,7 +160,7 @@ OPTION_EXAMPLES = {
     "values_files": "prod.yaml",
     "sets": "nccl.debug=INFO",
     "kubernetes_version": "1.33",
-    "output": "out.yaml",
+    "output_file": "out.yaml",
     "skip": "KG102,KG111",
     "engine": "kubeconform",
     "schema_location": "schemas/",
@@ -151,6 +223,15 @@ def _no_such_option(exc: click.NoSuchOption, cmd: str) -> str:
     if start is not None:
         import shlex  # only on this error path
 
+        from kgen.launchers import nested_launcher, problem
+
+        nested = nested_launcher(argv[start:])
+        if nested is not None:  # `kgen render torchrun --nproc-per-node 8 train.py`: both mistakes at once
+            fixed = "kgen render " + shlex.join([*argv[:start], "--", *nested.command])
+            carry = (
+                f" (its {nested.option}: kgen's --gpus, or --set nprocPerNode for a CPU job)" if nested.option else ""
+            )
+            return f"{head}; {problem(nested)}{carry}; use: {fixed}"
         fixed = "kgen render " + shlex.join([*argv[:start], "--", *argv[start:]])
         return f"{head}; put the training command after --: {fixed}"
     close = [p for p in exc.possibilities or () if p not in ("--help", "-h")]
@@ -205,11 +286,23 @@ class KgenGroup(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
-            return super().parse_args(ctx, args)
+            return super().parse_args(ctx, args)  # `kgen --help` / `--version` print here
         except click.UsageError as exc:
             if exc.ctx is None:
                 exc.ctx = ctx
             raise
+        except BrokenPipeError:
+            raise ReaderGone() from None
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # click's main would make it exit 1; kgen ends like Unix tools do
+            raise ReaderGone() from None
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        ctx.meta["kgen.args"] = list(args[1:])  # the subcommand's raw arguments (ctx.meta is shared with it)
+        return super().resolve_command(ctx, args)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
@@ -229,9 +322,12 @@ class KgenGroup(click.Group):
             _fail(" ".join(message.split()), 2)
         except click.exceptions.ClickException as exc:
             _fail(exc.format_message(), exc.exit_code)
-        except BrokenPipeError:
-            sys.stderr.close()
-            sys.exit(1)
+        except (BrokenPipeError, ReaderGone):  # the reader went away (`kgen render | head`): quiet
+            sys.exit(EXIT_BROKEN_PIPE)
+        except OSError as exc:
+            if exc.filename is None and exc.errno in STDOUT_ERRNOS:  # e.g. `kgen render > /dev/full`
+                _fail(stdout_error(exc))
+            raise
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
@@ -255,6 +351,7 @@ def cli() -> None:
 @click.option(
     "--preset",
     metavar="NAME",
+    shell_complete=lambda ctx, param, word: [n for n in _preset_names() if n.startswith(word)],
     help="Preset to start from (2node-test when nothing else says what to run; see `kgen presets list`).",
 )
 @click.option("--nodes", metavar="N", help="Number of nodes (pods).")
@@ -265,7 +362,7 @@ def cli() -> None:
     help="Indexed Job (default), StatefulSet, or JobSet (needs the JobSet controller; docs/jobset.md).",
 )
 @click.option("--name", metavar="NAME", help="Job/StatefulSet and Service name (a DNS label).")
-@click.option("--namespace", metavar="NS", help="Namespace of every object.")
+@click.option("-n", "--namespace", metavar="NS", help="Namespace of every object.")
 @click.option("--image", metavar="IMAGE", help="Container image with python3 and torch.")
 @click.option(
     "--queue",
@@ -292,8 +389,8 @@ def cli() -> None:
     help=f"Oldest Kubernetes the output must run on (default {DEFAULT_KUBERNETES_VERSION}, 1.27 ... 1.37); "
     "1.31+ adds podFailurePolicy, 1.34+ podReplacementPolicy.",
 )
-@click.option("-o", "--output", metavar="FILE", help="Write to FILE (atomically) instead of stdout.")
-@click.option("--format", "output_format", default="yaml", metavar="yaml|json", help="Output format.")
+@output_format_option(RENDER_FORMATS, "yaml", help="Output format (json: a kubectl List).")
+@output_file_option()
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS...]]")
 def render(
     preset,
@@ -310,8 +407,8 @@ def render(
     values_files,
     sets,
     kubernetes_version,
-    output,
     output_format,
+    output_file,
     command,
 ) -> None:
     """Render a headless Service, an Indexed Job (or StatefulSet) and the entrypoint ConfigMap.
@@ -321,8 +418,9 @@ def render(
     """
     from kgen.api import RenderRequest, render_with_warnings, stderr_lines
 
-    _check_output(output)
-    stdin = sys.stdin.read() if "-" in values_files else None
+    check_format(output_format, RENDER_FORMATS)
+    check_output_file(output_file)
+    stdin = read_stdin_values(values_files)
     request = RenderRequest(
         stdin=stdin,
         preset=preset,
@@ -344,18 +442,23 @@ def render(
         kubernetes_version=kubernetes_version,
         output_format=output_format,
     )
-    result = render_with_warnings(request)
+    with corrected_launcher("kgen render"):
+        result = render_with_warnings(request)
     for line in stderr_lines(result):  # the self-check's warnings: the manifest is printed, the user told
         click.echo(f"kgen: {line}", err=True)
-    text = result.text
-    if output:
-        write_output(output, text)
-    else:
-        click.echo(text, nl=False)
+    write_output(output_file, result.text)
 
 
 @cli.command()
 @click.argument("paths", nargs=-1, metavar="[PATH|DIR|-]...")
+@click.option(
+    "-f",
+    "--filename",
+    "filenames",
+    metavar="PATH|DIR|-",
+    multiple=True,
+    help="A file, folder or - (stdin) to lint, as kubectl apply -f takes it (repeatable; same as a PATH).",
+)
 @click.option(
     "--kubernetes-version",
     default=DEFAULT_KUBERNETES_VERSION,
@@ -371,12 +474,9 @@ def render(
     help="Rule ids to skip (comma-separated, repeatable, any case).",
 )
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 1), like `helm lint --strict`.")
-@click.option(
-    "--format",
-    "output_format",
-    default="text",
-    show_default=True,
-    metavar="text|json|github|sarif|junit",
+@output_format_option(
+    LINT_FORMATS,
+    "text",
     help="Output format: github = GitHub Actions annotations, sarif = SARIF 2.1.0 (code scanning).",
 )
 @click.option(
@@ -392,7 +492,7 @@ def render(
     help="Schemas for CRDs: a folder, or a kubeconform-style template such as "
     "'schemas/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json'.",
 )
-@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE (atomically) instead of stdout.")
+@output_file_option("Write the report to FILE (atomically) instead of stdout.")
 @click.option("--list-rules", is_flag=True, help="Print every rule id, severity and summary, then exit.")
 @click.option(
     "--exclude",
@@ -406,13 +506,14 @@ def render(
 )
 def lint(
     paths,
+    filenames,
     kubernetes_version,
     skip,
     strict,
     output_format,
     engine,
     schema_location,
-    output,
+    output_file,
     list_rules,
     exclude,
     summary,
@@ -426,8 +527,8 @@ def lint(
     Examples:
       kgen lint deploy/                 # every *.yaml / *.yml below deploy/
       kgen render --preset 4x8 | kgen lint -
-      kgen lint --strict --format junit -o report.xml manifests/   (CI)
-      kgen lint --format github deploy/ # annotations in a GitHub Actions run
+      kgen lint --strict -o junit --output-file report.xml manifests/   (CI)
+      kgen lint -o github deploy/       # annotations in a GitHub Actions run
       kgen lint --skip KG102,KG111 manifests/
       kgen lint --summary --exclude 'legacy/**' --exclude '*.tmpl.yaml' deploy/
     Rules: docs/lint.md. Per object: annotation kgen.dev/lint-skip: "KG102,KG111".
@@ -443,16 +544,14 @@ def lint(
         from kgen.lint.registry import load_rules
         from kgen.output import rules_listing
 
+        check_format(output_format, LINT_FORMATS)
         if output_format not in ("text", "json"):
-            raise KgenError(f'must be text or json with --list-rules, got "{output_format}"', option="--format")
+            raise KgenError(f'must be text or json with --list-rules, got "{output_format}"', option="-o/--output")
         listing = rules_listing(sorted(load_rules().values(), key=lambda r: r.id), output_format)
-        if output:
-            write_output(output, listing)
-        else:
-            click.echo(listing, nl=False)
+        write_output(output_file, listing)
         return
-    if output_format not in FORMATS:
-        raise KgenError(f'must be {", ".join(FORMATS[:-1])} or {FORMATS[-1]}, got "{output_format}"', option="--format")
+    check_format(output_format, FORMATS)
+    check_output_file(output_file)
     if summary and output_format != "text":
         raise KgenError(
             f"goes with the text format only (json always has a summary), got {output_format}", option="--summary"
@@ -466,19 +565,17 @@ def lint(
         fail_on_warnings=strict,
         exclude=tuple(exclude),
     )
-    if not paths and sys.stdin.isatty():
+    inputs = [*filenames, *paths]
+    if not inputs and sys.stdin.isatty():
         raise KgenError("no input: pass files or folders, or '-' to read stdin (e.g. kgen render | kgen lint -)")
-    result = lint_paths(list(paths) or ["-"], opts)
+    result = lint_paths(inputs or ["-"], opts)
     for skipped in result.skipped:
         click.echo(f"kgen: info: {skipped.path}: skipped, {skipped.reason}", err=True)
     buf = io.StringIO()
     write_findings(result, output_format, buf)
     if summary and output_format == "text":
         buf.write(summary_line(result) + "\n")
-    if output:
-        write_output(output, buf.getvalue())
-    else:
-        click.echo(buf.getvalue(), nl=False)
+    write_output(output_file, buf.getvalue())
     if result.input_errors:
         first = result.input_errors[0]
         more = f" (and {len(result.input_errors) - 1} more)" if len(result.input_errors) > 1 else ""
@@ -519,14 +616,16 @@ def presets_show(name: str) -> None:
 
 @cli.command("entrypoint")
 @click.option("--path", "show_path", is_flag=True, help="Print where the installed script is instead of its text.")
-@click.option("-o", "--output", metavar="FILE", help="Write the script to FILE (safely; - for stdout).")
-def entrypoint(show_path: bool, output: str | None) -> None:
+@output_file_option("Write the script to FILE (safely; - for stdout).")
+@no_formats_option("kgen entrypoint")
+def entrypoint(show_path: bool, output_file: str | None) -> None:
     """Print the in-pod entrypoint script (kgen_entrypoint.py), for bare metal and custom images.
 
     \b
     Examples:
-      kgen entrypoint -o kgen_entrypoint.py             # bare metal: copy to every node, then on each
-      python3 kgen_entrypoint.py -- train.py --lr 3e-4  #   (NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT set)
+      kgen entrypoint --output-file kgen_entrypoint.py  # bare metal: copy to every node, then on each
+      python3 kgen_entrypoint.py -- train.py --lr 3e-4  #   with NNODES, NPROC_PER_NODE, NODE_RANK,
+                                                        #   MASTER_ADDR and MASTER_PORT set
       kgen entrypoint > docker/kgen_entrypoint.py       # custom image: COPY it in
       kgen entrypoint --path
     It is the same file `kgen render` ships in the <name>-entrypoint ConfigMap (docs/entrypoint.md).
@@ -534,9 +633,9 @@ def entrypoint(show_path: bool, output: str | None) -> None:
     from kgen.resources import entrypoint_path
 
     path = entrypoint_path()
-    _check_output(output)
-    if show_path and output:
-        raise KgenError("cannot be used with -o/--output; choose one", option="--path")
+    check_output_file(output_file)
+    if show_path and output_file:
+        raise KgenError("cannot be used with --output-file; choose one", option="--path")
     if show_path:
         click.echo(str(path))
         return
@@ -544,16 +643,11 @@ def entrypoint(show_path: bool, output: str | None) -> None:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise KgenError(f"cannot read the bundled entrypoint {path}: {exc.strerror}; reinstall kgen") from None
-    if output:
-        write_output(output, text)
-    else:
-        click.echo(text, nl=False)
+    write_output(output_file, text)
 
 
 @cli.command("values")
-@click.option(
-    "--format", "output_format", default="text", show_default=True, metavar="text|markdown", help="Output format."
-)
+@output_format_option(("text", "markdown"), "text")
 def values_reference(output_format: str) -> None:
     """The values reference: every key of a values file (and of --set), with its type, default and meaning.
 
@@ -561,13 +655,55 @@ def values_reference(output_format: str) -> None:
     Nested keys are dotted: nccl.debug is `nccl: {debug: INFO}` in a file, --set nccl.debug=INFO.
     Examples:
       kgen values
-      kgen values --format markdown     # the README's table
+      kgen values -o markdown           # the README's table
     """
     from kgen.reference import values_reference as reference
 
-    if output_format not in ("text", "markdown"):
-        raise KgenError(f'must be text or markdown, got "{output_format}"', option="--format")
+    check_format(output_format, ("text", "markdown"), files=False)
     click.echo(reference(output_format), nl=False)
+
+
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+
+
+@cli.command("completion")
+@click.argument(
+    "shell",
+    metavar="bash|zsh|fish",
+    shell_complete=lambda ctx, param, word: [s for s in COMPLETION_SHELLS if s.startswith(word)],
+)
+def completion(shell: str) -> None:
+    """Print the shell completion script for kgen (commands, options, preset names, files).
+
+    \b
+    Examples:
+      source <(kgen completion bash)                            # this shell; bash 4.4+
+      kgen completion bash > ~/.local/share/bash-completion/completions/kgen
+      kgen completion zsh > "${fpath[1]}/_kgen"                  # then restart zsh
+      kgen completion fish > ~/.config/fish/completions/kgen.fish
+    The script calls kgen with _KGEN_COMPLETE set (click's completion protocol).
+    """
+    from click.shell_completion import get_completion_class
+
+    if shell not in COMPLETION_SHELLS:
+        raise KgenError(f'must be bash, zsh or fish, got "{shell}"', option="kgen completion")
+    cls = get_completion_class(shell)
+    assert cls is not None  # click ships all three
+    click.echo(cls(cli, {}, "kgen", "_KGEN_COMPLETE").source())
+
+
+@cli.command("version")
+@output_format_option(("text", "json"), "text")
+def version(output_format: str) -> None:
+    """Print kgen's version (the same as `kgen --version`); -o json for scripts."""
+    import json
+    import platform
+
+    check_format(output_format, ("text", "json"), files=False)
+    if output_format == "json":
+        click.echo(json.dumps({"kgen": __version__, "python": platform.python_version()}, indent=2))
+    else:
+        click.echo(f"kgen {__version__}")
 
 
 from kgen.cli_cluster import register as _register_cluster_verbs  # noqa: E402  (status/logs/stop/submit/list)

@@ -3,9 +3,10 @@
 Thin click commands: flags -> kgen.cluster.client (the only importer of `kubernetes`, imported
 lazily here so that `kgen render`/`lint`/`--help` never load it) -> kgen.cluster.verdict -> views.
 
-Exit codes of `kgen status` (and of `--watch`, `submit --wait`): 0 succeeded, 1 failed, 3 running
-(starting, running, degraded or restarting), 4 pending (unschedulable, image pull errors); 2 is always bad
-input or a cluster error (no kubeconfig, unreachable, forbidden, unknown run), one line on stderr.
+Exit codes of `kgen status` (and of `--watch`), contract C2, from kgen.cluster.verdict.status_exit: 0 unless
+the run failed (1); with --exit-code the state's own code: 0 succeeded, 1 failed, 3 running (starting,
+running, degraded or restarting), 4 pending (unschedulable, image pull errors). 2 is always bad input or a
+cluster error (no kubeconfig, unreachable, forbidden, unknown run), one line on stderr.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import click
 
+from kgen.cli_options import check_format, output_format_option
 from kgen.cluster.errors import ClusterError, MissingClient
 from kgen.errors import UsageError
 
+STATUS_FORMATS = LIST_FORMATS = ("text", "wide", "json", "yaml")  # kgen.cluster.views (not imported here: lazy)
 SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 LOG_TAIL_FOR_VERDICT = 200  # lines: a FAIL-STOP line is followed by torchrun's ~35-line traceback
 MAX_VERDICT_LOGS = 8  # log tails fetched for the root cause (victims tell who they lost)
@@ -108,46 +111,57 @@ def fetch_verdict_logs(cluster, pods, workload) -> dict[str, str]:
 STATUS_EPILOG = """\b
 Examples:
   kgen status llama-70b                 # one row per node rank, then the verdict
+  kgen status llama-70b -o wide         # ... with generation, pod IP and readiness
   kgen status llama-70b -o json | jq .root_cause
-  kgen status llama-70b --watch         # follow until the run ends; exit code = final state
+  kgen status llama-70b --watch         # follow until the run ends
   kgen status llama-70b -n team-a --context prod
+  kgen status llama-70b --exit-code || echo "not done: $?"   # scripts: 3 running, 4 pending
 
 \b
-Exit codes: 0 succeeded, 1 failed, 3 running (starting, running, degraded, restarting),
-4 pending (unschedulable, image pull errors), 2 bad input or cluster error.
+Exit codes: 0 unless the run failed (1); 2 bad input, cluster error or no such run.
+With --exit-code: 0 succeeded, 1 failed, 3 running (starting, running, degraded,
+restarting), 4 pending (unschedulable, image pull errors).
 """
 
 
 @click.command("status", epilog=STATUS_EPILOG, context_settings=SETTINGS)
 @click.argument("name")
 @cluster_options
-@click.option("-o", "--output", "output_format", default="text", metavar="text|json", help="Output format.")
+@output_format_option(STATUS_FORMATS, "text", help="Output format (wide: also generation, pod IP, readiness).")
 @click.option(
     "-w", "--watch", is_flag=True, help="Follow the run's pods and workload; print each change until it ends."
 )
 @click.option("--no-logs", is_flag=True, help="Do not read log tails (FAIL-STOP lines) for the root cause.")
 @click.option("--brief", is_flag=True, help="Only the verdict, no row per rank.")
-def status(name, namespace, context, kubeconfig, output_format, watch, no_logs, brief):
+@click.option(
+    "--exit-code",
+    "state_codes",
+    is_flag=True,
+    help="Exit with the state's code: 0 succeeded, 1 failed, 3 running, 4 pending (default: 0 unless failed).",
+)
+def status(name, namespace, context, kubeconfig, output_format, watch, no_logs, brief, state_codes):
     """Show a run: one row per node rank and one verdict line (root cause of a failure).
 
     NAME is the run name (kgen render --name): its Job or StatefulSet and its pods are found by
     kgen's labels.
     """
     from kgen.cluster import views
+    from kgen.cluster.verdict import status_exit
 
-    if output_format not in ("text", "json"):
-        raise UsageError(f'must be text or json, got "{output_format}"', option="-o/--output")
+    check_format(output_format, STATUS_FORMATS, files=False)
     cluster = connect(namespace, context, kubeconfig)
     v, raw = gather(cluster, name, with_logs=not no_logs)
     if not watch:
-        click.echo(views.status_json(v) if output_format == "json" else views.status_text(v, rows=not brief), nl=False)
-        sys.exit(v.exit_code)
+        click.echo(views.status_view(v, output_format, rows=not brief), nl=False)
+        sys.exit(status_exit(v.state, state_codes))
     v = watch_run(cluster, name, raw, output_format, brief, no_logs)
-    sys.exit(v.exit_code)
+    sys.exit(status_exit(v.state, state_codes))
 
 
-def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: bool = False, timeout=None):
-    """Follow the pod and workload watches; print each new verdict line; return the final verdict."""
+def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: bool = False, timeout=None, until=None):
+    """Follow the pod and workload watches; print each new verdict line; return the final verdict.
+    Ends when the run ends, when it runs (``until_running``), after ``timeout`` seconds, or once the
+    threading.Event ``until`` is set (a caller that follows for its own reason)."""
     import queue
 
     from kgen.cluster import views
@@ -157,10 +171,7 @@ def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: 
     pods, workload, events, logs = raw
     state = RunState(name, pods, workload, events, logs)
     v = state.verdict()
-    if output_format == "text":
-        click.echo(views.status_text(v, rows=not brief), nl=False)
-    else:
-        click.echo(views.status_json(v), nl=False)
+    click.echo(views.status_view(v, output_format, rows=not brief, document=True), nl=False)
     if terminal(v, state.workload) or (until_running and v.state == "running"):
         return v
     kind = (workload or {}).get("kind") or "Job"
@@ -194,7 +205,7 @@ def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: 
                 ev = events_q.get(timeout=1.0)
             except queue.Empty:
                 ev = None
-            if deadline and time.monotonic() > deadline:
+            if (deadline and time.monotonic() > deadline) or (until is not None and until.is_set()):
                 break
             if ev is None or ev.get("type") == "ENDED":
                 continue
@@ -205,10 +216,10 @@ def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: 
             if v.headline != last:
                 last = v.headline
                 stamp = time.strftime("%H:%M:%S", time.gmtime())
-                if output_format == "text":
+                if output_format in ("text", "wide"):
                     click.echo(f"{stamp}  {v.headline}")
                 else:
-                    click.echo(views.status_json(v), nl=False)
+                    click.echo(views.status_view(v, output_format, document=True), nl=False)
             if terminal(v, state.workload) or (until_running and v.state == "running"):
                 break
     finally:
@@ -221,11 +232,9 @@ def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: 
         if not no_logs:
             state.logs.update(fetch_verdict_logs(cluster, list(state.pods.values()), state.workload))
         v = state.verdict()
-        if output_format == "text":
+        if output_format in ("text", "wide"):
             click.echo("")
-            click.echo(views.status_text(v, rows=not brief), nl=False)
-        else:
-            click.echo(views.status_json(v), nl=False)
+        click.echo(views.status_view(v, output_format, rows=not brief, document=True), nl=False)
     return v
 
 
@@ -460,6 +469,16 @@ def apply_all(cluster, docs: list[dict]) -> None:
         click.echo(f"{kind.lower()}/{name} applied (server-side, field manager kgen)")
 
 
+def print_dry_run(docs: list[dict], outcome: str) -> None:
+    """The objects of a dry run as YAML on stdout (the API server's answers for --dry-run=server), one line
+    on stderr per object and what happened."""
+    from kgen.yamlio import dump_yaml
+
+    click.echo(dump_yaml(docs), nl=False)
+    names = ", ".join(f"{d.get('kind', '?').lower()}/{(d.get('metadata') or {}).get('name')}" for d in docs)
+    click.echo(f"kgen: dry run: {names} would be applied (server-side, field manager kgen); {outcome}", err=True)
+
+
 def rollback(cluster, created: list[tuple[str, str]]) -> str:
     """Delete what this submit created, newest first; a one-line account of it."""
     done, failed = [], []
@@ -481,16 +500,18 @@ Examples:
   kgen submit --nodes 2 --gpus 0 --wait         # the smoke test; wait until every rank runs
   kgen submit -f prod.yaml --name llama-70b --replace   # stop the old run of that name first
   kgen submit --kind jobset --nodes 4 --gpus 8  # needs the JobSet CRD (checked before applying)
+  kgen submit --preset 4x8 --dry-run -- train.py          # print what would be applied, change nothing
+  kgen submit --preset 4x8 --dry-run=server -- train.py   # ... as the API server would take it
 
 \b
-Render options are those of `kgen render` (all but -o/--output and --format); the manifest is
+Render options are those of `kgen render` (all but -o/--output and --output-file); the manifest is
 linted, then applied with server-side apply (field manager "kgen"): ConfigMap, Service, workload.
 If an apply fails, the objects this submit created are deleted again. A run of the same name must
 be stopped first (a Job's pod template is immutable): `kgen stop NAME`, another --name, or --replace.
 """
 
 # Render's options that only say where render writes its text: submit applies instead.
-RENDER_OUTPUT_OPTIONS = ("output", "output_format")
+RENDER_OUTPUT_OPTIONS = ("output_file", "output_format")
 # RenderRequest's own fields; every other render option is a values flag (kgen.api.FLAG_NAMES).
 REQUEST_FIELDS = ("preset", "values_files", "sets", "env", "command", "kubernetes_version")
 
@@ -513,29 +534,63 @@ def render_options(render_command: click.Command) -> list[click.Parameter]:
 @click.option("--replace", is_flag=True, help="Stop an existing run of the same name first (waits for its pods).")
 @click.option("--wait", is_flag=True, help="Show progress until every rank runs or the run ends.")
 @click.option("--timeout", default=600.0, show_default=True, metavar="SECONDS", help="Bound for --wait/--replace.")
+@click.option(
+    "--dry-run",
+    "dry_run",
+    is_flag=False,
+    flag_value="client",
+    default="none",
+    metavar="[client|server]",
+    help="Print what would be applied and change nothing: client (--dry-run alone) needs no cluster; "
+    "server sends it to the API server as a dry run (admission, defaults, conflicts).",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS...]]")
-def submit(namespace, context, kubeconfig, replace, wait, timeout, command, **render_params):
+def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, command, **render_params):
     """Render, lint and apply a run in one step, after checking no run of that name exists."""
     import sys
 
     from kgen.api import RenderRequest, render_checked, stderr_lines
+    from kgen.cli import corrected_launcher, read_stdin_values
 
     check_timeout(timeout)
+    if dry_run not in ("none", "client", "server"):
+        raise UsageError(
+            f'must be client or server, got "{dry_run}"', option="--dry-run", hint="--dry-run alone is client"
+        )
+    if dry_run != "none" and wait:
+        raise UsageError("a dry run starts nothing to wait for", option="--wait", hint="drop --wait or --dry-run")
     fields = {k: render_params.pop(k) for k in REQUEST_FIELDS if k != "command"}
-    stdin = sys.stdin.read() if "-" in (fields.get("values_files") or ()) else None  # `-f -`, as render
+
+    stdin = read_stdin_values(fields.get("values_files") or ())  # `-f -`, as render
     request = RenderRequest(
         **fields,
         command=command,
         stdin=stdin,
         flags={**render_params, "namespace": namespace},  # every other render option is a values flag
     )
-    checked = render_checked(request)
+    with corrected_launcher("kgen submit"):
+        checked = render_checked(request)
     spec, docs = checked.spec, checked.docs
+    if dry_run == "client":  # what would be applied, as kgen render prints it; no cluster is asked
+        for line in stderr_lines(checked):
+            click.echo(f"kgen: {line}", err=True)
+        print_dry_run(docs, "nothing was sent to a cluster (--dry-run=server asks the API server)")
+        return
     cluster = connect(spec.namespace or namespace, context, kubeconfig)
     preflight(cluster, docs)  # before anything is stopped or applied
     for line in stderr_lines(checked):  # what `kgen render` says on stderr, once the run can be applied
         click.echo(f"kgen: {line}", err=True)
     existing = cluster.workload(spec.name)
+    if existing is not None and dry_run == "server" and replace:
+        click.echo(f"kgen: dry run: run {spec.name} exists; --replace would stop it first (not stopped)", err=True)
+        existing = None
+    if dry_run == "server":
+        answers = []
+        for doc in docs:
+            doc.setdefault("metadata", {}).setdefault("namespace", cluster.namespace)
+            answers.append(cluster.apply(doc, dry_run=True))
+        print_dry_run(answers, "the API server accepted every object as a dry run; nothing was changed")
+        return
     if existing is not None:
         if not replace:
             from kgen.cluster.verdict import decide
@@ -556,8 +611,8 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, command, **re
         v, raw = gather(cluster, spec.name, with_logs=False)
         v = watch_run(cluster, spec.name, raw, "text", True, False, until_running=True, timeout=timeout)
         if v.state == "running" or terminal(v, raw[1]):
-            sys.exit(0 if v.state in ("running", "succeeded") else v.exit_code)
-        sys.exit(v.exit_code)
+            sys.exit(0 if v.state in ("running", "succeeded") else v.state_code)
+        sys.exit(v.state_code)  # the wait ended before every rank ran: the state's own code (3, 4)
 
 
 # ------------------------------------------------------------------------------------------ list
@@ -572,7 +627,7 @@ Examples:
 @click.command("list", epilog=LIST_EPILOG, context_settings=SETTINGS)
 @cluster_options
 @click.option("-A", "--all-namespaces", is_flag=True, help="Runs in every namespace.")
-@click.option("-o", "--output", "output_format", default="text", metavar="text|json", help="Output format.")
+@output_format_option(LIST_FORMATS, "text", help="Output format (wide: also ranks up and re-formations).")
 def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
     """The kgen-managed runs (found by kgen's labels): shape, kind, state, age and verdict."""
     import json
@@ -582,8 +637,7 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
     from kgen.cluster.labels import MANAGED_SELECTOR
     from kgen.cluster.verdict import INSTANCE_LABEL, decide
 
-    if output_format not in ("text", "json"):
-        raise UsageError(f'must be text or json, got "{output_format}"', option="-o/--output")
+    check_format(output_format, LIST_FORMATS, files=False)
     cluster = connect(namespace, context, kubeconfig)
     workloads = [w for k in ("Job", "StatefulSet", "JobSet") for w in cluster.list(k, MANAGED_SELECTOR, all_namespaces)]
     pods = cluster.list("Pod", MANAGED_SELECTOR, all_namespaces)
@@ -607,15 +661,20 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
                 "state": v.state,
                 "age": views.age(meta.get("creationTimestamp"), now),
                 "headline": v.headline,
+                "ranks_up": v.ranks_up,
+                "ranks_expected": v.ranks_expected,
+                "reformations": v.reformations,
             }
         )
     if output_format == "json":
         click.echo(json.dumps(runs, indent=2))
+    elif output_format == "yaml":
+        click.echo(views.to_yaml(runs), nl=False)
     elif not runs:
         where = "any namespace" if all_namespaces else f"namespace {cluster.namespace}"
         click.echo(f"no kgen runs in {where}")
     else:
-        for line in views.list_rows(runs):
+        for line in views.list_rows(runs, wide=output_format == "wide"):
             click.echo(line)
 
 

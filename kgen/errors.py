@@ -35,3 +35,18 @@ class InputError(KgenError):
 
 class RenderError(KgenError):
     """The templates produced something kgen refuses to print (a bug or an impossible spec)."""
+
+
+class NestedLauncherError(UsageError):
+    """The training command is itself a launcher (torchrun, accelerate launch, ...): kgen's entrypoint
+    starts torchrun already. ``use`` is the corrected call (the CLI rewrites it into the full command
+    line the user typed); ``command`` and ``add`` are its parts: the training command without the
+    launcher, and the kgen options that carry what the launcher was asked for."""
+
+    def __init__(self, problem: str, *, option: str, use: str, command: list[str], add: list[str], notes: list[str]):
+        self.problem, self.use, self.command, self.add, self.notes = problem, use, command, add, notes
+        super().__init__(problem, option=option)
+
+    def one_line(self) -> str:
+        notes = "".join(f"; {n}" for n in getattr(self, "notes", []))
+        return f"{self.option}: {self.problem}{notes}; use: {getattr(self, 'use', '')}"

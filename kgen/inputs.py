@@ -1,24 +1,80 @@
-"""Reading input text with bounds: a byte cap, and a stop at the first byte that cannot be YAML text.
+"""Reading what a user names as input: a file, or ``-`` for stdin, never more than a bound.
 
-``read_text`` is what ``kgen lint`` reads files and stdin with (and what any command reading a
-user's file can use): it reads in 1 MiB chunks and stops
+One job: bytes in, text out, or one InputError that names the input. No click, no printing;
+parsing is the caller's (values: kgen.layering; manifests: kgen.lint).
 
-- at the first byte that is not UTF-8, or a control character YAML does not allow (NUL, ESC ...),
-  so ``/dev/zero`` and ``/dev/urandom`` end after the first chunk, with the line and column;
-- past ``limit`` bytes (default ``MAX_FILE_BYTES``), so an endless stream (``yes | kgen lint -``)
-  ends after 64 MiB.
-
-Errors are ``InputError``s that carry the name, line and column (``NotText``), or name the limit
-(``TooLarge``) or the OS error (``Unreadable``: permission denied ...).
+- ``read_bytes`` / ``read_text`` (values files, ``kgen render -f``): a read stops after ``limit + 1``
+  bytes, so ``/dev/zero``, an endless pipe (``yes | kgen render -f -``) or a huge file end at once
+  with an error instead of filling memory. Decoding is strict UTF-8.
+- ``read_yaml_file`` / ``read_stream`` (``kgen lint``'s manifests): read in 1 MiB chunks and stop
+  at the first byte that is not UTF-8 or is a character YAML does not allow (NUL, ESC, C1 controls
+  ...), with its line and column (``NotText``), so ``/dev/zero`` and ``/dev/urandom`` end after the
+  first chunk; and past ``limit`` bytes (default ``MAX_FILE_BYTES``, 64 MiB: ``TooLarge``), so an
+  endless stream (``yes | kgen lint -``) ends too. OS errors other than a missing file are
+  ``Unreadable`` (permission denied ...). These errors carry ``problem`` (and ``line``/``column``)
+  so lint reports them as KG004 findings.
 """
 
 from __future__ import annotations
 
 import codecs
 import re
-from typing import IO, Any
+import sys
+from typing import IO, Any, BinaryIO
 
 from kgen.errors import InputError
+
+STDIN_NAME = "<stdin>"
+
+
+def input_name(path: str) -> str:
+    """How messages name an input: the path, or ``<stdin>`` for ``-``."""
+    return STDIN_NAME if path == "-" else path
+
+
+def size_text(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
+
+
+def read_bytes(path: str, *, limit: int, stdin: BinaryIO | None = None, what: str = "input") -> bytes:
+    """At most ``limit`` bytes of ``path`` (``-``: ``stdin``, default the process's stdin).
+
+    Raises InputError: unreadable (``cannot read X: ...``), or larger than ``limit`` (``X: larger than
+    1 MiB, the most kgen reads as one <what>``)."""
+    name = input_name(path)
+    try:
+        if path == "-":
+            stream = stdin if stdin is not None else sys.stdin
+            data = getattr(stream, "buffer", stream).read(limit + 1)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(limit + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read {name}: {exc.strerror or exc}") from None
+    if isinstance(data, str):  # a text stream without a binary buffer (a Python caller's StringIO)
+        data = data.encode("utf-8")
+    if len(data) > limit:
+        raise InputError(
+            f"{name}: larger than {size_text(limit)}, the most kgen reads as one {what}",
+            hint="is it the right file?",
+        )
+    return data
+
+
+def read_text(path: str, *, limit: int, stdin: BinaryIO | None = None, what: str = "input") -> str:
+    """``read_bytes`` decoded as UTF-8 (a leading byte-order mark dropped); InputError when it is not text."""
+    data = read_bytes(path, limit=limit, stdin=stdin, what=what)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{input_name(path)}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifests for kgen lint: chunked, checked as they are read
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 """One input file or stdin. kubectl has no such limit, but no object exceeds the API server's 3 MiB
@@ -46,7 +102,7 @@ class TooLarge(InputError):
     def __init__(self, name: str, limit: int) -> None:
         self.name, self.limit = name, limit
         self.problem = (
-            f"larger than {_mib(limit)}; kgen reads at most {_mib(limit)} per file or stream "
+            f"larger than {size_text(limit)}; kgen reads at most {size_text(limit)} per file or stream "
             "(split it, or lint the folder it came from)"
         )
         super().__init__(f"{name}: {self.problem}")
@@ -66,11 +122,7 @@ def not_yaml_character(text: str, start: int = 0) -> int | None:
     return m.start() if m else None
 
 
-def _mib(n: int) -> str:
-    return f"{n // 2**20} MiB" if n >= 2**20 else f"{n} bytes"
-
-
-def read_text(path: str, limit: int = MAX_FILE_BYTES) -> str:
+def read_yaml_file(path: str, limit: int = MAX_FILE_BYTES) -> str:
     """The UTF-8 text of the file at ``path`` (any readable file: also /dev/stdin, a FIFO).
     FileNotFoundError and IsADirectoryError are passed on; other OS errors are ``Unreadable``."""
     try:
@@ -92,7 +144,7 @@ def read_text(path: str, limit: int = MAX_FILE_BYTES) -> str:
 
 def read_stream(stream: IO[Any], name: str, limit: int = MAX_FILE_BYTES) -> str:
     """Read ``stream`` (binary, or text when it has no byte buffer, e.g. a StringIO) like
-    ``read_text``."""
+    ``read_yaml_file``."""
     raw = getattr(stream, "buffer", None)
     if raw is not None:
         stream = raw

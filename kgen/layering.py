@@ -11,9 +11,9 @@ ruamel.yaml reads both (it is loaded for rendering anyway; PyYAML stays off the 
 from __future__ import annotations
 
 import copy
+import json
 import re
 import warnings
-from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -71,6 +71,7 @@ def not_a_mapping(prefix: str, value: Any, where: str) -> UsageError:
     )
 
 
+VALUE_FROM = re.compile(r"""\s*\{\s*["']?valueFrom["']?\s*:""")  # --set env.NAME={valueFrom: ...}
 _SHELL_OPERATORS = {"|", "||", "&", "&&", ";", ";;", ">", ">>", "<", "<<", "(", ")"}
 
 
@@ -142,6 +143,25 @@ def convert(key: str, raw: Any, typed: Any, where: str) -> Any:
         if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
             raise bad("a list of strings")
         return list(raw)
+    if kind == "env":  # NAME: string, or NAME: {valueFrom: ...} (typed: `optional: true` is a boolean)
+        if raw is None or raw == "":
+            return {}
+        if not isinstance(raw, dict):
+            raise bad("a mapping of NAME: value (or NAME: {valueFrom: ...})")
+        out: dict[str, Any] = {}
+        for name, val in raw.items():
+            if isinstance(val, dict):  # as written, every scalar a string (kgen.envvars converts `optional`)
+                out[str(name)] = val
+            elif isinstance(val, str):
+                out[str(name)] = val
+            else:
+                shown = "nothing" if val is None else f'"{val}"'
+                raise UsageError(
+                    f"{name}: must be a string or {{valueFrom: ...}}, got {shown}",
+                    option=where,
+                    hint='quote an empty value: NAME: ""',
+                )
+        return out
     if kind == "dict[str,str]":
         if raw is None or raw == "":
             return {}
@@ -170,8 +190,78 @@ def _reader(typ: str) -> YAML:
     return y
 
 
+# Bounds on one values input (-f FILE, -f -, a --set flow value). A values file is a few KB of at most
+# a dozen levels (a pod affinity is the deepest Kubernetes form it passes through); these bounds are far
+# above that and far below what hangs or crashes the parsers: ruamel composes recursively (a 400-deep
+# mapping overflowed the stack) and the render expands every alias (a 9-level alias bomb is 10^9 nodes).
+MAX_VALUES_BYTES = 1 << 20
+MAX_DEPTH = 100
+MAX_NODES = 100_000  # scalars and collections, aliases expanded
+
+
+def check_shape(text: str, where: str) -> bool:
+    """One streaming pass over the parser's events (no recursion, no tree), before anything is composed:
+    at most one document, nesting at most MAX_DEPTH, at most MAX_NODES nodes with aliases expanded.
+    False when the input holds no document at all (empty, or only comments); raises InputError otherwise."""
+    from ruamel.yaml.events import (
+        AliasEvent,
+        CollectionEndEvent,
+        CollectionStartEvent,
+        DocumentStartEvent,
+        ScalarEvent,
+    )
+
+    documents = total = 0
+    sizes: dict[str, int] = {}  # anchor -> nodes it stands for, expanded
+    open_nodes: list[tuple[str | None, int]] = []  # collections being read: (anchor, total before it)
+    try:
+        for event in _reader("base").parse(text):
+            if isinstance(event, ScalarEvent):
+                total += 1
+                if event.anchor:
+                    sizes[event.anchor] = 1
+            elif isinstance(event, CollectionStartEvent):
+                total += 1
+                open_nodes.append((event.anchor, total - 1))
+                if len(open_nodes) > MAX_DEPTH:
+                    raise InputError(
+                        f"{where}:{event.start_mark.line + 1}: nests deeper than {MAX_DEPTH} levels",
+                        hint="a values file is a mapping of a few levels; is it the right file?",
+                    )
+            elif isinstance(event, CollectionEndEvent):
+                anchor, before = open_nodes.pop()
+                if anchor:
+                    sizes[anchor] = total - before
+            elif isinstance(event, AliasEvent):
+                total += sizes.get(event.anchor, 1)  # an unknown alias: the parse below names it
+            elif isinstance(event, DocumentStartEvent):
+                documents += 1
+                if documents > 1:
+                    raise InputError(
+                        f"{where}:{event.start_mark.line + 1}: a second YAML document starts here (---); "
+                        "a values file is one mapping of values",
+                        hint="merge the documents, or put each in its own file and give -f once per file",
+                    )
+            if total > MAX_NODES:
+                raise InputError(
+                    f"{where}: more than {MAX_NODES} values with its YAML aliases expanded (an alias bomb?)",
+                    hint="write the values out, or use fewer aliases",
+                )
+    except MarkedYAMLError:
+        return True  # a syntax error: the load below reports it with its line
+    except YAMLError:
+        return True
+    return documents > 0
+
+
 def load_values_text(text: str, where: str) -> tuple[dict, dict]:
     """Parse a values document twice: strings-only (for typed conversion) and YAML-1.1 typed."""
+    if not text.strip():
+        if where == "<stdin>":
+            raise InputError("<stdin>: empty input; no values to read", hint="did the command before the pipe fail?")
+        raise InputError(f"{where}: empty file; no values in it", hint="did the command that wrote it fail?")
+    if not check_shape(text, where):
+        return {}, {}  # comments only: a values file that sets nothing yet
     try:
         raw = _reader("base").load(text)
         with warnings.catch_warnings():  # ruamel warns that YAML 1.1 floats need a dot (1e3)
@@ -185,10 +275,14 @@ def load_values_text(text: str, where: str) -> tuple[dict, dict]:
         raise InputError(f"{where}{line}: {problem}", hint=hint) from None
     except YAMLError as exc:
         raise InputError(f"{where}: {str(exc).splitlines()[0]}", hint="fix the YAML syntax") from None
-    if raw is None:
-        return {}, {}
+    if raw is None or raw == "" and typed is None:  # only `---`: a document with nothing in it
+        raise InputError(
+            f"{where}: holds an empty YAML document (only ---): no values in it",
+            hint="write values such as nodes: 4 below the ---, or drop this -f",
+        )
     if not isinstance(raw, dict):
-        raise InputError(f"{where}: must be a mapping of values (key: value), got a {type(typed).__name__}")
+        what = "a list" if isinstance(typed, list) else f'the single value "{raw}"'
+        raise InputError(f"{where}: must be a mapping of values (key: value, e.g. nodes: 4), got {what}")
     return raw, typed
 
 
@@ -216,7 +310,7 @@ class Layers:
         self.values, self.origins = defaults()
 
     def apply(self, key: str, value: Any, origin: str, merge: bool = True) -> None:
-        if merge and VALUES[key][0] == "dict[str,str]":
+        if merge and VALUES[key][0] in ("dict[str,str]", "env"):
             merged = dict(self.values[key])
             merged.update(value)
             value = merged
@@ -229,14 +323,14 @@ class Layers:
             self.apply(key, convert(key, r, t, origin), origin)
 
     def apply_file(self, path: str) -> None:
-        where = path
+        from kgen.inputs import read_text
+
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"cannot read {path}: {exc.strerror}", option="-f/--values") from None
-        except UnicodeDecodeError:
-            raise InputError(f"{path} is not UTF-8 text", option="-f/--values") from None
-        self.apply_text(text, where)
+            text = read_text(path, limit=MAX_VALUES_BYTES, what="values file")
+        except InputError as exc:
+            exc.option = "-f/--values"
+            raise
+        self.apply_text(text, path)
 
     def apply_text(self, text: str, where: str) -> None:
         """A values document given as text (``-f -``: the CLI reads stdin); ``where`` names it in errors."""
@@ -258,7 +352,7 @@ class Layers:
         dotted = ".".join(parts)
         if dotted in VALUES:
             kind = VALUES[dotted][0]
-            if kind in ("argv", "list[str]", "list[dict]", "dict", "dict[str,str]") and value.strip().startswith(
+            if kind in ("argv", "list[str]", "list[dict]", "dict", "dict[str,str]", "env") and value.strip().startswith(
                 ("[", "{")
             ):
                 raw, typed = load_values_text(f"v: {value}", where)
@@ -271,8 +365,13 @@ class Layers:
         # dict[str,str] entry: env.FOO=bar, labels.team=ml, nodeSelector.pool=a100
         for n in range(len(parts) - 1, 0, -1):
             head = ".".join(parts[:n])
-            if head in VALUES and VALUES[head][0] == "dict[str,str]":
-                self.apply(head, {".".join(parts[n:]): value}, where)
+            if head in VALUES and VALUES[head][0] in ("dict[str,str]", "env"):
+                entry = ".".join(parts[n:])
+                if VALUES[head][0] == "env" and VALUE_FROM.match(value):  # env.HF_TOKEN={valueFrom: ...}
+                    raw, typed = load_values_text(f"v: {{{json.dumps(entry)}: {value}}}", where)
+                    self.apply(head, convert(head, raw["v"], typed["v"], where), where)
+                else:
+                    self.apply(head, {entry: value}, where)
                 return
         raise unknown_key(dotted, "--set")
 

@@ -2,8 +2,11 @@
 
 A patch is applied to every rendered object whose kind (any case) and, if given, name match its
 target, after the templates are rendered and parsed and before kgen's lint self-check, so a
-patched manifest is checked like everything else. Merge rules, as RFC 7396 with one addition
-borrowed from Kubernetes' strategic merge patch:
+patched manifest is checked like everything else. Two target kinds name a role instead, so that one
+values file works with every --kind: ``Workload`` (the Job, StatefulSet or JobSet) and ``PodTemplate``
+(that workload's pod template: spec.template, or the JobSet's replicated Job's).
+
+Merge rules, as RFC 7396 with one addition borrowed from Kubernetes' strategic merge patch:
 
 - a mapping merges key by key; ``null`` removes a key; a scalar replaces;
 - a list replaces the list, except when the patch list and the existing list both hold only
@@ -56,28 +59,80 @@ def _merge_named(items: list[dict], patch: list[dict]) -> list[dict]:
     return out
 
 
+# Targets that name a role instead of a kind, so one values file patches every --kind alike (issue 15.4).
+WORKLOAD = "workload"  # the Job, StatefulSet or JobSet itself
+POD_TEMPLATE = "podtemplate"  # the workload's pod template, wherever the kind keeps it
+WORKLOAD_KINDS = ("Job", "StatefulSet", "JobSet")
+
+
+def pod_template_path(doc: dict) -> tuple[str | int, ...]:
+    """Where a workload keeps its pod template: spec.template (Job, StatefulSet), or the replicated Job's
+    (JobSet: spec.replicatedJobs[0].template.spec.template; kgen renders one replicated Job)."""
+    if doc.get("kind") == "JobSet":
+        return ("spec", "replicatedJobs", 0, "template", "spec", "template")
+    return ("spec", "template")
+
+
+def _at(doc: Any, path: tuple[str | int, ...]) -> Any:
+    for key in path:
+        doc = doc[key]
+    return doc
+
+
+def _put(doc: dict, path: tuple[str | int, ...], value: Any) -> dict:
+    """A copy of ``doc`` with ``value`` at ``path`` (the containers on the way copied, not the rest)."""
+    out = copy.copy(doc)
+    cur: Any = out
+    for key in path[:-1]:
+        cur[key] = copy.copy(cur[key])
+        cur = cur[key]
+    cur[path[-1]] = value
+    return out
+
+
 def apply_patches(docs: list[dict], patches: list[dict], origins: dict[str, str]) -> list[dict]:
-    """Apply each patch to the documents it targets; a patch that matches nothing is an error."""
+    """Apply each patch to the documents it targets; a patch that matches nothing is an error.
+
+    ``kind: Workload`` targets the Job, StatefulSet or JobSet, ``kind: PodTemplate`` its pod template,
+    whatever --kind rendered; any other kind is matched against the rendered objects' kinds (any case)."""
     from kgen.spec import patch_origin
 
     for i, item in enumerate(patches):
         target = item["target"]
         kind, name = target["kind"].lower(), target.get("name")
+        role = kind in (WORKLOAD, POD_TEMPLATE)
         hits = [
             n
             for n, doc in enumerate(docs)
-            if str(doc.get("kind", "")).lower() == kind and (name is None or doc["metadata"].get("name") == name)
+            if (doc.get("kind") in WORKLOAD_KINDS if role else str(doc.get("kind", "")).lower() == kind)
+            and (name is None or doc["metadata"].get("name") == name)
         ]
         if not hits:
             rendered = ", ".join(f"{d['kind']}/{d['metadata'].get('name')}" for d in docs)
             wanted = target["kind"] + (f"/{name}" if name is not None else "")
+            if not role:
+                rendered += "; kind Workload or PodTemplate targets the workload whatever its kind"
             raise UsageError(
                 f"target {wanted} matches no rendered object (rendered: {rendered})",
                 option=patch_origin(origins, i),
                 hint="fix target.kind or target.name",
             )
         for n in hits:
-            patched = merge_patch(docs[n], item["patch"])
+            if kind == POD_TEMPLATE:
+                path = pod_template_path(docs[n])
+                patched = _put(docs[n], path, merge_patch(_at(docs[n], path), item["patch"]))
+                template_labels = _changed_reserved_label(
+                    {"metadata": _at(docs[n], path).get("metadata")}, {"metadata": _at(patched, path).get("metadata")}
+                )
+                if template_labels:
+                    raise UsageError(
+                        f"patch: changes label {template_labels[0]} of the pod template, which is set by "
+                        f"{template_labels[1]}",
+                        option=patch_origin(origins, i),
+                        hint="patch other labels",
+                    )
+            else:
+                patched = merge_patch(docs[n], item["patch"])
             what = f"{docs[n]['kind']}/{docs[n]['metadata'].get('name')}"
             lost = [path for path in KEPT_PATHS if _has(docs[n], path) and not _has(patched, path)]
             if lost:

@@ -92,6 +92,8 @@ def write_file(path: str | Path, data: bytes, *, durable: bool = False) -> None:
     - A symlink stays a symlink: its (final) target gets the data; a dangling link's target is created.
     - A regular file is replaced all-or-nothing (a temp file in its folder, then a rename), keeping its
       mode and, where permitted, its owner and group. A hard link to it elsewhere keeps the old data.
+      A file the caller may not write (``open(O_WRONLY)`` fails: 0444 without CAP_DAC_OVERRIDE) is not
+      replaced: PermissionError, as the shell's ``>`` does.
     - A new file gets ``0666 & ~umask`` (the kernel applies the umask and any default ACL).
     - A character device, FIFO or any other non-regular file is opened and written, never replaced.
     - An open file named through /proc (``-o /dev/stdout``) is opened, truncated and written, as the
@@ -109,7 +111,16 @@ def write_file(path: str | Path, data: bytes, *, durable: bool = False) -> None:
     if st is not None and (not stat.S_ISREG(st.st_mode) or is_fd_link(target)):
         _write_in_place(target, data, truncate=stat.S_ISREG(st.st_mode))
     else:
+        if st is not None:
+            _check_writable(target)
         _replace(target, data, st, durable=durable)
+
+
+def _check_writable(target: Path) -> None:
+    """Refuse what the shell's ``>`` refuses: replacing a file the caller could not open for writing (a 0444
+    file, for anyone without CAP_DAC_OVERRIDE), though a rename in a writable folder would get past it.
+    Opening for writing without O_TRUNC changes nothing; the kernel answers with the caller's own rights."""
+    os.close(os.open(target, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC | os.O_NONBLOCK))
 
 
 def write_atomic(path: str | Path, data: bytes, *, durable: bool = False) -> None:

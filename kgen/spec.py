@@ -10,14 +10,15 @@ import re
 from typing import Any, NamedTuple
 
 from kgen import jobset as jobset_facts
-from kgen.errors import UsageError
+from kgen.errors import NestedLauncherError, UsageError
 from kgen.lint.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, is_dns_subdomain, parse_quantity
 from kgen.versions import DEFAULT_K8S, MAX_K8S, MIN_K8S
 
 # ---------------------------------------------------------------------------------------------
 # The values reference. One entry per key: (type, default, one-line doc). Nested keys are dotted.
 # Types: int, str, bool, "int?" (int or null), "bool?", "list[str]", "dict[str,str]", "list[dict]",
-# "dict".  The README's values table is generated from this (and a test keeps them in sync).
+# "dict", "env" (NAME: string, or NAME: {valueFrom: ...}). The README's values table is generated from this
+# (and a test keeps them in sync).
 # ---------------------------------------------------------------------------------------------
 VALUES: dict[str, tuple[str, Any, str]] = {
     "description": ("str", "", "One line about the preset (shown by `kgen presets list`; not rendered)."),
@@ -44,7 +45,13 @@ VALUES: dict[str, tuple[str, Any, str]] = {
         "16Gi",
         "Size limit of the memory-backed /dev/shm (> 0); a warning when the memory limit is not above it.",
     ),
-    "env": ("dict[str,str]", {}, "Extra environment variables (values stay strings)."),
+    "env": (
+        "env",
+        {},
+        "Extra environment variables: `NAME: value` (values stay strings), or `NAME: {valueFrom: ...}` "
+        "from a Secret or ConfigMap key, a pod field or a resource (secretKeyRef, configMapKeyRef, fieldRef, "
+        "resourceFieldRef; Kubernetes form).",
+    ),
     "cpu": (
         "str",
         "auto",
@@ -66,7 +73,12 @@ VALUES: dict[str, tuple[str, Any, str]] = {
         "Extra resource requests, e.g. ephemeral-storage: 100Gi (cpu/memory here override `cpu`/`memory`).",
     ),
     "resources.limits": ("dict[str,str]", {}, "Extra resource limits (GPUs are set from `gpus`)."),
-    "envFrom": ("list[dict]", [], "Trainer envFrom (Kubernetes form), e.g. a Secret with HF_TOKEN."),
+    "envFrom": (
+        "list[dict]",
+        [],
+        "Trainer envFrom (Kubernetes form): every key of a Secret (secretRef) or ConfigMap (configMapRef), "
+        "e.g. [{secretRef: {name: hf-token}}].",
+    ),
     "workingDir": ("str", "", "Trainer working directory; empty = the image's."),
     "volumes": ("list[dict]", [], "Extra pod volumes (Kubernetes form), e.g. data and checkpoint PVCs."),
     "volumeMounts": ("list[dict]", [], "Extra trainer volumeMounts (Kubernetes form)."),
@@ -230,6 +242,11 @@ def command_problem(command: list[str] | tuple[str, ...]) -> str | None:
     None when the command is fine; an empty command is the smoke test."""
     if not command:
         return None
+    from kgen.launchers import nested_launcher, problem
+
+    nested = nested_launcher(command)
+    if nested is not None:
+        return problem(nested)
     head = command[0]
     if head == "":
         return "the program is an empty string: torchrun would run ''"
@@ -281,7 +298,8 @@ def kube_escape(text: str) -> str:
 class EnvVar(NamedTuple):
     name: str
     value: str | None = None
-    field_path: str | None = None  # downward API fieldRef
+    field_path: str | None = None  # downward API fieldRef (kgen's own variables)
+    value_from: dict | None = None  # a user's valueFrom (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef)
 
 
 class TrainingSpec(NamedTuple):
@@ -479,6 +497,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
             f"is {nproc} but gpus is {gpus}: one process per GPU",
             hint="leave nprocPerNode at 0 (auto) for GPU jobs",
         )
+    _check_nested_launcher(v, o, gpus, nodes)
 
     name = text("name")
     if len(name) > 63:
@@ -588,19 +607,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
     _check_volumes(v, o)
     _check_command(v, o)
 
-    user_env: list[EnvVar] = []
-    for key, val in v["env"].items():
-        if not ENV_VAR_NAME.match(key):
-            raise _fail(
-                o,
-                "env",
-                f'"{key}" is not a valid environment variable name',
-                hint="use letters, digits, _ . - and no leading digit",
-            )
-        if key in RESERVED_ENV or key.startswith("KGEN_"):
-            where = RESERVED_ENV.get(key, "kgen's entrypoint")
-            raise _fail(o, "env", f"{key} is set by kgen ({where}); do not set it by hand")
-        user_env.append(EnvVar(key, kube_escape(str(val))))
+    user_env = _user_env(v, o)
 
     features = Features(k8s_minor)
     env = _kgen_env(v, kind, name, nodes, nproc, port, liveness, _master_addr(kind, name)) + user_env
@@ -746,6 +753,39 @@ def _check_command(v: dict[str, Any], o: dict[str, str]) -> None:
         )
 
 
+def _check_nested_launcher(v: dict[str, Any], o: dict[str, str], gpus: int, nodes: int) -> None:
+    """A launcher as the training command (torchrun, python -m torch.distributed.run, accelerate launch,
+    deepspeed) would run inside the entrypoint's own torchrun: refused, with the command to use instead."""
+    import shlex
+
+    from kgen.launchers import correction, nested_launcher, problem
+
+    command = v["command"]
+    nested = nested_launcher(command) if isinstance(command, list) else None
+    if nested is None:
+        return
+    fix = correction(
+        nested,
+        gpus=gpus,
+        nproc=v["nprocPerNode"],
+        nproc_set=o.get("nprocPerNode", "default") != "default",
+        nodes=nodes,
+        nodes_set=o.get("nodes", "default") != "default",
+    )
+    origin = o.get("command", "command")
+    if origin == "-- COMMAND":  # the CLI rewrites this into the whole command line
+        use = shlex.join([*fix.flags(), "--", *fix.command])
+    elif origin.startswith("--set"):
+        use = shlex.join(["--set", "command=" + shlex.join(fix.command), *fix.flags()])
+    else:  # a values file: the keys to write there (JSON lists and numbers are YAML)
+        import json
+
+        use = ", ".join(f"{k}: {json.dumps(val)}" for k, val in {"command": fix.command, **fix.values()}.items())
+    raise NestedLauncherError(
+        problem(nested), option=origin, use=use, command=fix.command, add=fix.flags(), notes=list(fix.notes)
+    )
+
+
 def patch_origin(origins: dict[str, str], index: int) -> str:
     """`v.yaml: patches[1]`, `--set patches[0]`, `patches[0]` (the default cannot hold patches)."""
     origin = origins.get("patches", "default")
@@ -761,7 +801,7 @@ def _check_patches(v: dict[str, Any], o: dict[str, str]) -> None:
                 "must have exactly the keys target and patch"
                 + (f", got {', '.join(map(str, extra))}" if extra else ""),
                 option=where,
-                hint="for example {target: {kind: Job}, patch: {spec: {suspend: true}}}",
+                hint="for example {target: {kind: Workload}, patch: {metadata: {annotations: {team: ml}}}}",
             )
         target = item["target"]
         if not isinstance(target, dict) or not isinstance(target.get("kind"), str) or not target["kind"]:
@@ -779,6 +819,38 @@ def _check_patches(v: dict[str, Any], o: dict[str, str]) -> None:
 
 RESERVED_VOLUMES = {"kgen-entrypoint", "dshm"}
 RESERVED_MOUNTS = {"/opt/kgen", "/dev/shm"}
+
+
+def _user_env(v: dict[str, Any], o: dict[str, str]) -> list[EnvVar]:
+    """values env (a string, or valueFrom a Secret, ConfigMap, pod field or resource) and envFrom, checked
+    as the API server checks them (kgen.envvars)."""
+    from kgen.envvars import EnvProblem, env_from, value_from
+
+    containers = {"trainer", *(str(c.get("name")) for c in v["initContainers"] if isinstance(c, dict))}
+    out: list[EnvVar] = []
+    for key, val in v["env"].items():
+        if not ENV_VAR_NAME.match(key):
+            raise _fail(
+                o,
+                "env",
+                f'"{key}" is not a valid environment variable name',
+                hint="use letters, digits, _ . - and no leading digit",
+            )
+        if key in RESERVED_ENV or key.startswith("KGEN_"):
+            where = RESERVED_ENV.get(key, "kgen's entrypoint")
+            raise _fail(o, "env", f"{key} is set by kgen ({where}); do not set it by hand")
+        if isinstance(val, str):
+            out.append(EnvVar(key, kube_escape(val)))
+            continue
+        try:
+            out.append(EnvVar(key, value_from=value_from(key, val, containers)))
+        except EnvProblem as exc:
+            raise _fail(o, "env", exc.message, hint=exc.hint) from None
+    try:
+        env_from(v["envFrom"])
+    except EnvProblem as exc:
+        raise _fail(o, "envFrom", exc.message, hint=exc.hint) from None
+    return out
 
 
 def _check_volumes(v: dict[str, Any], o: dict[str, str]) -> None:

@@ -1,5 +1,7 @@
 import os
+import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,3 +38,52 @@ def _private_kgen_cache(tmp_path_factory):
     mp.setenv("KGEN_CACHE_DIR", str(tmp_path_factory.mktemp("kgen-cache")))
     yield
     mp.undo()
+
+
+# System paths no test may create on the host (the brief: never /opt/kgen). The pod harness makes
+# /opt/kgen exist only inside each pod's own mount namespace.
+HOST_PATHS = ("/opt/kgen",)
+FS_CLOCK_SLACK = 0.05  # seconds
+
+
+def describe_path(path: str, since: float) -> str:
+    """What is at ``path`` and when it appeared, for the message of a test that must not have made it."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"gone again ({exc.strerror})"
+    kind = (
+        "a symlink to " + os.readlink(path)
+        if stat.S_ISLNK(st.st_mode)
+        else "a folder"
+        if stat.S_ISDIR(st.st_mode)
+        else "a file"
+    )
+    what = f"{kind} (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            entries = sorted(os.listdir(path))
+            what += f" holding {entries[:5]}" + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        except OSError:
+            pass
+    made = st.st_ctime - since
+    when = (  # file times come from the kernel's coarse clock: up to a tick behind time.time()
+        f"changed {max(made, 0.0):.1f} s after this test started"
+        if made >= -FS_CLOCK_SLACK
+        else f"changed {-made:.1f} s before this test started: made by another process on this machine "
+        "(another session's tests?), seen first here"
+    )
+    return f"{what}, {when}"
+
+
+@pytest.fixture(autouse=True)
+def _no_system_path_created(request):
+    """Checked around every test (one lstat per path): names the test during which a system path appeared,
+    and what it is. A path that was there before the test is the host's, not this test's."""
+    before = [p for p in HOST_PATHS if not os.path.lexists(p)]
+    since = time.time()
+    yield
+    made = [p for p in before if os.path.lexists(p)]
+    if made:
+        found = "; ".join(f"{p}: {describe_path(p, since)}" for p in made)
+        pytest.fail(f"{request.node.nodeid} left a system path on the host: {found}", pytrace=False)

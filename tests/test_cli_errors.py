@@ -17,9 +17,10 @@ def run(*args, input=None):
 USAGE_ERRORS = [
     (["render", "--nodes"], "--nodes: needs a value, e.g. --nodes 4"),
     (["render", "--gpus"], "--gpus: needs a value, e.g. --gpus 8"),
-    (["render", "-o"], "-o: needs a value, e.g. -o out.yaml"),
+    (["render", "-o"], "-o: needs a value, e.g. -o json"),
+    (["render", "--output-file"], "--output-file: needs a value, e.g. --output-file out.yaml"),
     (["render", "--format"], "--format: needs a value, e.g. --format json"),
-    (["lint", "--format"], "--format: needs a value, e.g. --format junit"),
+    (["lint", "--format"], "--format: needs a value, e.g. --format sarif"),
     (["lint", "--skip"], "--skip: needs a value, e.g. --skip KG102,KG111"),
     (
         ["render", "train.py", "--lr", "3e-4"],
@@ -53,7 +54,11 @@ USAGE_ERRORS = [
     ),
     (["presets", "show"], "kgen presets show: missing NAME (see `kgen presets show --help`)"),
     (["presets", "show", "4x9"], 'kgen presets show: unknown preset "4x9" (did you mean "4x8"?)'),
-    (["entrypoint", "--path", "-o", "x.py"], "--path: cannot be used with -o/--output; choose one"),
+    (["entrypoint", "--path", "--output-file", "x.py"], "--path: cannot be used with --output-file; choose one"),
+    (
+        ["entrypoint", "-o", "x.py"],
+        "-o/--output: kgen entrypoint has no output formats (to write a file use --output-file x.py)",
+    ),
 ]
 
 
@@ -72,9 +77,12 @@ def _value_options():
                 yield from walk(sub, [*path, name])
             return
         for param in cmd.params:
-            if isinstance(param, click.Option) and not param.is_flag and param.name != "help":
-                for opt in param.opts:
-                    yield [*path, opt]
+            if not isinstance(param, click.Option) or param.is_flag or param.name == "help":
+                continue
+            if getattr(param, "_flag_needs_value", False):  # --dry-run[=server]: alone it is a flag
+                continue
+            for opt in param.opts:
+                yield [*path, opt]
 
     return list(walk(cli, []))
 
@@ -131,7 +139,7 @@ def test_entrypoint_o_writes_it_with_the_safe_writer(tmp_path):
     link.symlink_to(out)
     out.write_text("old")
     out.chmod(0o755)
-    res = run("entrypoint", "-o", str(link))
+    res = run("entrypoint", "--output-file", str(link))
     assert res.exit_code == 0 and res.stdout == ""
     assert link.is_symlink() and out.read_text() == SHIPPED.read_text()
     assert out.stat().st_mode & 0o777 == 0o755  # still executable
@@ -139,4 +147,4 @@ def test_entrypoint_o_writes_it_with_the_safe_writer(tmp_path):
 
 def test_entrypoint_is_documented_in_the_readme():
     readme = (ROOT / "README.md").read_text()
-    assert "kgen entrypoint -o" in readme and "kgen entrypoint --path" in readme
+    assert "kgen entrypoint --output-file" in readme and "kgen entrypoint --path" in readme

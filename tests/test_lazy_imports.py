@@ -14,7 +14,7 @@ def test_render_imports_nothing_heavy(tmp_path):
         "import sys, json\n"
         "from kgen.cli import main\n"
         "try:\n"
-        f"    main(['render', '--preset', '64x8', '-o', {target!r}])\n"
+        f"    main(['render', '--preset', '64x8', '--output-file', {target!r}])\n"
         "except SystemExit as e:\n"
         "    assert e.code in (0, None), e.code\n"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"

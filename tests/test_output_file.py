@@ -36,7 +36,7 @@ def one_line_error(done, *needles):
     err = done.stderr.decode()
     assert done.returncode == 2, (done.returncode, err)
     assert done.stdout == b""
-    assert err.startswith("kgen: error: -o/--output: ") and err.count("\n") == 1, err
+    assert err.startswith("kgen: error: --output-file: ") and err.count("\n") == 1, err
     assert "Traceback" not in err
     for needle in needles:
         assert needle in err, err
@@ -57,7 +57,7 @@ def test_a_character_device_stays_a_character_device(kgen_cmd, tmp_path):
     before = os.lstat(null)
     for args in (["render", "--preset", "64x8"], ["lint", "-"], ["entrypoint"]):
         stdin = b"" if args[0] != "lint" else run(kgen_cmd, "render").stdout
-        done = run(kgen_cmd, *args, "-o", str(null), input=stdin)
+        done = run(kgen_cmd, *args, "--output-file", str(null), input=stdin)
         assert done.returncode == 0, done.stderr
         assert done.stdout == b""
         after = os.lstat(null)
@@ -78,7 +78,7 @@ def test_a_fifo_is_written_not_replaced(kgen_cmd, tmp_path, rendered):
     t = threading.Thread(target=reader, daemon=True)
     t.start()
     try:
-        done = run(kgen_cmd, "render", "--preset", "4x8", "-o", str(fifo), timeout=30)
+        done = run(kgen_cmd, "render", "--preset", "4x8", "--output-file", str(fifo), timeout=30)
     finally:
         t.join(timeout=30)
         if t.is_alive():  # kgen never opened the FIFO: unblock the reader, then fail
@@ -99,7 +99,7 @@ def test_a_symlink_stays_a_symlink_and_its_target_gets_the_content(kgen_cmd, tmp
     target.chmod(0o640)
     link = tmp_path / "link.yaml"
     link.symlink_to("real.yaml")
-    done = run(kgen_cmd, "render", "--preset", "4x8", "-o", str(link))
+    done = run(kgen_cmd, "render", "--preset", "4x8", "--output-file", str(link))
     assert done.returncode == 0, done.stderr
     assert link.is_symlink() and os.readlink(link) == "real.yaml"
     assert target.read_bytes() == rendered
@@ -125,7 +125,7 @@ def test_a_dangling_symlink_gets_its_target_created(kgen_cmd, tmp_path, rendered
     (tmp_path / "out").mkdir()
     link = tmp_path / "link.yaml"
     link.symlink_to("out/new.yaml")
-    done = run(kgen_cmd, "render", "--preset", "4x8", "-o", str(link), umask=0o022)
+    done = run(kgen_cmd, "render", "--preset", "4x8", "--output-file", str(link), umask=0o022)
     assert done.returncode == 0, done.stderr
     assert link.is_symlink()
     assert (tmp_path / "out" / "new.yaml").read_bytes() == rendered
@@ -135,7 +135,7 @@ def test_a_dangling_symlink_gets_its_target_created(kgen_cmd, tmp_path, rendered
 def test_a_dangling_symlink_into_a_missing_folder_is_one_line(kgen_cmd, tmp_path):
     link = tmp_path / "link.yaml"
     link.symlink_to("nowhere/new.yaml")
-    done = run(kgen_cmd, "render", "-o", str(link))
+    done = run(kgen_cmd, "render", "--output-file", str(link))
     one_line_error(done, str(link), "No such file or directory", "create the folder first")
     assert link.is_symlink() and not (tmp_path / "nowhere").exists()
 
@@ -143,7 +143,7 @@ def test_a_dangling_symlink_into_a_missing_folder_is_one_line(kgen_cmd, tmp_path
 def test_a_symlink_loop_is_one_line(kgen_cmd, tmp_path):
     (tmp_path / "a").symlink_to("b")
     (tmp_path / "b").symlink_to("a")
-    done = run(kgen_cmd, "render", "-o", str(tmp_path / "a"))
+    done = run(kgen_cmd, "render", "--output-file", str(tmp_path / "a"))
     one_line_error(done, "symbolic links")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
 
@@ -156,9 +156,11 @@ def test_a_file_descriptor_link_is_the_open_file_not_a_path_to_replace(kgen_cmd,
     link = tmp_path / "my-stdout"
     link.symlink_to("/proc/self/fd/1")
     with open(out, "r+b") as fh:  # stdout opened without truncating
-        done = subprocess.run([*kgen_cmd, "render", "--preset", "4x8", "-o", "/proc/self/fd/1"], stdout=fh, timeout=60)
+        done = subprocess.run(
+            [*kgen_cmd, "render", "--preset", "4x8", "--output-file", "/proc/self/fd/1"], stdout=fh, timeout=60
+        )
     assert done.returncode == 0 and out.read_bytes() == rendered
-    piped = run(kgen_cmd, "render", "--preset", "4x8", "-o", str(link))  # stdout is a pipe
+    piped = run(kgen_cmd, "render", "--preset", "4x8", "--output-file", str(link))  # stdout is a pipe
     assert piped.returncode == 0 and piped.stdout == rendered
     assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["my-stdout", "stdout.yaml"]
@@ -170,7 +172,7 @@ def test_a_file_descriptor_link_is_the_open_file_not_a_path_to_replace(kgen_cmd,
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664), (0o077, 0o600)])
 def test_a_new_file_gets_0666_minus_the_umask(kgen_cmd, tmp_path, umask, mode):
     out = tmp_path / "new.yaml"
-    done = run(kgen_cmd, "render", "-o", str(out), umask=umask)
+    done = run(kgen_cmd, "render", "--output-file", str(out), umask=umask)
     assert done.returncode == 0, done.stderr
     assert stat.S_IMODE(out.stat().st_mode) == mode
 
@@ -180,7 +182,7 @@ def test_an_existing_file_keeps_its_mode(kgen_cmd, tmp_path, mode, rendered):
     out = tmp_path / "m.yaml"
     out.write_text("old\n")
     out.chmod(mode)
-    done = run(kgen_cmd, "render", "--preset", "4x8", "-o", str(out), umask=0o077)
+    done = run(kgen_cmd, "render", "--preset", "4x8", "--output-file", str(out), umask=0o077)
     assert done.returncode == 0, done.stderr
     assert out.read_bytes() == rendered
     assert stat.S_IMODE(out.stat().st_mode) == mode
@@ -203,7 +205,7 @@ def test_an_existing_file_keeps_its_owner_when_root_writes_it(tmp_path):
 
 
 def test_dash_is_stdout(kgen_cmd, tmp_path, rendered):
-    done = run(kgen_cmd, "render", "--preset", "4x8", "-o", "-", cwd=tmp_path)
+    done = run(kgen_cmd, "render", "--preset", "4x8", "--output-file", "-", cwd=tmp_path)
     assert done.returncode == 0 and done.stdout == rendered
     assert list(tmp_path.iterdir()) == []  # no file named "-"
 
@@ -213,7 +215,7 @@ def test_a_folder_is_one_line_and_untouched(kgen_cmd, tmp_path):
     folder.mkdir()
     (folder / "keep.yaml").write_text("x: 1\n")
     for target in (str(folder), str(folder) + "/"):
-        done = run(kgen_cmd, "render", "-o", target)
+        done = run(kgen_cmd, "render", "--output-file", target)
         one_line_error(done, "Is a directory", "name a file")
     assert sorted(p.name for p in folder.iterdir()) == ["keep.yaml"]
 
@@ -221,7 +223,7 @@ def test_a_folder_is_one_line_and_untouched(kgen_cmd, tmp_path):
 def test_a_render_error_writes_nothing(kgen_cmd, tmp_path):
     out = tmp_path / "m.yaml"
     out.write_text("previous\n")
-    done = run(kgen_cmd, "render", "--nodes", "0", "-o", str(out))
+    done = run(kgen_cmd, "render", "--nodes", "0", "--output-file", str(out))
     assert done.returncode == 2 and out.read_text() == "previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml"]
 
@@ -245,7 +247,7 @@ def test_a_read_only_folder_is_one_line_and_the_file_is_untouched(kgen_cmd, tmp_
     (ro / "m.yaml").write_text("previous\n")
     setup = [f"mount --bind {ro} {ro}", f"mount -o remount,bind,ro {ro}"]
     for name in ("m.yaml", "new.yaml"):
-        done = _in_mount_namespace(kgen_cmd, setup, "render", "-o", str(ro / name))
+        done = _in_mount_namespace(kgen_cmd, setup, "render", "--output-file", str(ro / name))
         one_line_error(done, "Read-only file system", "choose a writable location")
     assert sorted(p.name for p in ro.iterdir()) == ["m.yaml"]
     assert (ro / "m.yaml").read_text() == "previous\n"
@@ -261,7 +263,7 @@ def test_a_full_disk_leaves_the_old_file_and_no_temp_file(kgen_cmd, tmp_path):
         f"mount -t tmpfs -o size=16k tmpfs {small} && printf 'previous\\n' > {small}/m.json && "
         f'{{ "$@"; echo "rc=$?"; cat {small}/m.json; ls -A {small}; }}'
     )
-    args = ["render", "--preset", "64x8", "--format", "json", "-o", f"{small}/m.json"]
+    args = ["render", "--preset", "64x8", "--format", "json", "--output-file", f"{small}/m.json"]
     cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *kgen_cmd, *args]
     done = subprocess.run(cmd, capture_output=True, timeout=60)
     assert done.stdout.decode() == "rc=2\nprevious\nm.json\n", (done.stdout, done.stderr)
@@ -276,3 +278,27 @@ def test_the_library_writer_is_all_or_nothing_on_a_failing_write(tmp_path):
         write_file(out, "not bytes")  # type: ignore[arg-type]
     assert out.read_text() == "previous\n"
     assert leftovers(tmp_path) == []
+
+
+needs_setpriv = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and util-linux setpriv"
+)
+WITHOUT_DAC_OVERRIDE = ["setpriv", "--inh-caps=-dac_override", "--bounding-set=-dac_override"]
+
+
+@needs_setpriv
+def test_a_write_protected_file_is_refused_like_the_shells_redirect(kgen_cmd, tmp_path, rendered):
+    """A 0444 file in a writable folder: the shell's `>` refuses it unless the caller has CAP_DAC_OVERRIDE,
+    although a rename would get past the mode (issue 15.2). kgen refuses the same way, and still writes
+    it for a caller with the capability (root as usual), as `>` does."""
+    out = tmp_path / "m.yaml"
+    out.write_text("previous\n")
+    out.chmod(0o444)
+    shell = subprocess.run([*WITHOUT_DAC_OVERRIDE, "sh", "-c", f"echo x > {out}"], capture_output=True, timeout=60)
+    assert shell.returncode != 0 and b"Permission denied" in shell.stderr  # the behaviour to imitate
+    done = run([*WITHOUT_DAC_OVERRIDE, *kgen_cmd], "render", "--preset", "4x8", "--output-file", str(out))
+    one_line_error(done, f"cannot write {out}: Permission denied")
+    assert out.read_text() == "previous\n" and leftovers(tmp_path) == []
+    done = run(kgen_cmd, "render", "--preset", "4x8", "--output-file", str(out))  # root with the capability
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == rendered and stat.S_IMODE(out.stat().st_mode) == 0o444

@@ -115,7 +115,7 @@ def test_json_output_is_a_kubectl_list():
 
 def test_output_file_written_whole(tmp_path):
     out = tmp_path / "m.yaml"
-    res = run("render", "-o", str(out))
+    res = run("render", "--output-file", str(out))
     assert res.exit_code == 0 and res.stdout == ""
     assert out.read_text() == run("render").stdout
     assert [p.name for p in tmp_path.iterdir()] == ["m.yaml"]  # no temp file left behind
@@ -124,7 +124,7 @@ def test_output_file_written_whole(tmp_path):
 def test_output_file_untouched_on_error(tmp_path):
     out = tmp_path / "m.yaml"
     out.write_text("previous\n")
-    res = run("render", "--nodes", "0", "-o", str(out))
+    res = run("render", "--nodes", "0", "--output-file", str(out))
     assert res.exit_code == 2
     assert out.read_text() == "previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml"]
@@ -162,7 +162,15 @@ BAD_INPUT = [
     (["--gpus", "8", "--set", "nprocPerNode=4"], "nprocPerNode: is 4 but gpus is 8"),
     (["--kubernetes-version", "1.20"], "--kubernetes-version: supported versions are 1.27 to 1.37"),
     (["--kubernetes-version", "latest"], '--kubernetes-version: must look like 1.31, got "latest"'),
-    (["--format", "xml"], '--format: must be yaml or json, got "xml"'),
+    (
+        ["--format", "xml"],
+        '-o/--output: must be an output format, yaml or json; got "xml" (to write a file use --output-file xml)',
+    ),
+    (
+        ["-o", "job.yaml"],
+        '-o/--output: must be an output format, yaml or json; got "job.yaml" '
+        "(to write a file use --output-file job.yaml)",
+    ),
     (["-f", "/nonexistent/values.yaml"], "-f/--values: cannot read /nonexistent/values.yaml"),
     (["--bogus"], "--bogus: not an option of kgen render"),
     # values that pass the values checks and are caught by the lint self-check on the documents
@@ -192,7 +200,7 @@ def test_bad_input_one_line_exit_2_nothing_on_stdout(args, message):
         ("nodes: 2\nnodes: 3\n", 'duplicate key "nodes"'),
         ("nccl:\n  debg: INFO\n", 'unknown key "nccl.debg" (did you mean "nccl.debug"?)'),
         ("nodes: 0\n", 'v.yaml: nodes: must be an integer between 1 and 100000, got "0"'),
-        ("env: [A, B]\n", "v.yaml: env: must be a mapping of strings"),
+        ("env: [A, B]\n", "v.yaml: env: must be a mapping of NAME: value (or NAME: {valueFrom: ...})"),
     ],
 )
 def test_bad_values_file(tmp_path, content, message):
@@ -204,17 +212,20 @@ def test_bad_values_file(tmp_path, content, message):
 
 
 def test_every_command_is_documented_in_the_readme():
+    import click
+
     from tests.conftest import ROOT
 
     readme = (ROOT / "README.md").read_text()
-    for command in (
-        "kgen render",
-        "kgen lint",
-        "kgen presets list",
-        "kgen presets show",
-        "kgen values",
-        "kgen --version",
-    ):
+
+    def walk(cmd, path):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield " ".join(path)
+
+    for command in [*walk(cli, ["kgen"]), "kgen --version"]:
         assert command in readme, command
     for preset in PRESETS:
         assert f"`{preset}`" in readme, preset

@@ -85,7 +85,11 @@ REFUSED = [
     # 10: empty values are mistakes, not "use the default"
     (["--kubernetes-version", ""], '--kubernetes-version: must look like 1.31, got ""'),
     (["--preset", ""], "--preset: needs a preset name"),
-    (["-o", ""], "-o/--output: needs a file name, got an empty string (- writes to stdout)"),
+    (["--output-file", ""], "--output-file: needs a file name, got an empty string (- writes to stdout)"),
+    (
+        ["-o", ""],
+        '-o/--output: must be an output format, yaml or json; got "" (to write a file use --output-file FILE)',
+    ),
 ]
 
 
@@ -129,7 +133,7 @@ def test_int_bounds_are_inclusive():
 
 
 def test_entrypoint_output_empty_and_extra_argument():
-    assert "-o/--output: needs a file name" in one_line_error(run("entrypoint", "-o", ""))
+    assert "--output-file: needs a file name" in one_line_error(run("entrypoint", "--output-file", ""))
     err = one_line_error(run("entrypoint", "extra"))
     assert err == 'kgen: error: "extra": kgen entrypoint takes no such argument (see `kgen entrypoint --help`)\n'
 
@@ -152,6 +156,13 @@ COMMANDS = [
     (["./run.sh", "--lr", "3"], False),
     (["python3", "-c", "print(1)"], False),
     (["bash", "-c", "echo $(X)"], False),
+    # launchers nest inside the entrypoint's own torchrun (issue 15.1); tests/test_launchers.py has the rest
+    (["torchrun", "--standalone", "--nproc-per-node", "8", "train.py"], True),
+    (["python3", "-m", "torch.distributed.run", "train.py"], True),
+    (["-m", "torch.distributed.launch", "train.py"], True),
+    (["accelerate", "launch", "train.py"], True),
+    (["deepspeed", "train.py"], True),
+    (["python3", "train.py"], False),
 ]
 
 
@@ -167,6 +178,8 @@ def test_render_and_entrypoint_agree_on_commands(command, refused):
         entrypoint_refuses = stop.code == ep.EXIT_CONFIG
     assert entrypoint_refuses is refused
     assert (command_problem(command) is not None) is refused
+    if command_problem(command) and ep.launcher_problem(command, {}):  # a launcher: the same words
+        assert ep.launcher_problem(command, {}).startswith(command_problem(command) + "; ")
 
 
 def test_render_is_stricter_only_on_an_empty_program():

@@ -272,13 +272,16 @@ class Cluster:
             return False
         return True
 
-    def apply(self, obj: Mapping, force: bool = False, created: bool = False):
+    def apply(self, obj: Mapping, force: bool = False, created: bool = False, dry_run: bool = False):
         """Server-side apply with field manager ``kgen``: the object as the server answered; with
-        ``created``, (object, whether this request created it: 201 rather than 200)."""
+        ``created``, (object, whether this request created it: 201 rather than 200). ``dry_run``: the
+        server checks and answers as it would, and stores nothing (``dryRun=All``)."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind not in RESOURCES:
             raise ClusterError(f"kgen cannot apply a {kind} yet", hint="apply the rendered manifest with kubectl")
         query = [("fieldManager", FIELD_MANAGER)] + ([("force", "true")] if force else [])
+        if dry_run:
+            query.append(("dryRun", "All"))
         resp = self._send("PATCH", self._path(kind, name), query, dict(obj), "application/apply-patch+yaml")
         data = resp.read()
         if resp.status >= 400:

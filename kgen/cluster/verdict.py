@@ -27,8 +27,19 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 INCIDENT_WINDOW_S = 10.0  # failures this close to the first one belong to the same incident
 IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 
-# Exit code of `kgen status` per state (documented in docs/cluster.md; 2 stays "bad input / error").
+# Exit codes of `kgen status` (contract C2; the one table, for runs on a cluster and over ssh alike).
+# By default 0 unless the run failed (1), so `set -e` scripts survive a healthy running job; 2 is always
+# bad input or a run that cannot be found. `--exit-code` gives each state its own code (STATE_EXIT).
 STATE_EXIT = {"succeeded": 0, "failed": 1, "running": 3, "starting": 3, "restarting": 3, "degraded": 3, "pending": 4}
+EXIT_FAILED = 1
+EXIT_NOT_FOUND = 2  # and every usage or cluster error
+
+
+def status_exit(state: str, state_codes: bool = False) -> int:
+    """The exit code of `kgen status` for a run in ``state``: STATE_EXIT with --exit-code, else 0 or 1."""
+    if state_codes:
+        return STATE_EXIT[state]
+    return EXIT_FAILED if state == "failed" else 0
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -113,6 +124,7 @@ class Row:
     exit_code: int | None
     meaning: str
     generation: int  # 1 = the first pod of this rank (Job: pods per completion index)
+    ip: str = ""  # the pod's IP (`kgen status -o wide`)
 
 
 def pod_row(pod: Mapping, generation: int = 1) -> Row:
@@ -155,6 +167,7 @@ def pod_row(pod: Mapping, generation: int = 1) -> Row:
         exit_code=exit_code,
         meaning=meaning,
         generation=generation,
+        ip=st.get("podIP") or "",
     )
 
 
@@ -326,11 +339,17 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        return STATE_EXIT[self.state]
+        """What `kgen status` exits with (0 unless failed); ``state_code`` is the --exit-code one."""
+        return status_exit(self.state)
+
+    @property
+    def state_code(self) -> int:
+        return status_exit(self.state, state_codes=True)
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out["exit_code"] = self.exit_code
+        out["state_code"] = self.state_code
         return out
 
 

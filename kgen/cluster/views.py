@@ -14,11 +14,34 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
 
 
-def status_text(v: Verdict, rows: bool = True) -> str:
+STATUS_FORMATS = ("text", "wide", "json", "yaml")
+LIST_FORMATS = ("text", "wide", "json", "yaml")
+
+
+def status_view(v: Verdict, fmt: str, rows: bool = True, document: bool = False) -> str:
+    """`kgen status -o FMT`; ``document`` starts a YAML document (``---``) for each verdict of --watch."""
+    if fmt == "json":
+        return status_json(v)
+    if fmt == "yaml":
+        return ("---\n" if document else "") + to_yaml(v.to_dict())
+    return status_text(v, rows=rows, wide=fmt == "wide")
+
+
+def to_yaml(data: dict | list) -> str:
+    from kgen.yamlio import dump_yaml
+
+    return dump_yaml([data])  # type: ignore[list-item]  # one document: a mapping, or a list of runs
+
+
+def status_text(v: Verdict, rows: bool = True, wide: bool = False) -> str:
+    """One row per rank, then the verdict. ``wide`` adds the generation, readiness and pod IP columns."""
     out: list[str] = []
     if rows and v.rows:
-        show_gen = any(r.generation > 1 for r in v.rows)
+        show_gen = wide or any(r.generation > 1 for r in v.rows)
         header = ["RANK", "POD", "NODE", "STATE", "RESTARTS", "EXIT", "MEANING"]
+        if wide:
+            header[3:3] = ["IP"]
+            header[5:5] = ["READY"]
         if show_gen:
             header.insert(1, "GEN")
         body = []
@@ -32,6 +55,9 @@ def status_text(v: Verdict, rows: bool = True) -> str:
                 "-" if r.exit_code is None else str(r.exit_code),
                 r.meaning or "-",
             ]
+            if wide:
+                line[3:3] = [r.ip or "-"]
+                line[5:5] = ["yes" if r.ready else "no"]
             if show_gen:
                 line.insert(1, str(r.generation))
             body.append(line)
@@ -76,7 +102,12 @@ def shape(workload: Mapping) -> str:
     return f"{nodes}x{gpus}"
 
 
-def list_rows(runs: list[dict]) -> list[str]:
+def list_rows(runs: list[dict], wide: bool = False) -> list[str]:
+    """`kgen list`: one row per run; ``wide`` adds the ranks up (of expected) and the re-formations."""
     header = ["NAMESPACE", "NAME", "KIND", "SHAPE", "STATE", "AGE", "VERDICT"]
     body = [[r["namespace"], r["name"], r["kind"], r["shape"], r["state"], r["age"], r["headline"]] for r in runs]
+    if wide:
+        header[5:5] = ["RANKS", "REFORMED"]
+        for row, r in zip(body, runs, strict=True):
+            row[5:5] = [f"{r.get('ranks_up', 0)}/{r.get('ranks_expected', 0)}", str(r.get("reformations", 0))]
     return table(header, body)

@@ -332,10 +332,10 @@ def _read_inputs(
 
 
 def _read_or_error(path: str, explicit: bool) -> str | InputError:
-    from kgen.inputs import read_text
+    from kgen.inputs import read_yaml_file
 
     try:
-        return read_text(path)
+        return read_yaml_file(path)
     except FileNotFoundError:
         if explicit:
             raise InputError(f"{path}: no such file or directory") from None

@@ -45,7 +45,7 @@ def test_missing_kubernetes_is_one_line_install_hint(args, tmp_path):
 
 def test_render_works_without_kubernetes(tmp_path):
     target = tmp_path / "out.yaml"
-    out = probe(BLOCK + f"from kgen.cli import main\nmain(['render', '-o', {str(target)!r}])\n")
+    out = probe(BLOCK + f"from kgen.cli import main\nmain(['render', '--output-file', {str(target)!r}])\n")
     assert out.returncode == 0, out.stderr
     assert "kind: Job" in target.read_text()
 
@@ -54,7 +54,7 @@ def test_lint_does_not_import_kubernetes(tmp_path):
     target = tmp_path / "run.yaml"
     code = (
         "import sys, json\nfrom kgen.cli import main\n"
-        f"for argv in (['render', '-o', {str(target)!r}], ['lint', {str(target)!r}]):\n"
+        f"for argv in (['render', '--output-file', {str(target)!r}], ['lint', {str(target)!r}]):\n"
         "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code in (0, None), e.code\n"
         "print(json.dumps([m for m in ('kubernetes', 'urllib3') if m in sys.modules]))\n"
     )

@@ -18,6 +18,19 @@ ep = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ep)
 
 BASE = {"NNODES": "4", "NPROC_PER_NODE": "2", "MASTER_ADDR": "job-0.job", "MASTER_PORT": "29500"}
+# A generous bound for "promptly" on a machine busy with other test runs: far below the waits a bug
+# would show (the 600 s default master wait), never a tight wall-clock figure (issue 15.6).
+BUSY_BOUND = 60.0
+
+
+def wait_until(predicate, timeout: float = BUSY_BOUND) -> bool:
+    """Wait for an event (a log line ...) instead of sleeping a fixed time and hoping it happened."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def run_ep(env: dict, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -195,13 +208,16 @@ def _free_port() -> int:
 def test_master_dns_never_resolves_exits_3_with_diagnosis():
     t = time.monotonic()
     res = run_ep(
-        {**BASE, "MASTER_ADDR": "nobody.invalid", "NODE_RANK": "1", "KGEN_MASTER_WAIT_TIMEOUT": "3"}, "--", "/bin/true"
+        {**BASE, "MASTER_ADDR": "nobody.invalid", "NODE_RANK": "1", "KGEN_MASTER_WAIT_TIMEOUT": "3"},
+        "--",
+        "/bin/true",
+        timeout=BUSY_BOUND + 30,
     )
     elapsed = time.monotonic() - t
     assert res.returncode == 3, res.stderr
     assert "not reachable within KGEN_MASTER_WAIT_TIMEOUT=3s" in res.stderr
     assert "does not resolve" in res.stderr and "never resolved" in res.stderr
-    assert 2.5 < elapsed < 15
+    assert 2.5 < elapsed < BUSY_BOUND  # waited the 3 s bound, not the 600 s default
 
 
 def test_master_port_closed_exits_3_with_diagnosis():
@@ -218,12 +234,13 @@ def test_master_port_closed_exits_3_with_diagnosis():
         },
         "--",
         "/bin/true",
+        timeout=BUSY_BOUND + 30,
     )
     elapsed = time.monotonic() - t
     assert res.returncode == 3
     assert "resolved but not accepting" in res.stderr
     assert "nothing answered on the liveness port" in res.stderr
-    assert 2.5 < elapsed < 15
+    assert 2.5 < elapsed < BUSY_BOUND  # waited the 3 s bound, not the 600 s default
 
 
 def test_master_wait_prints_progress_about_every_10s():
@@ -259,15 +276,17 @@ def test_sigterm_while_waiting_exits_promptly():
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(1.0)
-    t = time.monotonic()
-    proc.terminate()
     try:
-        rc = proc.wait(10)
+        # its signal handlers are in place once it says it waits (not after a fixed sleep: a busy machine
+        # can take longer to start it, and SIGTERM before the handlers would kill it with -15)
+        for line in iter(proc.stderr.readline, ""):
+            if "waiting for node 0" in line:
+                break
+        proc.terminate()
+        rc = proc.wait(BUSY_BOUND)  # promptly: the master wait it was in is 600 s (the default)
     finally:
         proc.kill()
     assert rc == 128 + 15
-    assert time.monotonic() - t < 3
 
 
 def test_diagnose_bad_environment_lists_failures():
@@ -320,9 +339,10 @@ class Hub:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + BUSY_BOUND
         while "liveness channel listening" not in self.log() and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert "liveness channel listening" in self.log(), self.log()
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -344,8 +364,7 @@ def test_node0_logs_why_it_refused_a_peer(tmp_path):
         assert res.returncode == 2, res.stderr
         assert "node 0 refused this node: NNODES 2 vs 3" in res.stderr
         assert res.stderr.rstrip().splitlines()[-1] == "kgen-entrypoint: stopped: configuration error"
-        time.sleep(0.3)
-        assert "refused node 1 (host somehost): NNODES 2 vs 3" in hub.log()
+        assert wait_until(lambda: "refused node 1 (host somehost): NNODES 2 vs 3" in hub.log()), hub.log()
     finally:
         assert hub.stop() == 128 + 15
     assert hub.log().rstrip().endswith("kgen-entrypoint: stopped: signal SIGTERM")

@@ -100,7 +100,7 @@ def test_master_starts_20s_late_others_wait_and_succeed(cluster):
     assert codes == [0, 0, 0], c.logs()
     log1 = c.pods[1].log()
     assert "still waiting for node 0" in log1 and "does not resolve" in log1  # DNS first
-    assert re.search(r"node 0 reachable after (1\d|2\d)\.\ds", log1)
+    assert re.search(r"node 0 reachable after ([1-9]\d)\.\ds", log1)  # the ~20 s, or more on a busy machine
     assert len(re.findall(r"rank=\d+ done", c.logs())) == 6
 
 

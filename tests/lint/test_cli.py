@@ -74,7 +74,7 @@ def test_json_format(bad_file):
 
 def test_junit_format(bad_file, tmp_path):
     report = tmp_path / "report.xml"
-    code, out, _ = run(["--format", "junit", "-o", str(report), str(bad_file)])
+    code, out, _ = run(["--format", "junit", "--output-file", str(report), str(bad_file)])
     assert code == 1 and out == ""
     root = ET.parse(report).getroot()
     assert root.tag == "testsuites" and root.get("tests") == "2" and root.get("failures") == "1"
@@ -97,7 +97,7 @@ def test_junit_has_one_failure_per_testcase(tmp_path):
     docs[1]["spec"]["parallelism"] = 3
     (tmp_path / "job.yaml").write_text(dump(docs))
     report = tmp_path / "report.xml"
-    code, out, _ = run(["--format", "junit", "-o", str(report), str(tmp_path / "job.yaml")])
+    code, out, _ = run(["--format", "junit", "--output-file", str(report), str(tmp_path / "job.yaml")])
     assert code == 1 and out == ""
     root = ET.parse(report).getroot()
     cases = root.findall("./testsuite/testcase")
@@ -136,7 +136,8 @@ def test_skip_option_and_annotation(bad_file):
         (["--kubernetes-version", "1.24"], "--kubernetes-version: unsupported version '1.24'"),
         (["--kubernetes-version", "banana"], "--kubernetes-version: not a Kubernetes version"),
         (["--skip", "KG999"], "--skip: unknown rule id KG999"),
-        (["--format", "xml"], "--format: must be text, json, junit, github or sarif"),
+        (["--format", "xml"], '-o/--output: must be an output format, text, json, junit, github or sarif; got "xml"'),
+        (["-o", "report.json"], "to write a file use --output-file report.json"),
         (["--engine", "kubeval"], "--engine: unknown engine 'kubeval'"),
         (["does-not-exist.yaml"], "does-not-exist.yaml: no such file or directory"),
     ],
@@ -155,7 +156,7 @@ def test_yaml_syntax_error_is_reported_the_rest_linted_the_report_written_exit_2
     path = tmp_path / "broken.yaml"
     path.write_text("apiVersion: v1\nkind: ConfigMap\ndata:\n  a: [1, 2\n")
     report = tmp_path / "report.xml"
-    code, out, err = run(["--format", "junit", "-o", str(report), str(path), str(bad_file)])
+    code, out, err = run(["--format", "junit", "--output-file", str(report), str(path), str(bad_file)])
     assert code == 2 and out == ""
     assert err.startswith(f"kgen: error: {path}:5:1: YAML syntax error") and err.count("\n") == 1
     root = ET.parse(report).getroot()
@@ -224,7 +225,7 @@ def test_strict_makes_warnings_fail(warning_only_file, tmp_path):
     code, out, _ = run(["--strict", str(warning_only_file)])
     assert code == 1 and " KG102 warning: " in out
     report = tmp_path / "r.xml"
-    code, _, _ = run(["--strict", "--format", "junit", "-o", str(report), str(warning_only_file)])
+    code, _, _ = run(["--strict", "--format", "junit", "--output-file", str(report), str(warning_only_file)])
     [failure] = ET.parse(report).getroot().iter("failure")  # a failing warning is a JUnit failure
     assert code == 1 and failure.get("type") == "KG102"
     code, out, _ = run(["--strict", "--format", "json", str(warning_only_file)])
@@ -318,13 +319,13 @@ def test_list_rules_as_json_and_other_formats_refused(tmp_path):
     assert kg110["severity"] == "error" and kg110["kinds"] and kg110["summary"] and kg110["fix"]
     assert next(r for r in rows if r["id"] == "KG001")["kinds"] is None
     listing = tmp_path / "rules.json"
-    assert run(["--list-rules", "--format", "json", "-o", str(listing)]) == (0, "", "")
+    assert run(["--list-rules", "--format", "json", "--output-file", str(listing)]) == (0, "", "")
     assert json.loads(listing.read_text()) == rows
     code, out, err = run(["--list-rules", "--format", "junit"])
     assert (code, out) == (
         2,
         "",
-    ) and err == 'kgen: error: --format: must be text or json with --list-rules, got "junit"\n'
+    ) and err == 'kgen: error: -o/--output: must be text or json with --list-rules, got "junit"\n'
 
 
 def test_findings_in_args_point_at_the_args_item(tmp_path):
@@ -389,9 +390,9 @@ def test_sarif_report(bad_file, tmp_path):
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: [\n")
     report = tmp_path / "kgen.sarif"
-    code, out, err = run(["--format", "sarif", "-o", str(report), str(bad_file), str(broken), "-"], input="")
+    code, out, err = run(["--format", "sarif", "--output-file", str(report), str(bad_file), str(broken), "-"], input="")
     assert code == 2 and "empty input" in err and not report.exists()  # empty stdin: a usage error, no report
-    code, out, _ = run(["--format", "sarif", "-o", str(report), str(bad_file), str(broken)])
+    code, out, _ = run(["--format", "sarif", "--output-file", str(report), str(bad_file), str(broken)])
     assert code == 2 and out == ""
     log = json.loads(report.read_text())
     check_sarif(log)

@@ -27,7 +27,7 @@ def test_every_rule_is_documented_with_its_severity_and_fix():
 
 def test_docs_have_a_ci_section_with_pre_commit_and_shell():
     text = (ROOT / "docs" / "lint.md").read_text()
-    assert "## CI use" in text and "pre-commit" in text and "kgen lint --format junit" in text
+    assert "## CI use" in text and "pre-commit" in text and "kgen lint -o junit --output-file" in text
 
 
 def test_pre_commit_hook_runs_kgen_lint():

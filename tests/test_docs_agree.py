@@ -1,0 +1,101 @@
+"""Docs and help that must say what the code does (issue 15.5): the JobSet's answer to a script error
+(read from the rendered failure policy, then from README and docs/jobset.md), JobSet support in the
+cluster docs, the variables `kgen entrypoint --help` names, and the pre-commit warning about --strict."""
+
+import importlib.util
+import re
+
+import yaml
+from click.testing import CliRunner
+
+from kgen.cli import cli
+from tests.conftest import ROOT
+
+README = (ROOT / "README.md").read_text()
+JOBSET_MD = (ROOT / "docs" / "jobset.md").read_text()
+CLUSTER_MD = (ROOT / "docs" / "cluster.md").read_text()
+LINT_MD = (ROOT / "docs" / "lint.md").read_text()
+
+
+def rendered_jobset() -> dict:
+    out = CliRunner().invoke(cli, ["render", "--kind", "jobset", "--nodes", "2", "--gpus", "0"]).stdout
+    return next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "JobSet")
+
+
+def jobset_action(jobset: dict, exit_code: int) -> str:
+    """What the rendered JobSet does when a trainer exits with ``exit_code`` first, read from the manifest as
+    the controllers read it: the child Job's podFailurePolicy (first matching rule; no match with
+    backoffLimit 0 fails the Job with BackoffLimitExceeded), then the JobSet's failurePolicy rules in order
+    (reason, and the FailJob message's rule index against the message patterns)."""
+    job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    reason, message = "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+    for index, rule in enumerate(job.get("podFailurePolicy", {}).get("rules", [])):
+        codes = rule.get("onExitCodes")
+        if not codes:
+            continue
+        hit = exit_code in codes["values"] if codes["operator"] == "In" else exit_code not in codes["values"]
+        if hit and rule["action"] == "FailJob":
+            reason = "PodFailurePolicy"
+            message = f"Container trainer for pod ns/p failed with exit code {exit_code} "
+            message += f"matching FailJob rule at index {index}"
+            break
+    assert job["backoffLimit"] == 0
+    for rule in jobset["spec"]["failurePolicy"]["rules"]:
+        if reason not in rule.get("onJobFailureReasons", [reason]):
+            continue
+        patterns = rule.get("onJobFailureMessagePatterns")
+        if patterns and not any(re.search(p, message) for p in patterns):
+            continue
+        return rule["action"]
+    return "RestartJobSet"  # no rule matched: JobSet's default, counted against maxRestarts
+
+
+def readme_jobset_cell(row_start: str) -> str:
+    line = next(line for line in README.splitlines() if line.startswith(f"| {row_start}"))
+    return line.rstrip("|").split("|")[-1].strip()
+
+
+def test_a_script_error_restarts_a_jobset_and_every_doc_says_so():
+    jobset = rendered_jobset()
+    max_restarts = jobset["spec"]["failurePolicy"]["maxRestarts"]
+    assert jobset_action(jobset, 1) == "RestartJobSet"  # the decision: restarted, counted
+    assert jobset_action(jobset, 5) == "RestartJobSet"  # the other nodes' "another node's script error"
+    assert jobset_action(jobset, 2) == jobset_action(jobset, 4) == "FailJobSet"  # never retried
+    script = readme_jobset_cell("a script error")
+    assert "restarts" in script and "jobset.maxRestarts" in script and f"default {max_restarts}" in script
+    assert "at once" not in script
+    config = readme_jobset_cell("config error (exit 2), group never formed (4)")
+    assert "fails at once, no restart" in config
+    restart_row = next(line for line in JOBSET_MD.splitlines() if "`Restart`: `RestartJobSet`" in line)
+    assert "script error" in restart_row and "counted" in restart_row
+    not_retriable = next(line for line in JOBSET_MD.splitlines() if "`NotRetriable`: `FailJobSet`" in line)
+    assert "exit code 2" in not_retriable and "4" in not_retriable
+    assert "A training script's own error restarts the group" in JOBSET_MD
+
+
+def test_jobset_and_cluster_docs_agree_that_the_cluster_verbs_take_jobsets():
+    assert "not available on this branch" not in JOBSET_MD
+    assert "`kgen status`, `logs`, `stop`, `list` and `submit --kind jobset` work on JobSets" in JOBSET_MD
+    assert "Kinds: Job, StatefulSet, and JobSet" in CLUSTER_MD
+    from kgen.cli_cluster import STOP_KINDS
+    from kgen.cluster.client import WORKLOAD_KINDS
+
+    assert "JobSet" in STOP_KINDS and "JobSet" in WORKLOAD_KINDS
+
+
+def test_entrypoint_help_names_every_variable_the_entrypoint_requires():
+    spec = importlib.util.spec_from_file_location("kgen_entrypoint_docs", ROOT / "entrypoint" / "kgen_entrypoint.py")
+    ep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ep)
+    problems = " ".join(ep.load_config({}).problems)
+    required = sorted(set(re.findall(r"\b(NNODES|NPROC_PER_NODE|MASTER_ADDR|MASTER_PORT|NODE_RANK)\b", problems)))
+    assert {"NNODES", "NPROC_PER_NODE", "MASTER_ADDR"} <= set(required)
+    help_text = " ".join(CliRunner().invoke(cli, ["entrypoint", "--help"]).stdout.split())
+    for var in [*required, "NODE_RANK", "MASTER_PORT"]:
+        assert var in help_text, var
+
+
+def test_the_readme_pre_commit_snippet_warns_about_strict_as_docs_lint_does():
+    assert "pass_filenames: false" in LINT_MD
+    section = README[README.index("# .pre-commit-config.yaml") : README.index("## The entrypoint")]
+    assert "--strict" in section and "pass_filenames: false" in section and "only the changed files" in section

@@ -499,6 +499,16 @@ def render(
     is_flag=True,
     help="Also report how lint reads each training workload (launcher, pods, DNS, rank source) as info (KG137).",
 )
+@click.option(
+    "--exclude",
+    "exclude",
+    metavar="GLOB",
+    multiple=True,
+    help="Leave out files and folders matching GLOB (repeatable; .gitignore-like, relative to the folder given).",
+)
+@click.option(
+    "--summary", is_flag=True, help="End the text report with a summary line (files, documents, findings by severity)."
+)
 def lint(
     paths,
     filenames,
@@ -511,6 +521,8 @@ def lint(
     output_file,
     list_rules,
     explain,
+    exclude,
+    summary,
 ) -> None:
     """Check manifests offline: Kubernetes JSON schemas plus the rules schemas miss.
 
@@ -524,6 +536,7 @@ def lint(
       kgen lint --strict -o junit --output-file report.xml manifests/   (CI)
       kgen lint -o github deploy/       # annotations in a GitHub Actions run
       kgen lint --skip KG102,KG111 manifests/
+      kgen lint --summary --exclude 'legacy/**' --exclude '*.tmpl.yaml' deploy/
     Rules: docs/lint.md. Per object: annotation kgen.dev/lint-skip: "KG102,KG111".
     Exit 0 clean, 1 on error findings (and warnings with --strict), 2 on usage errors or files
     that are not valid YAML (reported as KG004; the other files are still linted).
@@ -531,7 +544,7 @@ def lint(
     import io
 
     from kgen.lint.api import LintOptions, lint_paths
-    from kgen.output import FORMATS, write_findings
+    from kgen.output import FORMATS, summary_line, write_findings
 
     if list_rules:
         from kgen.lint.registry import load_rules
@@ -545,6 +558,10 @@ def lint(
         return
     check_format(output_format, FORMATS)
     check_output_file(output_file)
+    if summary and output_format != "text":
+        raise KgenError(
+            f"goes with the text format only (json always has a summary), got {output_format}", option="--summary"
+        )
     skipped = frozenset(s.strip() for item in skip for s in item.split(",") if s.strip())
     opts = LintOptions(
         kubernetes_version=kubernetes_version,
@@ -553,13 +570,18 @@ def lint(
         schema_location=schema_location,
         fail_on_warnings=strict,
         explain=explain,
+        exclude=tuple(exclude),
     )
     inputs = [*filenames, *paths]
     if not inputs and sys.stdin.isatty():
         raise KgenError("no input: pass files or folders, or '-' to read stdin (e.g. kgen render | kgen lint -)")
     result = lint_paths(inputs or ["-"], opts)
+    for skipped in result.skipped:
+        click.echo(f"kgen: info: {skipped.path}: skipped, {skipped.reason}", err=True)
     buf = io.StringIO()
     write_findings(result, output_format, buf)
+    if summary and output_format == "text":
+        buf.write(summary_line(result) + "\n")
     write_output(output_file, buf.getvalue())
     if result.input_errors:
         first = result.input_errors[0]

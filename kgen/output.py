@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 from typing import IO, Any, NamedTuple
 from xml.sax.saxutils import escape, quoteattr
@@ -48,6 +49,27 @@ def _text(result: Any, stream: IO[str]) -> None:
         stream.write(f.text() + "\n")
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def summary_line(result: Any) -> str:
+    """The text report's last line (kubeconform's -summary): documents, files, findings by severity,
+    and the files skipped as not manifests or left out by --exclude."""
+    files, docs = len(result.files), len(result.documents)
+    line = (
+        f"Summary: {_plural(docs, 'document')} in {_plural(files, 'file')} - "
+        f"{_plural(result.count(Severity.ERROR), 'error')}, {_plural(result.count(Severity.WARNING), 'warning')}, "
+        f"{result.count(Severity.INFO)} info"
+    )
+    skipped, excluded = len(getattr(result, "skipped", ())), getattr(result, "excluded", 0)
+    if skipped:
+        line += f" - {_plural(skipped, 'file')} skipped (not Kubernetes manifests)"
+    if excluded:
+        line += f" - {excluded} excluded"
+    return line
+
+
 def finding_dict(f: Finding) -> dict:
     return {
         "rule": f.rule_id,
@@ -71,10 +93,15 @@ def _json(result: Any, stream: IO[str]) -> None:
             "errors": result.count(Severity.ERROR),
             "warnings": result.count(Severity.WARNING),
             "info": result.count(Severity.INFO),
+            "skipped": len(getattr(result, "skipped", ())),
+            "excluded": getattr(result, "excluded", 0),
             "strict": bool(getattr(result, "fail_on_warnings", False)),
             "exitCode": result.exit_code,
         },
     }
+    skipped = getattr(result, "skipped", ())
+    if skipped:
+        payload["skipped"] = [{"file": s.path, "reason": s.reason} for s in skipped]
     stream.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -94,9 +121,12 @@ def _junit(result: Any, stream: IO[str]) -> None:
     for refs in suites.values():
         for ref in refs:
             lines_by_file.setdefault(ref.file, []).append(ref.line)
-    for f in result.findings:
-        starts = [ln for ln in lines_by_file.get(f.file, []) if ln <= max(f.line, 1)]
-        key = (f.file, max(starts) if starts else 0)
+    for lines in lines_by_file.values():
+        lines.sort()
+    for f in result.findings:  # a finding belongs to the document that starts last at or before its line
+        lines = lines_by_file.get(f.file, [])
+        at = bisect.bisect_right(lines, max(f.line, 1))
+        key = (f.file, lines[at - 1] if at else 0)
         by_doc.setdefault(key, []).append(f)
     cases: dict[str, list[list[str]]] = {}  # file -> testcases (their XML lines)
     failed: dict[str, int] = {}

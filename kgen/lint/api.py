@@ -10,17 +10,24 @@ All inputs of one call are one context: the training rules see the documents of 
 stdin) together, the way ``kubectl apply -f DIR`` creates them; Services pair with workloads of the
 same namespace (an object without a namespace pairs with any).
 
-A file that is not valid YAML (or not UTF-8) does not stop the run: it becomes a KG004 finding
-with file and line, every other file is linted, and ``exit_code`` is 2. A missing file, an empty
-stdin or an empty file named explicitly, an unknown version, engine or rule id, a missing kubeconform binary raise
-``kgen.errors.InputError`` / ``UsageError`` (exit 2 in the CLI, no report).
+A file that is not valid YAML (or not UTF-8 text, too large, unreadable: permission denied) does
+not stop the run: it becomes a KG004 finding with file and line, every other file is linted, and
+``exit_code`` is 2; so does a document past a limit (``kgen.lint.parse``: depth, size, aliases),
+and the file's other documents are linted. Files that are not manifests (``kgen.lint.files``:
+kustomization.yaml, Helm charts, CI workflows ...) are skipped and listed in ``result.skipped``;
+``LintOptions.exclude`` holds --exclude globs. A missing file, an empty stdin or an empty file named
+explicitly, a folder without YAML files, an unknown version, engine or rule id, a missing kubeconform
+binary raise ``kgen.errors.InputError`` / ``UsageError`` (exit 2 in the CLI, no report).
+
+Cost: documents are read one file at a time, each checked as soon as it is read; only their values
+(and where their text is, for line numbers) stay for the cross-document rules.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from kgen.errors import InputError, UsageError
@@ -28,6 +35,9 @@ from kgen.findings import Finding, Severity
 from kgen.lint.document import Document, format_path
 
 SKIP_ANNOTATION = "kgen.dev/lint-skip"
+# Schema validation and rules walk a document recursively (a few frames per level); the parser lets
+# documents nest up to kgen.lint.parse.MAX_DEPTH (1,000) levels, past Python's default 1,000 frames.
+RECURSION_LIMIT = 5000
 ENGINES = ("builtin", "kubeconform")
 
 
@@ -39,6 +49,7 @@ class LintOptions(NamedTuple):
     strict: bool = True  # strict schemas reject unknown fields
     fail_on_warnings: bool = False  # `kgen lint --strict`: warnings fail too (exit 1)
     explain: bool = False  # `kgen lint --explain`: one info finding per training workload: how lint reads it
+    exclude: tuple = ()  # --exclude globs (kgen.lint.files.Excludes)
 
 
 class DocumentRef(NamedTuple):
@@ -51,7 +62,7 @@ class DocumentRef(NamedTuple):
 class LintResult:
     """Findings (sorted by file order, line, column) and what was read."""
 
-    __slots__ = ("findings", "documents", "files", "input_errors", "fail_on_warnings")
+    __slots__ = ("findings", "documents", "files", "input_errors", "fail_on_warnings", "skipped", "excluded")
 
     def __init__(self, files: list[str] | None = None, fail_on_warnings: bool = False) -> None:
         self.findings: list[Finding] = []
@@ -59,6 +70,8 @@ class LintResult:
         self.files: list[str] = files if files is not None else []
         self.input_errors: list[Finding] = []  # KG004: files that could not be parsed (also in findings)
         self.fail_on_warnings = fail_on_warnings
+        self.skipped: list = []  # kgen.lint.files.Skip: files that are not manifests (kustomization.yaml ...)
+        self.excluded = 0  # files and folders left out by --exclude
 
     def fails(self, finding: Finding) -> bool:
         """Whether ``finding`` fails the run: errors always, warnings with ``fail_on_warnings``."""
@@ -145,63 +158,109 @@ def lint_documents(values: Iterable[Any], filename: str, opts: LintOptions) -> L
 
 def lint_paths(paths: Iterable[str], opts: LintOptions, stdin: Any = None) -> LintResult:
     """Lint files, folders (recursively: *.yaml, *.yml) and '-' (stdin), all as one context."""
+    from kgen.lint.files import Excludes
+
     prepared = _Prepared(opts)
-    return _lint_inputs(list(_read_inputs(list(paths), stdin)), prepared)
+    result = LintResult(fail_on_warnings=opts.fail_on_warnings)
+    return _lint_inputs(_read_inputs(list(paths), stdin, Excludes(opts.exclude), result), prepared, result)
 
 
-def _lint_inputs(inputs: list[tuple[str, str | InputError]], p: _Prepared) -> LintResult:
+def _lint_inputs(
+    inputs: Iterable[tuple[str, str | InputError]], p: _Prepared, result: LintResult | None = None
+) -> LintResult:
     """Parse every input, then lint all their documents together (one context).
 
-    All node trees of a run stay alive until the stream rules have located their findings; the
-    cyclic garbage collector would rescan that growing heap over and over (3-5x the run time on a
-    folder of 2000 documents) although parsing creates no cycles, so it is paused meanwhile.
+    The values of a run stay alive until the stream rules have run; the cyclic garbage collector
+    would rescan that growing heap over and over (3-5x the run time on a folder of 2000 documents)
+    although parsing creates no cycles, so it is paused meanwhile.
     """
     import gc
 
+    from kgen.lint.document import forget_positions
+
     enabled = gc.isenabled()
     gc.disable()
+    limit = sys.getrecursionlimit()
+    if limit < RECURSION_LIMIT:
+        sys.setrecursionlimit(RECURSION_LIMIT)
     try:
-        return _lint_all(inputs, p)
+        return _lint_all(inputs, p, result or LintResult(fail_on_warnings=p.opts.fail_on_warnings))
     finally:
+        sys.setrecursionlimit(limit)
+        forget_positions()
         if enabled:
             gc.enable()
 
 
-def _lint_all(inputs: list[tuple[str, str | InputError]], p: _Prepared) -> LintResult:
-    from kgen.lint.parse import ParseError, parse_stream_partial
+class _Run:
+    """What the document phase hands to the stream phase."""
 
-    result = LintResult(fail_on_warnings=p.opts.fail_on_warnings)
-    docs: list[Document] = []
-    texts: dict[str, str] = {}
+    __slots__ = ("docs", "objects", "per_doc", "texts")
+
+    def __init__(self) -> None:
+        self.docs: list[Document] = []
+        self.objects: list[Document] = []
+        self.per_doc: dict[int, list[Finding]] = {}
+        self.texts: dict[str, str] = {}  # for kubeconform, which reads files itself
+
+
+def _lint_all(inputs: Iterable[tuple[str, str | InputError]], p: _Prepared, result: LintResult) -> LintResult:
+    from kgen.lint.files import Skip, content_skip_reason
+    from kgen.lint.parse import Budget, parse_stream_partial
+
+    run = _Run()
+    budget = Budget()
     for name, text in inputs:
-        result.files.append(name)
         if isinstance(text, InputError):
-            errors: list[InputError] = [text]
-        else:
-            texts[name] = text
-            parsed, errors = parse_stream_partial(text, name)  # type: ignore[assignment]
-            docs.extend(parsed)
+            result.files.append(name)
+            _input_error(result, name, text)
+            continue
+        parsed, errors = parse_stream_partial(text, name, budget)
+        if name != "<stdin>":
+            reason = content_skip_reason(name, text, parsed, bool(errors))
+            if reason is not None:
+                result.skipped.append(Skip(name, reason))
+                continue
+        result.files.append(name)
+        if p.kubeconform is not None:
+            run.texts[name] = text
         for err in errors:
-            line, col = (err.line, err.column) if isinstance(err, ParseError) else (0, 0)
-            problem = err.problem if isinstance(err, ParseError) else err.message.split(": ", 1)[-1]
-            if line:
-                problem = f"{problem}; the rest of this file is not linted"
-            finding = Finding("KG004", Severity.ERROR, problem, name, line, col)
-            result.input_errors.append(finding)
-            result.findings.append(finding)  # never skipped: the run must not pass with an unread file
-    _lint_docs(docs, texts, p, result)
+            _input_error(result, name, err)
+        _check_documents(parsed, bool(errors), p, result, run)
+    _check_stream(run, p, result)
     if p.kubeconform is not None:
         p.kubeconform.run(result, p)
     _finish(result)
     return result
 
 
-def _read_inputs(paths: list[str], stdin: Any) -> Iterable[tuple[str, str | InputError]]:
-    """(name, text) per input; a file that is there but is not UTF-8 text comes as (name, InputError)
-    and becomes a KG004 finding. Missing paths and empty stdin raise InputError (nothing to report)."""
+def _input_error(result: LintResult, name: str, err: InputError) -> None:
+    line, col = getattr(err, "line", 0), getattr(err, "column", 0)
+    problem = getattr(err, "problem", None) or err.message.split(": ", 1)[-1]
+    if line and getattr(err, "stops", False):
+        problem = f"{problem}; the rest of this file is not linted"
+    finding = Finding("KG004", Severity.ERROR, problem, name, line, col)
+    result.input_errors.append(finding)
+    result.findings.append(finding)  # never skipped: the run must not pass with an unread file
+
+
+def _read_inputs(
+    paths: list[str], stdin: Any, excludes: Any, result: LintResult
+) -> Iterator[tuple[str, str | InputError]]:
+    """(name, text) per input; a file that is there but cannot be linted (not UTF-8 text, too large,
+    permission denied) comes as (name, InputError) and becomes a KG004 finding. Files that are not
+    manifests go to ``result.skipped``, --exclude'd ones are counted in ``result.excluded``. Missing
+    paths, empty stdin, an empty file named explicitly and a folder without YAML files raise
+    InputError (nothing to report)."""
+    from kgen.inputs import read_stream
+    from kgen.lint.files import Skip, display_rel, skip_reason, walk
+
     if not paths:
         raise UsageError("no input given; pass files, folders or '-' for stdin")
     seen: set[str] = set()  # real paths already read: a file named twice (or also inside a folder) is linted once
+    charts: dict[str, str | None] = {}
+    yielded = 0
+    folders_left_empty: list[str] = []
 
     def first_time(path: str) -> bool:
         real = "-" if path == "-" else os.path.realpath(path)
@@ -216,62 +275,76 @@ def _read_inputs(paths: list[str], stdin: Any) -> Iterable[tuple[str, str | Inpu
         if path == "-":
             stream = stdin if stdin is not None else sys.stdin
             try:
-                text = stream.read()
-            except UnicodeDecodeError as err:
-                raise InputError(f"<stdin>: not UTF-8 text ({err.reason})") from None
+                text = read_stream(stream, "<stdin>")
+            except InputError as err:
+                yielded += 1
+                yield "<stdin>", err
+                continue
             if not text.strip():
                 # `kgen render ... | kgen lint -` must not pass when the producer printed nothing
                 # (a failed render, a wrong path): an empty stream is an input error, not "clean".
                 raise InputError("<stdin>: empty input; nothing to lint (did the command before the pipe fail?)")
+            yielded += 1
             yield "<stdin>", text
             continue
         if os.path.isdir(path):
-            files = _yaml_files(path)
-            if not files:
+            files, skips, problems, excluded = walk(path, excludes)
+            result.excluded += excluded
+            result.skipped.extend(skips)
+            for problem in problems:
+                yielded += 1
+                yield problem.path, InputError(problem.message)
+            if not files and not skips and not problems and not excluded:
                 raise InputError(f"{path}: no *.yaml or *.yml files in this folder")
+            linted = 0
             for f in files:
-                if first_time(f):
-                    yield f, _read_or_error(f)
-        else:
-            text = _read_or_error(path)
-            if isinstance(text, str) and not text.strip():
-                # named explicitly, like stdin: an empty file is a mistake (a failed redirect), not "clean";
-                # empty files found inside a folder are skipped
-                raise InputError(f"{path}: empty file; nothing to lint")
-            yield path, text
+                if not first_time(f):
+                    continue
+                reason = skip_reason(f, charts)
+                if reason is not None:
+                    result.skipped.append(Skip(f, reason))
+                    continue
+                linted += 1
+                yielded += 1
+                yield f, _read_or_error(f, explicit=False)
+            if not linted and not problems:
+                folders_left_empty.append(path)
+            continue
+        if excludes and excludes.excludes_file(display_rel(path)):
+            result.excluded += 1
+            continue
+        reason = skip_reason(path, charts) if os.path.isfile(path) else None
+        if reason is not None:
+            result.skipped.append(Skip(path, reason))
+            continue
+        got = _read_or_error(path, explicit=True)
+        if isinstance(got, str) and not got.strip():
+            # named explicitly, like stdin: an empty file is a mistake (a failed redirect), not "clean";
+            # empty files found inside a folder are skipped
+            raise InputError(f"{path}: empty file; nothing to lint")
+        yielded += 1
+        yield path, got
+    if folders_left_empty and not yielded:
+        left = len(result.skipped) + result.excluded
+        raise InputError(
+            f"{folders_left_empty[0]}: nothing to lint: every YAML file in it was skipped as not a Kubernetes "
+            f"manifest or excluded ({left} in all; see the info lines)"
+        )
 
 
-def _read_or_error(path: str) -> str | InputError:
+def _read_or_error(path: str, explicit: bool) -> str | InputError:
+    from kgen.inputs import read_yaml_file
+
     try:
-        return _read(path)
-    except InputError as err:
-        if "not UTF-8" in err.message:
-            return err
-        raise
-
-
-def _yaml_files(folder: str) -> list[str]:
-    out = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for f in sorted(files):
-            if f.endswith((".yaml", ".yml")):
-                out.append(os.path.join(root, f))
-    return out
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
+        return read_yaml_file(path)
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file or directory") from None
+        if explicit:
+            raise InputError(f"{path}: no such file or directory") from None
+        return InputError(f"{path}: no such file (a dangling symbolic link?)")
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory") from None
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8 text ({err.reason})") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read ({err.strerror})") from None
+    except InputError as err:  # not UTF-8 text, too large, permission denied: a KG004 finding
+        return err
 
 
 def _skips(doc: Document) -> frozenset:
@@ -288,56 +361,85 @@ def _skips(doc: Document) -> frozenset:
 
 def _lint_docs(docs: list[Document], texts: dict[str, str], p: _Prepared, result: LintResult) -> None:
     """Document rules per document; stream rules once over all documents (one context)."""
-    from kgen.lint.model import with_embedded
-
-    docs = with_embedded(docs)  # AppWrapper components are linted as objects of their own
-    objects: list[Document] = []
-    per_doc: dict[int, list[Finding]] = {}
+    run = _Run()
+    run.texts = texts
     broken = {f.file for f in result.input_errors}
     for doc in docs:
-        found = per_doc.setdefault(id(doc), [])
-        found.extend(doc.findings)
+        _check_documents([doc], doc.file in broken, p, result, run)
+    _check_stream(run, p, result)
+
+
+def _check_documents(docs: list[Document], broken: bool, p: _Prepared, result: LintResult, run: _Run) -> None:
+    """Schema and document rules for the documents of one input (``broken``: it had a syntax error), and
+    for the objects embedded in them (AppWrapper components are linted as objects of their own)."""
+    from kgen.lint.model import with_embedded
+
+    for doc in with_embedded(docs):
+        run.docs.append(doc)
         result.documents.append(DocumentRef(doc.file, doc.line, doc.kind, doc.name))
-        data = doc.data
-        if not isinstance(data, dict):
-            found.append(
-                doc.finding(
-                    "KG003",
-                    Severity.ERROR,
-                    f"document is a {type(data).__name__}, not a Kubernetes object; delete it or fix the indentation",
-                )
+        objects = len(run.objects)
+        try:
+            found = _check_document(doc, broken, p, run)
+        except RecursionError:  # a safety net: MAX_DEPTH and RECURSION_LIMIT are meant to prevent it
+            del run.objects[objects:]  # not for the cross-document rules either
+            line, col = doc.locate(())
+            problem = "document nests too deeply for kgen's checks; refusing to lint it"
+            finding = Finding("KG004", Severity.ERROR, problem, doc.file, line, col, "", doc.kind, doc.name)
+            result.input_errors.append(finding)
+            found = [finding]
+        if found:
+            run.per_doc[id(doc)] = found
+
+
+def _check_document(doc: Document, broken: bool, p: _Prepared, run: _Run) -> list[Finding]:
+    found = list(doc.parse_findings())
+    data = doc.data
+    if not isinstance(data, dict):
+        found.append(
+            doc.finding(
+                "KG003",
+                Severity.ERROR,
+                f"document is a {type(data).__name__}, not a Kubernetes object; delete it or fix the indentation",
             )
-            continue
-        missing = [k for k in ("apiVersion", "kind") if not isinstance(data.get(k), str) or not data.get(k)]
-        if missing:
-            found.append(
-                doc.finding(
-                    "KG003",
-                    Severity.ERROR,
-                    f"document has no {' or '.join(missing)}; every Kubernetes object needs both",
-                )
+        )
+        return found
+    missing = [k for k in ("apiVersion", "kind") if not isinstance(data.get(k), str) or not data.get(k)]
+    if missing:
+        found.append(
+            doc.finding(
+                "KG003",
+                Severity.ERROR,
+                f"document has no {' or '.join(missing)}; every Kubernetes object needs both",
             )
-            continue
-        objects.append(doc)
-        if p.kubeconform is None or doc.file in broken:  # kubeconform would stop at the file's syntax error
-            schema_found = _schema_findings(doc, p)
-            found.extend(schema_found)
-            malformed = any(f.rule_id in ("KG010", "KG002") for f in schema_found)
-        else:
-            p.kubeconform.add(doc, texts.get(doc.file, ""), _has_schema(doc, p))
-            malformed = True  # not known before kubeconform runs
-        no_spec = _missing_spec(doc)
-        if no_spec is not None and not any(f.message.startswith("missing required field 'spec'") for f in found):
-            found.append(doc.finding("KG010", Severity.ERROR, no_spec, ("spec",) if "spec" in data else ()))
-            malformed = True
-        for r in p.rules_for(doc.kind):
-            try:
-                for path, message in r.fn(doc, p.ctx):  # type: ignore[misc]  # registered rules have fn
-                    found.append(doc.finding(r.id, r.severity, message, path))
-            except (TypeError, AttributeError, KeyError, IndexError, ValueError):
-                if not malformed:
-                    raise  # a bug in the rule: well-typed input must never crash it
-                # a field of the wrong type: the schema finding already says so
+        )
+        return found
+    run.objects.append(doc)
+    if p.kubeconform is None or broken:  # kubeconform would stop at the file's syntax error
+        schema_found = _schema_findings(doc, p)
+        found.extend(schema_found)
+        malformed = any(f.rule_id in ("KG010", "KG002") for f in schema_found)
+    else:
+        p.kubeconform.add(doc, run.texts.get(doc.file, ""), _has_schema(doc, p))
+        malformed = True  # not known before kubeconform runs
+    no_spec = _missing_spec(doc)
+    if no_spec is not None and not any(f.message.startswith("missing required field 'spec'") for f in found):
+        found.append(doc.finding("KG010", Severity.ERROR, no_spec, ("spec",) if "spec" in data else ()))
+        malformed = True
+    for r in p.rules_for(doc.kind):
+        try:
+            for path, message in r.fn(doc, p.ctx):  # type: ignore[misc]  # registered rules have fn
+                found.append(doc.finding(r.id, r.severity, message, path))
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError):
+            if not malformed:
+                raise  # a bug in the rule: well-typed input must never crash it
+            # a field of the wrong type: the schema finding already says so
+    return found
+
+
+def _check_stream(run: _Run, p: _Prepared, result: LintResult) -> None:
+    """Stream rules once over all objects (one context), then the findings in document order with
+    per-object suppression applied."""
+    per_doc = run.per_doc
     any_malformed = p.kubeconform is not None or any(
         f.rule_id in ("KG010", "KG002") for fs in per_doc.values() for f in fs
     )
@@ -346,15 +448,18 @@ def _lint_docs(docs: list[Document], texts: dict[str, str], p: _Prepared, result
         if incomplete and r.needs_all_inputs:
             continue  # "X is missing" may be wrong when X sits in a file that did not parse
         try:
-            for doc, path, message in r.fn(objects, p.ctx):  # type: ignore[misc]  # registered rules have fn
+            for doc, path, message in r.fn(run.objects, p.ctx):  # type: ignore[misc]  # registered rules have fn
                 per_doc.setdefault(id(doc), []).append(doc.finding(r.id, r.severity, message, path))
         except (TypeError, AttributeError, KeyError, IndexError, ValueError):
             if not any_malformed:
                 raise
-    for doc in docs:
+    for doc in run.docs:
+        found = per_doc.get(id(doc))
+        if not found:
+            continue
         skip = p.skip | _skips(doc)
-        for f in per_doc.get(id(doc), []):
-            if f.rule_id not in skip and "all" not in skip:
+        for f in found:
+            if f.rule_id == "KG004" or (f.rule_id not in skip and "all" not in skip):
                 result.findings.append(f)
 
 

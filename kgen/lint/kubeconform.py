@@ -120,10 +120,10 @@ class Runner:
         self.streams: dict[str, dict] = {}  # filename -> {"text", "docs", "skip"}
 
     def add(self, doc: Any, text: str, has_schema: bool) -> None:
-        entry = self.streams.setdefault(doc.file, {"text": text, "docs": [], "skip": []})
+        entry = self.streams.setdefault(doc.file, {"text": text, "docs": [], "skip": set()})
         entry["docs"].append(doc)
         if not has_schema:
-            entry["skip"].append(f"{doc.api_version}/{doc.kind}")  # kubeconform's GVK form: apiVersion/Kind
+            entry["skip"].add(f"{doc.api_version}/{doc.kind}")  # kubeconform's GVK form: apiVersion/Kind
 
     def run(self, result: Any, prepared: Any) -> None:
         from kgen.lint.api import _schema_findings
@@ -141,7 +141,7 @@ class Runner:
                 self.strict,
                 cache,
                 self.schema_location,
-                entry["skip"],
+                sorted(entry["skip"]),
                 [filename] if is_file else [],
             )
             proc = subprocess.run(

@@ -232,5 +232,5 @@ def with_embedded(docs: list) -> list:
         adapter = kinds.adapter_for(doc) if isinstance(doc.data, dict) else None
         if adapter is not None:
             for path, obj in adapter.embedded(doc):
-                out.extend(with_embedded([doc.child(path, obj)]))
+                out.extend(with_embedded([doc.child(path, obj, embedded=True)]))
     return out

@@ -1,53 +1,59 @@
-"""Parse Kubernetes YAML the way kubectl does, keeping the node tree for line numbers.
+"""Parse Kubernetes YAML the way kubectl does, in one bounded, linear pass over libyaml's events.
 
-PyYAML's C composer (libyaml) builds the node tree; ``_convert`` turns nodes into plain Python
-values with kubectl's resolution rules (``sigs.k8s.io/yaml`` -> goyaml.v2), which differ from
-PyYAML's SafeConstructor:
+libyaml (PyYAML's C parser) turns the text into events; ``_Builder`` turns events straight into
+plain Python values with kubectl's resolution rules (``sigs.k8s.io/yaml`` -> goyaml.v2), which
+differ from PyYAML's SafeConstructor:
 
 - ``y Y n N`` are booleans (PyYAML: strings); timestamps stay strings (PyYAML: datetime);
 - ``0o17`` and Go-style numbers such as ``1e3`` are numbers; ``1:30`` (sexagesimal) is a string;
-- a duplicate mapping key is an error (kubectl strict field validation), recorded as KG001.
+- a duplicate mapping key is an error (kubectl strict field validation), recorded as KG001;
+- a mapping or list used as a mapping key is refused (goyaml: "invalid map key").
 
-Whether a boolean came from an unquoted ``yes``/``on``/... is read back from the node tree when a
-schema error needs it (``Document.scalar_at``), so the happy path records nothing.
+No node tree is built: libyaml's composer recurses on the C stack (a 30,000-deep flow sequence
+overflowed it: SIGSEGV) and a tree costs ~10x the text in memory. The builder keeps an explicit
+stack and refuses, per document (a KG004 finding; the next document is read from the next ``---``):
+
+- nesting deeper than ``MAX_DEPTH`` (also through aliases),
+- a document longer than ``MAX_DOCUMENT_CHARS`` (the API server refuses larger requests),
+- aliases expanding a document past ``MAX_EXPANDED_NODES`` (billion laughs), or a run past
+  ``Budget.alias_nodes``, and aliases to a node that contains them (kubectl rejects cycles).
+
+Positions are not stored: a document keeps where its text is (``Source``), and
+``Document.locate``/``scalar_at`` re-read that text into a small position tree (``positions``)
+only when a finding needs a line. Whether a boolean came from an unquoted ``yes``/``on``/... is read
+back the same way, so the happy path records nothing.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from yaml.events import (
+    AliasEvent,
+    DocumentEndEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+)
 
 from kgen.errors import InputError
 from kgen.findings import Finding, Severity
-from kgen.lint.document import Document, format_path
+from kgen.lint.document import Document, PosNode, Source, format_path
 
 _PLAIN = "!kgen-plain"  # our tag for untagged plain scalars; resolved by _plain() below
-_MAP = "tag:yaml.org,2002:map"
-_SEQ = "tag:yaml.org,2002:seq"
 
 try:  # libyaml; PyYAML wheels ship it, the pure-Python fallback is ~8x slower
     _Base: type = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - depends on the PyYAML build
     _Base = yaml.SafeLoader
-
-
-class _Loader(_Base):  # type: ignore[misc, valid-type]
-    """Skips PyYAML's YAML-1.1 regex resolver: plain scalars are resolved kubectl's way later."""
-
-    def descend_resolver(self, current_node: Any, current_index: Any) -> None:  # path resolvers: unused
-        pass
-
-    def ascend_resolver(self) -> None:
-        pass
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
-        if kind is ScalarNode:
-            return _PLAIN if implicit[0] else _STR
-        return _MAP if kind is MappingNode else _SEQ
 
 
 _STR = "tag:yaml.org,2002:str"
@@ -86,9 +92,8 @@ def _go_int(text: str) -> int | None:
         return None
 
 
-def _plain(node: ScalarNode) -> Any:
+def _plain(value: str) -> Any:
     """kubectl's value for a plain (unquoted) scalar."""
-    value = node.value
     b = YAML11_BOOLS.get(value)
     if b is not None:
         return b
@@ -114,83 +119,344 @@ def _plain(node: ScalarNode) -> Any:
     return value
 
 
-MAX_EXPANDED_NODES = 1_000_000  # goyaml also refuses "excessive aliasing"
+# ---------------------------------------------------------------------------------------------
+# Limits (docs/lint.md, "Limits"). Each is a KG004 finding for the document it hits; the other
+# documents of the file and every other file are still linted.
+
+MAX_DEPTH = 1000
+"""Nesting of mappings and lists, also through aliases. kubectl's decoder (goyaml.v2) stops at 10,000
+levels of flow or block nesting; kgen stops at 1,000 -- the default libyaml's maintainers chose for its
+own nesting limit -- because its checks walk documents recursively. The deepest real manifests (CRDs
+with embedded pod templates in their schema) nest about 60 levels."""
+
+MAX_DOCUMENT_CHARS = 3 * 1024 * 1024
+"""One document's text. The API server refuses request bodies over 3 MiB (MaxRequestBodyBytes, twice
+etcd's 1.5 MiB default request limit), so no larger object can be created."""
+
+MAX_EXPANDED_NODES = 1_000_000
+"""Nodes of one document once aliases are expanded (a billion-laughs bomb is refused, not expanded);
+goyaml refuses "excessive aliasing" likewise."""
+
+MAX_ALIAS_NODES = 10_000_000
+"""Nodes that aliases add over a whole run (all files): ten documents at the per-document limit. Aliased
+values are shared, not copied, but schema validation walks them."""
+
+MAX_REFUSED_DOCUMENTS = 100
+"""Refused documents per file before the rest of the file is given up (like a compiler's "too many
+errors"): each costs up to a few milliseconds (libyaml's scanner is quadratic in flow nesting)."""
+
+MAX_DUPLICATES = 100
+"""KG001 findings listed per document; the rest are counted in one more finding."""
+
+_intern = sys.intern
+_DOC_MARKER = re.compile(r"^(?:---|\.\.\.)(?=[ \t\r\n]|\Z)", re.M)  # libyaml ends any scalar at these
 
 
-class _Cycle(Exception):
-    def __init__(self, node: Any):
-        self.node = node
+class Budget:
+    """What one lint run may still spend on alias expansion (shared by all its files)."""
+
+    __slots__ = ("alias_nodes",)
+
+    def __init__(self, alias_nodes: int = MAX_ALIAS_NODES) -> None:
+        self.alias_nodes = alias_nodes
 
 
-def _expanded_size(node: Any, sizes: dict[int, int]) -> int:
-    """Nodes in the document once aliases are expanded; raises _Cycle for an alias to an ancestor."""
-    got = sizes.get(id(node))
-    if got is not None:
-        if got < 0:
-            raise _Cycle(node)
-        return got
-    sizes[id(node)] = -1  # in progress
-    if isinstance(node, MappingNode):
-        total = 1 + sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
-    elif isinstance(node, SequenceNode):
-        total = 1 + sum(_expanded_size(v, sizes) for v in node.value)
-    else:
-        total = 1
-    sizes[id(node)] = total
-    return total
+class ParseError(InputError):
+    """A file that is not valid YAML (or that kubectl would refuse to decode), with its position."""
+
+    def __init__(self, file: str, line: int, column: int, problem: str, stops: bool = True) -> None:
+        self.file, self.line, self.column, self.problem = file, line, column, problem
+        self.stops = stops  # a syntax error ends the file; a refused document does not
+        where = f"{file}:{line}:{column}" if column else (f"{file}:{line}" if line else file)
+        super().__init__(f"{where}: {problem}")
 
 
-class _Converter:
-    __slots__ = ("dups", "memo", "aliased")
+class _DocError(Exception):
+    """A document kubectl would refuse (or too large/deep to check); reading resumes at the next
+    document marker after ``resume`` (an index into the parser's input)."""
 
-    def __init__(self) -> None:
-        self.dups: list[tuple[MappingNode, ScalarNode]] = []
-        self.memo: dict[int, Any] = {}
-        self.aliased = False
+    def __init__(self, mark: Any, problem: str, resume: int) -> None:
+        self.mark, self.problem, self.resume = mark, problem, resume
 
-    def convert(self, node: Any) -> Any:
-        cls = node.__class__
-        if cls is ScalarNode:
-            tag = node.tag
-            if tag == _PLAIN:
-                return _plain(node)
-            if tag in _EXPLICIT_NONSTR:  # e.g. !!int "5"
-                return _plain(node)
-            return node.value  # quoted, block, !!str or a custom tag: a string
-        memo = self.memo
-        got = memo.get(id(node))
-        if got is not None:  # an alias: same node object (cycles are checked after conversion)
-            self.aliased = True
-            return got
-        if cls is MappingNode:
-            out: dict = {}
-            memo[id(node)] = out
-            convert = self.convert
-            for knode, vnode in node.value:
-                if knode.tag == _PLAIN and knode.value == "<<" or knode.tag == _MERGE:
-                    self._merge(out, vnode)
+
+class _Syntax(Exception):
+    def __init__(self, line: int, column: int, problem: str) -> None:
+        self.line, self.column, self.problem = line, column, problem
+
+
+class _Chunks:
+    """A file-like view of ``text[pos:end]``, read in chunks (no copy of the whole)."""
+
+    __slots__ = ("text", "pos", "end")
+
+    def __init__(self, text: str, pos: int, end: int | None = None) -> None:
+        self.text, self.pos, self.end = text, pos, len(text) if end is None else end
+
+    def read(self, size: int = -1) -> str:
+        start = self.pos
+        end = self.end if size < 0 else min(self.end, start + size)
+        self.pos = end
+        return self.text[start:end]
+
+
+def parse_stream(text: str, file: str) -> list[Document]:
+    """All non-empty documents of a YAML stream. Raises ParseError (an InputError) on the first
+    error."""
+    docs, errors = parse_stream_partial(text, file)
+    if errors:
+        raise errors[0]
+    return docs
+
+
+def parse_stream_partial(text: str, file: str, budget: Budget | None = None) -> tuple[list[Document], list[ParseError]]:
+    """Like ``parse_stream``, but keeps going: the documents before a syntax error (which ends the
+    stream: nothing after it can be trusted), and every document around one that kubectl would
+    refuse or that breaks a limit (read on from the next ``---``), plus the errors."""
+    docs: list[Document] = []
+    errors: list[ParseError] = []
+    budget = budget if budget is not None else Budget()
+    base_index = base_line = 0
+    # Documents lie between markers (libyaml ends every scalar at one), so when no two markers are
+    # further apart than the limit, no document can exceed it and the per-event check is skipped.
+    size_limit = MAX_DOCUMENT_CHARS if _may_exceed(text) else len(text) + 1
+    while True:
+        try:
+            _build(text, file, base_index, base_line, budget, size_limit, docs)
+            break
+        except _Syntax as err:
+            errors.append(ParseError(file, err.line, err.column, err.problem))
+            break
+        except _DocError as err:
+            line, col = base_line + err.mark.line + 1, err.mark.column + 1
+            if len(errors) >= MAX_REFUSED_DOCUMENTS:
+                errors.append(ParseError(file, line, col, f"more than {MAX_REFUSED_DOCUMENTS} documents refused"))
+                break
+            errors.append(ParseError(file, line, col, err.problem, stops=False))
+            nxt = _DOC_MARKER.search(text, base_index + err.resume)
+            if nxt is None:
+                break
+            base_line += text.count("\n", base_index, nxt.start())
+            base_index = nxt.start()
+    return docs, errors
+
+
+_NOKEY = object()  # a mapping frame waiting for its next key
+_MERGEKEY = object()  # ... whose pending key is a merge key (<<)
+_NOROOT = object()
+# frame slots: the value being built, is it a mapping, its pending key, expanded nodes before it,
+# height (nesting levels from here down, aliases included), start mark, anchor, item lines (List items)
+_VAL, _ISMAP, _KEY, _BEFORE, _HEIGHT, _MARK, _ANCHOR, _LINES = range(8)
+
+
+def _build(
+    text: str, file: str, base_index: int, base_line: int, budget: Budget, size_limit: int, docs: list[Document]
+) -> None:
+    """Turn libyaml's events for ``text[base_index:]`` into Documents (appended to ``docs``)."""
+    loader = _Base(text if base_index == 0 else _Chunks(text, base_index))
+    get = loader.get_event
+    stack: list[list] = []
+    anchors: dict[str, Any] = {}
+    dups: list[tuple] = []
+    nodes = doc_start = 0
+    root: Any = _NOROOT
+    root_mark: Any = None
+    root_end = 0
+    item_lines: list | None = None
+    try:
+        while True:
+            e = get()
+            if e is None:
+                return
+            c = e.__class__
+            merge = False
+            if c is ScalarEvent:
+                tag = e.tag
+                v = e.value
+                if len(v) <= 24:
+                    v = _intern(v)  # field names and values repeat across documents: keep one copy
+                if tag is None or tag == "!":
+                    if e.implicit[0]:
+                        merge = v == "<<"
+                        v = _plain(v)
+                elif tag in _EXPLICIT_NONSTR:
+                    v = _plain(v)
+                elif tag == _MERGE:
+                    merge = True
+                mark = e.start_mark
+                if size_limit <= MAX_DOCUMENT_CHARS and e.end_mark.index - doc_start > size_limit:
+                    raise _DocError(mark, _too_long(), e.end_mark.index)
+                nodes += 1
+                h = 0
+                if e.anchor is not None:
+                    anchors[e.anchor] = (v, 1, 0)
+            elif c is MappingStartEvent or c is SequenceStartEvent:
+                mark = e.start_mark
+                if len(stack) >= MAX_DEPTH:
+                    raise _DocError(mark, _too_deep(""), mark.index)
+                if mark.index - doc_start > size_limit:
+                    raise _DocError(mark, _too_long(), mark.index)
+                is_map = c is MappingStartEvent
+                frame = [{} if is_map else [], is_map, _NOKEY, nodes, 1, mark, e.anchor, None]
+                if not is_map and len(stack) == 1 and stack[0][_KEY] == "items" and stack[0][_ISMAP]:
+                    frame[_LINES] = item_lines = []
+                nodes += 1
+                if e.anchor is not None:
+                    anchors[e.anchor] = frame  # open: an alias to it now is a cycle
+                stack.append(frame)
+                continue
+            elif c is MappingEndEvent or c is SequenceEndEvent:
+                frame = stack.pop()
+                v = frame[_VAL]
+                h = frame[_HEIGHT]
+                mark = frame[_MARK]
+                if frame[_ANCHOR] is not None:
+                    anchors[frame[_ANCHOR]] = (v, nodes - frame[_BEFORE], h)
+            elif c is AliasEvent:
+                mark = e.start_mark
+                got = anchors.get(e.anchor)
+                if got is None:
+                    problem = f"YAML syntax error: found undefined alias {e.anchor!r}"
+                    raise _Syntax(base_line + mark.line + 1, mark.column + 1, problem)
+                if got.__class__ is list:
+                    raise _DocError(
+                        got[_MARK], "YAML alias refers to a node that contains it (kubectl rejects it)", mark.index
+                    )
+                v, size, h = got
+                nodes += size
+                budget.alias_nodes -= size
+                if nodes > MAX_EXPANDED_NODES:
+                    raise _DocError(
+                        root_mark or mark,
+                        f"YAML aliases expand this document to more than {MAX_EXPANDED_NODES} nodes "
+                        "(excessive aliasing); refusing to lint it",
+                        mark.index,
+                    )
+                if budget.alias_nodes < 0:
+                    raise _DocError(
+                        mark,
+                        f"YAML aliases of this run expand to more than {MAX_ALIAS_NODES} nodes in all; "
+                        "refusing to lint this document",
+                        mark.index,
+                    )
+                if len(stack) + h > MAX_DEPTH:
+                    raise _DocError(mark, _too_deep(" through aliases"), mark.index)
+            elif c is DocumentStartEvent:
+                anchors = {}
+                dups = []
+                nodes = 0
+                root = _NOROOT
+                root_mark = item_lines = None
+                doc_start = e.start_mark.index
+                continue
+            elif c is DocumentEndEvent:
+                if root is not _NOROOT and root is not None:
+                    _add_document(text, file, base_index, base_line, root, root_mark, root_end, dups, item_lines, docs)
+                continue
+            elif c is StreamEndEvent:
+                return
+            else:
+                continue
+            if not stack:
+                root, root_mark, root_end = v, mark, e.end_mark.index
+                continue
+            top = stack[-1]
+            if top[_ISMAP]:
+                key = top[_KEY]
+                if key is _NOKEY:
+                    vc = v.__class__
+                    if vc is dict or vc is list:
+                        raise _DocError(
+                            mark,
+                            f"a {'mapping' if vc is dict else 'list'} is used as a mapping key; "
+                            "kubectl cannot decode it (invalid map key)",
+                            e.end_mark.index,
+                        )
+                    if merge:
+                        top[_KEY] = _MERGEKEY
+                    else:
+                        v = _intern(v) if vc is str else _key_string(v)
+                        if v in top[_VAL]:
+                            # the first ones with their paths; past MAX_DUPLICATES only counted (a path
+                            # costs the nesting depth)
+                            dups.append((_frame_path(stack) if len(dups) < MAX_DUPLICATES else None, v, mark))
+                        top[_KEY] = v
                     continue
-                key = convert(knode)
-                if not isinstance(key, str):
-                    key = _key_string(key)
-                if key in out:
-                    self.dups.append((node, knode))
-                out[key] = convert(vnode)
-            return out
-        if cls is SequenceNode:
-            seq: list = []
-            memo[id(node)] = seq
-            seq.extend(self.convert(v) for v in node.value)
-            return seq
-        raise InputError(f"unsupported YAML node {node!r}")  # pragma: no cover
+                if key is _MERGEKEY:
+                    _merge(top[_VAL], v)
+                else:
+                    top[_VAL][key] = v
+                top[_KEY] = _NOKEY
+            else:
+                top[_VAL].append(v)
+                if top[_LINES] is not None:
+                    top[_LINES].append(mark.line)
+            if h >= top[_HEIGHT]:
+                top[_HEIGHT] = h + 1
+    except yaml.MarkedYAMLError as err:
+        m = err.problem_mark or err.context_mark
+        problem = " ".join(str(err.problem or err.context or "invalid YAML").split())
+        line, col = (base_line + m.line + 1, m.column + 1) if m else (0, 0)
+        raise _Syntax(line, col, f"YAML syntax error: {problem}") from None
+    except yaml.YAMLError as err:  # ReaderError: a character YAML does not allow (libyaml gives a byte offset)
+        from kgen.inputs import not_yaml_character
 
-    def _merge(self, out: dict, vnode: Any) -> None:
-        sources = vnode.value if isinstance(vnode, SequenceNode) else [vnode]
-        for src in sources:
-            value = self.convert(src)
-            if isinstance(value, dict):
-                for k, v in value.items():
-                    out.setdefault(k, v)
+        bad = not_yaml_character(text, base_index)
+        if bad is not None:
+            line, col = _line_col(text, bad)
+            raise _Syntax(line, col, f"not YAML text: control character U+{ord(text[bad]):04X}") from None
+        raise _Syntax(0, 0, f"YAML error: {' '.join(str(getattr(err, 'reason', err)).split())}") from None
+    finally:
+        loader.dispose()
+
+
+def _may_exceed(text: str) -> bool:
+    """Whether some stretch of ``text`` between document markers is longer than the limit."""
+    if len(text) <= MAX_DOCUMENT_CHARS:
+        return False
+    last = 0
+    for m in _DOC_MARKER.finditer(text):
+        if m.start() - last > MAX_DOCUMENT_CHARS:
+            return True
+        last = m.start()
+    return len(text) - last > MAX_DOCUMENT_CHARS
+
+
+def _too_deep(how: str) -> str:
+    return (
+        f"YAML nests more than {MAX_DEPTH} levels deep{how} (kubectl's decoder stops at 10,000; no Kubernetes "
+        "object comes near); refusing to lint this document"
+    )
+
+
+def _too_long() -> str:
+    return (
+        f"document is longer than {MAX_DOCUMENT_CHARS // 2**20} MiB; the API server refuses larger requests, "
+        "so it cannot be applied; refusing to lint it"
+    )
+
+
+def _line_col(text: str, index: int) -> tuple[int, int]:
+    line_start = text.rfind("\n", 0, index) + 1
+    return text.count("\n", 0, index) + 1, index - line_start + 1
+
+
+def _frame_path(stack: list[list]) -> tuple:
+    """Path of the innermost frame (the mapping being built) from the document's root."""
+    path: list = []
+    for frame in stack[:-1]:
+        if frame[_ISMAP]:
+            key = frame[_KEY]
+            path.append("<<" if key is _MERGEKEY else key)
+        else:
+            path.append(len(frame[_VAL]))
+    return tuple(path)
+
+
+def _merge(out: dict, value: Any) -> None:
+    for src in value if isinstance(value, list) else [value]:
+        if isinstance(src, dict):
+            for k, v in src.items():
+                out.setdefault(k, v)
 
 
 def _key_string(key: Any) -> str:
@@ -203,122 +469,56 @@ def _key_string(key: Any) -> str:
     return str(key)
 
 
-def _node_path(root: Any, target: Any) -> tuple | None:
-    """Path of the node ``target`` below ``root`` (used only for rare findings)."""
-    stack: list[tuple[Any, tuple]] = [(root, ())]
-    seen: set[int] = set()
-    while stack:
-        node, path = stack.pop()
-        if node is target:
-            return path
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, MappingNode):
-            for k, v in node.value:
-                stack.append((v, path + (k.value if isinstance(k, ScalarNode) else str(k),)))
-        elif isinstance(node, SequenceNode):
-            for i, v in enumerate(node.value):
-                stack.append((v, path + (i,)))
-    return None
-
-
-class ParseError(InputError):
-    """A file that is not valid YAML (or that kubectl would refuse to decode), with its position."""
-
-    def __init__(self, file: str, line: int, column: int, problem: str) -> None:
-        self.file, self.line, self.column, self.problem = file, line, column, problem
-        where = f"{file}:{line}:{column}" if column else (f"{file}:{line}" if line else file)
-        super().__init__(f"{where}: {problem}")
-
-
-def parse_stream(text: str, file: str) -> list[Document]:
-    """All non-empty documents of a YAML stream. Raises ParseError (an InputError) on the first
-    syntax error."""
-    docs, errors = parse_stream_partial(text, file)
-    if errors:
-        raise errors[0]
-    return docs
-
-
-def parse_stream_partial(text: str, file: str) -> tuple[list[Document], list[ParseError]]:
-    """Like ``parse_stream``, but keeps going: the documents before a syntax error (which ends the
-    stream: nothing after it can be trusted), and every document that parses around one that
-    kubectl would refuse (alias cycles, excessive aliasing, too deep), plus the errors."""
-    docs: list[Document] = []
-    errors: list[ParseError] = []
-    nodes = yaml.compose_all(text, Loader=_Loader)
-    while True:
-        try:
-            node = next(nodes)
-        except StopIteration:
-            break
-        except yaml.MarkedYAMLError as err:
-            mark = err.problem_mark or err.context_mark
-            problem = " ".join(str(err.problem or err.context or "invalid YAML").split())
-            line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
-            errors.append(ParseError(file, line, col, f"YAML syntax error: {problem}"))
-            break
-        except yaml.YAMLError as err:
-            errors.append(ParseError(file, 0, 0, f"YAML error: {' '.join(str(err).split())}"))
-            break
-        if node is None:
-            continue
-        try:
-            _add_document(node, file, docs)
-        except ParseError as err:
-            errors.append(err)
-    return docs, errors
-
-
-def _add_document(node: Any, file: str, docs: list[Document]) -> None:
-    line = node.start_mark.line + 1
-    conv = _Converter()
-    try:
-        data = conv.convert(node)
-    except RecursionError:
-        raise ParseError(file, line, 0, "YAML nests too deeply (or an alias refers to itself)") from None
-    try:
-        expanded = _expanded_size(node, {}) if conv.aliased else 0
-    except RecursionError:
-        raise ParseError(file, line, 0, "YAML aliases nest too deeply") from None
-    except _Cycle as cycle:
-        mark = cycle.node.start_mark
-        raise ParseError(
-            file, mark.line + 1, mark.column + 1, "YAML alias refers to a node that contains it (kubectl rejects it)"
-        ) from None
-    if expanded > MAX_EXPANDED_NODES:
-        raise ParseError(
-            file,
-            line,
-            0,
-            f"YAML aliases expand this document to more than {MAX_EXPANDED_NODES} nodes (excessive aliasing); "
-            "refusing to lint it",
-        )
-    if data is None:
-        return  # empty document (only comments or `---`)
-    doc = Document(file, len(docs), node, data)
-    for mapping, knode in conv.dups:
-        parent = _node_path(node, mapping) or ()
-        path = parent + (knode.value,)
+def _add_document(
+    text: str,
+    file: str,
+    base_index: int,
+    base_line: int,
+    data: Any,
+    mark: Any,
+    end: int,
+    dups: list,
+    item_lines: list | None,
+    docs: list[Document],
+) -> None:
+    line = base_line + mark.line
+    source = Source(text, base_index + mark.index, line, mark.column, base_index + end)
+    doc = Document(file, len(docs), None, data, source=source, line=line + 1)
+    for path, key, kmark in dups[:MAX_DUPLICATES]:
         doc.findings.append(
             Finding(
                 "KG001",
                 Severity.ERROR,
-                f"duplicate key {knode.value!r}: kubectl rejects it (strict field validation); keep one",
+                f"duplicate key {key!r}: kubectl rejects it (strict field validation); keep one",
                 file,
-                knode.start_mark.line + 1,
-                knode.start_mark.column + 1,
-                format_path(path),
+                base_line + kmark.line + 1,
+                kmark.column + 1,
+                format_path(path + (key,)),
                 doc.kind,
                 doc.name,
             )
         )
-    items = _list_items(doc)
+    if len(dups) > MAX_DUPLICATES:
+        _, key, kmark = dups[MAX_DUPLICATES]
+        doc.findings.append(
+            Finding(
+                "KG001",
+                Severity.ERROR,
+                f"{len(dups) - MAX_DUPLICATES} more duplicate keys in this document (the first {MAX_DUPLICATES} "
+                "are listed); kubectl rejects them",
+                file,
+                base_line + kmark.line + 1,
+                kmark.column + 1,
+                "",
+                doc.kind,
+                doc.name,
+            )
+        )
+    items = _list_items(doc, item_lines, base_line)
     if items is None:
         docs.append(doc)
         return
-    if doc.findings and items:  # duplicate keys found while converting the List: report them once
+    if doc.findings and items:  # duplicate keys found while reading the List: report them once
         items[0].findings.extend(doc.findings)
     elif doc.findings:
         docs.append(doc)
@@ -327,18 +527,84 @@ def _add_document(node: Any, file: str, docs: list[Document]) -> None:
         docs.append(item)
 
 
-def _list_items(doc: Document) -> list[Document] | None:
+def _list_items(doc: Document, item_lines: list | None, base_line: int) -> list[Document] | None:
     """The items of a ``kind: List`` (or ``<Kind>List``) document as documents of their own, the
     way kubectl applies them; None for any other document. Paths of item findings are relative to
     the item; lines and columns are exact."""
     data = doc.data
     if not isinstance(data, dict) or not doc.kind.endswith("List") or not isinstance(data.get("items"), list):
         return None
-    items_node = None
-    if isinstance(doc.node, MappingNode):
-        for k, v in doc.node.value:
-            if isinstance(k, ScalarNode) and k.value == "items" and isinstance(v, SequenceNode):
-                items_node = v
-    if items_node is None or len(items_node.value) != len(data["items"]):
+    items = data["items"]
+    if item_lines is None or len(item_lines) != len(items):
         return None
-    return [Document(doc.file, 0, node, item) for node, item in zip(items_node.value, data["items"], strict=True)]
+    pairs = enumerate(zip(items, item_lines, strict=True))
+    return [doc.child(("items", i), item, line=base_line + ln + 1) for i, (item, ln) in pairs]
+
+
+# ---------------------------------------------------------------------------------------------
+# Positions, read back on demand
+
+
+def positions(source: Source) -> PosNode | None:
+    """The position tree of the document at ``source`` (its text is read again: only documents with
+    findings pay for it). None if it cannot be read (it parsed before, so this is not expected)."""
+    text = source.text
+    start = text.rfind("\n", 0, source.start) + 1  # from the line's start, so columns stay exact
+    line0 = source.line
+    loader = _Base(_Chunks(text, start, source.end))
+    stack: list[list] = []  # [node kind, mark, children, pending key]
+    anchors: dict[str, PosNode] = {}
+    try:
+        while True:
+            e = loader.get_event()
+            if e is None:
+                return None
+            c = e.__class__
+            if c is ScalarEvent:
+                m = e.start_mark
+                tag = e.tag
+                if tag is None or tag == "!":
+                    tag = _PLAIN if e.implicit[0] else _STR
+                node = PosNode("scalar", line0 + m.line + 1, m.column + 1, e.value, e.style, tag)
+                if e.anchor is not None:
+                    anchors[e.anchor] = node
+            elif c is MappingStartEvent or c is SequenceStartEvent:
+                m = e.start_mark
+                is_map = c is MappingStartEvent
+                stack.append(["mapping" if is_map else "sequence", m, {} if is_map else [], None, e.anchor])
+                continue
+            elif c is MappingEndEvent or c is SequenceEndEvent:
+                kind, m, children, _, anchor = stack.pop()
+                node = PosNode(kind, line0 + m.line + 1, m.column + 1, children, None, None)
+                if anchor is not None:
+                    anchors[anchor] = node
+            elif c is AliasEvent:
+                got = anchors.get(e.anchor)
+                if got is None:
+                    return None
+                m = e.start_mark
+                node = got._replace(line=line0 + m.line + 1, column=m.column + 1) if got.id == "scalar" else got
+            elif c is DocumentEndEvent or c is StreamEndEvent:
+                return None
+            else:
+                continue
+            if not stack:
+                return node
+            top = stack[-1]
+            if top[0] == "sequence":
+                top[2].append(node)
+            elif top[3] is None:
+                top[3] = node
+            else:
+                key = top[3]
+                if key.id == "scalar":  # by key, as in the values: found at once (the last of duplicates)
+                    text_key = key.value
+                    if key.tag == _PLAIN or key.tag in _EXPLICIT_NONSTR:
+                        resolved = _plain(text_key)
+                        text_key = resolved if isinstance(resolved, str) else _key_string(resolved)
+                    top[2][text_key] = (key.line, key.column, node)
+                top[3] = None
+    except yaml.YAMLError:
+        return None
+    finally:
+        loader.dispose()

@@ -35,9 +35,11 @@ builtin(
 builtin(
     "KG004",
     E,
-    "A file is not valid YAML (or not UTF-8 text): it is reported with file and line, every other input is "
-    "still linted and the report written, and the run exits 2 (cannot be skipped).",
-    "Fix the syntax at the line given (often indentation, a tab, or an unclosed quote or bracket).",
+    "A file is not valid YAML (or not UTF-8 text, larger than 64 MiB, or unreadable), or a document breaks a "
+    "limit (nesting, size, aliases): it is reported with file and line, every other input is still linted and "
+    "the report written, and the run exits 2 (cannot be skipped).",
+    "Fix the syntax at the line given (often indentation, a tab, or an unclosed quote or bracket), or the "
+    "permission or limit named (docs/lint.md, Limits).",
 )
 builtin(
     "KG010",

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kgen.lint.api import LintOptions, lint_text
@@ -204,3 +211,49 @@ def all_of(*fns):
             fn(docs)
 
     return mutate
+
+
+LINT_TIMEOUT = 120  # hard limit per `kgen lint` process; each case takes about a second
+
+
+def run_lint(args: list[str], stdin_writer=None, preexec_fn=None) -> tuple[int, str, str, float, float]:
+    """(exit code, stdout, stderr, seconds, peak RSS MiB) of a real `kgen lint` process (killed, and
+    the test failed, past LINT_TIMEOUT)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kgen", "lint", *args],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.PIPE if stdin_writer else subprocess.DEVNULL,
+            env=env,
+            preexec_fn=preexec_fn,  # only to drop privileges (the permission test, as root)
+        )
+        writer = None
+        if stdin_writer:
+            writer = threading.Thread(target=stdin_writer, args=(proc.stdin,), daemon=True)
+            writer.start()
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+                break
+            if time.monotonic() - start > LINT_TIMEOUT:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                proc.returncode = -9
+                pytest.fail(f"kgen lint {args} did not end within {LINT_TIMEOUT} s")
+            time.sleep(0.01)
+        seconds = time.monotonic() - start
+        if writer:
+            writer.join(10)
+        out.seek(0)
+        err.seek(0)
+        return (
+            proc.returncode,
+            out.read().decode(),
+            err.read().decode(),
+            seconds,
+            usage.ru_maxrss / 1024,
+        )

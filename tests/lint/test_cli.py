@@ -54,6 +54,8 @@ def test_json_format(bad_file):
         "errors": 1,
         "warnings": 1,
         "info": 0,
+        "skipped": 0,
+        "excluded": 0,
         "strict": False,
         "exitCode": 1,
     }
@@ -181,7 +183,7 @@ def test_a_file_that_is_not_utf8_is_a_finding_too(tmp_path):
     (tmp_path / "latin1.yaml").write_bytes("data: caf\xe9\n".encode("latin-1"))
     (tmp_path / "ok.yaml").write_text((FIXTURES / "valid-job.yaml").read_text())
     code, out, err = run([str(tmp_path)])
-    assert code == 2 and "latin1.yaml: KG004 error:" in out and "not UTF-8" in out and "not UTF-8" in err
+    assert code == 2 and "latin1.yaml:1:10: KG004 error:" in out and "not UTF-8" in out and "not UTF-8" in err
 
 
 @pytest.mark.skipif(shutil.which("kubeconform") is not None, reason="kubeconform is installed here")

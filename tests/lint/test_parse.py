@@ -142,3 +142,96 @@ def test_kind_list_items_are_linted_as_objects_with_exact_lines():
         ("KG030", 10, "Service"),
     ]
     assert [d.kind for d in result.documents] == ["ConfigMap", "Service"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The event builder against libyaml's own composer
+
+
+def _composed(text: str) -> list:
+    """Reference: libyaml composes the node tree (PyYAML's C composer), converted with kubectl's
+    scalar rules -- what kgen did before it built values from events."""
+    import yaml
+    from yaml.nodes import MappingNode, ScalarNode
+
+    from kgen.lint.parse import _EXPLICIT_NONSTR, _MERGE, _key_string, _plain
+
+    class Loader(yaml.CSafeLoader):
+        def resolve(self, kind, value, implicit):
+            if kind is ScalarNode:
+                return "!plain" if implicit[0] else "tag:yaml.org,2002:str"
+            return "tag:yaml.org,2002:map" if kind is MappingNode else "tag:yaml.org,2002:seq"
+
+    memo: dict = {}
+
+    def convert(node):
+        if isinstance(node, ScalarNode):
+            return _plain(node.value) if node.tag == "!plain" or node.tag in _EXPLICIT_NONSTR else node.value
+        if id(node) in memo:
+            return memo[id(node)]
+        if isinstance(node, MappingNode):
+            out: dict = {}
+            memo[id(node)] = out
+            for k, v in node.value:
+                if (k.tag == "!plain" and k.value == "<<") or k.tag == _MERGE:
+                    value = convert(v)
+                    for src in value if isinstance(value, list) else [value]:
+                        if isinstance(src, dict):
+                            for kk, vv in src.items():
+                                out.setdefault(kk, vv)
+                    continue
+                key = convert(k)
+                out[key if isinstance(key, str) else _key_string(key)] = convert(v)
+            return out
+        seq: list = []
+        memo[id(node)] = seq
+        seq.extend(convert(v) for v in node.value)
+        return seq
+
+    out = []
+    for node in yaml.compose_all(text, Loader=Loader):
+        memo.clear()  # per document (node ids are reused once a tree is freed)
+        d = convert(node)
+        is_list = isinstance(d, dict) and str(d.get("kind", "")).endswith("List") and isinstance(d.get("items"), list)
+        out.extend(d["items"] if is_list else [d] if d is not None else [])  # kgen lints a List's items
+    return out
+
+
+TRICKY = [
+    "a: y\nb: N\nc: 'yes'\nd: 2024-01-02\ne: 0o17\nf: 017\ng: 1e3\nh: 1:30\ni: ~\nj: .inf\nk: 0x1F\nl: !!str 5\n",
+    "base: &b {x: 1, z: 2}\nother:\n  <<: *b\n  z: 3\nlist: &l [1, [2, [3]]]\nagain: *l\nm: {<<: [*b, {q: 1}]}\n",
+    "--- |\n  literal\n   text\n--- >-\n  folded\n  text\n---\n- !!int '7'\n- !!float '1'\n- !custom x\n",
+    "? complex key\n: v\n1: one\ntrue: t\nnull: n\n'quoted': \"double\\ttab\"\n",
+    "%YAML 1.1\n---\na: [1, {b: c}, [d]]\n...\n---\n- - - nested\n    - seq\n",
+    "---\n# only a comment\n---\n---\nkind: A\nmetadata: &m\n  labels: {a: b}\nspec: {template: {metadata: *m}}\n",
+]
+
+
+@pytest.mark.parametrize("text", TRICKY, ids=range(len(TRICKY)))
+def test_values_equal_libyamls_composer_on_tricky_yaml(text):
+    assert [d.data for d in parse_stream(text, "x.yaml")] == _composed(text)
+
+
+def test_values_equal_libyamls_composer_on_every_fixture_and_a_generated_corpus(tmp_path):
+    from importlib.machinery import SourceFileLoader
+    from pathlib import Path
+
+    texts = [p.read_text() for p in sorted(Path(__file__).parent.glob("fixtures/**/*.y*ml"))]
+    import importlib.util
+
+    loader = SourceFileLoader("lint_scale", str(Path(__file__).parents[2] / "bench" / "lint_scale"))
+    spec = importlib.util.spec_from_loader("lint_scale", loader)
+    assert spec is not None
+    bench = importlib.util.module_from_spec(spec)
+    loader.exec_module(bench)
+    bench.write_corpus(tmp_path, 200)
+    texts += [p.read_text() for p in sorted(tmp_path.glob("**/*.yaml"))]
+    checked = 0
+    for text in texts:
+        try:
+            want = _composed(text)
+        except Exception:
+            continue  # not valid YAML for libyaml either (the syntax-error fixtures)
+        assert [d.data for d in parse_stream(text, "x.yaml")] == want
+        checked += 1
+    assert checked > 50

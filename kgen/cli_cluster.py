@@ -215,7 +215,17 @@ def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: 
                 ev = events_q.get(timeout=1.0)
             except queue.Empty:
                 ev = None
-            if (deadline and time.monotonic() > deadline) or (until is not None and until.is_set()):
+            if deadline and time.monotonic() > deadline:
+                break
+            if until is not None and until.is_set():
+                # the caller's event: what was queued before it happened still counts (drained, applied)
+                pending = [ev] if ev is not None else []
+                while not events_q.empty():
+                    pending.append(events_q.get_nowait())
+                for item in pending:
+                    if item.get("type") not in ("ENDED", "ERROR"):
+                        state.apply(item)
+                v = state.verdict()
                 break
             if ev is None or ev.get("type") == "ENDED":
                 continue

@@ -91,6 +91,8 @@ def test_script_error_is_the_root_cause_and_the_others_followed():
     assert v.state == "failed" and v.exit_code == 1
     assert v.root_cause.ranks == [1] and v.root_cause.hosts == ["b"] and v.root_cause.exit_code == 1
     assert v.headline.startswith("Failed: rank 1 (host b): exit 1: the training script failed")
+    # the others ended with 5 (the run failed as a whole, re-formation on), not 75
+    assert "2 ranks stopped by fail-stop (exit 5) " in v.headline, v.headline
     assert "kgen-entrypoint: stopped: torch failed with code 1" in v.details
 
 

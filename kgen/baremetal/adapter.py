@@ -74,20 +74,24 @@ def _lost_blames(rank: int, events: Sequence[str]) -> list[tuple[int, str, str]]
 
 
 def _activity(events: Sequence[str]) -> tuple[str, bool]:
-    """What a running node does, from its last kgen line; and whether it trains (vs waits or re-forms)."""
+    """What a running node does, from its kgen lines; and whether it trains (vs waits or re-forms).
+
+    A re-formation (a ``peer lost:`` or ``re-forming:`` line after the last generation start) is what the
+    node does until the next generation starts, whatever it logged since (nodes joining, node 0 reachable)."""
+    latest = ""
     for line in reversed(events):
         _, text = split_ts(line)
         body = KGEN_PREFIX.sub("", text)
         m = GEN_START.search(body)
         if m:
-            return f"training, generation {m.group(1)}", True
-        if "all" in body and "nodes connected" in body:
-            continue  # node 0 says so right before "generation N: starting"
-        if body.startswith(("node ", "liveness channel", "waiting", "still waiting", "re-forming", "peer lost")):
+            return (latest, False) if latest else (f"training, generation {m.group(1)}", True)
+        if body.startswith(("re-forming", "peer lost")):
             return _short(body), False
-        if "replacing it" in body:
-            return _short(body), False
-    return "starting", False
+        if latest or ("all" in body and "nodes connected" in body):
+            continue  # node 0 says "all N nodes connected" right before "generation N: starting"
+        if body.startswith(("node ", "liveness channel", "waiting", "still waiting")) or "replacing it" in body:
+            latest = _short(body)
+    return latest or "starting", False
 
 
 def _failure(

@@ -116,6 +116,29 @@ def test_crashed_host_is_unreachable_and_named_by_the_survivors():
     assert any("rank 2 (c): unreachable" in d for d in v.details)
 
 
+def test_reforming_nodes_say_so_while_they_wait_for_the_lost_one():
+    """After a host crashed, the survivors log joins and reachability while they wait for it: their rows
+    still say they re-form (and why), not "node 0 reachable after 0.0s"."""
+    lost = "node 2 closed its liveness connection (pod died, was deleted or its entrypoint was killed)"
+    events0 = [
+        *formed(0),
+        ev(20, 0, f"peer lost: {lost}; stopping torch and re-forming (generation 1)"),
+        ev(21, 0, "node 1 joined the liveness channel (1/2 peers, host b, last generation 0)"),
+    ]
+    events1 = [
+        *formed(1),
+        ev(20, 1, f"re-forming: {lost}; stopping torch (generation 0)"),
+        ev(21, 1, "waiting for node 0 at a:29501 (liveness port; bound KGEN_REPLACEMENT_TIMEOUT=300s)"),
+        ev(21, 1, "node 0 reachable after 0.0s (1 attempt(s))"),
+    ]
+    v = verdict(running(0, events0), running(1, events1), None, unreachable={2: "c: connection refused (x)"})
+    assert v.rows[0].meaning.startswith("peer lost: node 2 closed its liveness connection"), v.rows[0].meaning
+    assert v.rows[1].meaning.startswith("re-forming: node 2 closed its liveness connection"), v.rows[1].meaning
+    # the next generation started: training again
+    v = verdict(running(0, [*events0, *formed(0, gen=1, t=22)]), running(1, [*events1, *formed(1, 1, 22)]), None)
+    assert v.rows[0].meaning == v.rows[1].meaning == "training, generation 1"
+
+
 def test_unreachable_host_of_an_intact_group_still_runs():
     """sshd died on a host, the node goes on: node 0's log says the group trains with every node."""
     v = verdict(running(0, formed(0)), running(1, formed(1)), None, unreachable={2: "c: connection refused (x)"})

@@ -294,6 +294,7 @@ def launch(
     nproc = nproc_per_node if nproc_per_node is not None else (slots or 1)
     if nproc < 1:
         raise UsageError(f"must be 1 or more, got {nproc}", option="--nproc-per-node")
+    _refuse_nested_launcher(list(command), nproc, nproc_per_node is not None or slots is not None, len(host_list))
     if not 1 <= port <= 65534:
         raise UsageError(f"must be between 1 and 65534 (the liveness port is P+1), got {port}", option="--port")
     if not 1 <= connect_timeout <= 600:
@@ -345,6 +346,30 @@ def launch(
         click.echo(f"next: kgen status {rec.name} · kgen logs {rec.name} -f · kgen stop {rec.name}")
         return
     sys.exit(follow_run(rec))
+
+
+def _refuse_nested_launcher(command: list[str], nproc: int, nproc_set: bool, nodes: int) -> None:
+    """A launcher as the command (torchrun, accelerate launch, ...; contract C5) is refused before any host
+    is asked, in render's words, with the launch command to run instead (its process count carried as
+    --nproc-per-node): every node's entrypoint would refuse it anyway, after the run had started."""
+    from kgen.cli import corrected_launcher
+    from kgen.errors import NestedLauncherError
+    from kgen.launchers import correction, nested_launcher, problem
+
+    nested = nested_launcher(command)
+    if nested is None:
+        return
+    fix = correction(nested, gpus=0, nproc=nproc, nproc_set=nproc_set, nodes=nodes, nodes_set=True)
+    add = ["--nproc-per-node", str(fix.nproc)] if fix.nproc is not None else []
+    with corrected_launcher("kgen launch"):
+        raise NestedLauncherError(
+            problem(nested),
+            option="-- COMMAND",
+            use="",
+            command=fix.command,
+            add=add,
+            notes=[n.replace("nprocPerNode", "--nproc-per-node") for n in fix.notes],
+        )
 
 
 def follow_run(rec) -> int:

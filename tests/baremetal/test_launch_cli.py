@@ -48,6 +48,34 @@ def one_line_error(res, *words):
         ([*BASE, "--local", "2", "--ssh-config", "/etc/hostname", "--", "t.py"], ["--ssh-config", "not --local"]),
         ([*BASE, "--hostfile", "/dev/zero", "--", "t.py"], ["--hostfile", "larger than"]),
         ([*BASE, "--hosts", "a", "--master-addr", "a b", "--", "t.py"], ["--master-addr"]),
+        # a launcher as the command (contract C5): refused before any host is asked, the launch to run instead
+        (
+            [*BASE, "--hosts", "unused-host", "--", "torchrun", "--nproc-per-node", "4", "t.py", "--lr", "3"],
+            [
+                "-- COMMAND: torchrun is a launcher",
+                "use: kgen launch --name demo --hosts unused-host --nproc-per-node 4 -- t.py --lr 3",
+            ],
+        ),
+        (
+            [
+                *BASE,
+                "--hosts",
+                "h1,h2",
+                "--nproc-per-node",
+                "2",
+                "--",
+                "python3",
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node=8",
+                "t.py",
+            ],
+            [
+                "python3 -m torch.distributed.run is a launcher",
+                "disagrees with --nproc-per-node 2",
+                "use: kgen launch --name demo --hosts h1,h2 --nproc-per-node 2 -- t.py",
+            ],
+        ),
     ],
 )
 def test_bad_input(args, words):

@@ -295,6 +295,11 @@ def launch(
     if nproc < 1:
         raise UsageError(f"must be 1 or more, got {nproc}", option="--nproc-per-node")
     _refuse_nested_launcher(list(command), nproc, nproc_per_node is not None or slots is not None, len(host_list))
+    from kgen.spec import command_problem
+
+    problem = command_problem(list(command))
+    if problem:  # what every node's entrypoint would refuse (exit 2) once started
+        raise UsageError(problem, option="--")
     if not 1 <= port <= 65534:
         raise UsageError(f"must be between 1 and 65534 (the liveness port is P+1), got {port}", option="--port")
     if not 1 <= connect_timeout <= 600:

@@ -76,6 +76,10 @@ def one_line_error(res, *words):
                 "use: kgen launch --name demo --hosts h1,h2 --nproc-per-node 2 -- t.py",
             ],
         ),
+        # what every node's entrypoint would refuse once started (exit 2 on every node)
+        ([*BASE, "--hosts", "unused-host", "--", "-m"], ["--:", "'-m' needs a module name"]),
+        ([*BASE, "--hosts", "unused-host", "--", "--lr", "3"], ["--:", "starts with the option '--lr'"]),
+        ([*BASE, "--hosts", "unused-host", "--", ""], ["--:", "the program is an empty string"]),
     ],
 )
 def test_bad_input(args, words):
@@ -102,3 +106,21 @@ def test_help_documents_launch():
     for opt in ("--hosts", "--hostfile", "--ssh-config", "--python", "--nproc-per-node", "--workdir", "--env",
                 "--port", "--follow", "--local", "--inject", "--master-addr"):  # fmt: skip
         assert opt in res.stdout
+
+
+def test_preflight_checks_a_program_path_and_starts_nothing(tmp_path, monkeypatch):
+    """A program (not a .py script) given by path must exist and be executable in --workdir on every
+    host: the pre-flight says so (torchrun --no-python would fail on every node after the start)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    for program, words in (("./missing.sh", "program './missing.sh' not found in"), ("./run.sh", "not executable")):
+        res = run(*BASE, "--local", "2", "--port", "29431", "--", program)
+        try:
+            assert res.exit_code == 2 and res.stdout == "", (res.stdout, res.stderr)
+            error = res.stderr.splitlines()[-1]  # after the pre-flight's progress line
+            assert error.startswith("kgen: error: pre-flight failed, nothing was started: localhost"), error
+            assert words in error and error.count(words) == 1, error  # two nodes, one host: said once
+        finally:
+            if R.load("demo") is not None:  # started after all: end it (the test has failed already)
+                run("stop", "demo", "--rm", "--grace", "1")
+        assert R.load("demo") is None

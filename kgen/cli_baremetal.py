@@ -80,6 +80,13 @@ def bare_metal_run(name: str, on: str | None, namespace=None, context=None, kube
                 option="--on",
                 hint="`kgen list` shows the runs kgen knows",
             )
+        if on is None and not cluster_configured(kubeconfig, context):  # nowhere else to look: say both
+            raise UsageError(
+                f"no run {name}: no bare-metal run of that name (no local record {R.path(name)}), and no kubeconfig "
+                "found for a cluster run (not in a pod either)",
+                option="NAME",
+                hint="`kgen list` shows the runs kgen knows; for a cluster run pass --kubeconfig FILE or set KUBECONFIG",
+            )
         return None
     if on is None:
         ns = cluster_has(name, namespace, context, kubeconfig)

@@ -96,6 +96,16 @@ def test_unknown_run_with_on_bare_metal():
     one_line_error(run("status", "nope", "--on", "bare-metal"), "no bare-metal run nope", "kgen list")
 
 
+def test_unknown_run_without_a_cluster_says_where_it_looked(monkeypatch, tmp_path):
+    """A bare-metal user's typo: not only "no kubeconfig", but that no bare-metal run has that name."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    for verb in (["status"], ["logs"], ["stop"]):
+        one_line_error(
+            run(*verb, "nope"), "NAME: no run nope: no bare-metal run of that name", "kgen list", "--kubeconfig"
+        )
+
+
 def test_rm_is_for_bare_metal_runs(tmp_path):
     one_line_error(run("stop", "nope", "--rm", "--on", "cluster"), "--rm", "bare-metal")
 

@@ -25,6 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoint"))
+from podharness import free_port_pair  # noqa: E402,F401 - one home for it (tests and bench import it from here too)
+
 HOSTINIT = Path(__file__).resolve().parent / "hostinit.py"
 SSHD = "/usr/sbin/sshd"
 
@@ -51,24 +54,6 @@ def free_port(addr: str) -> int:
     with socket.socket() as s:
         s.bind((addr, 0))
         return s.getsockname()[1]
-
-
-def free_port_pair() -> int:
-    """A port P such that P and P+1 are both free on every address (master + liveness port)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65000:
-            continue
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("0.0.0.0", port))
-                b.bind(("0.0.0.0", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair")
 
 
 def ns_pids(init_pid: int) -> list[int]:

@@ -43,7 +43,8 @@ NAMESPACE = "default"
 
 
 def free_port_pair() -> int:
-    """A port P such that P and P+1 are both free on 127.0.0.1 (rendezvous + liveness)."""
+    """A port P such that P and P+1 are both free on every address (rendezvous + liveness); the
+    bare-metal tests' sshd hosts (tests/baremetal/sshlab.py) use it too."""
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from kgen.baremetal.record import NodeRecord, RunRecord
 from kgen.cluster import exitcodes
-from kgen.cluster.records import RELAYED, Failure, Row, RunRecords, parse_time
+from kgen.cluster.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 KGEN_PREFIX = re.compile(r"^\[kgen (?:node|supervisor) \d+ \d\d:\d\d:\d\d \+[\d.]+s\] ")
@@ -63,13 +63,7 @@ def _lost_blames(rank: int, events: Sequence[str]) -> list[tuple[int, str, str]]
         if not m:
             continue
         words = RELAYED.sub("", (m.group(1) or m.group(2) or "").strip())
-        listed = re.search(r"node rank\(s\) \[([\d, ]+)\]", words)
-        if listed:
-            ranks = [int(x) for x in listed.group(1).replace(",", " ").split()]
-        else:
-            single = re.search(r"\bnode (\d+)\b", words)
-            ranks = [int(single.group(1))] if single else []
-        out.extend((r, words, ts) for r in ranks if r != rank)
+        out.extend((r, words, ts) for r in blamed_ranks(words) if r != rank)
     return out
 
 

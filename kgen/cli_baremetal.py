@@ -66,6 +66,24 @@ def cluster_has(name: str, namespace, context, kubeconfig) -> str | None:
     return found[0] if found else None
 
 
+def _no_such_run(name: str, record: object, kubeconfig, context) -> None:
+    """No local record of ``name``: when no cluster can be asked either (no client, no kubeconfig), one
+    error says both, so a bare-metal user's typo does not read as a cluster setup problem."""
+    import importlib.util
+
+    from kgen.cluster.errors import INSTALL_HINT
+
+    here = f"no run {name}: no bare-metal run of that name (no local record {record})"
+    if importlib.util.find_spec("kubernetes") is None:
+        raise UsageError(f"{here}; cluster runs need the kubernetes package: {INSTALL_HINT}", option="NAME")
+    if not cluster_configured(kubeconfig, context):
+        raise UsageError(
+            f"{here}, and no kubeconfig found for a cluster run (not in a pod either)",
+            option="NAME",
+            hint="`kgen list` shows the runs kgen knows; a cluster run: pass --kubeconfig FILE or set KUBECONFIG",
+        )
+
+
 def bare_metal_run(name: str, on: str | None, namespace=None, context=None, kubeconfig=None):
     """The bare-metal run ``name`` when the verb should act on it (else None: the cluster's turn)."""
     from kgen.baremetal import record as R
@@ -80,13 +98,8 @@ def bare_metal_run(name: str, on: str | None, namespace=None, context=None, kube
                 option="--on",
                 hint="`kgen list` shows the runs kgen knows",
             )
-        if on is None and not cluster_configured(kubeconfig, context):  # nowhere else to look: say both
-            raise UsageError(
-                f"no run {name}: no bare-metal run of that name (no local record {R.path(name)}), and no kubeconfig "
-                "found for a cluster run (not in a pod either)",
-                option="NAME",
-                hint="`kgen list` shows the runs kgen knows; for a cluster run pass --kubeconfig FILE or set KUBECONFIG",
-            )
+        if on is None:
+            _no_such_run(name, R.path(name), kubeconfig, context)
         return None
     if on is None:
         ns = cluster_has(name, namespace, context, kubeconfig)

@@ -88,12 +88,6 @@ def _activity(events: Sequence[str]) -> tuple[str, bool]:
     return latest or "starting", False
 
 
-def _failure(
-    rank: int, host: str, node: str, code: int | None, meaning: str, role: str, ts, source: str, key: str
-) -> Failure:
-    return Failure(rank, "", node, code, "", meaning, role, ts, source, host=host, key=key)
-
-
 def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
     """One rank's row, its failures, and whether it trains in the current generation."""
     node, st = ns.node, ns.state or {}
@@ -109,26 +103,20 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
     tail = st.get("tail") or []
     row.generation = max((int(m.group(1)) for e in events for m in [GEN_START.search(e)] if m), default=0)
     row.last_line = _short(split_ts(tail[-1])[1]) if tail else ""
-    failures = []
+    failures: list[Failure] = []
+
+    def failed(code: int | None, meaning: str, role: str, ts: str | None, source: str) -> None:
+        failures.append(Failure(node.rank, "", row.node, code, "", meaning, role, parse_time(ts), source,
+                                host=node.host, key=key))  # fmt: skip
+
     for line in events:  # attempts the supervisor replaced (as a Job replaces a pod)
         ts, text = split_ts(line)
         m = REPLACED.search(text)
         if m:
             row.restarts += 1
-            code = int(m.group(1))
-            meaning = exitcodes.meaning(code)
-            failures.append(
-                _failure(
-                    node.rank,
-                    node.host,
-                    row.node,
-                    code,
-                    meaning.meaning,
-                    meaning.role,
-                    parse_time(ts),
-                    "an earlier attempt (its supervisor replaced it)",
-                    key,
-                )
+            replaced = exitcodes.meaning(int(m.group(1)))
+            failed(
+                replaced.code, replaced.meaning, replaced.role, ts, "an earlier attempt (its supervisor replaced it)"
             )
     exit_rec = st.get("exit")
     child_state = (st.get("child") or {}).get("state")
@@ -146,19 +134,7 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
             row.meaning = reason if code == EXIT_STOPPED else f"{reason} (kgen stop)"
         else:
             row.state = "Failed"
-            failures.append(
-                _failure(
-                    node.rank,
-                    node.host,
-                    row.node,
-                    code,
-                    meaning.meaning,
-                    meaning.role,
-                    parse_time(exit_rec.get("time")),
-                    "exit status on the host",
-                    key,
-                )
-            )
+            failed(code, meaning.meaning, meaning.role, exit_rec.get("time"), "exit status on the host")
     elif st.get("alive"):
         row.state = "Frozen" if child_state == "T" else "Running"
         row.ready = row.state == "Running"
@@ -166,21 +142,9 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
         row.meaning = "frozen (SIGSTOP): it cannot answer its peers" if row.state == "Frozen" else activity
     else:
         row.state = "Lost"
-        last = split_ts(tail[-1])[0] if tail else ""
         row.meaning = "its processes are gone without an exit status: the host restarted, or they were SIGKILLed"
-        failures.append(
-            _failure(
-                node.rank,
-                node.host,
-                row.node,
-                None,
-                row.meaning,
-                "cause",
-                parse_time(last),
-                "run state on the host (last log line)",
-                key,
-            )
-        )
+        last = split_ts(tail[-1])[0] if tail else ""
+        failed(None, row.meaning, "cause", last, "run state on the host (last log line)")
     return row, failures, training
 
 
@@ -207,18 +171,9 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
                 continue
             what = "unreachable over ssh" if seen.state == "Unreachable" else "frozen (SIGSTOP)"
             failures.append(
-                _failure(
-                    blamed,
-                    seen.host,
-                    seen.node,
-                    None,
-                    f"{what}; rank {ns.node.rank}'s log: {words}",
-                    "cause",
-                    parse_time(ts),
-                    f"logs of rank {ns.node.rank}",
-                    f"node{blamed}@{row.host}",
-                )
-            )
+                Failure(blamed, "", seen.node, None, "", f"{what}; rank {ns.node.rank}'s log: {words}", "cause",
+                        parse_time(ts), f"logs of rank {ns.node.rank}", host=seen.host, key=f"node{blamed}@{row.host}")
+            )  # fmt: skip
     expected = len(rec.nodes)
     out = RunRecords(
         name=rec.name,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoint"))
-from podharness import free_port_pair  # noqa: E402,F401 - one home for it (tests and bench import it from here too)
+from podharness import free_port_pair, ns_pids  # noqa: E402,F401 - one home (tests and bench import them here)
 
 HOSTINIT = Path(__file__).resolve().parent / "hostinit.py"
 SSHD = "/usr/sbin/sshd"
@@ -54,23 +54,6 @@ def free_port(addr: str) -> int:
     with socket.socket() as s:
         s.bind((addr, 0))
         return s.getsockname()[1]
-
-
-def ns_pids(init_pid: int) -> list[int]:
-    """Every process in the PID namespace whose PID 1 is ``init_pid`` (host PIDs)."""
-    try:
-        ns = os.readlink(f"/proc/{init_pid}/ns/pid")
-    except OSError:
-        return []
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if os.readlink(f"/proc/{name}/ns/pid") == ns:
-                    out.append(int(name))
-            except OSError:
-                pass
-    return out
 
 
 def children(pid: int) -> list[int]:

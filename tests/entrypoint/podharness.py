@@ -61,6 +61,23 @@ def free_port_pair() -> int:
     raise RuntimeError("no free port pair")
 
 
+def ns_pids(init_pid: int) -> list[int]:
+    """Every process in the PID namespace whose PID 1 is ``init_pid`` (host PIDs)."""
+    try:
+        ns = os.readlink(f"/proc/{init_pid}/ns/pid")
+    except OSError:
+        return []
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/ns/pid") == ns:
+                    out.append(int(name))
+            except OSError:
+                pass
+    return out
+
+
 def write_secret(folder: Path, name: str = "kgen-secret") -> str:
     """A run secret as a bare-metal user creates it: 64 hex characters in a 0600 file."""
     import secrets
@@ -224,21 +241,7 @@ class Pod:
 
     def pids(self) -> list[int]:
         """Every process in this pod's PID namespace (host PIDs)."""
-        if self.init_pid is None:
-            return []
-        try:
-            ns = os.readlink(f"/proc/{self.init_pid}/ns/pid")
-        except OSError:
-            return []
-        out = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    if os.readlink(f"/proc/{name}/ns/pid") == ns:
-                        out.append(int(name))
-                except OSError:
-                    pass
-        return out
+        return ns_pids(self.init_pid) if self.init_pid is not None else []
 
     def kill(self) -> None:
         """SIGKILL the pod's PID 1: the kernel kills every process of the pod."""

@@ -244,16 +244,16 @@ class SshLab:
             h.proc.wait(timeout=10)
 
     def freeze(self, i: int) -> None:
-        for pid in self.hosts[i].pids():
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except OSError:
-                pass
+        self._signal_host(i, signal.SIGSTOP)
 
     def thaw(self, i: int) -> None:
+        self._signal_host(i, signal.SIGCONT)
+
+    def _signal_host(self, i: int, sig: int) -> None:
+        """``sig`` to every process of host i (its sshd included)."""
         for pid in self.hosts[i].pids():
             try:
-                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, sig)
             except OSError:
                 pass
 

@@ -2976,6 +2976,14 @@ def launch_node(source: str | None = None) -> int:
             f"training script {command[0]!r} not found in {workdir} on this host: copy or sync it there "
             "(or set --workdir)"
         )
+    elif command and "/" in command[0] and not command[0].endswith(".py"):  # a program torchrun runs as is
+        program = os.path.join(workdir, command[0])
+        if not os.path.isfile(program):
+            problems.append(
+                f"program {command[0]!r} not found in {workdir} on this host: copy or sync it there (or set --workdir)"
+            )
+        elif not os.access(program, os.X_OK):
+            problems.append(f"program {command[0]!r} in {workdir} is not executable on this host: chmod +x it")
     for port in header.get("ports") or []:
         problem = _port_problem(int(port))
         if problem:

@@ -66,6 +66,24 @@ def cluster_has(name: str, namespace, context, kubeconfig) -> str | None:
     return found[0] if found else None
 
 
+def _no_such_run(name: str, record: object, kubeconfig, context) -> None:
+    """No local record of ``name``: when no cluster can be asked either (no client, no kubeconfig), one
+    error says both, so a bare-metal user's typo does not read as a cluster setup problem."""
+    import importlib.util
+
+    from kgen.cluster.errors import INSTALL_HINT
+
+    here = f"no run {name}: no bare-metal run of that name (no local record {record})"
+    if importlib.util.find_spec("kubernetes") is None:
+        raise UsageError(f"{here}; cluster runs need the kubernetes package: {INSTALL_HINT}", option="NAME")
+    if not cluster_configured(kubeconfig, context):
+        raise UsageError(
+            f"{here}, and no kubeconfig found for a cluster run (not in a pod either)",
+            option="NAME",
+            hint="`kgen list` shows the runs kgen knows; a cluster run: pass --kubeconfig FILE or set KUBECONFIG",
+        )
+
+
 def bare_metal_run(name: str, on: str | None, namespace=None, context=None, kubeconfig=None):
     """The bare-metal run ``name`` when the verb should act on it (else None: the cluster's turn)."""
     from kgen.baremetal import record as R
@@ -80,6 +98,8 @@ def bare_metal_run(name: str, on: str | None, namespace=None, context=None, kube
                 option="--on",
                 hint="`kgen list` shows the runs kgen knows",
             )
+        if on is None:
+            _no_such_run(name, R.path(name), kubeconfig, context)
         return None
     if on is None:
         ns = cluster_has(name, namespace, context, kubeconfig)
@@ -294,6 +314,12 @@ def launch(
     nproc = nproc_per_node if nproc_per_node is not None else (slots or 1)
     if nproc < 1:
         raise UsageError(f"must be 1 or more, got {nproc}", option="--nproc-per-node")
+    _refuse_nested_launcher(list(command), nproc, nproc_per_node is not None or slots is not None, len(host_list))
+    from kgen.spec import command_problem
+
+    problem = command_problem(list(command))
+    if problem:  # what every node's entrypoint would refuse (exit 2) once started
+        raise UsageError(problem, option="--")
     if not 1 <= port <= 65534:
         raise UsageError(f"must be between 1 and 65534 (the liveness port is P+1), got {port}", option="--port")
     if not 1 <= connect_timeout <= 600:
@@ -345,6 +371,30 @@ def launch(
         click.echo(f"next: kgen status {rec.name} · kgen logs {rec.name} -f · kgen stop {rec.name}")
         return
     sys.exit(follow_run(rec))
+
+
+def _refuse_nested_launcher(command: list[str], nproc: int, nproc_set: bool, nodes: int) -> None:
+    """A launcher as the command (torchrun, accelerate launch, ...; contract C5) is refused before any host
+    is asked, in render's words, with the launch command to run instead (its process count carried as
+    --nproc-per-node): every node's entrypoint would refuse it anyway, after the run had started."""
+    from kgen.cli import corrected_launcher
+    from kgen.errors import NestedLauncherError
+    from kgen.launchers import correction, nested_launcher, problem
+
+    nested = nested_launcher(command)
+    if nested is None:
+        return
+    fix = correction(nested, gpus=0, nproc=nproc, nproc_set=nproc_set, nodes=nodes, nodes_set=True)
+    add = ["--nproc-per-node", str(fix.nproc)] if fix.nproc is not None else []
+    with corrected_launcher("kgen launch"):
+        raise NestedLauncherError(
+            problem(nested),
+            option="-- COMMAND",
+            use="",
+            command=fix.command,
+            add=add,
+            notes=[n.replace("nprocPerNode", "--nproc-per-node") for n in fix.notes],
+        )
 
 
 def follow_run(rec) -> int:

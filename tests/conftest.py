@@ -27,6 +27,16 @@ def update_goldens(request):
     return request.config.getoption("--update-goldens") or os.environ.get("KGEN_UPDATE_GOLDENS") == "1"
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """``item.rep_call``: the call phase's report, for fixtures that print their processes' logs when the
+    test failed (tests/baremetal and tests/entrypoint)."""
+    rep = yield
+    if rep.when == "call":
+        item.rep_call = rep
+    return rep
+
+
 @pytest.fixture
 def kgen_cmd():
     """The installed console script next to the running interpreter (a real process)."""

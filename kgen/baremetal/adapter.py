@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from kgen.baremetal.record import NodeRecord, RunRecord
 from kgen.cluster import exitcodes
-from kgen.cluster.records import RELAYED, Failure, Row, RunRecords, parse_time
+from kgen.cluster.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 KGEN_PREFIX = re.compile(r"^\[kgen (?:node|supervisor) \d+ \d\d:\d\d:\d\d \+[\d.]+s\] ")
@@ -63,37 +63,29 @@ def _lost_blames(rank: int, events: Sequence[str]) -> list[tuple[int, str, str]]
         if not m:
             continue
         words = RELAYED.sub("", (m.group(1) or m.group(2) or "").strip())
-        listed = re.search(r"node rank\(s\) \[([\d, ]+)\]", words)
-        if listed:
-            ranks = [int(x) for x in listed.group(1).replace(",", " ").split()]
-        else:
-            single = re.search(r"\bnode (\d+)\b", words)
-            ranks = [int(single.group(1))] if single else []
-        out.extend((r, words, ts) for r in ranks if r != rank)
+        out.extend((r, words, ts) for r in blamed_ranks(words) if r != rank)
     return out
 
 
 def _activity(events: Sequence[str]) -> tuple[str, bool]:
-    """What a running node does, from its last kgen line; and whether it trains (vs waits or re-forms)."""
+    """What a running node does, from its kgen lines; and whether it trains (vs waits or re-forms).
+
+    A re-formation (a ``peer lost:`` or ``re-forming:`` line after the last generation start) is what the
+    node does until the next generation starts, whatever it logged since (nodes joining, node 0 reachable)."""
+    latest = ""
     for line in reversed(events):
         _, text = split_ts(line)
         body = KGEN_PREFIX.sub("", text)
         m = GEN_START.search(body)
         if m:
-            return f"training, generation {m.group(1)}", True
-        if "all" in body and "nodes connected" in body:
-            continue  # node 0 says so right before "generation N: starting"
-        if body.startswith(("node ", "liveness channel", "waiting", "still waiting", "re-forming", "peer lost")):
+            return (latest, False) if latest else (f"training, generation {m.group(1)}", True)
+        if body.startswith(("re-forming", "peer lost")):
             return _short(body), False
-        if "replacing it" in body:
-            return _short(body), False
-    return "starting", False
-
-
-def _failure(
-    rank: int, host: str, node: str, code: int | None, meaning: str, role: str, ts, source: str, key: str
-) -> Failure:
-    return Failure(rank, "", node, code, "", meaning, role, ts, source, host=host, key=key)
+        if latest or ("all" in body and "nodes connected" in body):
+            continue  # node 0 says "all N nodes connected" right before "generation N: starting"
+        if body.startswith(("node ", "liveness channel", "waiting", "still waiting")) or "replacing it" in body:
+            latest = _short(body)
+    return latest or "starting", False
 
 
 def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
@@ -111,26 +103,20 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
     tail = st.get("tail") or []
     row.generation = max((int(m.group(1)) for e in events for m in [GEN_START.search(e)] if m), default=0)
     row.last_line = _short(split_ts(tail[-1])[1]) if tail else ""
-    failures = []
+    failures: list[Failure] = []
+
+    def failed(code: int | None, meaning: str, role: str, ts: str | None, source: str) -> None:
+        failures.append(Failure(node.rank, "", row.node, code, "", meaning, role, parse_time(ts), source,
+                                host=node.host, key=key))  # fmt: skip
+
     for line in events:  # attempts the supervisor replaced (as a Job replaces a pod)
         ts, text = split_ts(line)
         m = REPLACED.search(text)
         if m:
             row.restarts += 1
-            code = int(m.group(1))
-            meaning = exitcodes.meaning(code)
-            failures.append(
-                _failure(
-                    node.rank,
-                    node.host,
-                    row.node,
-                    code,
-                    meaning.meaning,
-                    meaning.role,
-                    parse_time(ts),
-                    "an earlier attempt (its supervisor replaced it)",
-                    key,
-                )
+            replaced = exitcodes.meaning(int(m.group(1)))
+            failed(
+                replaced.code, replaced.meaning, replaced.role, ts, "an earlier attempt (its supervisor replaced it)"
             )
     exit_rec = st.get("exit")
     child_state = (st.get("child") or {}).get("state")
@@ -148,19 +134,7 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
             row.meaning = reason if code == EXIT_STOPPED else f"{reason} (kgen stop)"
         else:
             row.state = "Failed"
-            failures.append(
-                _failure(
-                    node.rank,
-                    node.host,
-                    row.node,
-                    code,
-                    meaning.meaning,
-                    meaning.role,
-                    parse_time(exit_rec.get("time")),
-                    "exit status on the host",
-                    key,
-                )
-            )
+            failed(code, meaning.meaning, meaning.role, exit_rec.get("time"), "exit status on the host")
     elif st.get("alive"):
         row.state = "Frozen" if child_state == "T" else "Running"
         row.ready = row.state == "Running"
@@ -168,21 +142,9 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
         row.meaning = "frozen (SIGSTOP): it cannot answer its peers" if row.state == "Frozen" else activity
     else:
         row.state = "Lost"
-        last = split_ts(tail[-1])[0] if tail else ""
         row.meaning = "its processes are gone without an exit status: the host restarted, or they were SIGKILLed"
-        failures.append(
-            _failure(
-                node.rank,
-                node.host,
-                row.node,
-                None,
-                row.meaning,
-                "cause",
-                parse_time(last),
-                "run state on the host (last log line)",
-                key,
-            )
-        )
+        last = split_ts(tail[-1])[0] if tail else ""
+        failed(None, row.meaning, "cause", last, "run state on the host (last log line)")
     return row, failures, training
 
 
@@ -209,18 +171,9 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
                 continue
             what = "unreachable over ssh" if seen.state == "Unreachable" else "frozen (SIGSTOP)"
             failures.append(
-                _failure(
-                    blamed,
-                    seen.host,
-                    seen.node,
-                    None,
-                    f"{what}; rank {ns.node.rank}'s log: {words}",
-                    "cause",
-                    parse_time(ts),
-                    f"logs of rank {ns.node.rank}",
-                    f"node{blamed}@{row.host}",
-                )
-            )
+                Failure(blamed, "", seen.node, None, "", f"{what}; rank {ns.node.rank}'s log: {words}", "cause",
+                        parse_time(ts), f"logs of rank {ns.node.rank}", host=seen.host, key=f"node{blamed}@{row.host}")
+            )  # fmt: skip
     expected = len(rec.nodes)
     out = RunRecords(
         name=rec.name,

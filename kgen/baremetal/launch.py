@@ -254,7 +254,8 @@ def launch(req: LaunchRequest, transport: Transport, say: Callable[[str], None] 
     if problems:
         parallel(checked, lambda c: c[0].close())  # EOF: every host drops the launch, nothing was created
         raise LaunchError(
-            f"pre-flight failed, nothing was started: {'; '.join(problems)}", option=None if req.local else "--hosts"
+            f"pre-flight failed, nothing was started: {'; '.join(dict.fromkeys(problems))}",
+            option=None if req.local else "--hosts",
         )
     answers = [a for _, a in checked]
     assert all(a is not None for a in answers)

@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from kgen.baremetal import record as R
@@ -77,11 +77,14 @@ def status(rec: R.RunRecord, transport: Transport | None = None) -> Verdict:
 
 
 # ------------------------------------------------------------------------------------------ logs
+def _stamp(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _since_cut(since_s: int | None) -> str:
     if since_s is None:
         return ""
-    t = datetime.now(timezone.utc) - timedelta(seconds=since_s)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return _stamp(datetime.now(timezone.utc) - timedelta(seconds=since_s))
 
 
 def _show(line: str, timestamps: bool) -> str:
@@ -120,12 +123,37 @@ def logs(
     return [prefix(rank, width) + _show(line, timestamps) for _, rank, _, line in heapq.merge(*keyed)], warnings
 
 
-@dataclass
-class _Stream:
-    node: R.NodeRecord
-    proc: object
-    done: bool = False
-    lines: list[str] = field(default_factory=list)
+class Merger:
+    """`kgen logs -f`: every stream's lines are held ``REORDER_S``, then released in time order (the
+    hosts stamp their lines in UTC). A stream's end notice is stamped when it ended, so it follows the
+    lines that stream had sent."""
+
+    def __init__(self, cut: str = "") -> None:
+        self.cut = cut  # --since: lines older than this stamp are dropped
+        self.held: list[tuple[str, int, int, str]] = []
+        self.seq = 0
+
+    def _push(self, ts: str, rank: int, text: str) -> None:
+        self.seq += 1
+        heapq.heappush(self.held, (ts, rank, self.seq, text))
+
+    def line(self, rank: int, line: str) -> None:
+        ts = split_ts(line)[0]
+        if not self.cut or ts >= self.cut:
+            self._push(ts, rank, line)
+
+    def ended(self, rank: int, why: str, now: datetime) -> None:
+        if why:
+            self._push(_stamp(now), rank, f"(kgen: log stream ended: {why})")
+
+    def ripe(self, now: datetime, flush: bool = False) -> list[tuple[int, str]]:
+        """The lines older than ``now`` - REORDER_S (every line when ``flush``), oldest first."""
+        cutoff = _stamp(now - timedelta(seconds=REORDER_S))
+        out = []
+        while self.held and (flush or self.held[0][0] <= cutoff or len(self.held) > 4096):
+            _, rank, _, text = heapq.heappop(self.held)
+            out.append((rank, text))
+        return out
 
 
 def follow(
@@ -172,27 +200,21 @@ def follow(
     for t in threads:
         t.start()
     open_streams = len(threads)
-    held: list[tuple[str, int, int, str]] = []
-    seq = 0
+    merger = Merger(cut)
     try:
-        while open_streams or held:
+        while open_streams or merger.held:
             try:
                 rank, line, why = q.get(timeout=0.1)
             except queue.Empty:
                 rank = None
+            now = datetime.now(timezone.utc)
             if rank is not None:
                 if line is None:
                     open_streams -= 1
-                    if why:
-                        seq += 1
-                        heapq.heappush(held, ("", rank, seq, f"(kgen: log stream ended: {why})"))
-                elif not cut or split_ts(line)[0] >= cut:
-                    seq += 1
-                    heapq.heappush(held, (split_ts(line)[0], rank, seq, line))
-            now = datetime.now(timezone.utc) - timedelta(seconds=REORDER_S)
-            ripe = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            while held and (held[0][0] <= ripe or not open_streams or len(held) > 4096):
-                _, r, _, text = heapq.heappop(held)
+                    merger.ended(rank, why, now)
+                else:
+                    merger.line(rank, line)
+            for r, text in merger.ripe(now, flush=not open_streams):
                 yield prefix(r, width) + _show(text, timestamps)
     finally:
         for p in procs:

@@ -261,7 +261,9 @@ def classify_ssh(host: str, rc: int | None, err: str, timeout: int, ssh_config: 
     if rc != 255:
         return ""
     lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
-    last = lines[-1] if lines else "ssh failed with code 255"
+    if not lines:  # LogLevel=ERROR: a connection cut by the other end (host or sshd gone) says nothing
+        return f"{host}: the ssh connection ended without a message (exit 255): the host or its sshd went away?"
+    last = lines[-1]
     text = " ".join(lines)
     cfg = f" (ssh config {ssh_config})" if ssh_config else ""
     if "Permission denied" in text:

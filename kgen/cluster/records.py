@@ -98,6 +98,15 @@ class Blame:
     at: str  # HH:MM:SS from the log line
 
 
+def blamed_ranks(text: str) -> list[int]:
+    """The node ranks an entrypoint's reason names: ``node rank(s) [1, 2] ...``, else ``node 1 ...``."""
+    listed = re.search(r"node rank\(s\) \[([\d, ]+)\]", text)
+    if listed:
+        return [int(x) for x in listed.group(1).replace(",", " ").split()]
+    single = re.search(r"\bnode (\d+)\b", text)
+    return [int(single.group(1))] if single else []
+
+
 def fail_stop_blames(log: str) -> list[Blame]:
     """Every FAIL-STOP line of one log: which ranks it blames and why."""
     out = []
@@ -106,16 +115,10 @@ def fail_stop_blames(log: str) -> list[Blame]:
         if not m:
             continue
         text = RELAYED.sub("", m.group(1).strip())
-        listed = re.search(r"node rank\(s\) \[([\d, ]+)\]", text)
-        if listed:
-            ranks = [int(x) for x in listed.group(1).replace(",", " ").split()]
-        else:
-            single = re.search(r"node (\d+)", text)
-            ranks = [int(single.group(1))] if single else []
         prefix = LOG_PREFIX.search(line)
         out.append(
             Blame(
-                ranks=ranks,
+                ranks=blamed_ranks(text),
                 text=text,
                 reporter=int(prefix.group(1)) if prefix else None,
                 at=prefix.group(2) if prefix else "",

@@ -228,7 +228,8 @@ def _root_cause(
         span = int((max(vt) - t0).total_seconds()) if vt and t0 else 0
         n = len({f.rank for f in victims})
         when = f"within {span} s" if span > 0 else "in the same second"
-        followers = f"{n} rank{'s' if n != 1 else ''} stopped by fail-stop (exit 75) {when}"
+        codes = ", ".join(str(c) for c in sorted({f.exit_code for f in victims if f.exit_code is not None}))
+        followers = f"{n} rank{'s' if n != 1 else ''} stopped by fail-stop{f' (exit {codes})' if codes else ''} {when}"
     rest = [f for f in others if f.role != "victim"]
     if rest:
         tail = "; ".join(f"{_rank_list([f.rank])} {f.describe()}" for f in rest)

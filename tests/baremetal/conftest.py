@@ -42,14 +42,6 @@ def lab(request, tmp_path):
         lab.cleanup()
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item, call):
-    rep = yield
-    if rep.when == "call":
-        item.rep_call = rep
-    return rep
-
-
 @pytest.fixture
 def kgen(kgen_cmd):
     """kgen as a real process with the test's environment; returns CompletedProcess (text)."""

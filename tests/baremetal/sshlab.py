@@ -25,6 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoint"))
+from podharness import free_port_pair, ns_pids  # noqa: E402,F401 - one home (tests and bench import them here)
+
 HOSTINIT = Path(__file__).resolve().parent / "hostinit.py"
 SSHD = "/usr/sbin/sshd"
 
@@ -51,41 +54,6 @@ def free_port(addr: str) -> int:
     with socket.socket() as s:
         s.bind((addr, 0))
         return s.getsockname()[1]
-
-
-def free_port_pair() -> int:
-    """A port P such that P and P+1 are both free on every address (master + liveness port)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65000:
-            continue
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("0.0.0.0", port))
-                b.bind(("0.0.0.0", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair")
-
-
-def ns_pids(init_pid: int) -> list[int]:
-    """Every process in the PID namespace whose PID 1 is ``init_pid`` (host PIDs)."""
-    try:
-        ns = os.readlink(f"/proc/{init_pid}/ns/pid")
-    except OSError:
-        return []
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if os.readlink(f"/proc/{name}/ns/pid") == ns:
-                    out.append(int(name))
-            except OSError:
-                pass
-    return out
 
 
 def children(pid: int) -> list[int]:
@@ -276,16 +244,16 @@ class SshLab:
             h.proc.wait(timeout=10)
 
     def freeze(self, i: int) -> None:
-        for pid in self.hosts[i].pids():
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except OSError:
-                pass
+        self._signal_host(i, signal.SIGSTOP)
 
     def thaw(self, i: int) -> None:
+        self._signal_host(i, signal.SIGCONT)
+
+    def _signal_host(self, i: int, sig: int) -> None:
+        """``sig`` to every process of host i (its sshd included)."""
         for pid in self.hosts[i].pids():
             try:
-                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, sig)
             except OSError:
                 pass
 

@@ -91,6 +91,8 @@ def test_script_error_is_the_root_cause_and_the_others_followed():
     assert v.state == "failed" and v.exit_code == 1
     assert v.root_cause.ranks == [1] and v.root_cause.hosts == ["b"] and v.root_cause.exit_code == 1
     assert v.headline.startswith("Failed: rank 1 (host b): exit 1: the training script failed")
+    # the others ended with 5 (the run failed as a whole, re-formation on), not 75
+    assert "2 ranks stopped by fail-stop (exit 5) " in v.headline, v.headline
     assert "kgen-entrypoint: stopped: torch failed with code 1" in v.details
 
 
@@ -112,6 +114,29 @@ def test_crashed_host_is_unreachable_and_named_by_the_survivors():
     assert v.root_cause.ranks == [2] and v.root_cause.hosts == ["c"]
     assert "unreachable over ssh" in v.headline and "closed its liveness connection" in v.headline
     assert any("rank 2 (c): unreachable" in d for d in v.details)
+
+
+def test_reforming_nodes_say_so_while_they_wait_for_the_lost_one():
+    """After a host crashed, the survivors log joins and reachability while they wait for it: their rows
+    still say they re-form (and why), not "node 0 reachable after 0.0s"."""
+    lost = "node 2 closed its liveness connection (pod died, was deleted or its entrypoint was killed)"
+    events0 = [
+        *formed(0),
+        ev(20, 0, f"peer lost: {lost}; stopping torch and re-forming (generation 1)"),
+        ev(21, 0, "node 1 joined the liveness channel (1/2 peers, host b, last generation 0)"),
+    ]
+    events1 = [
+        *formed(1),
+        ev(20, 1, f"re-forming: {lost}; stopping torch (generation 0)"),
+        ev(21, 1, "waiting for node 0 at a:29501 (liveness port; bound KGEN_REPLACEMENT_TIMEOUT=300s)"),
+        ev(21, 1, "node 0 reachable after 0.0s (1 attempt(s))"),
+    ]
+    v = verdict(running(0, events0), running(1, events1), None, unreachable={2: "c: connection refused (x)"})
+    assert v.rows[0].meaning.startswith("peer lost: node 2 closed its liveness connection"), v.rows[0].meaning
+    assert v.rows[1].meaning.startswith("re-forming: node 2 closed its liveness connection"), v.rows[1].meaning
+    # the next generation started: training again
+    v = verdict(running(0, [*events0, *formed(0, gen=1, t=22)]), running(1, [*events1, *formed(1, 1, 22)]), None)
+    assert v.rows[0].meaning == v.rows[1].meaning == "training, generation 1"
 
 
 def test_unreachable_host_of_an_intact_group_still_runs():

@@ -48,6 +48,38 @@ def one_line_error(res, *words):
         ([*BASE, "--local", "2", "--ssh-config", "/etc/hostname", "--", "t.py"], ["--ssh-config", "not --local"]),
         ([*BASE, "--hostfile", "/dev/zero", "--", "t.py"], ["--hostfile", "larger than"]),
         ([*BASE, "--hosts", "a", "--master-addr", "a b", "--", "t.py"], ["--master-addr"]),
+        # a launcher as the command (contract C5): refused before any host is asked, the launch to run instead
+        (
+            [*BASE, "--hosts", "unused-host", "--", "torchrun", "--nproc-per-node", "4", "t.py", "--lr", "3"],
+            [
+                "-- COMMAND: torchrun is a launcher",
+                "use: kgen launch --name demo --hosts unused-host --nproc-per-node 4 -- t.py --lr 3",
+            ],
+        ),
+        (
+            [
+                *BASE,
+                "--hosts",
+                "h1,h2",
+                "--nproc-per-node",
+                "2",
+                "--",
+                "python3",
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node=8",
+                "t.py",
+            ],
+            [
+                "python3 -m torch.distributed.run is a launcher",
+                "disagrees with --nproc-per-node 2",
+                "use: kgen launch --name demo --hosts h1,h2 --nproc-per-node 2 -- t.py",
+            ],
+        ),
+        # what every node's entrypoint would refuse once started (exit 2 on every node)
+        ([*BASE, "--hosts", "unused-host", "--", "-m"], ["--:", "'-m' needs a module name"]),
+        ([*BASE, "--hosts", "unused-host", "--", "--lr", "3"], ["--:", "starts with the option '--lr'"]),
+        ([*BASE, "--hosts", "unused-host", "--", ""], ["--:", "the program is an empty string"]),
     ],
 )
 def test_bad_input(args, words):
@@ -64,6 +96,16 @@ def test_unknown_run_with_on_bare_metal():
     one_line_error(run("status", "nope", "--on", "bare-metal"), "no bare-metal run nope", "kgen list")
 
 
+def test_unknown_run_without_a_cluster_says_where_it_looked(monkeypatch, tmp_path):
+    """A bare-metal user's typo: not only "no kubeconfig", but that no bare-metal run has that name."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    for verb in (["status"], ["logs"], ["stop"]):
+        one_line_error(
+            run(*verb, "nope"), "NAME: no run nope: no bare-metal run of that name", "kgen list", "--kubeconfig"
+        )
+
+
 def test_rm_is_for_bare_metal_runs(tmp_path):
     one_line_error(run("stop", "nope", "--rm", "--on", "cluster"), "--rm", "bare-metal")
 
@@ -74,3 +116,21 @@ def test_help_documents_launch():
     for opt in ("--hosts", "--hostfile", "--ssh-config", "--python", "--nproc-per-node", "--workdir", "--env",
                 "--port", "--follow", "--local", "--inject", "--master-addr"):  # fmt: skip
         assert opt in res.stdout
+
+
+def test_preflight_checks_a_program_path_and_starts_nothing(tmp_path, monkeypatch):
+    """A program (not a .py script) given by path must exist and be executable in --workdir on every
+    host: the pre-flight says so (torchrun --no-python would fail on every node after the start)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    for program, words in (("./missing.sh", "program './missing.sh' not found in"), ("./run.sh", "not executable")):
+        res = run(*BASE, "--local", "2", "--port", "29431", "--", program)
+        try:
+            assert res.exit_code == 2 and res.stdout == "", (res.stdout, res.stderr)
+            error = res.stderr.splitlines()[-1]  # after the pre-flight's progress line
+            assert error.startswith("kgen: error: pre-flight failed, nothing was started: localhost"), error
+            assert words in error and error.count(words) == 1, error  # two nodes, one host: said once
+        finally:
+            if R.load("demo") is not None:  # started after all: end it (the test has failed already)
+                run("stop", "demo", "--rm", "--grace", "1")
+        assert R.load("demo") is None

@@ -97,3 +97,31 @@ def test_remove_node_refuses_while_the_run_lives(tmp_path):
     outside.mkdir()
     assert "not a kgen node run directory" in json.loads(verb(outside, "--remove-node"))["error"]
     assert outside.exists()
+
+
+def test_follow_merge_keeps_a_streams_end_after_its_last_lines():
+    """`kgen logs -f`: lines wait REORDER_S to merge in time order; a stream that ended (its host
+    crashed) says so after the lines it had sent, not before them."""
+    from datetime import datetime, timedelta, timezone
+
+    from kgen.baremetal.ops import REORDER_S, Merger
+
+    t0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+    def at(dt: float) -> str:
+        return (t0 + timedelta(seconds=dt)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    m = Merger()
+    m.line(1, f"{at(0.2)} rank 1 step 9")
+    m.line(2, f"{at(0.1)} rank 2 step 9")
+    m.line(2, f"{at(0.3)} rank 2 step 10")
+    m.ended(2, "h2: the ssh connection ended without a message", t0 + timedelta(seconds=0.35))
+    assert m.ripe(t0 + timedelta(seconds=0.35)) == []  # held: newer than REORDER_S
+    out = m.ripe(t0 + timedelta(seconds=0.4 + REORDER_S))
+    assert [r for r, _ in out] == [2, 1, 2, 2]
+    assert out[-1][1] == "(kgen: log stream ended: h2: the ssh connection ended without a message)"
+    # --since: older lines are dropped; flush releases everything at the end
+    m = Merger(cut=at(1))
+    m.line(0, f"{at(0.5)} old")
+    m.line(0, f"{at(2)} new")
+    assert [t for _, t in m.ripe(t0, flush=True)] == [f"{at(2)} new"]

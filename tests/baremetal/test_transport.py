@@ -67,3 +67,5 @@ def test_ssh_failures_say_why_and_the_fix():
     assert "ConnectTimeout=10s" in why("Connection timed out during banner exchange")
     assert "no answer in time" in why("", rc=None)
     assert why("Traceback ...", rc=1) == ""  # the command ran: not an ssh failure
+    # a host that crashed under a running `kgen logs -f` (ssh says nothing at LogLevel=ERROR)
+    assert why("") == "gpu1: the ssh connection ended without a message (exit 255): the host or its sshd went away?"

@@ -40,12 +40,4 @@ def cluster(request):
         c.cleanup()
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item, call):
-    rep = yield
-    if rep.when == "call":
-        item.rep_call = rep
-    return rep
-
-
 # /opt/kgen on the host: tests/conftest.py checks it around every test.

@@ -43,7 +43,8 @@ NAMESPACE = "default"
 
 
 def free_port_pair() -> int:
-    """A port P such that P and P+1 are both free on 127.0.0.1 (rendezvous + liveness)."""
+    """A port P such that P and P+1 are both free on every address (rendezvous + liveness); the
+    bare-metal tests' sshd hosts (tests/baremetal/sshlab.py) use it too."""
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -58,6 +59,23 @@ def free_port_pair() -> int:
         except OSError:
             continue
     raise RuntimeError("no free port pair")
+
+
+def ns_pids(init_pid: int) -> list[int]:
+    """Every process in the PID namespace whose PID 1 is ``init_pid`` (host PIDs)."""
+    try:
+        ns = os.readlink(f"/proc/{init_pid}/ns/pid")
+    except OSError:
+        return []
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/ns/pid") == ns:
+                    out.append(int(name))
+            except OSError:
+                pass
+    return out
 
 
 def write_secret(folder: Path, name: str = "kgen-secret") -> str:
@@ -223,21 +241,7 @@ class Pod:
 
     def pids(self) -> list[int]:
         """Every process in this pod's PID namespace (host PIDs)."""
-        if self.init_pid is None:
-            return []
-        try:
-            ns = os.readlink(f"/proc/{self.init_pid}/ns/pid")
-        except OSError:
-            return []
-        out = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    if os.readlink(f"/proc/{name}/ns/pid") == ns:
-                        out.append(int(name))
-                except OSError:
-                    pass
-        return out
+        return ns_pids(self.init_pid) if self.init_pid is not None else []
 
     def kill(self) -> None:
         """SIGKILL the pod's PID 1: the kernel kills every process of the pod."""

@@ -191,3 +191,32 @@ def test_every_o_in_help_readme_and_docs_is_a_format_of_its_command():
             seen += 1
             assert value in formats[command], f"-o {value} is not a format of kgen {command}: {line}"
     assert seen >= 10
+
+
+# ---- kubectl's -o=json, -n=ml-team, -f=job.yaml (pflag reads the value after "=") ----------------------
+def test_short_options_take_the_value_after_an_equals_sign_as_kubectl_does(tmp_path):
+    """click kept the "=": `kgen render -o=json` was refused as format "=json", `-n=ml-team` as namespace
+    "=ml-team", `kgen lint -f=job.yaml` looked for a file named "=job.yaml"."""
+    assert run("render", "-o=json").stdout == run("render", "-o", "json").stdout != ""
+    assert run("render", "-n=ml-team").stdout == run("render", "-n", "ml-team").stdout != ""
+    job = tmp_path / "job.yaml"
+    job.write_text(run("render").stdout)
+    by_eq = run("lint", f"-f={job}", "-o=json")
+    assert by_eq.exit_code == 0 and by_eq.stdout == run("lint", "-f", str(job), "-o", "json").stdout
+    values = tmp_path / "v.yaml"
+    values.write_text("nodes: 3\n")
+    assert run("render", f"-f={values}").stdout == run("render", "-f", str(values)).stdout
+    bad = run("render", "-o=job.yaml")
+    assert bad.exit_code == 2 and bad.stderr == (
+        'kgen: error: -o/--output: must be an output format, yaml or json; got "job.yaml" '
+        "(to write a file use --output-file job.yaml)\n"
+    )
+
+
+def test_an_equals_sign_stays_where_it_is_a_value_or_after_the_separator():
+    # the value of --set, --env or the training command is never split
+    res = run("render", "--set", "name=x", "--set", "-o=1", "--", "train.py", "-n=3", "-o=json")
+    assert res.exit_code == 2 and res.stderr.startswith('kgen: error: --set: unknown key "-o"')
+    res = run("render", "--env", "-n=1", "--", "train.py", "-n=3", "-o=json")
+    assert res.exit_code == 0, res.stderr
+    assert '- "-n=3"\n        - "-o=json"\n' in res.stdout and '- name: "-n"\n          value: "1"' in res.stdout

@@ -72,8 +72,13 @@ STDOUT_ERRNOS = frozenset(
 
 
 def stdout_error(exc: OSError) -> str:
+    """One line for a failed write to stdout; --output-file is suggested only where the command has it."""
     why = {errno.EBADF: "stdout is closed (>&-)"}.get(exc.errno or 0, exc.strerror or str(exc))
-    return f"cannot write to stdout: {why}; redirect it elsewhere, or write a file with --output-file FILE"
+    running = KgenCommand.running
+    has_file = running is not None and any(p.name == "output_file" for p in running.params)
+    return f"cannot write to stdout: {why}; redirect it elsewhere" + (
+        ", or write a file with --output-file FILE" if has_file else ""
+    )
 
 
 _WRITE_FIXES = {
@@ -288,7 +293,10 @@ def pflag_short_values(command: click.Command, args: list[str]) -> list[str]:
 class KgenCommand(click.Command):
     """Keeps the context on click's parse errors (for messages that name the command) and the raw arguments."""
 
+    running: click.Command | None = None  # the command of this process (kgen.cli.stdout_error's hint)
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        KgenCommand.running = self
         args = pflag_short_values(self, args)
         ctx.meta["kgen.args"] = list(args)
         try:
@@ -309,6 +317,8 @@ class KgenGroup(click.Group):
     group_class = type  # subgroups are KgenGroups too
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:
+            KgenCommand.running = None  # until a command is parsed (`kgen --help` has none)
         try:
             return super().parse_args(ctx, args)  # `kgen --help` / `--version` print here
         except click.UsageError as exc:

@@ -188,6 +188,16 @@ def test_a_full_stdout_is_one_line(kgen_cmd):
     )
 
 
+@pytest.mark.parametrize("args", [["presets", "list"], ["values"], ["--help"]])
+def test_a_full_stdout_suggests_output_file_only_where_the_command_has_it(kgen_cmd, args):
+    """`kgen presets list > /dev/full` once said "write a file with --output-file FILE", an option that
+    command does not have (its --output-file is refused: not an option)."""
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([*kgen_cmd, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == "kgen: error: cannot write to stdout: No space left on device; redirect it elsewhere\n"
+
+
 def test_a_closed_stdout_is_one_line(kgen_cmd):
     done = subprocess.run(
         [*kgen_cmd, "presets", "list"],

@@ -17,6 +17,7 @@ from kgen import __version__
 from kgen.cli_options import (
     check_format,
     check_output_file,
+    completes,
     no_formats_option,
     output_file_option,
     output_format_option,
@@ -29,6 +30,24 @@ def _preset_names() -> list[str]:
     from kgen import presets as presets_mod
 
     return list(presets_mod.names())
+
+
+def _render_versions() -> list[str]:
+    from kgen.versions import MAX_K8S, MIN_K8S
+
+    return [f"1.{minor}" for minor in range(MIN_K8S, MAX_K8S + 1)]
+
+
+def _lint_versions() -> list[str]:
+    from kgen.schema import supported_versions
+
+    return list(supported_versions())
+
+
+def _kinds() -> tuple[str, ...]:
+    from kgen.spec import KINDS
+
+    return KINDS
 
 
 RENDER_EPILOG = """\b
@@ -385,7 +404,7 @@ def cli() -> None:
 @click.option(
     "--preset",
     metavar="NAME",
-    shell_complete=lambda ctx, param, word: [n for n in _preset_names() if n.startswith(word)],
+    shell_complete=completes(_preset_names),
     help="Preset to start from (2node-test when nothing else says what to run; see `kgen presets list`).",
 )
 @click.option("--nodes", metavar="N", help="Number of nodes (pods).")
@@ -393,6 +412,7 @@ def cli() -> None:
 @click.option(
     "--kind",
     metavar="job|statefulset|jobset",
+    shell_complete=completes(_kinds),
     help="Indexed Job (default), StatefulSet, or JobSet (needs the JobSet controller; docs/jobset.md).",
 )
 @click.option("--name", metavar="NAME", help="Job/StatefulSet and Service name (a DNS label).")
@@ -420,6 +440,7 @@ def cli() -> None:
 @click.option(
     "--kubernetes-version",
     metavar="1.NN",
+    shell_complete=completes(_render_versions),
     help=f"Oldest Kubernetes the output must run on (default {DEFAULT_KUBERNETES_VERSION}, 1.27 ... 1.37); "
     "1.31+ adds podFailurePolicy, 1.34+ podReplacementPolicy.",
 )
@@ -498,6 +519,7 @@ def render(
     default=DEFAULT_KUBERNETES_VERSION,
     show_default=True,
     metavar="1.NN",
+    shell_complete=completes(_lint_versions),
     help="Kubernetes version whose schemas and rules apply (1.25 ... 1.37).",
 )
 @click.option(
@@ -518,6 +540,7 @@ def render(
     default="builtin",
     show_default=True,
     metavar="builtin|kubeconform",
+    shell_complete=completes(("builtin", "kubeconform")),
     help="Schema engine; kubeconform must be on PATH.",
 )
 @click.option(
@@ -642,7 +665,7 @@ def presets_list() -> None:
 
 
 @presets.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=completes(_preset_names))
 def presets_show(name: str) -> None:
     """Print a preset file, ready to copy and use with -f (all keys: `kgen values`)."""
     from kgen import presets as presets_mod
@@ -711,7 +734,7 @@ COMPLETION_SHELLS = ("bash", "zsh", "fish")
 @click.argument(
     "shell",
     metavar="bash|zsh|fish",
-    shell_complete=lambda ctx, param, word: [s for s in COMPLETION_SHELLS if s.startswith(word)],
+    shell_complete=completes(COMPLETION_SHELLS),
 )
 def completion(shell: str) -> None:
     """Print the shell completion script for kgen (commands, options, preset names, files).

@@ -19,8 +19,18 @@ from kgen.errors import UsageError
 OUTPUT_OPTION = "-o/--output"
 
 
+def completes(words: Callable[[], Any] | tuple[str, ...]) -> Callable:
+    """A ``shell_complete`` for ``kgen completion``: the words (or what ``words()`` returns) that start
+    with what was typed so far."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+        return [w for w in (words() if callable(words) else words) if w.startswith(incomplete)]
+
+    return complete
+
+
 def output_format_option(formats: tuple[str, ...], default: str, help: str = "Output format.") -> Callable:
-    """``-o/--output FORMAT`` (also ``--format FORMAT``), checked by ``check_format``."""
+    """``-o/--output FORMAT`` (also ``--format FORMAT``), checked by ``check_format``; completes the formats."""
     return click.option(
         "-o",
         "--output",
@@ -29,6 +39,7 @@ def output_format_option(formats: tuple[str, ...], default: str, help: str = "Ou
         default=default,
         show_default=True,
         metavar="|".join(formats),
+        shell_complete=completes(formats),
         help=help,
     )
 

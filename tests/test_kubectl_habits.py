@@ -154,13 +154,30 @@ ask kgen render --pre
 ask kgen render --preset ''
 ask kgen completion ''
 ask kgen st
+ask kgen presets show ''
+ask kgen render -o ''
+ask kgen lint --output j
+ask kgen status x -o ''
+ask kgen render --kind ''
+ask kgen lint --engine ''
+ask kgen render --kubernetes-version 1.3
 """
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
     done = subprocess.run([bash, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "complete -o nosort -F _kgen_completion kgen"
-    assert lines[1:] == ["render", "--preset", "2node-test 4x1 4x8 64x8", "bash zsh fish", "status stop"]
+    assert lines[1:6] == ["render", "--preset", "2node-test 4x1 4x8 64x8", "bash zsh fish", "status stop"]
+    # the values of -o, --kind, --engine, --kubernetes-version and presets show's NAME (they completed nothing)
+    assert lines[6:] == [
+        "2node-test 4x1 4x8 64x8",
+        "yaml json",
+        "json junit",
+        "text wide json yaml",
+        "job statefulset jobset",
+        "builtin kubeconform",
+        "1.30 1.31 1.32 1.33 1.34 1.35 1.36 1.37",
+    ]
 
 
 def _o_uses(text: str):

@@ -15,6 +15,7 @@ import click
 
 from kgen import __version__
 from kgen.cli_options import (
+    KgenCommand,
     check_format,
     check_output_file,
     completes,
@@ -284,46 +285,6 @@ def _usage_message(exc: click.UsageError) -> str:
         meta = exc.param.metavar or (exc.param.name or "").upper()
         return f"{cmd}: missing {meta} (see `{cmd} --help`)"
     return f"{exc.format_message()} (see `{cmd} --help`)"
-
-
-def pflag_short_values(command: click.Command, args: list[str]) -> list[str]:
-    """kubectl's flag parser (pflag) reads `-o=json`, `-n=ml-team`, `-f=job.yaml` as the value after `=`;
-    click would keep the `=` in the value. Split them as pflag does (before `--`, and not where the word is
-    itself the value of the option before it)."""
-    short: set[str] = set()
-    takes_value: set[str] = set()
-    for param in command.params:
-        if isinstance(param, click.Option) and not param.is_flag and not param.count:
-            takes_value.update(param.opts + param.secondary_opts)
-            short.update(o for o in param.opts + param.secondary_opts if len(o) == 2)
-    out: list[str] = []
-    value_next = False
-    for i, word in enumerate(args):
-        if word == "--" and not value_next:
-            return out + args[i:]
-        if not value_next and word[:2] in short and word[2:3] == "=":
-            out += [word[:2], word[3:]]
-            continue
-        out.append(word)
-        value_next = not value_next and word in takes_value
-    return out
-
-
-class KgenCommand(click.Command):
-    """Keeps the context on click's parse errors (for messages that name the command) and the raw arguments."""
-
-    running: click.Command | None = None  # the command of this process (kgen.cli.stdout_error's hint)
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        KgenCommand.running = self
-        args = pflag_short_values(self, args)
-        ctx.meta["kgen.args"] = list(args)
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            if exc.ctx is None:
-                exc.ctx = ctx
-            raise
 
 
 class KgenGroup(click.Group):

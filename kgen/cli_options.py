@@ -1,4 +1,5 @@
-"""Option decorators every kgen command shares (contract C1: kubectl's output convention).
+"""Option decorators every kgen command shares (contract C1: kubectl's output convention), and the
+command class every kgen command is (``KgenCommand``: kubectl's `-o=json` spelling, the raw arguments).
 
 ``-o/--output FORMAT`` names a format, everywhere; ``--format`` is the same option under its old name.
 A file is written with ``--output-file FILE`` (kgen.resources.write_file: never destroys what is at the
@@ -80,3 +81,43 @@ def no_formats_option(command: str) -> Callable:
     return click.option(
         "-o", "--output", "no_output_format", metavar="FILE", hidden=True, expose_value=False, callback=refuse
     )
+
+
+def pflag_short_values(command: click.Command, args: list[str]) -> list[str]:
+    """kubectl's flag parser (pflag) reads `-o=json`, `-n=ml-team`, `-f=job.yaml` as the value after `=`;
+    click would keep the `=` in the value. Split them as pflag does (before `--`, and not where the word is
+    itself the value of the option before it)."""
+    short: set[str] = set()
+    takes_value: set[str] = set()
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.is_flag and not param.count:
+            takes_value.update(param.opts + param.secondary_opts)
+            short.update(o for o in param.opts + param.secondary_opts if len(o) == 2)
+    out: list[str] = []
+    value_next = False
+    for i, word in enumerate(args):
+        if word == "--" and not value_next:
+            return out + args[i:]
+        if not value_next and word[:2] in short and word[2:3] == "=":
+            out += [word[:2], word[3:]]
+            continue
+        out.append(word)
+        value_next = not value_next and word in takes_value
+    return out
+
+
+class KgenCommand(click.Command):
+    """Keeps the context on click's parse errors (for messages that name the command) and the raw arguments."""
+
+    running: click.Command | None = None  # the command of this process (kgen.cli.stdout_error's hint)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        KgenCommand.running = self
+        args = pflag_short_values(self, args)
+        ctx.meta["kgen.args"] = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            if exc.ctx is None:
+                exc.ctx = ctx
+            raise

@@ -237,3 +237,20 @@ def test_an_equals_sign_stays_where_it_is_a_value_or_after_the_separator():
     res = run("render", "--env", "-n=1", "--", "train.py", "-n=3", "-o=json")
     assert res.exit_code == 0, res.stderr
     assert '- "-n=3"\n        - "-o=json"\n' in res.stdout and '- name: "-n"\n          value: "1"' in res.stdout
+
+
+def test_every_command_reads_the_equals_spelling():
+    """The cluster and bare-metal verbs were plain click commands: `kgen status x -o=yaml` said got "=yaml"."""
+    from kgen.cli_options import KgenCommand
+
+    def leaves(cmd, path):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from leaves(sub, [*path, name])
+        else:
+            yield " ".join(path), cmd
+
+    assert [name for name, cmd in leaves(cli, []) if not isinstance(cmd, KgenCommand)] == []
+    for args in (["status", "run-x", "-o=yaml"], ["list", "-o=wide"], ["status", "run-x", "-n=ml", "-o=wide"]):
+        res = run(*args, "--kubeconfig", "/nonexistent")
+        assert res.exit_code == 2 and "-o/--output" not in res.stderr and '"=' not in res.stderr, res.stderr

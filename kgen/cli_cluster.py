@@ -701,9 +701,10 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
         runs += cluster_runs(cluster, all_namespaces)
         where = "any namespace" if all_namespaces else f"namespace {cluster.namespace}"
     except (ClusterError, MissingClient) as exc:
-        if not runs:
+        configured = cluster_configured(kubeconfig, context)
+        if not runs and configured:
             raise
-        if cluster_configured(kubeconfig, context):
+        if configured:
             _warn(f"cluster runs not listed: {exc}")
     if output_format == "json":
         click.echo(json.dumps(runs, indent=2))

@@ -650,10 +650,13 @@ def entrypoint(show_path: bool, output_file: str | None) -> None:
     Examples:
       kgen entrypoint --output-file kgen_entrypoint.py  # bare metal: copy to every node, then on each
       python3 kgen_entrypoint.py -- train.py --lr 3e-4  #   with NNODES, NPROC_PER_NODE, NODE_RANK,
-                                                        #   MASTER_ADDR and MASTER_PORT set
+                                                        #   MASTER_ADDR, MASTER_PORT and (more than
+                                                        #   one node) KGEN_SECRET_FILE set
       kgen entrypoint > docker/kgen_entrypoint.py       # custom image: COPY it in
       kgen entrypoint --path
     It is the same file `kgen render` ships in the <name>-entrypoint ConfigMap (docs/entrypoint.md).
+    KGEN_SECRET_FILE names a file holding the run's secret, the same on every node (README, Security);
+    `kgen launch` sets all of these itself.
     """
     from kgen.resources import entrypoint_path
 

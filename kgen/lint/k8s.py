@@ -20,6 +20,25 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 IANA_SVC_NAME = re.compile(r"^[-a-z0-9]+$")
 ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+# What env can read through valueFrom.fieldRef (pkg/apis/core/validation: validEnvDownwardAPIFieldPathExpressions),
+# and the subscripted forms metadata.labels['KEY'] / metadata.annotations['KEY'] (render and lint share them).
+ENV_FIELD_PATHS = (
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.hostIP",
+    "status.hostIPs",
+    "status.podIP",
+    "status.podIPs",
+)
+ENV_FIELD_PATH_SUBSCRIPTED = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
+
+
+def is_env_field_path(path: Any) -> bool:
+    """Whether env's valueFrom.fieldRef.fieldPath may be ``path``."""
+    return isinstance(path, str) and (path in ENV_FIELD_PATHS or bool(ENV_FIELD_PATH_SUBSCRIPTED.fullmatch(path)))
 
 
 def is_dns_label(value: Any) -> bool:

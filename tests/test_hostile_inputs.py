@@ -6,6 +6,7 @@ process's CPU time (time.process_time), which other sessions' load on the machin
 """
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -223,3 +224,30 @@ def test_a_reader_that_went_away_ends_kgen_quietly_by_sigpipe(kgen_cmd, args):
         os.close(write_end)
     assert done.returncode == -signal.SIGPIPE
     assert done.stderr == b""
+
+
+# ---- a name with a trailing newline ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args,option",
+    [
+        (["--name", "llama\n"], "--name"),
+        (["-n", "ml\n"], "--namespace"),
+        (["--set", "serviceAccountName=sa\n"], "--set serviceAccountName"),
+        (["--set", "queue=team-a\n"], "--set queue"),
+        (["--env", "HF_HOME\n=/data"], "--env"),
+        (["--set", 'envFrom=[{secretRef: {name: s}, prefix: "P_\\n"}]'], "--set envFrom"),
+        (["--set", 'env.X={valueFrom: {secretKeyRef: {name: "s\\n", key: k}}}'], "--set env.X"),
+    ],
+)
+def test_a_name_ending_in_a_newline_is_refused(args, option):
+    """Kubernetes' name patterns were anchored with `$`, which also matches before a final newline:
+    `kgen render -n $'ml\\n'` printed `namespace: |` + `ml` (exit 0) and kubectl apply failed on it."""
+    line = refused(run("render", *args), f"kgen: error: {option}")
+    assert "\n" not in line.rstrip("\n")
+
+
+def test_lint_reports_names_ending_in_a_newline():
+    manifest = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: "cfg\\n"\n  namespace: "ml\\n"\ndata: {"k\\n": v}\n'
+    res = run("lint", "-o", "json", "-", input=manifest)
+    assert res.exit_code == 1
+    assert [f["rule"] for f in json.loads(res.stdout)["findings"]] == ["KG021", "KG023", "KG085"]

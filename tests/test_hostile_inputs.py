@@ -251,3 +251,14 @@ def test_lint_reports_names_ending_in_a_newline():
     res = run("lint", "-o", "json", "-", input=manifest)
     assert res.exit_code == 1
     assert [f["rule"] for f in json.loads(res.stdout)["findings"]] == ["KG021", "KG023", "KG085"]
+
+
+def test_a_key_with_a_newline_or_tab_keeps_each_finding_on_one_line():
+    """A finding's field path wrote such a key raw: `[data.k` on one line and `]` on the next."""
+    manifest = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata: {"k\\n": v, "x\\ty": w, "q\\"": z}\n'
+    res = run("lint", "-", input=manifest)
+    lines = res.stdout.splitlines()
+    assert [line.split()[1] for line in lines] == ["KG085", "KG085", "KG085"]
+    assert [line.rsplit(" [", 1)[1] for line in lines] == ['data["k\\n"]]', 'data["x\\ty"]]', 'data["q\\""]]']
+    github = run("lint", "-o", "github", "-", input=manifest).stdout.splitlines()
+    assert len(github) == 3 and all(line.startswith("::error ") for line in github)

@@ -12,7 +12,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kgen.lint.k8s import ENV_FIELD_PATHS, ENV_VAR_NAME, is_dns_subdomain, is_env_field_path, parse_quantity
+from kgen.lint.k8s import (
+    ENV_FIELD_PATHS,
+    ENV_VAR_NAME,
+    is_configmap_key,
+    is_dns_subdomain,
+    is_env_field_path,
+    parse_quantity,
+)
 
 # valueFrom sources and their fields: (field, required, type). Types: "str", "bool", "quantity".
 SOURCES: dict[str, tuple[tuple[str, bool, str], ...]] = {
@@ -29,7 +36,6 @@ EXAMPLES = {
 }
 # resourceFieldRef.resource in a container's env (validContainerResourceFieldPathExpressions + hugepages).
 RESOURCES = tuple(f"{side}.{r}" for side in ("limits", "requests") for r in ("cpu", "memory", "ephemeral-storage"))
-CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 ENV_FROM_SOURCES = ("configMapRef", "secretRef")
 
 
@@ -110,7 +116,7 @@ def _check_source(kind: str, ref: dict, at: str, containers: set[str]) -> None:
         if not is_dns_subdomain(ref["name"]):
             raise EnvProblem(f'{at}.name: must be a {what} name (a DNS subdomain), got "{ref["name"]}"')
         key = ref["key"]
-        if len(key) > 253 or not CONFIG_KEY.fullmatch(key) or key in (".", ".."):
+        if not is_configmap_key(key):
             raise EnvProblem(f'{at}.key: must be a {what} key (letters, digits, "-", "_", "."), got "{key}"')
     elif kind == "fieldRef":
         path = ref["fieldPath"]

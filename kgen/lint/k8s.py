@@ -42,6 +42,17 @@ def is_env_field_path(path: Any) -> bool:
     return isinstance(path, str) and (path in ENV_FIELD_PATHS or bool(ENV_FIELD_PATH_SUBSCRIPTED.fullmatch(path)))
 
 
+def is_configmap_key(value: Any) -> bool:
+    """A ConfigMap or Secret key (IsConfigMapKey): at most 253 of [-._a-zA-Z0-9], not `.`, `..` or `..x`."""
+    return (
+        isinstance(value, str)
+        and len(value) <= 253
+        and bool(CONFIGMAP_KEY.match(value))
+        and value != "."
+        and not value.startswith("..")
+    )
+
+
 def is_dns_label(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= 63 and bool(DNS1123_LABEL.match(value))
 

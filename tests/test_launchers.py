@@ -349,3 +349,13 @@ def test_a_launcher_without_the_separator_gets_both_fixes_at_once():
         f"kgen: error: --nproc-per-node: not an option of kgen render; {NESTED} (its --nproc-per-node 8: "
         "kgen's --gpus, or --set nprocPerNode for a CPU job); use: kgen render --nodes 4 -- train.py --lr 3"
     )
+
+
+@pytest.mark.parametrize(
+    "argv", [["env", "NCCL_DEBUG=INFO", "torchrun", "train.py"], ["bash", "-c", "exec torchrun --nnodes 2 train.py"]]
+)
+def test_a_launcher_behind_a_wrapper_or_shell_is_said_in_the_same_words(argv):
+    """kgen.launchers reads only a launcher at the start; lint (KG131, through render's self-check) sees
+    through wrappers and shells, and said it in other words ("kgen's entrypoint runs torchrun itself, so ...")."""
+    line = one_line(run("render", "--nodes", "2", "--gpus", "0", "--", *argv))
+    assert f"KG131: {NESTED} (`torchrun " in line and "; use `-- train.py`" in line

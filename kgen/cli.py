@@ -284,6 +284,10 @@ def _usage_message(exc: click.UsageError) -> str:
     if isinstance(exc, click.MissingParameter) and isinstance(exc.param, click.Argument):
         meta = exc.param.metavar or (exc.param.name or "").upper()
         return f"{cmd}: missing {meta} (see `{cmd} --help`)"
+    if isinstance(exc, click.MissingParameter) and isinstance(exc.param, click.Option):
+        opt = max(exc.param.opts, key=len)  # `kgen launch` without --name
+        example = OPTION_EXAMPLES.get(exc.param.name or "") or exc.param.metavar or "VALUE"
+        return f"{opt}: required, e.g. {opt} {example} (see `{cmd} --help`)"
     return f"{exc.format_message()} (see `{cmd} --help`)"
 
 

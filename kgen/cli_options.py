@@ -58,6 +58,11 @@ def check_format(value: str, formats: tuple[str, ...], *, files: bool = True) ->
         return value
     choices = f"{', '.join(formats[:-1])} or {formats[-1]}" if len(formats) > 1 else formats[0]
     hint = f"to write a file use --output-file {value or 'FILE'}" if files else None
+    if value and not any(c in value for c in "./"):  # a format's name mistyped (YAML, yml, jsn), not a file
+        import difflib
+
+        near = difflib.get_close_matches(value.lower(), formats, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]}?" if near else hint
     raise UsageError(f'must be an output format, {choices}; got "{value}"', option=OUTPUT_OPTION, hint=hint)
 
 

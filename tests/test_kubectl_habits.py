@@ -254,3 +254,20 @@ def test_every_command_reads_the_equals_spelling():
     for args in (["status", "run-x", "-o=yaml"], ["list", "-o=wide"], ["status", "run-x", "-n=ml", "-o=wide"]):
         res = run(*args, "--kubeconfig", "/nonexistent")
         assert res.exit_code == 2 and "-o/--output" not in res.stderr and '"=' not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(
+    "args,hint",
+    [
+        (["render", "-o", "YAML"], "(did you mean yaml?)"),
+        (["render", "-o", "yml"], "(did you mean yaml?)"),
+        (["lint", "-o", "JUnit"], "(did you mean junit?)"),
+        (["status", "x", "-o", "jsn"], "(did you mean json?)"),
+        (["render", "-o", "out.yaml"], "(to write a file use --output-file out.yaml)"),
+        (["lint", "-o", "report"], "(to write a file use --output-file report)"),
+    ],
+)
+def test_a_mistyped_format_is_named_and_a_file_name_points_to_output_file(args, hint):
+    """`-o YAML` said "to write a file use --output-file YAML": a format in the wrong case is not a file."""
+    res = run(*args)
+    assert res.exit_code == 2 and res.stdout == "" and res.stderr.rstrip("\n").endswith(hint), res.stderr

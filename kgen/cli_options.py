@@ -94,20 +94,26 @@ def pflag_short_values(command: click.Command, args: list[str]) -> list[str]:
     itself the value of the option before it)."""
     short: set[str] = set()
     takes_value: set[str] = set()
+    optional: set[str] = set()  # options whose value may be left out (--dry-run [client|server])
     for param in command.params:
         if isinstance(param, click.Option) and not param.is_flag and not param.count:
-            takes_value.update(param.opts + param.secondary_opts)
-            short.update(o for o in param.opts + param.secondary_opts if len(o) == 2)
+            names = param.opts + param.secondary_opts
+            takes_value.update(names)
+            short.update(o for o in names if len(o) == 2)
+            if getattr(param, "_flag_needs_value", False):
+                optional.update(names)
     out: list[str] = []
-    value_next = False
+    pending = ""  # "value": this word is the previous option's value; "optional": it is unless it is an option
     for i, word in enumerate(args):
-        if word == "--" and not value_next:
+        if pending == "optional" and word.startswith("-"):
+            pending = ""  # click reads an option here, not the value
+        if word == "--" and not pending:
             return out + args[i:]
-        if not value_next and word[:2] in short and word[2:3] == "=":
+        if not pending and word[:2] in short and word[2:3] == "=":
             out += [word[:2], word[3:]]
             continue
         out.append(word)
-        value_next = not value_next and word in takes_value
+        pending = "" if pending else ("optional" if word in optional else "value" if word in takes_value else "")
     return out
 
 

@@ -251,6 +251,8 @@ def test_every_command_reads_the_equals_spelling():
             yield " ".join(path), cmd
 
     assert [name for name, cmd in leaves(cli, []) if not isinstance(cmd, KgenCommand)] == []
+    # --dry-run takes its value only when one follows: `-n=ml` after it is an option (kgen submit --dry-run -n=ml)
+    assert "  namespace: ml\n" in run("submit", "--dry-run", "-n=ml").stdout
     for args in (["status", "run-x", "-o=yaml"], ["list", "-o=wide"], ["status", "run-x", "-n=ml", "-o=wide"]):
         res = run(*args, "--kubeconfig", "/nonexistent")
         assert res.exit_code == 2 and "-o/--output" not in res.stderr and '"=' not in res.stderr, res.stderr

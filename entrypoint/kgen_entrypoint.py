@@ -1668,6 +1668,7 @@ NESTED_PROBLEM = (
     "{launcher} is a launcher, and kgen's entrypoint already starts torchrun on every node "
     "(nested, each node would train alone as its own one-node world)"
 )
+LOCAL_RANK_NOTE = "the script gets LOCAL_RANK in its environment, not a --local_rank argument"
 _LAUNCHER_FLAGS = {
     "torchrun": {"standalone", "m", "module", "no_python", "run_path", "virtual_local_rank", "use_env", "h"},
     "accelerate": {"h", "help", "q", "quiet", "cpu", "multi_gpu", "tpu", "ipex", "enable_cpu_affinity",
@@ -1713,9 +1714,9 @@ def _launcher_start(command: list[str]) -> tuple[str, str, int] | None:
     return (" ".join([*command[:at], "-m", module]), family, first) if family else None
 
 
-def nested_launcher(command: list[str]) -> tuple[str, list[str], int | None, str, int | None] | None:
+def nested_launcher(command: list[str]) -> tuple[str, list[str], int | None, str, int | None, bool] | None:
     """(launcher as written, the training command inside it, processes per node it was asked for and how,
-    nodes it was asked for) when `command` is a launcher; None otherwise."""
+    nodes it was asked for, whether it passed --local_rank to the script) when `command` is a launcher."""
     found = _launcher_start(command)
     if found is None:
         return None
@@ -1760,7 +1761,10 @@ def nested_launcher(command: list[str]) -> tuple[str, list[str], int | None, str
         if name in opts and not option:
             nproc, option = number(name), " ".join(opts[name])
     nnodes = number({"torchrun": "nnodes", "accelerate": "num_machines", "deepspeed": "num_nodes"}[family])
-    return launcher, inner, nproc, option, 1 if "standalone" in opts else nnodes
+    local_rank_arg = (family == "deepspeed" and "no_local_rank" not in opts) or (
+        launcher.endswith("torch.distributed.launch") and "use_env" not in opts
+    )
+    return launcher, inner, nproc, option, 1 if "standalone" in opts else nnodes, local_rank_arg
 
 
 def launcher_problem(command: list[str], env: dict) -> str | None:
@@ -1768,7 +1772,7 @@ def launcher_problem(command: list[str], env: dict) -> str | None:
     nested = nested_launcher(command)
     if nested is None:
         return None
-    launcher, inner, nproc, option, nnodes = nested
+    launcher, inner, nproc, option, nnodes, local_rank_arg = nested
     notes, prefix = [], []
     for var, asked, how in (("NPROC_PER_NODE", nproc, f"its {option}"), ("NNODES", nnodes, f"its {nnodes} nodes")):
         have = (env.get(var) or "").strip()
@@ -1778,6 +1782,8 @@ def launcher_problem(command: list[str], env: dict) -> str | None:
             prefix.append(f"{var}={asked}")
         elif have != str(asked):
             notes.append(f"{how} disagree{'s' * (var == 'NPROC_PER_NODE')} with {var}={have}")
+    if local_rank_arg:
+        notes.append(LOCAL_RANK_NOTE)
     me = sys.argv[0] if os.path.basename(sys.argv[0]) == os.path.basename(__file__) else os.path.basename(__file__)
     use = " ".join(shlex.quote(w) for w in [*prefix, "python3", me, "--", *inner])
     return "; ".join([NESTED_PROBLEM.format(launcher=launcher), *notes, f"use: {use}"])

@@ -15,8 +15,10 @@ import click
 
 from kgen import __version__
 from kgen.cli_options import (
+    KgenCommand,
     check_format,
     check_output_file,
+    completes,
     no_formats_option,
     output_file_option,
     output_format_option,
@@ -29,6 +31,24 @@ def _preset_names() -> list[str]:
     from kgen import presets as presets_mod
 
     return list(presets_mod.names())
+
+
+def _render_versions() -> list[str]:
+    from kgen.versions import MAX_K8S, MIN_K8S
+
+    return [f"1.{minor}" for minor in range(MIN_K8S, MAX_K8S + 1)]
+
+
+def _lint_versions() -> list[str]:
+    from kgen.schema import supported_versions
+
+    return list(supported_versions())
+
+
+def _kinds() -> tuple[str, ...]:
+    from kgen.spec import KINDS
+
+    return KINDS
 
 
 RENDER_EPILOG = """\b
@@ -72,8 +92,13 @@ STDOUT_ERRNOS = frozenset(
 
 
 def stdout_error(exc: OSError) -> str:
+    """One line for a failed write to stdout; --output-file is suggested only where the command has it."""
     why = {errno.EBADF: "stdout is closed (>&-)"}.get(exc.errno or 0, exc.strerror or str(exc))
-    return f"cannot write to stdout: {why}; redirect it elsewhere, or write a file with --output-file FILE"
+    running = KgenCommand.running
+    has_file = running is not None and any(p.name == "output_file" for p in running.params)
+    return f"cannot write to stdout: {why}; redirect it elsewhere" + (
+        ", or write a file with --output-file FILE" if has_file else ""
+    )
 
 
 _WRITE_FIXES = {
@@ -259,20 +284,11 @@ def _usage_message(exc: click.UsageError) -> str:
     if isinstance(exc, click.MissingParameter) and isinstance(exc.param, click.Argument):
         meta = exc.param.metavar or (exc.param.name or "").upper()
         return f"{cmd}: missing {meta} (see `{cmd} --help`)"
+    if isinstance(exc, click.MissingParameter) and isinstance(exc.param, click.Option):
+        opt = max(exc.param.opts, key=len)  # `kgen launch` without --name
+        example = OPTION_EXAMPLES.get(exc.param.name or "") or exc.param.metavar or "VALUE"
+        return f"{opt}: required, e.g. {opt} {example} (see `{cmd} --help`)"
     return f"{exc.format_message()} (see `{cmd} --help`)"
-
-
-class KgenCommand(click.Command):
-    """Keeps the context on click's parse errors (for messages that name the command) and the raw arguments."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        ctx.meta["kgen.args"] = list(args)
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            if exc.ctx is None:
-                exc.ctx = ctx
-            raise
 
 
 class KgenGroup(click.Group):
@@ -285,6 +301,8 @@ class KgenGroup(click.Group):
     group_class = type  # subgroups are KgenGroups too
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:
+            KgenCommand.running = None  # until a command is parsed (`kgen --help` has none)
         try:
             return super().parse_args(ctx, args)  # `kgen --help` / `--version` print here
         except click.UsageError as exc:
@@ -351,7 +369,7 @@ def cli() -> None:
 @click.option(
     "--preset",
     metavar="NAME",
-    shell_complete=lambda ctx, param, word: [n for n in _preset_names() if n.startswith(word)],
+    shell_complete=completes(_preset_names),
     help="Preset to start from (2node-test when nothing else says what to run; see `kgen presets list`).",
 )
 @click.option("--nodes", metavar="N", help="Number of nodes (pods).")
@@ -359,6 +377,7 @@ def cli() -> None:
 @click.option(
     "--kind",
     metavar="job|statefulset|jobset",
+    shell_complete=completes(_kinds),
     help="Indexed Job (default), StatefulSet, or JobSet (needs the JobSet controller; docs/jobset.md).",
 )
 @click.option("--name", metavar="NAME", help="Job/StatefulSet and Service name (a DNS label).")
@@ -386,6 +405,7 @@ def cli() -> None:
 @click.option(
     "--kubernetes-version",
     metavar="1.NN",
+    shell_complete=completes(_render_versions),
     help=f"Oldest Kubernetes the output must run on (default {DEFAULT_KUBERNETES_VERSION}, 1.27 ... 1.37); "
     "1.31+ adds podFailurePolicy, 1.34+ podReplacementPolicy.",
 )
@@ -464,6 +484,7 @@ def render(
     default=DEFAULT_KUBERNETES_VERSION,
     show_default=True,
     metavar="1.NN",
+    shell_complete=completes(_lint_versions),
     help="Kubernetes version whose schemas and rules apply (1.25 ... 1.37).",
 )
 @click.option(
@@ -484,6 +505,7 @@ def render(
     default="builtin",
     show_default=True,
     metavar="builtin|kubeconform",
+    shell_complete=completes(("builtin", "kubeconform")),
     help="Schema engine; kubeconform must be on PATH.",
 )
 @click.option(
@@ -608,7 +630,7 @@ def presets_list() -> None:
 
 
 @presets.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=completes(_preset_names))
 def presets_show(name: str) -> None:
     """Print a preset file, ready to copy and use with -f (all keys: `kgen values`)."""
     from kgen import presets as presets_mod
@@ -632,10 +654,13 @@ def entrypoint(show_path: bool, output_file: str | None) -> None:
     Examples:
       kgen entrypoint --output-file kgen_entrypoint.py  # bare metal: copy to every node, then on each
       python3 kgen_entrypoint.py -- train.py --lr 3e-4  #   with NNODES, NPROC_PER_NODE, NODE_RANK,
-                                                        #   MASTER_ADDR and MASTER_PORT set
+                                                        #   MASTER_ADDR, MASTER_PORT and (more than
+                                                        #   one node) KGEN_SECRET_FILE set
       kgen entrypoint > docker/kgen_entrypoint.py       # custom image: COPY it in
       kgen entrypoint --path
     It is the same file `kgen render` ships in the <name>-entrypoint ConfigMap (docs/entrypoint.md).
+    KGEN_SECRET_FILE names a file holding the run's secret, the same on every node (README, Security);
+    `kgen launch` sets all of these itself.
     """
     from kgen.resources import entrypoint_path
 
@@ -677,7 +702,7 @@ COMPLETION_SHELLS = ("bash", "zsh", "fish")
 @click.argument(
     "shell",
     metavar="bash|zsh|fish",
-    shell_complete=lambda ctx, param, word: [s for s in COMPLETION_SHELLS if s.startswith(word)],
+    shell_complete=completes(COMPLETION_SHELLS),
 )
 def completion(shell: str) -> None:
     """Print the shell completion script for kgen (commands, options, preset names, files).

@@ -14,6 +14,7 @@ import time
 
 import click
 
+from kgen.cli_options import KgenCommand
 from kgen.errors import UsageError
 
 SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -258,7 +259,7 @@ def _resolve_hosts(hosts, hostfile, local_n):
     return list(parsed.hosts), parsed.slots
 
 
-@click.command("launch", epilog=LAUNCH_EPILOG, context_settings=SETTINGS)
+@click.command("launch", cls=KgenCommand, epilog=LAUNCH_EPILOG, context_settings=SETTINGS)
 @click.option("--name", required=True, metavar="RUN", help="Run name (a DNS label); new on every host.")
 @click.option("--hosts", metavar="H1,H2,...", help="ssh destinations in rank order (aliases, user@host).")
 @click.option("--hostfile", metavar="FILE", help="One host per line (# comments, optional slots=N).")

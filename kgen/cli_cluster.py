@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import click
 
 from kgen.cli_baremetal import bare_metal_run, on_option
-from kgen.cli_options import check_format, output_format_option
+from kgen.cli_options import KgenCommand, check_format, output_format_option
 from kgen.cluster.errors import ClusterError, MissingClient
 from kgen.errors import UsageError
 
@@ -126,7 +126,7 @@ restarting), 4 pending (unschedulable, image pull errors).
 """
 
 
-@click.command("status", epilog=STATUS_EPILOG, context_settings=SETTINGS)
+@click.command("status", cls=KgenCommand, epilog=STATUS_EPILOG, context_settings=SETTINGS)
 @click.argument("name")
 @cluster_options
 @output_format_option(STATUS_FORMATS, "text", help="Output format (wide: also generation, pod IP, readiness).")
@@ -297,7 +297,7 @@ def parse_duration(value: str | None) -> int | None:
     return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
-@click.command("logs", epilog=LOGS_EPILOG, context_settings=SETTINGS)
+@click.command("logs", cls=KgenCommand, epilog=LOGS_EPILOG, context_settings=SETTINGS)
 @click.argument("name")
 @cluster_options
 @click.option("-f", "--follow", is_flag=True, help="Follow every rank's log until the run ends.")
@@ -455,7 +455,7 @@ def check_timeout(timeout: float) -> None:
         raise UsageError(f"must be 0 or more seconds, got {timeout:g}", option="--timeout", hint="e.g. --timeout 600")
 
 
-@click.command("stop", epilog=STOP_EPILOG, context_settings=SETTINGS)
+@click.command("stop", cls=KgenCommand, epilog=STOP_EPILOG, context_settings=SETTINGS)
 @click.argument("name")
 @cluster_options
 @click.option("--wait", is_flag=True, help="Wait until the run's pods are gone.")
@@ -581,7 +581,7 @@ def render_options(render_command: click.Command) -> list[click.Parameter]:
     ]
 
 
-@click.command("submit", epilog=SUBMIT_EPILOG, context_settings=SETTINGS)
+@click.command("submit", cls=KgenCommand, epilog=SUBMIT_EPILOG, context_settings=SETTINGS)
 @cluster_options
 @click.option("--replace", is_flag=True, help="Stop an existing run of the same name first (waits for its pods).")
 @click.option("--wait", is_flag=True, help="Show progress until every rank runs or the run ends.")
@@ -680,7 +680,7 @@ then the cluster's, when a cluster is configured.
 """
 
 
-@click.command("list", epilog=LIST_EPILOG, context_settings=SETTINGS)
+@click.command("list", cls=KgenCommand, epilog=LIST_EPILOG, context_settings=SETTINGS)
 @cluster_options
 @click.option("-A", "--all-namespaces", is_flag=True, help="Runs in every namespace.")
 @output_format_option(LIST_FORMATS, "text", help="Output format (wide: also ranks up and re-formations).")
@@ -701,9 +701,10 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
         runs += cluster_runs(cluster, all_namespaces)
         where = "any namespace" if all_namespaces else f"namespace {cluster.namespace}"
     except (ClusterError, MissingClient) as exc:
-        if not runs:
+        configured = cluster_configured(kubeconfig, context)
+        if not runs and configured:
             raise
-        if cluster_configured(kubeconfig, context):
+        if configured:
             _warn(f"cluster runs not listed: {exc}")
     if output_format == "json":
         click.echo(json.dumps(runs, indent=2))

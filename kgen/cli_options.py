@@ -1,4 +1,5 @@
-"""Option decorators every kgen command shares (contract C1: kubectl's output convention).
+"""Option decorators every kgen command shares (contract C1: kubectl's output convention), and the
+command class every kgen command is (``KgenCommand``: kubectl's `-o=json` spelling, the raw arguments).
 
 ``-o/--output FORMAT`` names a format, everywhere; ``--format`` is the same option under its old name.
 A file is written with ``--output-file FILE`` (kgen.resources.write_file: never destroys what is at the
@@ -19,8 +20,18 @@ from kgen.errors import UsageError
 OUTPUT_OPTION = "-o/--output"
 
 
+def completes(words: Callable[[], Any] | tuple[str, ...]) -> Callable:
+    """A ``shell_complete`` for ``kgen completion``: the words (or what ``words()`` returns) that start
+    with what was typed so far."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+        return [w for w in (words() if callable(words) else words) if w.startswith(incomplete)]
+
+    return complete
+
+
 def output_format_option(formats: tuple[str, ...], default: str, help: str = "Output format.") -> Callable:
-    """``-o/--output FORMAT`` (also ``--format FORMAT``), checked by ``check_format``."""
+    """``-o/--output FORMAT`` (also ``--format FORMAT``), checked by ``check_format``; completes the formats."""
     return click.option(
         "-o",
         "--output",
@@ -29,6 +40,7 @@ def output_format_option(formats: tuple[str, ...], default: str, help: str = "Ou
         default=default,
         show_default=True,
         metavar="|".join(formats),
+        shell_complete=completes(formats),
         help=help,
     )
 
@@ -46,6 +58,11 @@ def check_format(value: str, formats: tuple[str, ...], *, files: bool = True) ->
         return value
     choices = f"{', '.join(formats[:-1])} or {formats[-1]}" if len(formats) > 1 else formats[0]
     hint = f"to write a file use --output-file {value or 'FILE'}" if files else None
+    if value and not any(c in value for c in "./"):  # a format's name mistyped (YAML, yml, jsn), not a file
+        import difflib
+
+        near = difflib.get_close_matches(value.lower(), formats, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]}?" if near else hint
     raise UsageError(f'must be an output format, {choices}; got "{value}"', option=OUTPUT_OPTION, hint=hint)
 
 
@@ -69,3 +86,49 @@ def no_formats_option(command: str) -> Callable:
     return click.option(
         "-o", "--output", "no_output_format", metavar="FILE", hidden=True, expose_value=False, callback=refuse
     )
+
+
+def pflag_short_values(command: click.Command, args: list[str]) -> list[str]:
+    """kubectl's flag parser (pflag) reads `-o=json`, `-n=ml-team`, `-f=job.yaml` as the value after `=`;
+    click would keep the `=` in the value. Split them as pflag does (before `--`, and not where the word is
+    itself the value of the option before it)."""
+    short: set[str] = set()
+    takes_value: set[str] = set()
+    optional: set[str] = set()  # options whose value may be left out (--dry-run [client|server])
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.is_flag and not param.count:
+            names = param.opts + param.secondary_opts
+            takes_value.update(names)
+            short.update(o for o in names if len(o) == 2)
+            if getattr(param, "_flag_needs_value", False):
+                optional.update(names)
+    out: list[str] = []
+    pending = ""  # "value": this word is the previous option's value; "optional": it is unless it is an option
+    for i, word in enumerate(args):
+        if pending == "optional" and word.startswith("-"):
+            pending = ""  # click reads an option here, not the value
+        if word == "--" and not pending:
+            return out + args[i:]
+        if not pending and word[:2] in short and word[2:3] == "=":
+            out += [word[:2], word[3:]]
+            continue
+        out.append(word)
+        pending = "" if pending else ("optional" if word in optional else "value" if word in takes_value else "")
+    return out
+
+
+class KgenCommand(click.Command):
+    """Keeps the context on click's parse errors (for messages that name the command) and the raw arguments."""
+
+    running: click.Command | None = None  # the command of this process (kgen.cli.stdout_error's hint)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        KgenCommand.running = self
+        args = pflag_short_values(self, args)
+        ctx.meta["kgen.args"] = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            if exc.ctx is None:
+                exc.ctx = ctx
+            raise

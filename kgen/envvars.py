@@ -12,7 +12,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kgen.lint.k8s import ENV_VAR_NAME, is_dns_subdomain, parse_quantity
+from kgen.lint.k8s import (
+    ENV_FIELD_PATHS,
+    ENV_VAR_NAME,
+    is_configmap_key,
+    is_dns_subdomain,
+    is_env_field_path,
+    parse_quantity,
+)
 
 # valueFrom sources and their fields: (field, required, type). Types: "str", "bool", "quantity".
 SOURCES: dict[str, tuple[tuple[str, bool, str], ...]] = {
@@ -27,23 +34,8 @@ EXAMPLES = {
     "fieldRef": "{fieldRef: {fieldPath: status.podIP}}",
     "resourceFieldRef": "{resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}",
 }
-# What the API server lets env read through fieldRef (validEnvDownwardAPIFieldPathExpressions), and the
-# subscripted forms metadata.labels['KEY'] and metadata.annotations['KEY'].
-FIELD_PATHS = (
-    "metadata.name",
-    "metadata.namespace",
-    "metadata.uid",
-    "spec.nodeName",
-    "spec.serviceAccountName",
-    "status.hostIP",
-    "status.hostIPs",
-    "status.podIP",
-    "status.podIPs",
-)
-SUBSCRIPTED = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
 # resourceFieldRef.resource in a container's env (validContainerResourceFieldPathExpressions + hugepages).
 RESOURCES = tuple(f"{side}.{r}" for side in ("limits", "requests") for r in ("cpu", "memory", "ephemeral-storage"))
-CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 ENV_FROM_SOURCES = ("configMapRef", "secretRef")
 
 
@@ -124,15 +116,14 @@ def _check_source(kind: str, ref: dict, at: str, containers: set[str]) -> None:
         if not is_dns_subdomain(ref["name"]):
             raise EnvProblem(f'{at}.name: must be a {what} name (a DNS subdomain), got "{ref["name"]}"')
         key = ref["key"]
-        if len(key) > 253 or not CONFIG_KEY.fullmatch(key) or key in (".", ".."):
+        if not is_configmap_key(key):
             raise EnvProblem(f'{at}.key: must be a {what} key (letters, digits, "-", "_", "."), got "{key}"')
     elif kind == "fieldRef":
         path = ref["fieldPath"]
-        m = SUBSCRIPTED.fullmatch(path)
-        if path not in FIELD_PATHS and not m:
+        if not is_env_field_path(path):
             raise EnvProblem(
-                f'{at}.fieldPath: "{path}" is not a field env can read{_did_you_mean(path, FIELD_PATHS)}',
-                hint=f"one of {', '.join(FIELD_PATHS)}, metadata.labels['KEY'] or metadata.annotations['KEY']",
+                f'{at}.fieldPath: "{path}" is not a field env can read{_did_you_mean(path, ENV_FIELD_PATHS)}',
+                hint=f"one of {', '.join(ENV_FIELD_PATHS)}, metadata.labels['KEY'] or metadata.annotations['KEY']",
             )
         if ref.get("apiVersion", "v1") != "v1":
             raise EnvProblem(f'{at}.apiVersion: must be v1, got "{ref["apiVersion"]}"')

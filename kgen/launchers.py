@@ -25,6 +25,9 @@ PROBLEM = (
     "(nested, each node would train alone as its own one-node world)"
 )
 
+# What the corrected command changes for a script that read --local_rank (the entrypoint says the same).
+LOCAL_RANK_NOTE = "the script gets LOCAL_RANK in its environment, not a --local_rank argument"
+
 # Options that take no value, by launcher (names normalised: no leading dashes, "-" -> "_").
 TORCHRUN_FLAGS = frozenset({"standalone", "m", "module", "no_python", "run_path", "virtual_local_rank", "use_env", "h"})
 ACCELERATE_FLAGS = frozenset(
@@ -161,7 +164,9 @@ class Nested(NamedTuple):
     foreign: tuple[
         str, ...
     ] = ()  # options kgen has no equivalent for, as written (accelerate's --mixed_precision bf16)
-    local_rank_arg: bool = False  # deepspeed passed --local_rank=N to the script (torchrun sets LOCAL_RANK instead)
+    # deepspeed (without --no_local_rank) and torch.distributed.launch (without --use-env) pass --local_rank=N
+    # to the script; torchrun sets LOCAL_RANK instead
+    local_rank_arg: bool = False
 
 
 def _norm(option: str) -> str:
@@ -261,7 +266,9 @@ def nested_launcher(command: list[str] | tuple[str, ...]) -> Nested | None:
         for name, (written, value) in options.items()
         if taken is not None and name not in taken
     )
-    local_rank_arg = family == "deepspeed" and "no_local_rank" not in options
+    local_rank_arg = (family == "deepspeed" and "no_local_rank" not in options) or (
+        launcher.endswith("torch.distributed.launch") and "use_env" not in options
+    )
     return Nested(launcher, family, inner, nproc, nnodes, option, foreign, local_rank_arg)
 
 
@@ -344,5 +351,5 @@ def correction(nested: Nested, *, gpus: int, nproc: int, nproc_set: bool, nodes:
     if nested.foreign:
         notes.append(f"its options {' '.join(nested.foreign)} have no kgen equivalent (configure them in the script)")
     if nested.local_rank_arg:
-        notes.append("the script gets LOCAL_RANK in its environment, not a --local_rank argument")
+        notes.append(LOCAL_RANK_NOTE)
     return Correction(nested.command, carry_nproc, carry_nodes, tuple(notes))

@@ -53,6 +53,8 @@ USAGE_ERRORS = [
         'no such command "shw" for kgen presets; did you mean show? (`kgen presets --help` lists them)',
     ),
     (["presets", "show"], "kgen presets show: missing NAME (see `kgen presets show --help`)"),
+    # a required option: click's "Missing option '--name'." did not name the fix
+    (["launch", "--local", "2", "--", "t.py"], "--name: required, e.g. --name llama-70b (see `kgen launch --help`)"),
     (["presets", "show", "4x9"], 'kgen presets show: unknown preset "4x9" (did you mean "4x8"?)'),
     (["entrypoint", "--path", "--output-file", "x.py"], "--path: cannot be used with --output-file; choose one"),
     (

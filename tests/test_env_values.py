@@ -107,6 +107,7 @@ BAD = [
     ),
     ("env: {A: {valueFrom: {secretKeyRef: {name: Bad_Name, key: k}}}}", "must be a Secret name (a DNS subdomain)"),
     ("env: {A: {valueFrom: {configMapKeyRef: {name: c, key: 'a b'}}}}", "must be a ConfigMap key"),
+    ("env: {A: {valueFrom: {secretKeyRef: {name: s, key: ..data}}}}", "must be a Secret key"),  # IsConfigMapKey
     ("env: {A: {valueFrom: {secretKeyRef: {name: x, key: k, optional: maybe}}}}", "optional: must be true or false"),
     ("env: {A: {valueFrom: {secretKeyRef: {name: x, key: k, keyy: 1}}}}", "unknown field keyy (did you mean key?)"),
     ("env: {A: {valueFrom: {fieldRef: {fieldPath: status.ip}}}}", '"status.ip" is not a field env can read'),

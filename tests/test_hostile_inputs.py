@@ -6,6 +6,7 @@ process's CPU time (time.process_time), which other sessions' load on the machin
 """
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -188,6 +189,16 @@ def test_a_full_stdout_is_one_line(kgen_cmd):
     )
 
 
+@pytest.mark.parametrize("args", [["presets", "list"], ["values"], ["--help"]])
+def test_a_full_stdout_suggests_output_file_only_where_the_command_has_it(kgen_cmd, args):
+    """`kgen presets list > /dev/full` once said "write a file with --output-file FILE", an option that
+    command does not have (its --output-file is refused: not an option)."""
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([*kgen_cmd, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == "kgen: error: cannot write to stdout: No space left on device; redirect it elsewhere\n"
+
+
 def test_a_closed_stdout_is_one_line(kgen_cmd):
     done = subprocess.run(
         [*kgen_cmd, "presets", "list"],
@@ -213,3 +224,41 @@ def test_a_reader_that_went_away_ends_kgen_quietly_by_sigpipe(kgen_cmd, args):
         os.close(write_end)
     assert done.returncode == -signal.SIGPIPE
     assert done.stderr == b""
+
+
+# ---- a name with a trailing newline ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args,option",
+    [
+        (["--name", "llama\n"], "--name"),
+        (["-n", "ml\n"], "--namespace"),
+        (["--set", "serviceAccountName=sa\n"], "--set serviceAccountName"),
+        (["--set", "queue=team-a\n"], "--set queue"),
+        (["--env", "HF_HOME\n=/data"], "--env"),
+        (["--set", 'envFrom=[{secretRef: {name: s}, prefix: "P_\\n"}]'], "--set envFrom"),
+        (["--set", 'env.X={valueFrom: {secretKeyRef: {name: "s\\n", key: k}}}'], "--set env.X"),
+    ],
+)
+def test_a_name_ending_in_a_newline_is_refused(args, option):
+    """Kubernetes' name patterns were anchored with `$`, which also matches before a final newline:
+    `kgen render -n $'ml\\n'` printed `namespace: |` + `ml` (exit 0) and kubectl apply failed on it."""
+    line = refused(run("render", *args), f"kgen: error: {option}")
+    assert "\n" not in line.rstrip("\n")
+
+
+def test_lint_reports_names_ending_in_a_newline():
+    manifest = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: "cfg\\n"\n  namespace: "ml\\n"\ndata: {"k\\n": v}\n'
+    res = run("lint", "-o", "json", "-", input=manifest)
+    assert res.exit_code == 1
+    assert [f["rule"] for f in json.loads(res.stdout)["findings"]] == ["KG021", "KG023", "KG085"]
+
+
+def test_a_key_with_a_newline_or_tab_keeps_each_finding_on_one_line():
+    """A finding's field path wrote such a key raw: `[data.k` on one line and `]` on the next."""
+    manifest = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata: {"k\\n": v, "x\\ty": w, "q\\"": z}\n'
+    res = run("lint", "-", input=manifest)
+    lines = res.stdout.splitlines()
+    assert [line.split()[1] for line in lines] == ["KG085", "KG085", "KG085"]
+    assert [line.rsplit(" [", 1)[1] for line in lines] == ['data["k\\n"]]', 'data["x\\ty"]]', 'data["q\\""]]']
+    github = run("lint", "-o", "github", "-", input=manifest).stdout.splitlines()
+    assert len(github) == 3 and all(line.startswith("::error ") for line in github)

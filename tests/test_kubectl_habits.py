@@ -154,13 +154,30 @@ ask kgen render --pre
 ask kgen render --preset ''
 ask kgen completion ''
 ask kgen st
+ask kgen presets show ''
+ask kgen render -o ''
+ask kgen lint --output j
+ask kgen status x -o ''
+ask kgen render --kind ''
+ask kgen lint --engine ''
+ask kgen render --kubernetes-version 1.3
 """
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
     done = subprocess.run([bash, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "complete -o nosort -F _kgen_completion kgen"
-    assert lines[1:] == ["render", "--preset", "2node-test 4x1 4x8 64x8", "bash zsh fish", "status stop"]
+    assert lines[1:6] == ["render", "--preset", "2node-test 4x1 4x8 64x8", "bash zsh fish", "status stop"]
+    # the values of -o, --kind, --engine, --kubernetes-version and presets show's NAME (they completed nothing)
+    assert lines[6:] == [
+        "2node-test 4x1 4x8 64x8",
+        "yaml json",
+        "json junit",
+        "text wide json yaml",
+        "job statefulset jobset",
+        "builtin kubeconform",
+        "1.30 1.31 1.32 1.33 1.34 1.35 1.36 1.37",
+    ]
 
 
 def _o_uses(text: str):
@@ -191,3 +208,68 @@ def test_every_o_in_help_readme_and_docs_is_a_format_of_its_command():
             seen += 1
             assert value in formats[command], f"-o {value} is not a format of kgen {command}: {line}"
     assert seen >= 10
+
+
+# ---- kubectl's -o=json, -n=ml-team, -f=job.yaml (pflag reads the value after "=") ----------------------
+def test_short_options_take_the_value_after_an_equals_sign_as_kubectl_does(tmp_path):
+    """click kept the "=": `kgen render -o=json` was refused as format "=json", `-n=ml-team` as namespace
+    "=ml-team", `kgen lint -f=job.yaml` looked for a file named "=job.yaml"."""
+    assert run("render", "-o=json").stdout == run("render", "-o", "json").stdout != ""
+    assert run("render", "-n=ml-team").stdout == run("render", "-n", "ml-team").stdout != ""
+    job = tmp_path / "job.yaml"
+    job.write_text(run("render").stdout)
+    by_eq = run("lint", f"-f={job}", "-o=json")
+    assert by_eq.exit_code == 0 and by_eq.stdout == run("lint", "-f", str(job), "-o", "json").stdout
+    values = tmp_path / "v.yaml"
+    values.write_text("nodes: 3\n")
+    assert run("render", f"-f={values}").stdout == run("render", "-f", str(values)).stdout
+    bad = run("render", "-o=job.yaml")
+    assert bad.exit_code == 2 and bad.stderr == (
+        'kgen: error: -o/--output: must be an output format, yaml or json; got "job.yaml" '
+        "(to write a file use --output-file job.yaml)\n"
+    )
+
+
+def test_an_equals_sign_stays_where_it_is_a_value_or_after_the_separator():
+    # the value of --set, --env or the training command is never split
+    res = run("render", "--set", "name=x", "--set", "-o=1", "--", "train.py", "-n=3", "-o=json")
+    assert res.exit_code == 2 and res.stderr.startswith('kgen: error: --set: unknown key "-o"')
+    res = run("render", "--env", "-n=1", "--", "train.py", "-n=3", "-o=json")
+    assert res.exit_code == 0, res.stderr
+    assert '- "-n=3"\n        - "-o=json"\n' in res.stdout and '- name: "-n"\n          value: "1"' in res.stdout
+
+
+def test_every_command_reads_the_equals_spelling():
+    """The cluster and bare-metal verbs were plain click commands: `kgen status x -o=yaml` said got "=yaml"."""
+    from kgen.cli_options import KgenCommand
+
+    def leaves(cmd, path):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from leaves(sub, [*path, name])
+        else:
+            yield " ".join(path), cmd
+
+    assert [name for name, cmd in leaves(cli, []) if not isinstance(cmd, KgenCommand)] == []
+    # --dry-run takes its value only when one follows: `-n=ml` after it is an option (kgen submit --dry-run -n=ml)
+    assert "  namespace: ml\n" in run("submit", "--dry-run", "-n=ml").stdout
+    for args in (["status", "run-x", "-o=yaml"], ["list", "-o=wide"], ["status", "run-x", "-n=ml", "-o=wide"]):
+        res = run(*args, "--kubeconfig", "/nonexistent")
+        assert res.exit_code == 2 and "-o/--output" not in res.stderr and '"=' not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(
+    "args,hint",
+    [
+        (["render", "-o", "YAML"], "(did you mean yaml?)"),
+        (["render", "-o", "yml"], "(did you mean yaml?)"),
+        (["lint", "-o", "JUnit"], "(did you mean junit?)"),
+        (["status", "x", "-o", "jsn"], "(did you mean json?)"),
+        (["render", "-o", "out.yaml"], "(to write a file use --output-file out.yaml)"),
+        (["lint", "-o", "report"], "(to write a file use --output-file report)"),
+    ],
+)
+def test_a_mistyped_format_is_named_and_a_file_name_points_to_output_file(args, hint):
+    """`-o YAML` said "to write a file use --output-file YAML": a format in the wrong case is not a file."""
+    res = run(*args)
+    assert res.exit_code == 2 and res.stdout == "" and res.stderr.rstrip("\n").endswith(hint), res.stderr

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from kgen.cli import cli
-from kgen.launchers import PROBLEM, nested_launcher
+from kgen.launchers import LOCAL_RANK_NOTE, PROBLEM, nested_launcher
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRYPOINT = ROOT / "entrypoint" / "kgen_entrypoint.py"
@@ -92,10 +92,34 @@ def test_kgen_and_the_entrypoint_read_launchers_alike(text, expected):
     assert (ours.launcher, ours.command, ours.nproc, ours.nnodes) == (launcher, inner, nproc, nnodes)
     assert (theirs[0], theirs[1], theirs[2], theirs[4]) == (launcher, inner, nproc, nnodes)
     assert theirs[3] == ours.option
+    assert theirs[5] == ours.local_rank_arg
+
+
+@pytest.mark.parametrize(
+    "text,passes",
+    [
+        ("python -m torch.distributed.launch --nproc_per_node 8 train.py", True),
+        ("python -m torch.distributed.launch --use-env train.py", False),
+        ("python3 -m torch.distributed.launch --use_env train.py", False),
+        ("python -m torch.distributed.run train.py", False),
+        ("torchrun train.py", False),
+        ("deepspeed train.py", True),
+        ("deepspeed --no_local_rank train.py", False),
+    ],
+)
+def test_both_know_which_launchers_passed_local_rank_as_an_argument(text, passes):
+    """torch.distributed.launch without --use-env passes --local-rank=N to the script (torch 2.13
+    run.py: `if not use_env: cmd_args.append("--local-rank=...")`); under kgen's torchrun it would not come."""
+    command = _split(text)
+    assert nested_launcher(command).local_rank_arg is passes
+    assert EP.nested_launcher(command)[5] is passes
+    said = EP.launcher_problem(command, {"NPROC_PER_NODE": "8"})
+    assert (LOCAL_RANK_NOTE in said) is passes
 
 
 def test_both_say_it_in_the_same_words():
     assert EP.NESTED_PROBLEM == PROBLEM
+    assert EP.LOCAL_RANK_NOTE == LOCAL_RANK_NOTE
 
 
 def run(*args, input=None):
@@ -197,7 +221,7 @@ def test_the_node_count_is_carried_when_left_at_the_default_and_said_when_chosen
     [
         ("accelerate launch", ["accelerate", "launch", "--multi_gpu", "--num_processes", "16", "--num_machines", "2"]),
         ("deepspeed", ["deepspeed", "--num_gpus", "8", "--no_local_rank"]),
-        ("python -m torch.distributed.launch", ["python", "-m", "torch.distributed.launch", "--nproc_per_node", "8"]),
+        ("python -m torch.distributed.launch", ["python", "-m", "torch.distributed.launch", "--use-env"]),
     ],
 )
 def test_every_launcher_is_refused(launcher, argv):
@@ -325,3 +349,13 @@ def test_a_launcher_without_the_separator_gets_both_fixes_at_once():
         f"kgen: error: --nproc-per-node: not an option of kgen render; {NESTED} (its --nproc-per-node 8: "
         "kgen's --gpus, or --set nprocPerNode for a CPU job); use: kgen render --nodes 4 -- train.py --lr 3"
     )
+
+
+@pytest.mark.parametrize(
+    "argv", [["env", "NCCL_DEBUG=INFO", "torchrun", "train.py"], ["bash", "-c", "exec torchrun --nnodes 2 train.py"]]
+)
+def test_a_launcher_behind_a_wrapper_or_shell_is_said_in_the_same_words(argv):
+    """kgen.launchers reads only a launcher at the start; lint (KG131, through render's self-check) sees
+    through wrappers and shells, and said it in other words ("kgen's entrypoint runs torchrun itself, so ...")."""
+    line = one_line(run("render", "--nodes", "2", "--gpus", "0", "--", *argv))
+    assert f"KG131: {NESTED} (`torchrun " in line and "; use `-- train.py`" in line

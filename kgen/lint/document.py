@@ -11,6 +11,7 @@ with findings pay for positions.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, NamedTuple
 
@@ -258,16 +259,18 @@ class Document:
         return Finding(rule_id, severity, message, self.file, line, col, shown, self.kind, self.name)
 
 
-_SIMPLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*$")
+_SIMPLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
 def format_path(path: tuple) -> str:
+    """``spec.containers[0].env`` and ``data["a b"]``: a key that is not a plain name is written as a JSON
+    string, so a newline, tab or quote in it is escaped and a finding stays one line."""
     out = []
     for step in path:
         if isinstance(step, int):
             out.append(f"[{step}]")
-        elif _SIMPLE_KEY.match(step):
+        elif _SIMPLE_KEY.fullmatch(step):
             out.append(f".{step}" if out else step)
         else:
-            out.append(f'["{step}"]')
+            out.append(f"[{json.dumps(step, ensure_ascii=False)}]")
     return "".join(out)

@@ -11,15 +11,46 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
-# util/validation/validation.go
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-IANA_SVC_NAME = re.compile(r"^[-a-z0-9]+$")
-ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+# util/validation/validation.go. Anchored with \Z, not $: `$` also matches before a final newline, and a name
+# "ml\n" must not pass (the API server refuses it).
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
+QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+IANA_SVC_NAME = re.compile(r"^[-a-z0-9]+\Z")
+ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
+CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
+# What env can read through valueFrom.fieldRef (pkg/apis/core/validation: validEnvDownwardAPIFieldPathExpressions),
+# and the subscripted forms metadata.labels['KEY'] / metadata.annotations['KEY'] (render and lint share them).
+ENV_FIELD_PATHS = (
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.hostIP",
+    "status.hostIPs",
+    "status.podIP",
+    "status.podIPs",
+)
+ENV_FIELD_PATH_SUBSCRIPTED = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
+
+
+def is_env_field_path(path: Any) -> bool:
+    """Whether env's valueFrom.fieldRef.fieldPath may be ``path``."""
+    return isinstance(path, str) and (path in ENV_FIELD_PATHS or bool(ENV_FIELD_PATH_SUBSCRIPTED.fullmatch(path)))
+
+
+def is_configmap_key(value: Any) -> bool:
+    """A ConfigMap or Secret key (IsConfigMapKey): at most 253 of [-._a-zA-Z0-9], not `.`, `..` or `..x`."""
+    return (
+        isinstance(value, str)
+        and len(value) <= 253
+        and bool(CONFIGMAP_KEY.match(value))
+        and value != "."
+        and not value.startswith("..")
+    )
 
 
 def is_dns_label(value: Any) -> bool:

@@ -278,7 +278,7 @@ def _nested_message(outer: Launch, inner: Launch) -> str:
     if outer.form == "kgen":
         import shlex
 
-        from kgen.launchers import nested_launcher, problem  # the wording render and the entrypoint use (C5)
+        from kgen.launchers import PROBLEM, nested_launcher, problem  # render's and the entrypoint's words (C5)
 
         after = outer.words[outer.words.index("--") + 1 :] if "--" in outer.words else inner.words
         nested = nested_launcher(after)
@@ -286,10 +286,9 @@ def _nested_message(outer: Launch, inner: Launch) -> str:
             per_node = f" and NPROC_PER_NODE={nested.nproc}" if nested.nproc else ""
             return f"{problem(nested)}; use `-- {shlex.join(nested.command)}`{per_node}"
         extra = f" and NPROC_PER_NODE={nproc}" if nproc else ""
-        return (
-            f"kgen's entrypoint runs torchrun itself, so `-- {' '.join(inner.words)}` nests {inner.form} inside it "
-            f"and every node trains as a world of its own; use `-- {fixed}`{extra}"
-        )
+        # a launcher behind a wrapper or a shell (`-- env A=1 torchrun ...`, `-- bash -c "torchrun ..."`): the
+        # same words, naming what the entrypoint would run
+        return f"{PROBLEM.format(launcher=inner.form)} (`{' '.join(inner.words)}`); use `-- {fixed}`{extra}"
     return (
         f"{outer.form} runs {inner.form} (`{' '.join(inner.words)}`): every node starts a world of its own "
         f"inside {outer.form}'s; launch {fixed} with one launcher"

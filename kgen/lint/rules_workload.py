@@ -395,7 +395,7 @@ def configmap_keys(doc: Any, ctx: Context) -> Iterator:
         if not isinstance(values, dict):
             continue
         for key, value in values.items():
-            if not k8s.CONFIGMAP_KEY.match(key) or len(key) > 253 or key in (".", "..") or key.startswith(".."):
+            if not k8s.is_configmap_key(key):
                 yield (section, key), f"ConfigMap key {key!r} must match [-._a-zA-Z0-9]+ (no '/', no spaces)"
             if key in keys:
                 yield (section, key), f"key {key!r} is in both data and binaryData"

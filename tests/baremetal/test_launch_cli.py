@@ -134,3 +134,15 @@ def test_preflight_checks_a_program_path_and_starts_nothing(tmp_path, monkeypatc
             if R.load("demo") is not None:  # started after all: end it (the test has failed already)
                 run("stop", "demo", "--rm", "--grace", "1")
         assert R.load("demo") is None
+
+
+def test_list_without_a_cluster_or_a_run_says_there_is_none(tmp_path, monkeypatch):
+    """A bare-metal user with no cluster configured: `kgen list` once ended in "no kubeconfig found" (exit 2)
+    as soon as the last run was removed; with runs it listed them. A configured cluster still errors."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    res = run("list")
+    assert (res.exit_code, res.stdout, res.stderr) == (0, "no kgen runs in this machine's bare-metal records\n", "")
+    assert run("list", "-o", "json").stdout == "[]\n"
+    one_line_error(run("list", "--kubeconfig", str(tmp_path / "missing")), "--kubeconfig")

@@ -16,8 +16,8 @@ from kgen.cli import cli
 BLOCK = "import sys; sys.modules['kubernetes'] = None\n"  # `import kubernetes` now raises ImportError
 
 
-def probe(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+def probe(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
 
 
 @pytest.mark.parametrize("command", ["status", "logs", "stop", "submit", "list", "launch"])
@@ -35,8 +35,11 @@ def test_help_does_not_import_kubernetes(command):
 
 @pytest.mark.parametrize("args", [["status", "r"], ["logs", "r"], ["stop", "r"], ["list"]])
 def test_missing_kubernetes_is_one_line_install_hint(args, tmp_path):
+    """With a cluster configured (a kubeconfig; `kgen list` without one lists the bare-metal runs only)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     code = BLOCK + f"from kgen.cli import main\nmain({args!r})\n"
-    out = probe(code)
+    out = probe(code, env={**os.environ, "KUBECONFIG": str(kubeconfig)})
     assert out.returncode == 2
     assert out.stdout == ""
     hint = "the cluster commands need the kubernetes package: pip install 'kgen-k8s[cluster]'"

@@ -112,6 +112,8 @@ FAILING = [
     ("KG057", "job", set_at(C0 + ("securityContext",), {"runAsGroup": -1}), "1.37"),
     ("KG058", "job", _append(ENV, {"name": "HF_TOKEN", "value": "hf_abc"}), "1.37"),
     ("KG058", "job", _append(ENV, {"name": "DB_PASSWORD_FILE", "value": "hunter2"}), "1.37"),  # not a path
+    ("KG058", "job", _append(ENV, {"name": "WANDB_API_KEY", "value": "0123abcd"}), "1.37"),
+    ("KG058", "job", _append(ENV, {"name": "AWS_SECRET_ACCESS_KEY", "value": "wJalrXUtnFEMI"}), "1.37"),
     ("KG059", "job", set_at(C0 + ("image",), "ghcr.io/acme/train:latest"), "1.37"),
     ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train"), "1.37"),
     ("KG060", "job", delete_at(POD + ("restartPolicy",)), "1.37"),
@@ -372,6 +374,10 @@ PASSING = [
         "1.37",
     ),
     ("KG058", "job", _append(ENV, {"name": "DB_PASSWORD_FILE", "value": "/run/secrets/db"}), "1.37"),
+    # TOKENIZERS_PARALLELISM / MAX_TOKENS only begin like TOKEN (nebius/ml-cookbook's manifests set the first)
+    ("KG058", "job", _append(ENV, {"name": "TOKENIZERS_PARALLELISM", "value": "False"}), "1.37"),
+    ("KG058", "job", _append(ENV, {"name": "MAX_TOKENS", "value": "hf_looks_like_a_token"}), "1.37"),
+    ("KG058", "job", _append(ENV, {"name": "TOKEN_LIMIT", "value": "4096"}), "1.37"),  # a count, not a secret
     ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train@sha256:" + "a" * 64), "1.37"),
     ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train:1.4"), "1.37"),
     ("KG060", "job", set_at(POD + ("restartPolicy",), "OnFailure"), "1.37"),

@@ -341,7 +341,13 @@ def child_job_template(doc: Any, ctx: Context) -> Iterator:
     from kgen.lint.document import Document
 
     validator = schema.bundled(ctx.kubernetes_version).validator("batch/v1", "Job")
-    job_rules = [r for r in RULES.values() if r.scope == "document" and r.kinds and "Job" in r.kinds and r.fn]
+    # The Job rules that make a Job invalid (errors): KG151 reports them as its own errors, so a Job
+    # rule that only warns or informs (KG067, KG161) must not come out of it as an error.
+    job_rules = [
+        r
+        for r in RULES.values()
+        if r.scope == "document" and r.kinds and "Job" in r.kinds and r.fn and r.severity is Severity.ERROR
+    ]
     for i, rjob in _rjobs(doc):
         tpl = rjob.get("template")
         if not isinstance(tpl, dict) or not isinstance(tpl.get("spec"), dict):

@@ -184,6 +184,12 @@ FAILING = [
         "1.37",
     ),
     (
+        "KG066",
+        "job",
+        set_at(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "FailJob", "onPodConditions": []}]}),
+        "1.37",
+    ),  # an empty onPodConditions is no condition: the rule matches nothing
+    (
         "KG067",
         "job",
         set_at(
@@ -374,6 +380,15 @@ PASSING = [
         "1.37",
     ),
     ("KG058", "job", _append(ENV, {"name": "DB_PASSWORD_FILE", "value": "/run/secrets/db"}), "1.37"),
+    (
+        "KG066",
+        "job",
+        set_at(
+            J + ("spec", "podFailurePolicy"),
+            {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}, "onPodConditions": []}]},
+        ),
+        "1.37",
+    ),  # jobset examples/failure-policy: the server counts an empty onPodConditions as absent (len() > 0)
     # TOKENIZERS_PARALLELISM / MAX_TOKENS only begin like TOKEN (nebius/ml-cookbook's manifests set the first)
     ("KG058", "job", _append(ENV, {"name": "TOKENIZERS_PARALLELISM", "value": "False"}), "1.37"),
     ("KG058", "job", _append(ENV, {"name": "MAX_TOKENS", "value": "hf_looks_like_a_token"}), "1.37"),

@@ -84,7 +84,12 @@ class Workload:
 
     @property
     def name(self) -> str:
-        return self.doc.name
+        """The workload's name; with only ``metadata.generateName``, the one the API server makes
+        (``<generateName><suffix>``), so that messages name it instead of ''."""
+        if self.doc.name:
+            return self.doc.name
+        generate = self.doc.metadata.get("generateName")
+        return f"{generate}<suffix>" if isinstance(generate, str) and generate else ""
 
     @property
     def kind(self) -> str:

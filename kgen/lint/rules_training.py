@@ -219,7 +219,7 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
                 continue
             env = {e.get("name"): i for i, e in enumerate(k8s.env_list(c)) if isinstance(e, dict)}
             for var in _HAND_SET:
-                if var in env:
+                if var in env and not _feeds_a_flag(var, launches):
                     yield (
                         w.doc,
                         cpath + ("env", env[var], "name"),
@@ -233,6 +233,14 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
                         _launch_path(cpath, launches[0]),
                         f"the script exports {var}, which torchrun overrides per worker; delete it",
                     )
+
+
+def _feeds_a_flag(var: str, launches: list[Launch]) -> bool:
+    """The launcher reads ``var`` as a flag's value (JobSet's examples: RANK from the completion index,
+    then ``--node_rank=$RANK``): the variable is the node rank's input, not a worker's RANK left to
+    mislead (torchrun sets the workers' own)."""
+    ref = re.compile(r"\$(?:\{" + var + r"\b|\(" + var + r"\)|" + var + r"\b)")
+    return any(isinstance(v, str) and ref.search(v) for launch in launches for v in launch.flags.values())
 
 
 # --- pod shape ----------------------------------------------------------------------------------

@@ -352,6 +352,24 @@ CASES += [
 ]
 
 
+# From the review of real manifests (tests/lint/fixtures/realworld/README.md, "Second pass"):
+# kubernetes-sigs/jobset examples/pytorch/cnn-mnist feeds RANK (the completion index) to --node_rank;
+# pytorch/xla docs/kubernetes.md comments every continued flag line, which leaves torchrun without its
+# flags and training script.
+CASES += [
+    (
+        "KG109",
+        _set_env(_script_job(OK_TORCHRUN), "RANK", "0"),
+        _set_env(_script_job(OK_TORCHRUN.replace("$(NODE_RANK)", "$RANK")), "RANK", "0"),
+    ),
+    (
+        "KG119",
+        _script_job("torchrun \\\n  # the number of hosts\n  --nnodes=4 \\\n  train.py"),
+        _script_job("# the number of hosts: 4\n" + OK_TORCHRUN.replace(" --", " \\\n  --")),
+    ),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_rule_fails_and_its_near_miss_passes(case):
     rule_id, failing, near_miss = case
@@ -580,3 +598,18 @@ def test_a_gpu_smoke_test_job_is_not_training():
     job_doc["spec"]["template"]["spec"]["containers"][0]["env"] = []
     job_doc["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] = {}
     assert "KG110" not in rule_ids(lint_docs([job_doc]))
+
+
+def test_flags_cut_off_by_a_comment_line_are_named():
+    bad = lint_docs(_script_job("torchrun \\\n  # the number of hosts\n  --nnodes=4 \\\n  train.py"))
+    [finding] = [f for f in bad.findings if f.rule_id == "KG119"]
+    assert "no training script" in finding.message and "'--nnodes=4' runs as a command of its own" in finding.message
+
+
+def test_a_job_with_only_generate_name_is_named_in_messages():
+    docs = BASES["job"]()
+    meta = docs[1]["metadata"]
+    meta["generateName"] = meta.pop("name") + "-"
+    messages = [f.message for f in lint_docs(docs, explain=True).findings]
+    assert any("-<suffix>'" in m for m in messages), messages
+    assert not any("''" in m or " -0." in m or "=-0." in m for m in messages), messages

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from kgen.findings import Severity
-from kgen.lint import k8s
+from kgen.lint import k8s, kinds
 from kgen.lint.model import TRAINING_KINDS, Workload, workloads
 from kgen.lint.model import memo as _memo
 from kgen.lint.registry import Context, rule
@@ -405,7 +405,9 @@ _POD0 = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
     "MASTER_ADDR (and --master-addr / --rdzv-endpoint) must name pod 0 of this workload "
     "(<name>-0.<service>[.<namespace>.svc...], in the workload's namespace), not the Service, which "
     "resolves to any pod (a Service "
-    "pinned to pod 0 by batch.kubernetes.io/job-completion-index or statefulset.kubernetes.io/pod-name is fine).",
+    "pinned to pod 0 by batch.kubernetes.io/job-completion-index or statefulset.kubernetes.io/pod-name, or by the "
+    "index labels of the kind's controller -- PyTorchJob's replica-type + replica-index, JobSet's, "
+    "LeaderWorkerSet's, Volcano's -- is fine).",
     "Set MASTER_ADDR to <name>-0.<service>.",
     kinds=TRAINING_KINDS,
     scope="stream",
@@ -444,6 +446,7 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
 def _managed_master(docs: list) -> Iterator:
     """MASTER_ADDR / --master-addr / --rdzv-endpoint of a kind whose controller names the pods
     (JobSet, PyTorchJob, Volcano Job, LeaderWorkerSet) must name its pod 0."""
+    index = _service_index(docs)
     for w in workloads(docs):
         if w.user_wired or not w.facts.master_hosts or not _multi(w):
             continue
@@ -465,6 +468,8 @@ def _managed_master(docs: list) -> Iterator:
                 if any(host == h or host.startswith(h + ".") for h in w.facts.master_hosts):
                     continue
                 label = host.split(".")[0]
+                if any(_pins_pod0(svc, w) for svc in index.by_name.get(label, ()) if same_namespace(svc, w.doc)):
+                    continue  # the user's own Service, pinned to pod 0 by the controller's index labels
                 if w.facts.service_like and label == w.facts.service_like:
                     why = "names the Service, which resolves to any pod"
                 elif w.facts.service_like and host.split(".")[1:2] and label == want.split(".")[0]:
@@ -474,6 +479,19 @@ def _managed_master(docs: list) -> Iterator:
                 else:
                     why = f"is not pod 0 of this {w.kind}"
                 yield w.doc, path, f"{what}={value} {why}; use {want}"
+
+
+def _pins_pod0(svc: Any, w: Workload) -> bool:
+    """A Service whose selector names pod 0's index labels (the controller's, e.g. PyTorchJob's
+    replica-type + replica-index) and else only the workload's identity or template labels selects
+    pod 0 alone (nebius/ml-cookbook's PyTorchJob rendezvous Service)."""
+    index = w.facts.pod0_index
+    sel = _selector(svc)
+    if not index or any(sel.get(k) != v for k, v in index.items()):
+        return False
+    first = kinds.templates(w.doc)[0]
+    allowed = {**first.labels, **w.facts.pod_identity, **index}
+    return all(allowed.get(k) == v for k, v in sel.items())
 
 
 _SELF_FIELDS = {"status.podIP", "status.podIPs", "metadata.name", "spec.nodeName", "status.hostIP", "status.hostIPs"}

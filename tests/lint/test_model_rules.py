@@ -370,6 +370,40 @@ CASES += [
 ]
 
 
+def _pytorchjob_with_rdzv_service(selector: dict) -> list:
+    """nebius/ml-cookbook topology-aware-scheduling/kai/10-pytorchjob.yaml's layout: MASTER_ADDR names
+    the user's own headless Service, which selects the PyTorchJob's pods by the operator's labels."""
+    job = _pytorchjob()
+    for role in ("Master", "Worker"):
+        c = job["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["containers"][0]
+        c["env"] = [{"name": "MASTER_ADDR", "value": "pt-rdzv"}]
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "pt-rdzv", "namespace": "ml"},
+        "spec": {"clusterIP": "None", "selector": {"training.kubeflow.org/job-name": "pt", **selector}},
+    }
+    return [svc, job]
+
+
+CASES += [
+    (
+        "KG105",
+        _pytorchjob_with_rdzv_service({"training.kubeflow.org/replica-type": "worker"}),
+        _pytorchjob_with_rdzv_service(
+            {"training.kubeflow.org/replica-type": "master", "training.kubeflow.org/replica-index": "0"}
+        ),
+    ),
+    (
+        "KG105",  # replica-index 0 without the type selects master-0 and worker-0
+        _pytorchjob_with_rdzv_service({"training.kubeflow.org/replica-index": "0"}),
+        _pytorchjob_with_rdzv_service(
+            {"training.kubeflow.org/replica-type": "master", "training.kubeflow.org/replica-index": "0"}
+        ),
+    ),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_rule_fails_and_its_near_miss_passes(case):
     rule_id, failing, near_miss = case

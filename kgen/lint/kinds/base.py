@@ -86,6 +86,11 @@ class Facts:
     resources_elsewhere: bool = False  # a template whose users give the pods their resources (TrainingRuntime)
     group_restart: bool = False  # the controller restarts the whole group when a child Job fails (JobSet)
     nproc_stated: tuple | None = None  # (value, path, field name) processes per node written in the spec
+    # Managed kinds: the labels the controller gives every pod of the workload (its identity) and those
+    # only pod 0 of the world carries (its index): a Service selecting pod 0's index labels, and else
+    # only these or template labels, serves pod 0 alone -- a stable master address.
+    pod_identity: dict = field(default_factory=dict)
+    pod0_index: dict = field(default_factory=dict)
 
 
 class Adapter:

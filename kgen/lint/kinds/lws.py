@@ -74,6 +74,11 @@ class LWSAdapter(Adapter):
         )
         facts.master_hosts = (f"{doc.name}-0.{doc.name}", f"{doc.name}-0")
         facts.service_like = doc.name
+        facts.pod_identity = {"leaderworkerset.sigs.k8s.io/name": doc.name}
+        facts.pod0_index = {
+            "leaderworkerset.sigs.k8s.io/group-index": "0",
+            "leaderworkerset.sigs.k8s.io/worker-index": "0",
+        }
         return facts
 
     def structure(self, doc: Any, ctx: Any) -> Iterator[tuple[tuple, str]]:

@@ -101,6 +101,8 @@ class PyTorchJobAdapter(Adapter):
         facts = Facts("PyTorchJob", total, "replicas (Master + Worker)", dns="managed")
         first = "master" if "Master" in _specs(doc) else "worker"
         facts.master_hosts = (f"{doc.name}-{first}-0",)
+        facts.pod_identity = {"training.kubeflow.org/job-name": doc.name}
+        facts.pod0_index = {"training.kubeflow.org/replica-type": first, "training.kubeflow.org/replica-index": "0"}
         suspend = get(doc.data, "spec", "runPolicy", "suspend")
         facts.suspend = suspend if isinstance(suspend, bool) else None
         facts.suspend_path = ("spec", "runPolicy", "suspend")

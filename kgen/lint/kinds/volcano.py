@@ -135,6 +135,8 @@ class VolcanoJobAdapter(Adapter):
             names = [str(t.get("name")) for _, t in _tasks(doc)]
             first = master if master in names else (names[0] if names else master)
             facts.master_hosts = (f"{doc.name}-{first}-0.{doc.name}", f"{doc.name}-{first}-0")
+            facts.pod_identity = {"volcano.sh/job-name": doc.name}
+            facts.pod0_index = {"volcano.sh/task-spec": first, "volcano.sh/task-index": "0"}
         else:
             facts.dns = "none"
         facts.kueue_managed = False

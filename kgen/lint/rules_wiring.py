@@ -17,7 +17,7 @@ from typing import Any
 
 from kgen.findings import Severity
 from kgen.lint import k8s, kinds
-from kgen.lint.model import TRAINING_KINDS, Workload, workloads
+from kgen.lint.model import POD0_HOST, TRAINING_KINDS, Workload, workloads, world
 from kgen.lint.model import memo as _memo
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _env_path, _launch_path, _multi
@@ -291,10 +291,14 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
                         )
                 plain = [(k, v) for k, v in sel.items() if isinstance(v, str)]
                 rarest = min(plain, key=lambda p: (len(by_label.get(p, ())), p)) if plain else None
+                shared = world(docs, w)
                 others = [
                     d
                     for d in (by_label.get(rarest, []) if rarest else [])
-                    if d is not w.doc and same_namespace(svc, d) and k8s.selector_matches(sel, k8s.template_labels(d))
+                    if d is not w.doc
+                    and same_namespace(svc, d)
+                    and k8s.selector_matches(sel, k8s.template_labels(d))
+                    and (shared is None or id(d) not in shared.members)
                 ]
                 for other in others:
                     yield (
@@ -396,9 +400,6 @@ def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
             )
 
 
-_POD0 = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
-
-
 @rule(
     "KG105",
     E,
@@ -434,9 +435,14 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                     if not raw.startswith("$"):
                         checks.append((launch.spelling(key), host_of(raw), _launch_path(cpath, launch, key)))
             yield from _self_master(w, c, cpath, launches, svc_name)
+            shared = world(docs, w)
+            leader = shared.leader.name if shared is not None else None
             for what, value, path in checks:
                 if "$" in value or not value:
                     continue
+                m = POD0_HOST.match(value.lower().rstrip("."))
+                if leader and m and m.group("pod") == leader and m.group("svc") == named:
+                    continue  # pod 0 of the workload that leads the world this one is part of
                 pod0 = {n for n, s in svcs.items() if k8s.selector_scope(_selector(s), w.doc) == "pod0"}
                 msg = _master_problem(value, w.name, svc_name, partial(index.named, w=w), pod0, w.doc.namespace)
                 if msg:
@@ -549,7 +555,7 @@ def _master_problem(
         return None  # a Service that selects only pod 0 (per-pod label) is a stable master address
     if first == svc or is_service(first):
         return f"names the Service, which resolves to any pod; use pod 0's name {want}"
-    m = _POD0.match(host)
+    m = POD0_HOST.match(host)
     if m and m.group("pod") == name and (svc is None or m.group("svc") == svc):
         parts = host.split(".")
         if len(parts) >= 3 and namespace and parts[2] != namespace:

@@ -404,6 +404,33 @@ CASES += [
 ]
 
 
+def _segments(nnodes: tuple[int, int]) -> list:
+    """nebius/ml-cookbook topology-aware-scheduling/kai/12-indexedjob.yaml's layout: one world of two
+    Indexed Jobs (one per topology segment) under one headless Service, every pod's master pod 0 of
+    the first Job; ``nnodes`` is what each Job's torchrun states."""
+    svc = service("seg")
+    svc["spec"]["selector"] = {"app.kubernetes.io/instance": "seg"}
+    out: list = [svc]
+    for i, n in enumerate(nnodes):
+        j = job(f"seg-{i}", nodes=2)
+        j["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/instance"] = "seg"
+        pod = j["spec"]["template"]["spec"]
+        pod["subdomain"] = "seg"
+        pod["containers"][0]["args"] = [
+            a.replace("--nnodes=2", f"--nnodes={n}").replace(f"seg-{i}-0.seg-{i}", "seg-0-0.seg")
+            for a in pod["containers"][0]["args"]
+        ]
+        out.append(j)
+    return out
+
+
+CASES += [
+    ("KG105", _segments((4, 2)), _segments((4, 4))),  # a copied master address (own count) vs one world
+    ("KG103", _segments((2, 2)), _segments((4, 4))),  # two worlds under one Service vs one world
+    ("KG106", _segments((5, 5)), _segments((4, 4))),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_rule_fails_and_its_near_miss_passes(case):
     rule_id, failing, near_miss = case

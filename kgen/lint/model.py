@@ -12,7 +12,7 @@ least one *training container*:
    workload that runs to completion (Job, JobSet, Volcano Job) and runs more than a GPU smoke test
    (sleep, echo, nvidia-smi); or
 3. the trainer of a training operator's kind (PyTorchJob's ``pytorch`` container, a TrainJob's
-   trainer, a TrainingRuntime's ``node``), whatever it runs.
+   trainer, a TrainingRuntime's ``node``; not a runtime's dataset/model initializer), whatever it runs.
 
 StatefulSets and LeaderWorkerSets need (1) or a distributed environment: GPUs alone are an
 inference server there. Every pod rule applies to a training container whatever launches it
@@ -151,7 +151,7 @@ def _why_training(w: Workload, c: dict, scripted: Scripted, multi: bool | None) 
     if any(launch.training for launch in scripted.launches):
         forms = sorted({launch.form for launch in scripted.launches if launch.training})
         return "launcher " + ", ".join(forms)
-    if w.doc.kind in _OPERATOR_KINDS:
+    if w.doc.kind in _OPERATOR_KINDS and w.tpl.operator_step:
         trainer = w.tpl.trainer_container
         names = [x.get("name") for x, _ in containers_of(w.tpl)]
         if trainer is None or c.get("name") == trainer or trainer not in names:

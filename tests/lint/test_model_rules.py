@@ -431,6 +431,43 @@ CASES += [
 ]
 
 
+def _runtime(gpu_step: str) -> list:
+    """A ClusterTrainingRuntime shaped like kubeflow/trainer's torchtune runtimes: a model-initializer
+    step, then the trainer step ``node``; ``gpu_step`` asks for GPUs (and has no /dev/shm)."""
+
+    def step(name: str, ancestor: str) -> dict:
+        c: dict = {"name": name, "image": "ghcr.io/acme/step:1.0"}
+        if name == gpu_step:
+            c["resources"] = {"limits": {"nvidia.com/gpu": 2}}
+        return {
+            "name": name,
+            "template": {
+                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": ancestor}},
+                "spec": {"template": {"spec": {"containers": [c]}}},
+            },
+        }
+
+    return [
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": "torchtune-like"},
+            "spec": {
+                "mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": 2}},
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [step("model-initializer", "model-initializer"), step("node", "trainer")]
+                    }
+                },
+            },
+        }
+    ]
+
+
+# a runtime's initializer steps download once: they are not the trainer the operator wires
+CASES += [("KG110", _runtime("node"), _runtime("model-initializer"))]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_rule_fails_and_its_near_miss_passes(case):
     rule_id, failing, near_miss = case

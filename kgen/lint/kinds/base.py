@@ -46,6 +46,7 @@ class Template:
     injected_env: frozenset = frozenset()  # variables the controller adds to its containers
     rank_sources: frozenset = frozenset()
     trainer_container: str | None = None  # the container the operator wires (PyTorchJob "pytorch")
+    operator_step: bool = True  # operator kinds: a trainer step (False: a TrainingRuntime's initializer)
     containers: list | None = None  # (container, path) when they are not at spec.containers (TrainJob's trainer)
     partial: bool = False  # only part of the pod is in this object (TrainJob: volumes live in the runtime)
 

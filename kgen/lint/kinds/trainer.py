@@ -129,6 +129,7 @@ class RuntimeAdapter(Adapter):
         for t in out:
             t.injected_env = INJECTED
             t.rank_sources = t.rank_sources | {RANK_ENV}
+            t.operator_step = not _initializer(doc, t)
         nodes = as_int(get(doc.data, "spec", "mlPolicy", "numNodes"))
         if nodes is not None:
             for t in out:
@@ -170,6 +171,21 @@ class RuntimeAdapter(Adapter):
         nn = get(spec, "mlPolicy", "numNodes")
         if nn is not None and (as_int(nn) is None or nn < 1):
             yield ("spec", "mlPolicy", "numNodes"), f"numNodes must be an integer >= 1, got {nn!r}"
+
+
+ANCESTOR_STEP = "trainer.kubeflow.org/trainjob-ancestor-step"
+INITIALIZER_STEPS = ("dataset-initializer", "model-initializer")
+
+
+def _initializer(doc: Any, t: Template) -> bool:
+    """A runtime's dataset/model initializer step (its Job or pod template labelled with that
+    trainjob-ancestor-step, or a replicatedJob named ``*-initializer`` without the label): it
+    downloads once, it does not train (manifests/base/runtimes/torchtune, data-cache)."""
+    for labels in (get(doc.data, *t.job_path[:-1], "metadata", "labels"), t.labels):
+        step = labels.get(ANCESTOR_STEP) if isinstance(labels, dict) else None
+        if isinstance(step, str):
+            return step in INITIALIZER_STEPS
+    return t.role.endswith("initializer")
 
 
 ADAPTERS = [TrainJobAdapter(), RuntimeAdapter("TrainingRuntime"), RuntimeAdapter("ClusterTrainingRuntime")]

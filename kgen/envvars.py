@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kgen.lint.k8s import ENV_FIELD_PATHS as FIELD_PATHS
+from kgen.lint.k8s import ENV_FIELD_SUBSCRIPTED as SUBSCRIPTED
 from kgen.lint.k8s import ENV_VAR_NAME, is_dns_subdomain, parse_quantity
 
 # valueFrom sources and their fields: (field, required, type). Types: "str", "bool", "quantity".
@@ -27,20 +29,6 @@ EXAMPLES = {
     "fieldRef": "{fieldRef: {fieldPath: status.podIP}}",
     "resourceFieldRef": "{resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}",
 }
-# What the API server lets env read through fieldRef (validEnvDownwardAPIFieldPathExpressions), and the
-# subscripted forms metadata.labels['KEY'] and metadata.annotations['KEY'].
-FIELD_PATHS = (
-    "metadata.name",
-    "metadata.namespace",
-    "metadata.uid",
-    "spec.nodeName",
-    "spec.serviceAccountName",
-    "status.hostIP",
-    "status.hostIPs",
-    "status.podIP",
-    "status.podIPs",
-)
-SUBSCRIPTED = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
 # resourceFieldRef.resource in a container's env (validContainerResourceFieldPathExpressions + hugepages).
 RESOURCES = tuple(f"{side}.{r}" for side in ("limits", "requests") for r in ("cpu", "memory", "ephemeral-storage"))
 CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")

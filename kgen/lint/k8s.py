@@ -19,6 +19,20 @@ QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 IANA_SVC_NAME = re.compile(r"^[-a-z0-9]+$")
 ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+# What the API server lets env read through fieldRef (validEnvDownwardAPIFieldPathExpressions), and the
+# subscripted forms metadata.labels['KEY'] and metadata.annotations['KEY'].
+ENV_FIELD_PATHS = (
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.hostIP",
+    "status.hostIPs",
+    "status.podIP",
+    "status.podIPs",
+)
+ENV_FIELD_SUBSCRIPTED = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
 CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
@@ -32,6 +46,11 @@ def is_dns_subdomain(value: Any) -> bool:
 
 def is_dns1035_label(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= 63 and bool(DNS1035_LABEL.match(value))
+
+
+def env_field_path_ok(path: str) -> bool:
+    """A fieldRef.fieldPath the API server accepts in a container's env."""
+    return path in ENV_FIELD_PATHS or ENV_FIELD_SUBSCRIPTED.fullmatch(path) is not None
 
 
 def qualified_name_problem(key: Any) -> str | None:

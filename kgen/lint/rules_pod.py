@@ -12,18 +12,6 @@ from kgen.lint.registry import Context, rule
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "storage"}
-_FIELD_PATHS = {
-    "metadata.name",
-    "metadata.namespace",
-    "metadata.uid",
-    "spec.nodeName",
-    "spec.serviceAccountName",
-    "status.hostIP",
-    "status.hostIPs",
-    "status.podIP",
-    "status.podIPs",
-}
-_FIELD_PATH_MAP = re.compile(r"^metadata\.(labels|annotations)\['[^']+'\]$")
 _MEDIUMS = re.compile(r"^(|Memory|HugePages|HugePages-.+)$")
 
 
@@ -139,7 +127,7 @@ def field_ref(doc: Any, ctx: Context) -> Iterator:
         for c, path in k8s.containers(spec, base):
             for i, e in enumerate(k8s.env_list(c)):
                 fp = k8s.get(e, "valueFrom", "fieldRef", "fieldPath")
-                if isinstance(fp, str) and fp not in _FIELD_PATHS and not _FIELD_PATH_MAP.match(fp):
+                if isinstance(fp, str) and not k8s.env_field_path_ok(fp):
                     yield (
                         path + ("env", i, "valueFrom", "fieldRef", "fieldPath"),
                         f"fieldPath {fp!r} is not supported; use metadata.name, metadata.labels['...'], "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,17 @@ def get(data: Any, *path: Any) -> Any:
                 return None
             data = data.get(step)
     return data
+
+
+def unknown_fields(
+    mapping: dict, allowed: Collection[str], path: tuple, message: str, listed: Collection[str] | None = None
+) -> Iterator[tuple[tuple, str]]:
+    """The keys of ``mapping`` its API reference does not define: (``path`` + key, ``message`` formatted
+    with ``key`` and ``allowed``, the defined keys -- or ``listed`` -- sorted and joined)."""
+    names = ", ".join(sorted(allowed if listed is None else listed))
+    for key in mapping:
+        if key not in allowed:
+            yield path + (key,), message.format(key=key, allowed=names)
 
 
 def as_int(value: Any) -> int | None:

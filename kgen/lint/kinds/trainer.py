@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kgen.lint.kinds.base import JOB_INDEX, RANK_ENV, Adapter, Facts, Template, as_int, get
+from kgen.lint.kinds.base import JOB_INDEX, RANK_ENV, Adapter, Facts, Template, as_int, get, unknown_fields
 from kgen.lint.kinds.jobset import jobset_templates, network_facts
 
 INJECTED = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"})
@@ -96,9 +96,7 @@ class TrainJobAdapter(Adapter):
         if not isinstance(spec, dict):
             yield ("spec",), "spec must be a mapping with runtimeRef"
             return
-        for key in spec:
-            if key not in TRAINJOB_KEYS:
-                yield ("spec", key), f"unknown field spec.{key} (TrainJob has {', '.join(sorted(TRAINJOB_KEYS))})"
+        yield from unknown_fields(spec, TRAINJOB_KEYS, ("spec",), "unknown field spec.{key} (TrainJob has {allowed})")
         ref = spec.get("runtimeRef")
         if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref.get("name"):
             yield ("spec", "runtimeRef") if "runtimeRef" in spec else ("spec",), "runtimeRef.name is required"
@@ -106,9 +104,9 @@ class TrainJobAdapter(Adapter):
             yield ("spec", "runtimeRef", "kind"), f"runtimeRef.kind must be one of {', '.join(RUNTIME_KINDS)}"
         trainer = spec.get("trainer")
         if isinstance(trainer, dict):
-            for key in trainer:
-                if key not in TRAINER_KEYS:
-                    yield ("spec", "trainer", key), f"unknown field trainer.{key} ({', '.join(sorted(TRAINER_KEYS))})"
+            yield from unknown_fields(
+                trainer, TRAINER_KEYS, ("spec", "trainer"), "unknown field trainer.{key} ({allowed})"
+            )
             nn = trainer.get("numNodes")
             if nn is not None and (as_int(nn) is None or nn < 1):
                 yield ("spec", "trainer", "numNodes"), f"numNodes must be an integer >= 1, got {nn!r}"
@@ -160,9 +158,9 @@ class RuntimeAdapter(Adapter):
         if not isinstance(spec, dict):
             yield ("spec",), "spec must be a mapping with template"
             return
-        for key in spec:
-            if key not in RUNTIME_KEYS:
-                yield ("spec", key), f"unknown field spec.{key} ({self.kind} has {', '.join(sorted(RUNTIME_KEYS))})"
+        yield from unknown_fields(
+            spec, RUNTIME_KEYS, ("spec",), "unknown field spec.{key} (" + self.kind + " has {allowed})"
+        )
         if not isinstance(get(spec, "template", "spec", "replicatedJobs"), list):
             yield (
                 ("spec", "template") if "template" in spec else ("spec",),

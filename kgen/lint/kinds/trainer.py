@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kgen import jobset as js
 from kgen.lint.kinds.base import JOB_INDEX, RANK_ENV, Adapter, Facts, Template, as_int, get, unknown_fields
 from kgen.lint.kinds.jobset import jobset_templates, network_facts
 
@@ -31,7 +32,7 @@ TRAINJOB_KEYS = {
 TRAINER_KEYS = {"image", "command", "args", "env", "numNodes", "resourcesPerNode", "numProcPerNode"}
 RUNTIME_KEYS = {"mlPolicy", "podGroupPolicy", "template"}
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_LABEL = js.QUEUE_LABEL
 
 
 class TrainJobAdapter(Adapter):

@@ -440,6 +440,7 @@ _SECRET_WORDS = re.compile(
     r"(?:^|[_.-])(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|PRIVATE_KEY|SECRET_KEY)(?:$|[_.-])", re.I
 )
 _PATH_SUFFIXES = ("_FILE", "_PATH", "_DIR")
+_PLACEHOLDER = re.compile(r"^\$\{?\w+\}?$")  # $HF_TOKEN, ${HF_TOKEN}: meant for envsubst, never expanded
 # A switch or a count, not a secret: TOKEN_LIMIT=1024, PASSWORD_AUTH=false.
 _NOT_A_SECRET = re.compile(r"^(?:[+-]?\d+|true|false|yes|no|on|off|none|null)$", re.I)
 
@@ -464,10 +465,14 @@ def secret_in_env(doc: Any, ctx: Context) -> Iterator:
                         continue  # a reference to another variable, or a switch / count
                     if name.upper().endswith(_PATH_SUFFIXES) and value.startswith("/"):
                         continue  # where a secret is mounted (KGEN_SECRET_FILE, *_PASSWORD_FILE), not the secret
-                    yield (
-                        path + ("env", i, "value"),
-                        (f"{name} has a literal value; move it to a Secret and use valueFrom.secretKeyRef"),
-                    )
+                    if _PLACEHOLDER.match(value):
+                        message = (
+                            f"{name} is the text {value!r}: Kubernetes expands only $(VAR), so the pod gets the "
+                            "placeholder, not the secret (a template not rendered?); use valueFrom.secretKeyRef"
+                        )
+                    else:
+                        message = f"{name} has a literal value; move it to a Secret and use valueFrom.secretKeyRef"
+                    yield path + ("env", i, "value"), message
 
 
 @rule(

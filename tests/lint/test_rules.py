@@ -553,6 +553,14 @@ def test_rule_fails(case):
     assert finding.severity is load_rules()[rule_id].severity
 
 
+def test_a_secret_placeholder_is_named_as_such():
+    # kubernetes-sigs/lws docs/examples/sglang/lws.yaml: HF_TOKEN: $HF_TOKEN reaches the pod as that text
+    docs = BASES["job"]()
+    _append(ENV, {"name": "HF_TOKEN", "value": "$HF_TOKEN"})(docs)
+    [finding] = [f for f in lint_docs(docs).findings if f.rule_id == "KG058"]
+    assert "is the text '$HF_TOKEN'" in finding.message and "expands only $(VAR)" in finding.message
+
+
 @pytest.mark.parametrize("case", PASSING, ids=[_case_id(c) for c in PASSING])
 def test_rule_near_miss_passes(case):
     rule_id, base, mutate, version = case

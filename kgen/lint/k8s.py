@@ -229,13 +229,17 @@ def pod_templates(doc: Any) -> list[tuple[dict, tuple]]:
 
 
 def pod_specs(doc: Any) -> list[tuple[dict, tuple]]:
-    """(pod spec, its path) of every pod template of ``doc``."""
-    out = []
-    for tpl, path in pod_templates(doc):
-        spec = tpl.get("spec")
-        if isinstance(spec, dict):
-            out.append((spec, path + ("spec",)))
-    return out
+    """(pod spec, its path) of every pod template of ``doc`` (once per document: every pod rule
+    asks; do not change the list)."""
+    memo = doc.memo
+    if "pod_specs" not in memo:
+        out = []
+        for tpl, path in pod_templates(doc):
+            spec = tpl.get("spec")
+            if isinstance(spec, dict):
+                out.append((spec, path + ("spec",)))
+        memo["pod_specs"] = out
+    return memo["pod_specs"]
 
 
 def pod_spec(doc: Any) -> tuple[dict, tuple] | None:

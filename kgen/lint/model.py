@@ -12,7 +12,7 @@ least one *training container*:
    workload that runs to completion (Job, JobSet, Volcano Job) and runs more than a GPU smoke test
    (sleep, echo, nvidia-smi); or
 3. the trainer of a training operator's kind (PyTorchJob's ``pytorch`` container, a TrainJob's
-   trainer, a TrainingRuntime's ``node``), whatever it runs.
+   trainer, a TrainingRuntime's ``node``; not a runtime's dataset/model initializer), whatever it runs.
 
 StatefulSets and LeaderWorkerSets need (1) or a distributed environment: GPUs alone are an
 inference server there. Every pod rule applies to a training container whatever launches it
@@ -28,11 +28,12 @@ every kind.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kgen.lint import k8s, kinds
 from kgen.lint.kinds.base import Facts, Template
-from kgen.lint.torchcmd import Launch, Scripted, read_container
+from kgen.lint.torchcmd import Launch, Scripted, host_of, read_container, resolve
 
 DIST_ENV = {
     "MASTER_ADDR",
@@ -47,6 +48,9 @@ DIST_ENV = {
     "PET_MASTER_ADDR",
     "PET_RDZV_ENDPOINT",
 }
+# Variables that state the node count wherever a manifest writes it down (torchrun itself reads
+# PET_NNODES when --nnodes is absent).
+NNODES_VARS = ("NNODES", "NUM_NODES", "N_NODES", "NODE_COUNT", "PET_NNODES")
 _GPUS_ONLY = "GPUs in a multi-pod workload"
 # The kinds the training rules read (for --list-rules; the adapters in kgen.lint.kinds decide).
 TRAINING_KINDS = (
@@ -84,7 +88,12 @@ class Workload:
 
     @property
     def name(self) -> str:
-        return self.doc.name
+        """The workload's name; with only ``metadata.generateName``, the one the API server makes
+        (``<generateName><suffix>``), so that messages name it instead of ''."""
+        if self.doc.name:
+            return self.doc.name
+        generate = self.doc.metadata.get("generateName")
+        return f"{generate}<suffix>" if isinstance(generate, str) and generate else ""
 
     @property
     def kind(self) -> str:
@@ -108,6 +117,22 @@ class Workload:
         return env
 
 
+def stated_nnodes(launch: Launch | None, env: dict) -> list[tuple[int, int, str]]:
+    """(min, max nodes, where) stated by a launch: --nnodes (N or MIN:MAX) and the container's
+    literal NNODES-like variables (``where`` is "--nnodes=..." or "VAR=...")."""
+    out = []
+    raw = resolve(launch.flag("nnodes"), env) if launch is not None and launch.has("nnodes") else None
+    if raw:
+        parts = raw.split(":")
+        if len(parts) <= 2 and all(p.isdigit() for p in parts):
+            out.append((int(parts[0]), int(parts[-1]), f"--nnodes={raw}"))
+    for var in NNODES_VARS:
+        nn = env.get(var)
+        if isinstance(nn, str) and nn.isdigit():
+            out.append((int(nn), int(nn), f"{var}={nn}"))
+    return out
+
+
 def containers_of(tpl: Template) -> list[tuple[dict, tuple]]:
     if tpl.containers is not None:
         return tpl.containers
@@ -126,7 +151,7 @@ def _why_training(w: Workload, c: dict, scripted: Scripted, multi: bool | None) 
     if any(launch.training for launch in scripted.launches):
         forms = sorted({launch.form for launch in scripted.launches if launch.training})
         return "launcher " + ", ".join(forms)
-    if w.doc.kind in _OPERATOR_KINDS:
+    if w.doc.kind in _OPERATOR_KINDS and w.tpl.operator_step:
         trainer = w.tpl.trainer_container
         names = [x.get("name") for x, _ in containers_of(w.tpl)]
         if trainer is None or c.get("name") == trainer or trainer not in names:
@@ -208,6 +233,86 @@ def _workloads(docs: list) -> list[Workload]:
                 first = False
                 out.append(w)
     return out
+
+
+# <pod>-0.<service>[.<namespace>...]: a pod-0 host name of a Job/StatefulSet wired by the user
+POD0_HOST = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
+
+
+class World:
+    """One training world that spans several workloads of one namespace: the leader's pod 0 is
+    everyone's master, and the world has the pods of all members."""
+
+    __slots__ = ("leader", "members", "nodes")
+
+    def __init__(self, leader: Workload, members: list[Workload]) -> None:
+        self.leader = leader.doc
+        self.members = {id(m.doc) for m in members}
+        self.nodes = sum(m.nodes or 0 for m in members)
+
+
+def world(docs: list, w: Workload) -> World | None:
+    """The world ``w`` shares with other workloads, or None (the usual case: a world of its own).
+
+    Several Indexed Jobs or StatefulSets form one world when they share a subdomain/serviceName,
+    one of them (the leader) names its own pod 0 as the master and every other names the leader's
+    pod 0 -- and no member states a node count other than the world's (nebius/ml-cookbook's KAI
+    layout: one Indexed Job per topology segment, a shared headless Service, MASTER_ADDR
+    <first-job>-0.<service> in every pod). A member that names another workload's pod 0 but states
+    its own pod count as --nnodes is a copied master address, not a shared world."""
+    return memo("worlds", docs, _worlds).get(id(w.doc))
+
+
+def literal_masters(w: Workload) -> set[tuple[str, str]]:
+    """(pod, service) of the literal pod-0 hosts ``w``'s training containers name (MASTER_ADDR,
+    --master-addr, --rdzv-endpoint)."""
+    hosts = []
+    for c, _cpath, scripted, _why in w.containers:
+        ma = w.env(c).get("MASTER_ADDR")
+        if isinstance(ma, str):
+            hosts.append(ma)
+        hosts += [host_of(raw) for launch in scripted.launches if launch.training for _, raw in launch.master_flags()]
+    out = set()
+    for host in hosts:
+        m = POD0_HOST.match(host.lower().rstrip(".")) if host and "$" not in host else None
+        if m:
+            out.add((m.group("pod"), m.group("svc")))
+    return out
+
+
+def _worlds(docs: list) -> dict[int, World]:
+    wired = [w for w in workloads(docs) if w.primary and w.user_wired and w.facts.dns_name]
+    by_name = {(w.doc.namespace, w.name): w for w in wired}
+    led: dict[int, list[Workload]] = {}
+    for w in wired:
+        sub = w.facts.dns_name
+        for pod, svc in literal_masters(w):
+            leader = by_name.get((w.doc.namespace, pod))
+            if (
+                leader is not None
+                and leader is not w
+                and svc == sub
+                and leader.facts.dns_name == sub
+                and literal_masters(leader) == {(leader.name, sub)}
+            ):
+                led.setdefault(id(leader.doc), [leader]).append(w)
+    out: dict[int, World] = {}
+    for members in led.values():
+        shared = World(members[0], members)
+        if all(_states_nodes(m, shared.nodes) for m in members):
+            out.update((id(m.doc), shared) for m in members)
+    return out
+
+
+def _states_nodes(w: Workload, nodes: int) -> bool:
+    """Every node count ``w`` states admits ``nodes``."""
+    for c, _cpath, scripted, _why in w.containers:
+        env = w.env(c)
+        launches: list[Launch | None] = [x for x in scripted.launches if x.training]
+        for launch in launches or [None]:
+            if any(not low <= nodes <= high for low, high, _ in stated_nnodes(launch, env)):
+                return False
+    return True
 
 
 _MEMO: dict[str, tuple[list, Any]] = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kgen import jobset as js
 from kgen.findings import Severity
 from kgen.lint import kinds
 from kgen.lint.kinds import volcano
@@ -16,7 +17,7 @@ from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _multi
 
 E, W = Severity.ERROR, Severity.WARNING
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_LABEL = js.QUEUE_LABEL
 
 
 @rule(

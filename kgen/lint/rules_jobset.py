@@ -22,6 +22,7 @@ from typing import Any
 from kgen import jobset as js
 from kgen.findings import Severity
 from kgen.lint import k8s
+from kgen.lint.kinds.base import unknown_fields
 from kgen.lint.kinds.jobset import SERVED
 from kgen.lint.registry import RULES, Context, rule
 from kgen.lint.torchcmd import find_launches
@@ -150,9 +151,7 @@ def jobset_structure(doc: Any, ctx: Context) -> Iterator:
     if not isinstance(spec, dict):
         yield ("spec",), "spec must be a mapping with replicatedJobs"
         return
-    for key in spec:
-        if key not in SPEC_KEYS:
-            yield ("spec", key), f"unknown field spec.{key} (JobSet v1alpha2 has {', '.join(sorted(SPEC_KEYS))})"
+    yield from unknown_fields(spec, SPEC_KEYS, ("spec",), "unknown field spec.{key} (JobSet v1alpha2 has {allowed})")
     yield from _check_rjobs(spec)
     names = {r.get("name") for _, r in _rjobs(doc)}
     yield from _check_network(spec)
@@ -197,9 +196,7 @@ def _check_rjobs(spec: dict) -> Iterator:
         if not isinstance(r, dict):
             yield base + (i,), "each replicatedJob must be a mapping with name and template"
             continue
-        for key in r:
-            if key not in RJOB_KEYS:
-                yield base + (i, key), f"unknown field {key!r} in a replicatedJob ({', '.join(sorted(RJOB_KEYS))})"
+        yield from unknown_fields(r, RJOB_KEYS, base + (i,), "unknown field {key!r} in a replicatedJob ({allowed})")
         name = r.get("name")
         if not k8s.is_dns_label(name):
             yield (
@@ -241,9 +238,7 @@ def _check_failure_policy(spec: dict, names: set) -> Iterator:
     if not isinstance(fp, dict):
         yield base, "failurePolicy must be a mapping"
         return
-    for key in fp:
-        if key not in FAILURE_KEYS:
-            yield base + (key,), f"unknown field failurePolicy.{key} ({', '.join(sorted(FAILURE_KEYS))})"
+    yield from unknown_fields(fp, FAILURE_KEYS, base, "unknown field failurePolicy.{key} ({allowed})")
     mr = fp.get("maxRestarts")
     if mr is not None and (_int(mr) is None or not 0 <= mr <= 2**31 - 1):
         yield base + ("maxRestarts",), f"maxRestarts must be an integer >= 0, got {mr!r}"
@@ -262,9 +257,7 @@ def _check_failure_policy(spec: dict, names: set) -> Iterator:
         if not isinstance(r, dict):
             yield path, "each failure policy rule must be a mapping with an action"
             continue
-        for key in r:
-            if key not in RULE_KEYS:
-                yield path + (key,), f"unknown field {key!r} in a failure policy rule ({', '.join(sorted(RULE_KEYS))})"
+        yield from unknown_fields(r, RULE_KEYS, path, "unknown field {key!r} in a failure policy rule ({allowed})")
         action = r.get("action")
         if action not in ACTIONS:
             yield path + ("action",), f"action {action!r} must be one of {', '.join(ACTIONS)}"
@@ -341,7 +334,13 @@ def child_job_template(doc: Any, ctx: Context) -> Iterator:
     from kgen.lint.document import Document
 
     validator = schema.bundled(ctx.kubernetes_version).validator("batch/v1", "Job")
-    job_rules = [r for r in RULES.values() if r.scope == "document" and r.kinds and "Job" in r.kinds and r.fn]
+    # The Job rules that make a Job invalid (errors): KG151 reports them as its own errors, so a Job
+    # rule that only warns or informs (KG067, KG161) must not come out of it as an error.
+    job_rules = [
+        r
+        for r in RULES.values()
+        if r.scope == "document" and r.kinds and "Job" in r.kinds and r.fn and r.severity is Severity.ERROR
+    ]
     for i, rjob in _rjobs(doc):
         tpl = rjob.get("template")
         if not isinstance(tpl, dict) or not isinstance(tpl.get("spec"), dict):

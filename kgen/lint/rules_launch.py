@@ -26,7 +26,7 @@ from kgen.lint.rules_training import (
     _nproc_values,
     _where_path,
 )
-from kgen.lint.torchcmd import Launch, resolve
+from kgen.lint.torchcmd import Launch, Scripted, resolve
 
 E, W = Severity.ERROR, Severity.WARNING
 
@@ -189,7 +189,8 @@ def best_effort_training_pod(docs: list, ctx: Context) -> Iterator:
 @rule(
     "KG119",
     E,
-    "torchrun's launch mode must fit a multi-pod workload: not --standalone, an explicit --nnodes (default 1), "
+    "torchrun's launch mode must fit a multi-pod workload: a training script (without one torchrun exits at "
+    "once; a comment inside continued lines cuts it off), not --standalone, an explicit --nnodes (default 1), "
     "and for static rendezvous a --master-addr (default 127.0.0.1; torchrun ignores MASTER_ADDR) and a "
     "per-pod --node-rank (default 0), for c10d an --rdzv-endpoint.",
     "Launch with --nnodes=N and either --master-addr=<name>-0.<service> --node-rank=$(NODE_RANK) or "
@@ -202,7 +203,10 @@ def launcher_mode(docs: list, ctx: Context) -> Iterator:
         if w.nodes is None or w.nodes <= 1:
             continue
         pods = f"{w.doc.kind} {w.name!r} runs {w.nodes} pods"
-        for _c, cpath, launch, env in _torchrun(w):
+        for c, cpath, launch, env in _torchrun(w):
+            if not launch.child and not launch.opaque:
+                yield w.doc, _launch_path(cpath, launch), _no_script(launch, _scripted(w, c))
+                continue  # its flags are not torchrun's either: one finding says why
             backend = _backend(launch, env)
             if backend == "standalone":
                 yield (
@@ -251,6 +255,26 @@ def launcher_mode(docs: list, ctx: Context) -> Iterator:
                     f"{backend} rendezvous without --rdzv-endpoint rendezvouses on localhost in every pod, but "
                     f"{pods}; add --rdzv-endpoint={w.name}-0.<service>:29400",
                 )
+
+
+def _scripted(w: Workload, c: dict) -> Scripted | None:
+    return next((scripted for x, _, scripted, _why in w.containers if x is c), None)
+
+
+def _no_script(launch: Launch, scripted: Scripted | None) -> str:
+    """torchrun with no training script exits with a usage error at once. In a script, flags that run
+    as commands of their own (``--nnodes=2`` alone on a line) say why: a comment line or a blank after
+    a backslash ended the torchrun command (pytorch/xla's GKE example comments every flag)."""
+    words = launch.words
+    name = " ".join(words[:3]) if words and words[0].rsplit("/", 1)[-1].startswith("python") else "torchrun"
+    message = f"{name} runs no training script, so it exits with a usage error at once"
+    orphans = [argv[0] for argv, _ in (scripted.commands if scripted else []) if argv and argv[0].startswith("--")]
+    if launch.script and orphans:
+        message += (
+            f"; {orphans[0]!r} runs as a command of its own: a comment line or a blank after a backslash ends "
+            "the torchrun command there (move the comments out of the continued lines)"
+        )
+    return message
 
 
 # --- node rank source vs kind ----------------------------------------------------------------------

@@ -10,7 +10,7 @@ from kgen.findings import Severity
 from kgen.lint import k8s
 from kgen.lint.registry import Context, rule
 
-E, W = Severity.ERROR, Severity.WARNING
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "storage"}
 _MEDIUMS = re.compile(r"^(|Memory|HugePages|HugePages-.+)$")
 
@@ -433,15 +433,24 @@ def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|PRIVATE_KEY)", re.I)
+# Whole words of the variable's name (split at '_', '-', '.'): HF_TOKEN, GITHUB_TOKEN, DB_PASSWORD,
+# WANDB_API_KEY, AWS_SECRET_ACCESS_KEY -- not TOKENIZERS_PARALLELISM or MAX_TOKENS, whose words only
+# begin like one.
+_SECRET_WORDS = re.compile(
+    r"(?:^|[_.-])(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|PRIVATE_KEY|SECRET_KEY)(?:$|[_.-])", re.I
+)
 _PATH_SUFFIXES = ("_FILE", "_PATH", "_DIR")
+_PLACEHOLDER = re.compile(r"^\$\{?\w+\}?$")  # $HF_TOKEN, ${HF_TOKEN}: meant for envsubst, never expanded
+# A switch or a count, not a secret: TOKEN_LIMIT=1024, PASSWORD_AUTH=false.
+_NOT_A_SECRET = re.compile(r"^(?:[+-]?\d+|true|false|yes|no|on|off|none|null)$", re.I)
 
 
 @rule(
     "KG058",
     W,
-    "A secret-looking env var (HF_TOKEN, WANDB_API_KEY, *_PASSWORD ...) has a literal value: it ends up in "
-    "the manifest, in git and in `kubectl get -o yaml`.",
+    "A secret-looking env var (a word of its name is TOKEN, SECRET, PASSWORD, API_KEY ...: HF_TOKEN, "
+    "WANDB_API_KEY, DB_PASSWORD; not TOKENIZERS_PARALLELISM) has a literal value other than a number or a "
+    "switch: it ends up in the manifest, in git and in `kubectl get -o yaml`.",
     "Put it in a Secret and use valueFrom.secretKeyRef.",
 )
 def secret_in_env(doc: Any, ctx: Context) -> Iterator:
@@ -451,22 +460,27 @@ def secret_in_env(doc: Any, ctx: Context) -> Iterator:
                 if not isinstance(e, dict):
                     continue
                 name, value = e.get("name"), e.get("value")
-                if isinstance(name, str) and _SECRET_NAME.search(name) and isinstance(value, str) and value:
-                    if "$(" in value:
-                        continue  # a reference to another variable
+                if isinstance(name, str) and _SECRET_WORDS.search(name) and isinstance(value, str) and value:
+                    if "$(" in value or _NOT_A_SECRET.match(value.strip()):
+                        continue  # a reference to another variable, or a switch / count
                     if name.upper().endswith(_PATH_SUFFIXES) and value.startswith("/"):
                         continue  # where a secret is mounted (KGEN_SECRET_FILE, *_PASSWORD_FILE), not the secret
-                    yield (
-                        path + ("env", i, "value"),
-                        (f"{name} has a literal value; move it to a Secret and use valueFrom.secretKeyRef"),
-                    )
+                    if _PLACEHOLDER.match(value):
+                        message = (
+                            f"{name} is the text {value!r}: Kubernetes expands only $(VAR), so the pod gets the "
+                            "placeholder, not the secret (a template not rendered?); use valueFrom.secretKeyRef"
+                        )
+                    else:
+                        message = f"{name} has a literal value; move it to a Secret and use valueFrom.secretKeyRef"
+                    yield path + ("env", i, "value"), message
 
 
 @rule(
     "KG059",
-    W,
+    INFO,
     "An image without a tag or with :latest: every node may run a different build, and image caches of "
-    "10-20 GB training images are not reused predictably.",
+    "10-20 GB training images are not reused predictably (info: a pinning policy, not a defect of the "
+    "layout; Kustomize and Helm often pin the tag at build time).",
     "Pin a tag or a digest (image: repo/train:1.4 or repo/train@sha256:...).",
 )
 def image_tag(doc: Any, ctx: Context) -> Iterator:

@@ -87,25 +87,31 @@ def rdzv_id_per_pod(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         if not _multi(w):
             continue
+        for c, cpath, scripted, launch, raw in _flag_values(w, "rdzv_id"):
+            why = _varies(raw, _per_pod_names(c, scripted))
+            if why:
+                yield (
+                    w.doc,
+                    _launch_path(cpath, launch, "rdzv_id"),
+                    f"--rdzv-id={raw} {why}, so every pod has its own rendezvous and the world never forms; "
+                    f"use one id for the run, e.g. --rdzv-id={w.name}",
+                )
         for c, cpath, scripted, _why in w.containers:
-            per_pod = _per_pod_names(c, scripted)
-            for launch in scripted.launches:
-                raw = launch.flag("rdzv_id")
-                if raw is None:
-                    continue
-                why = _varies(raw, per_pod)
-                if why:
-                    yield (
-                        w.doc,
-                        _launch_path(cpath, launch, "rdzv_id"),
-                        f"--rdzv-id={raw} {why}, so every pod has its own rendezvous and the world never forms; "
-                        f"use one id for the run, e.g. --rdzv-id={w.name}",
-                    )
             env = k8s.env_value(c, "PET_RDZV_ID")
             if env and isinstance(env[1], str):
-                why = _varies(env[1], per_pod)
+                why = _varies(env[1], _per_pod_names(c, scripted))
                 if why:
                     yield w.doc, cpath + ("env", env[0], "value"), f"PET_RDZV_ID={env[1]} {why}; use one id for the run"
+
+
+def _flag_values(w: Any, flag: str) -> Iterator[tuple[dict, tuple, Any, Launch, str]]:
+    """(container, its path, what reading it found, launch, value) for every value ``flag`` has in the
+    launches of ``w``'s training containers."""
+    for c, cpath, scripted, _why in w.containers:
+        for launch in scripted.launches:
+            raw = launch.flag(flag)
+            if raw is not None:
+                yield c, cpath, scripted, launch, raw
 
 
 def _per_pod_names(c: dict, scripted: Any) -> dict[str, str]:
@@ -152,20 +158,15 @@ def _varies(text: str, per_pod: dict[str, str]) -> str | None:
 )
 def nnodes_from_dns(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        for _c, cpath, scripted, _why in w.containers:
-            counted = _dns_counted(scripted)
-            for launch in scripted.launches:
-                raw = launch.flag("nnodes")
-                if raw is None:
-                    continue
-                why = _dns_use(raw, counted)
-                if why:
-                    yield (
-                        w.doc,
-                        _launch_path(cpath, launch, "nnodes"),
-                        f"--nnodes={raw} {why} at start-up, which counts only the pods that exist yet; "
-                        f"write the node count ({w.nodes if w.nodes is not None else 'the pod count'})",
-                    )
+        for _c, cpath, scripted, launch, raw in _flag_values(w, "nnodes"):
+            why = _dns_use(raw, _dns_counted(scripted))
+            if why:
+                yield (
+                    w.doc,
+                    _launch_path(cpath, launch, "nnodes"),
+                    f"--nnodes={raw} {why} at start-up, which counts only the pods that exist yet; "
+                    f"write the node count ({w.nodes if w.nodes is not None else 'the pod count'})",
+                )
 
 
 def _dns_counted(scripted: Any) -> dict[str, str]:

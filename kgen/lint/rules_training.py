@@ -13,7 +13,7 @@ from typing import Any
 
 from kgen.findings import Severity
 from kgen.lint import k8s
-from kgen.lint.model import TRAINING_KINDS, Workload, workloads
+from kgen.lint.model import TRAINING_KINDS, Workload, stated_nnodes, workloads, world
 from kgen.lint.registry import Context, rule
 from kgen.lint.torchcmd import _SHELLS, Launch, find_launches, resolve
 
@@ -43,14 +43,13 @@ def _multi(w: Workload) -> bool:
     for c, _, launches in w.launches:
         env = w.env(c)
         for launch in launches:
-            if any(top > 1 for _, top, _ in _nnodes_values(launch, env)):
+            if any(top > 1 for _, top, _ in stated_nnodes(launch, env)):
                 return True
     return False
 
 
-# Variables that state the node count / processes per node wherever a manifest writes them down
-# (torchrun itself reads PET_NNODES / PET_NPROC_PER_NODE when the flag is absent).
-NNODES_VARS = ("NNODES", "NUM_NODES", "N_NODES", "NODE_COUNT", "PET_NNODES")
+# Variables that state the processes per node wherever a manifest writes them down (torchrun itself
+# reads PET_NPROC_PER_NODE when the flag is absent); the node count's are the model's NNODES_VARS.
 NPROC_VARS = ("NPROC_PER_NODE", "GPUS_PER_NODE", "NUM_GPUS_PER_NODE", "PET_NPROC_PER_NODE")
 
 
@@ -59,22 +58,6 @@ def _each(w: Workload) -> Iterator[tuple[dict, tuple, list]]:
     for c, cpath, scripted, _why in w.containers:
         found = [launch for launch in scripted.launches if launch.training]
         yield c, cpath, found or [None]
-
-
-def _nnodes_values(launch: Launch | None, env: dict) -> list[tuple[int, int, str]]:
-    """(min, max nodes, where) stated by a launch: --nnodes (N or MIN:MAX) and the container's
-    literal NNODES-like variables (``where`` is "--nnodes=..." or "VAR=...")."""
-    out = []
-    raw = resolve(launch.flag("nnodes"), env) if launch is not None and launch.has("nnodes") else None
-    if raw:
-        parts = raw.split(":")
-        if len(parts) <= 2 and all(p.isdigit() for p in parts):
-            out.append((int(parts[0]), int(parts[-1]), f"--nnodes={raw}"))
-    for var in NNODES_VARS:
-        nn = env.get(var)
-        if isinstance(nn, str) and nn.isdigit():
-            out.append((int(nn), int(nn), f"{var}={nn}"))
-    return out
 
 
 def _nproc_values(launch: Launch | None, env: dict) -> list[tuple[int, str]]:
@@ -132,18 +115,22 @@ def nnodes_agree(docs: list, ctx: Context) -> Iterator:
         if w.nodes is None:
             continue
         what = w.facts.count_what
+        shared = world(docs, w)
+        nodes = w.nodes if shared is None else shared.nodes
+        if shared is not None:
+            what = f"the world it shares with other workloads ({what} of each added up)"
         for c, cpath, launches in _each(w):
             env = w.env(c)
             for launch in launches:
-                for low, high, where in _nnodes_values(launch, env):
-                    if not low <= w.nodes <= high:
+                for low, high, where in stated_nnodes(launch, env):
+                    if not low <= nodes <= high:
                         path = _where_path(cpath, c, launch, "nnodes", where)
                         why = (
                             "every pod trains alone as a world of its own"
                             if high == 1 and where.startswith("--")
                             else "the world never completes"
                         )
-                        yield w.doc, path, f"{where} but {what} is {w.nodes}; {why}. Make them equal"
+                        yield w.doc, path, f"{where} but {what} is {nodes}; {why}. Make them equal"
 
 
 @rule(
@@ -219,7 +206,7 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
                 continue
             env = {e.get("name"): i for i, e in enumerate(k8s.env_list(c)) if isinstance(e, dict)}
             for var in _HAND_SET:
-                if var in env:
+                if var in env and not _feeds_a_flag(var, launches):
                     yield (
                         w.doc,
                         cpath + ("env", env[var], "name"),
@@ -233,6 +220,14 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
                         _launch_path(cpath, launches[0]),
                         f"the script exports {var}, which torchrun overrides per worker; delete it",
                     )
+
+
+def _feeds_a_flag(var: str, launches: list[Launch]) -> bool:
+    """The launcher reads ``var`` as a flag's value (JobSet's examples: RANK from the completion index,
+    then ``--node_rank=$RANK``): the variable is the node rank's input, not a worker's RANK left to
+    mislead (torchrun sets the workers' own)."""
+    ref = re.compile(r"\$(?:\{" + var + r"\b|\(" + var + r"\)|" + var + r"\b)")
+    return any(isinstance(v, str) and ref.search(v) for launch in launches for v in launch.flags.values())
 
 
 # --- pod shape ----------------------------------------------------------------------------------

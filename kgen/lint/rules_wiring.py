@@ -16,8 +16,8 @@ from functools import partial
 from typing import Any
 
 from kgen.findings import Severity
-from kgen.lint import k8s
-from kgen.lint.model import TRAINING_KINDS, Workload, workloads
+from kgen.lint import k8s, kinds
+from kgen.lint.model import POD0_HOST, TRAINING_KINDS, Workload, workloads, world
 from kgen.lint.model import memo as _memo
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _env_path, _launch_path, _multi
@@ -291,10 +291,14 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
                         )
                 plain = [(k, v) for k, v in sel.items() if isinstance(v, str)]
                 rarest = min(plain, key=lambda p: (len(by_label.get(p, ())), p)) if plain else None
+                shared = world(docs, w)
                 others = [
                     d
                     for d in (by_label.get(rarest, []) if rarest else [])
-                    if d is not w.doc and same_namespace(svc, d) and k8s.selector_matches(sel, k8s.template_labels(d))
+                    if d is not w.doc
+                    and same_namespace(svc, d)
+                    and k8s.selector_matches(sel, k8s.template_labels(d))
+                    and (shared is None or id(d) not in shared.members)
                 ]
                 for other in others:
                     yield (
@@ -396,16 +400,15 @@ def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
             )
 
 
-_POD0 = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
-
-
 @rule(
     "KG105",
     E,
     "MASTER_ADDR (and --master-addr / --rdzv-endpoint) must name pod 0 of this workload "
     "(<name>-0.<service>[.<namespace>.svc...], in the workload's namespace), not the Service, which "
     "resolves to any pod (a Service "
-    "pinned to pod 0 by batch.kubernetes.io/job-completion-index or statefulset.kubernetes.io/pod-name is fine).",
+    "pinned to pod 0 by batch.kubernetes.io/job-completion-index or statefulset.kubernetes.io/pod-name, or by the "
+    "index labels of the kind's controller -- PyTorchJob's replica-type + replica-index, JobSet's, "
+    "LeaderWorkerSet's, Volcano's -- is fine).",
     "Set MASTER_ADDR to <name>-0.<service>.",
     kinds=TRAINING_KINDS,
     scope="stream",
@@ -432,9 +435,14 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                     if not raw.startswith("$"):
                         checks.append((launch.spelling(key), host_of(raw), _launch_path(cpath, launch, key)))
             yield from _self_master(w, c, cpath, launches, svc_name)
+            shared = world(docs, w)
+            leader = shared.leader.name if shared is not None else None
             for what, value, path in checks:
                 if "$" in value or not value:
                     continue
+                m = POD0_HOST.match(value.lower().rstrip("."))
+                if leader and m and m.group("pod") == leader and m.group("svc") == named:
+                    continue  # pod 0 of the workload that leads the world this one is part of
                 pod0 = {n for n, s in svcs.items() if k8s.selector_scope(_selector(s), w.doc) == "pod0"}
                 msg = _master_problem(value, w.name, svc_name, partial(index.named, w=w), pod0, w.doc.namespace)
                 if msg:
@@ -444,6 +452,7 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
 def _managed_master(docs: list) -> Iterator:
     """MASTER_ADDR / --master-addr / --rdzv-endpoint of a kind whose controller names the pods
     (JobSet, PyTorchJob, Volcano Job, LeaderWorkerSet) must name its pod 0."""
+    index = _service_index(docs)
     for w in workloads(docs):
         if w.user_wired or not w.facts.master_hosts or not _multi(w):
             continue
@@ -465,6 +474,8 @@ def _managed_master(docs: list) -> Iterator:
                 if any(host == h or host.startswith(h + ".") for h in w.facts.master_hosts):
                     continue
                 label = host.split(".")[0]
+                if any(_pins_pod0(svc, w) for svc in index.by_name.get(label, ()) if same_namespace(svc, w.doc)):
+                    continue  # the user's own Service, pinned to pod 0 by the controller's index labels
                 if w.facts.service_like and label == w.facts.service_like:
                     why = "names the Service, which resolves to any pod"
                 elif w.facts.service_like and host.split(".")[1:2] and label == want.split(".")[0]:
@@ -474,6 +485,19 @@ def _managed_master(docs: list) -> Iterator:
                 else:
                     why = f"is not pod 0 of this {w.kind}"
                 yield w.doc, path, f"{what}={value} {why}; use {want}"
+
+
+def _pins_pod0(svc: Any, w: Workload) -> bool:
+    """A Service whose selector names pod 0's index labels (the controller's, e.g. PyTorchJob's
+    replica-type + replica-index) and else only the workload's identity or template labels selects
+    pod 0 alone (nebius/ml-cookbook's PyTorchJob rendezvous Service)."""
+    index = w.facts.pod0_index
+    sel = _selector(svc)
+    if not index or any(sel.get(k) != v for k, v in index.items()):
+        return False
+    first = kinds.templates(w.doc)[0]
+    allowed = {**first.labels, **w.facts.pod_identity, **index}
+    return all(allowed.get(k) == v for k, v in sel.items())
 
 
 _SELF_FIELDS = {"status.podIP", "status.podIPs", "metadata.name", "spec.nodeName", "status.hostIP", "status.hostIPs"}
@@ -531,7 +555,7 @@ def _master_problem(
         return None  # a Service that selects only pod 0 (per-pod label) is a stable master address
     if first == svc or is_service(first):
         return f"names the Service, which resolves to any pod; use pod 0's name {want}"
-    m = _POD0.match(host)
+    m = POD0_HOST.match(host)
     if m and m.group("pod") == name and (svc is None or m.group("svc") == svc):
         parts = host.split(".")
         if len(parts) >= 3 and namespace and parts[2] != namespace:

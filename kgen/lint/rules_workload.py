@@ -196,7 +196,10 @@ def pod_failure_policy_rules(doc: Any, ctx: Context) -> Iterator:
             yield base + (i, "action"), f"action {action!r} must be one of {', '.join(_ACTIONS)}"
         if action == "FailIndex" and spec.get("backoffLimitPerIndex") is None:
             yield base + (i, "action"), "action FailIndex requires spec.backoffLimitPerIndex"
-        has_codes, has_conds = r.get("onExitCodes") is not None, r.get("onPodConditions") is not None
+        # The server counts an empty onPodConditions as absent (len() > 0): JobSet's examples write
+        # `onPodConditions: []` beside onExitCodes for the old schemas that required the field.
+        conds = r.get("onPodConditions")
+        has_codes, has_conds = r.get("onExitCodes") is not None, conds is not None and conds != []
         if has_codes == has_conds:
             yield base + (i,), "set exactly one of onExitCodes and onPodConditions"
         codes = r.get("onExitCodes")

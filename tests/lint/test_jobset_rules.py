@@ -116,6 +116,21 @@ PASSING = [
     ("KG150", "jobset", set_at(FP + ("rules", 0, "name"), "Not_Retriable:2,4")),
     ("KG150", "jobset", set_at(FP + ("restartStrategy",), "BlockingRecreate")),
     ("KG151", "jobset", set_at(JOB + ("activeDeadlineSeconds",), 3600)),
+    # jobset examples/failure-policy/host-maintenance-event-model.yaml: onPodConditions without status
+    # is KG067's info for a Job (the server defaults it), never a KG151 error for a child Job
+    (
+        "KG151",
+        "jobset",
+        set_at(
+            JOB + ("podFailurePolicy",),
+            {
+                "rules": [
+                    {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}, "onPodConditions": []},
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                ]
+            },
+        ),
+    ),
     ("KG152", "jobset", set_at(JS + ("metadata", "name"), "l" * 48)),
     ("KG115", "jobset", delete_at(JOB + ("completionMode",))),  # the JobSet webhook defaults it to Indexed
     ("KG105", "jobset", set_at(ENV + (MASTER, "value"), "kgen-train-node-0-0.kgen-train.ml.svc.cluster.local")),

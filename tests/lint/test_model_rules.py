@@ -352,6 +352,122 @@ CASES += [
 ]
 
 
+# From the review of real manifests (tests/lint/fixtures/realworld/README.md, "Second pass"):
+# kubernetes-sigs/jobset examples/pytorch/cnn-mnist feeds RANK (the completion index) to --node_rank;
+# pytorch/xla docs/kubernetes.md comments every continued flag line, which leaves torchrun without its
+# flags and training script.
+CASES += [
+    (
+        "KG109",
+        _set_env(_script_job(OK_TORCHRUN), "RANK", "0"),
+        _set_env(_script_job(OK_TORCHRUN.replace("$(NODE_RANK)", "$RANK")), "RANK", "0"),
+    ),
+    (
+        "KG119",
+        _script_job("torchrun \\\n  # the number of hosts\n  --nnodes=4 \\\n  train.py"),
+        _script_job("# the number of hosts: 4\n" + OK_TORCHRUN.replace(" --", " \\\n  --")),
+    ),
+]
+
+
+def _pytorchjob_with_rdzv_service(selector: dict) -> list:
+    """nebius/ml-cookbook topology-aware-scheduling/kai/10-pytorchjob.yaml's layout: MASTER_ADDR names
+    the user's own headless Service, which selects the PyTorchJob's pods by the operator's labels."""
+    job = _pytorchjob()
+    for role in ("Master", "Worker"):
+        c = job["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["containers"][0]
+        c["env"] = [{"name": "MASTER_ADDR", "value": "pt-rdzv"}]
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "pt-rdzv", "namespace": "ml"},
+        "spec": {"clusterIP": "None", "selector": {"training.kubeflow.org/job-name": "pt", **selector}},
+    }
+    return [svc, job]
+
+
+CASES += [
+    (
+        "KG105",
+        _pytorchjob_with_rdzv_service({"training.kubeflow.org/replica-type": "worker"}),
+        _pytorchjob_with_rdzv_service(
+            {"training.kubeflow.org/replica-type": "master", "training.kubeflow.org/replica-index": "0"}
+        ),
+    ),
+    (
+        "KG105",  # replica-index 0 without the type selects master-0 and worker-0
+        _pytorchjob_with_rdzv_service({"training.kubeflow.org/replica-index": "0"}),
+        _pytorchjob_with_rdzv_service(
+            {"training.kubeflow.org/replica-type": "master", "training.kubeflow.org/replica-index": "0"}
+        ),
+    ),
+]
+
+
+def _segments(nnodes: tuple[int, int]) -> list:
+    """nebius/ml-cookbook topology-aware-scheduling/kai/12-indexedjob.yaml's layout: one world of two
+    Indexed Jobs (one per topology segment) under one headless Service, every pod's master pod 0 of
+    the first Job; ``nnodes`` is what each Job's torchrun states."""
+    svc = service("seg")
+    svc["spec"]["selector"] = {"app.kubernetes.io/instance": "seg"}
+    out: list = [svc]
+    for i, n in enumerate(nnodes):
+        j = job(f"seg-{i}", nodes=2)
+        j["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/instance"] = "seg"
+        pod = j["spec"]["template"]["spec"]
+        pod["subdomain"] = "seg"
+        pod["containers"][0]["args"] = [
+            a.replace("--nnodes=2", f"--nnodes={n}").replace(f"seg-{i}-0.seg-{i}", "seg-0-0.seg")
+            for a in pod["containers"][0]["args"]
+        ]
+        out.append(j)
+    return out
+
+
+CASES += [
+    ("KG105", _segments((4, 2)), _segments((4, 4))),  # a copied master address (own count) vs one world
+    ("KG103", _segments((2, 2)), _segments((4, 4))),  # two worlds under one Service vs one world
+    ("KG106", _segments((5, 5)), _segments((4, 4))),
+]
+
+
+def _runtime(gpu_step: str) -> list:
+    """A ClusterTrainingRuntime shaped like kubeflow/trainer's torchtune runtimes: a model-initializer
+    step, then the trainer step ``node``; ``gpu_step`` asks for GPUs (and has no /dev/shm)."""
+
+    def step(name: str, ancestor: str) -> dict:
+        c: dict = {"name": name, "image": "ghcr.io/acme/step:1.0"}
+        if name == gpu_step:
+            c["resources"] = {"limits": {"nvidia.com/gpu": 2}}
+        return {
+            "name": name,
+            "template": {
+                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": ancestor}},
+                "spec": {"template": {"spec": {"containers": [c]}}},
+            },
+        }
+
+    return [
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": "torchtune-like"},
+            "spec": {
+                "mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": 2}},
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [step("model-initializer", "model-initializer"), step("node", "trainer")]
+                    }
+                },
+            },
+        }
+    ]
+
+
+# a runtime's initializer steps download once: they are not the trainer the operator wires
+CASES += [("KG110", _runtime("node"), _runtime("model-initializer"))]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_rule_fails_and_its_near_miss_passes(case):
     rule_id, failing, near_miss = case
@@ -580,3 +696,18 @@ def test_a_gpu_smoke_test_job_is_not_training():
     job_doc["spec"]["template"]["spec"]["containers"][0]["env"] = []
     job_doc["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] = {}
     assert "KG110" not in rule_ids(lint_docs([job_doc]))
+
+
+def test_flags_cut_off_by_a_comment_line_are_named():
+    bad = lint_docs(_script_job("torchrun \\\n  # the number of hosts\n  --nnodes=4 \\\n  train.py"))
+    [finding] = [f for f in bad.findings if f.rule_id == "KG119"]
+    assert "no training script" in finding.message and "'--nnodes=4' runs as a command of its own" in finding.message
+
+
+def test_a_job_with_only_generate_name_is_named_in_messages():
+    docs = BASES["job"]()
+    meta = docs[1]["metadata"]
+    meta["generateName"] = meta.pop("name") + "-"
+    messages = [f.message for f in lint_docs(docs, explain=True).findings]
+    assert any("-<suffix>'" in m for m in messages), messages
+    assert not any("''" in m or " -0." in m or "=-0." in m for m in messages), messages

@@ -112,6 +112,8 @@ FAILING = [
     ("KG057", "job", set_at(C0 + ("securityContext",), {"runAsGroup": -1}), "1.37"),
     ("KG058", "job", _append(ENV, {"name": "HF_TOKEN", "value": "hf_abc"}), "1.37"),
     ("KG058", "job", _append(ENV, {"name": "DB_PASSWORD_FILE", "value": "hunter2"}), "1.37"),  # not a path
+    ("KG058", "job", _append(ENV, {"name": "WANDB_API_KEY", "value": "0123abcd"}), "1.37"),
+    ("KG058", "job", _append(ENV, {"name": "AWS_SECRET_ACCESS_KEY", "value": "wJalrXUtnFEMI"}), "1.37"),
     ("KG059", "job", set_at(C0 + ("image",), "ghcr.io/acme/train:latest"), "1.37"),
     ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train"), "1.37"),
     ("KG060", "job", delete_at(POD + ("restartPolicy",)), "1.37"),
@@ -181,6 +183,12 @@ FAILING = [
         ),
         "1.37",
     ),
+    (
+        "KG066",
+        "job",
+        set_at(J + ("spec", "podFailurePolicy"), {"rules": [{"action": "FailJob", "onPodConditions": []}]}),
+        "1.37",
+    ),  # an empty onPodConditions is no condition: the rule matches nothing
     (
         "KG067",
         "job",
@@ -372,6 +380,19 @@ PASSING = [
         "1.37",
     ),
     ("KG058", "job", _append(ENV, {"name": "DB_PASSWORD_FILE", "value": "/run/secrets/db"}), "1.37"),
+    (
+        "KG066",
+        "job",
+        set_at(
+            J + ("spec", "podFailurePolicy"),
+            {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}, "onPodConditions": []}]},
+        ),
+        "1.37",
+    ),  # jobset examples/failure-policy: the server counts an empty onPodConditions as absent (len() > 0)
+    # TOKENIZERS_PARALLELISM / MAX_TOKENS only begin like TOKEN (nebius/ml-cookbook's manifests set the first)
+    ("KG058", "job", _append(ENV, {"name": "TOKENIZERS_PARALLELISM", "value": "False"}), "1.37"),
+    ("KG058", "job", _append(ENV, {"name": "MAX_TOKENS", "value": "hf_looks_like_a_token"}), "1.37"),
+    ("KG058", "job", _append(ENV, {"name": "TOKEN_LIMIT", "value": "4096"}), "1.37"),  # a count, not a secret
     ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train@sha256:" + "a" * 64), "1.37"),
     ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train:1.4"), "1.37"),
     ("KG060", "job", set_at(POD + ("restartPolicy",), "OnFailure"), "1.37"),
@@ -530,6 +551,14 @@ def test_rule_fails(case):
     finding = next(f for f in result.findings if f.rule_id == rule_id)
     assert finding.line > 0 and finding.column > 0 and finding.file == "test.yaml"
     assert finding.severity is load_rules()[rule_id].severity
+
+
+def test_a_secret_placeholder_is_named_as_such():
+    # kubernetes-sigs/lws docs/examples/sglang/lws.yaml: HF_TOKEN: $HF_TOKEN reaches the pod as that text
+    docs = BASES["job"]()
+    _append(ENV, {"name": "HF_TOKEN", "value": "$HF_TOKEN"})(docs)
+    [finding] = [f for f in lint_docs(docs).findings if f.rule_id == "KG058"]
+    assert "is the text '$HF_TOKEN'" in finding.message and "expands only $(VAR)" in finding.message
 
 
 @pytest.mark.parametrize("case", PASSING, ids=[_case_id(c) for c in PASSING])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kgen.lint.kinds.base import Adapter, get
+from kgen.lint.kinds.base import Adapter, get, unknown_fields
 
 SPEC_KEYS = {"components", "suspend", "managedBy"}
 COMPONENT_KEYS = {"template", "annotations", "podSets", "podSetInfos", "declaredPodSets"}
@@ -31,9 +31,7 @@ class AppWrapperAdapter(Adapter):
         if not isinstance(spec, dict):
             yield ("spec",), "spec must be a mapping with components"
             return
-        for key in spec:
-            if key not in SPEC_KEYS:
-                yield ("spec", key), f"unknown field spec.{key} (AppWrapper has {', '.join(sorted(SPEC_KEYS))})"
+        yield from unknown_fields(spec, SPEC_KEYS, ("spec",), "unknown field spec.{key} (AppWrapper has {allowed})")
         comps = spec.get("components")
         if not isinstance(comps, list) or not comps:
             yield ("spec",), "components must be a non-empty list"
@@ -43,9 +41,7 @@ class AppWrapperAdapter(Adapter):
             if not isinstance(comp, dict):
                 yield path, "each component must be a mapping with a template"
                 continue
-            for key in comp:
-                if key not in COMPONENT_KEYS:
-                    yield path + (key,), f"unknown field {key!r} in a component"
+            yield from unknown_fields(comp, COMPONENT_KEYS, path, "unknown field {key!r} in a component")
             tpl = comp.get("template")
             if not isinstance(tpl, dict) or not tpl.get("apiVersion") or not tpl.get("kind"):
                 yield (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,17 @@ def get(data: Any, *path: Any) -> Any:
     return data
 
 
+def unknown_fields(
+    mapping: dict, allowed: Collection[str], path: tuple, message: str, listed: Collection[str] | None = None
+) -> Iterator[tuple[tuple, str]]:
+    """The keys of ``mapping`` its API reference does not define: (``path`` + key, ``message`` formatted
+    with ``key`` and ``allowed``, the defined keys -- or ``listed`` -- sorted and joined)."""
+    names = ", ".join(sorted(allowed if listed is None else listed))
+    for key in mapping:
+        if key not in allowed:
+            yield path + (key,), message.format(key=key, allowed=names)
+
+
 def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -46,6 +57,7 @@ class Template:
     injected_env: frozenset = frozenset()  # variables the controller adds to its containers
     rank_sources: frozenset = frozenset()
     trainer_container: str | None = None  # the container the operator wires (PyTorchJob "pytorch")
+    operator_step: bool = True  # operator kinds: a trainer step (False: a TrainingRuntime's initializer)
     containers: list | None = None  # (container, path) when they are not at spec.containers (TrainJob's trainer)
     partial: bool = False  # only part of the pod is in this object (TrainJob: volumes live in the runtime)
 
@@ -86,6 +98,11 @@ class Facts:
     resources_elsewhere: bool = False  # a template whose users give the pods their resources (TrainingRuntime)
     group_restart: bool = False  # the controller restarts the whole group when a child Job fails (JobSet)
     nproc_stated: tuple | None = None  # (value, path, field name) processes per node written in the spec
+    # Managed kinds: the labels the controller gives every pod of the workload (its identity) and those
+    # only pod 0 of the world carries (its index): a Service selecting pod 0's index labels, and else
+    # only these or template labels, serves pod 0 alone -- a stable master address.
+    pod_identity: dict = field(default_factory=dict)
+    pod0_index: dict = field(default_factory=dict)
 
 
 class Adapter:

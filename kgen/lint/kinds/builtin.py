@@ -22,6 +22,18 @@ def job_pods(spec: dict) -> int | None:
     return par if par is not None else (1 if "parallelism" not in spec else None)
 
 
+def _job_nodes(spec: dict) -> int | None:
+    """Pods of a training Job: completions (else parallelism); None when neither is an integer."""
+    comp = as_int(spec.get("completions"))
+    return comp if comp is not None else as_int(spec.get("parallelism"))
+
+
+def _sts_replicas(spec: dict) -> int | None:
+    """A StatefulSet's replicas (1 when the field is absent)."""
+    reps = as_int(spec.get("replicas"))
+    return 1 if reps is None and "replicas" not in spec else reps
+
+
 class JobAdapter(Adapter):
     kind = "Job"
     groups = ("batch",)
@@ -32,14 +44,11 @@ class JobAdapter(Adapter):
         if not isinstance(tpl, dict):
             return []
         indexed = spec.get("completionMode") == "Indexed"
-        comp = as_int(spec.get("completions"))
-        if comp is None:
-            comp = as_int(spec.get("parallelism"))
         return [
             Template(
                 tpl,
                 ("spec", "template"),
-                comp,
+                _job_nodes(spec),
                 job=spec,
                 job_path=("spec",),
                 rank_sources=frozenset({JOB_INDEX} if indexed else ()),
@@ -48,12 +57,10 @@ class JobAdapter(Adapter):
 
     def facts(self, doc: Any) -> Facts:
         spec = _spec(doc)
-        comp = as_int(spec.get("completions"))
-        nodes = comp if comp is not None else as_int(spec.get("parallelism"))
         sub = get(spec, "template", "spec", "subdomain")
         return Facts(
             "Job",
-            nodes,
+            _job_nodes(spec),
             "completions",
             dns="subdomain",
             dns_name=sub if isinstance(sub, str) and sub else None,
@@ -72,20 +79,14 @@ class StatefulSetAdapter(Adapter):
         tpl = spec.get("template")
         if not isinstance(tpl, dict):
             return []
-        reps = as_int(spec.get("replicas"))
-        if reps is None and "replicas" not in spec:
-            reps = 1
-        return [Template(tpl, ("spec", "template"), reps, rank_sources=frozenset({STS_INDEX}))]
+        return [Template(tpl, ("spec", "template"), _sts_replicas(spec), rank_sources=frozenset({STS_INDEX}))]
 
     def facts(self, doc: Any) -> Facts:
         spec = _spec(doc)
-        reps = as_int(spec.get("replicas"))
-        if reps is None and "replicas" not in spec:
-            reps = 1
         name = spec.get("serviceName")
         return Facts(
             "StatefulSet",
-            reps,
+            _sts_replicas(spec),
             "replicas",
             dns="serviceName",
             dns_name=name if isinstance(name, str) and name else None,

@@ -61,6 +61,12 @@ def network_facts(name: str, spec: dict, base: tuple, facts: Facts) -> None:
     facts.service_like = sub
     if first:
         facts.master_hosts = (js.pod_fqdn(name, sub, 0, first),)
+        facts.pod_identity = {"jobset.sigs.k8s.io/jobset-name": name}
+        facts.pod0_index = {
+            "jobset.sigs.k8s.io/replicatedjob-name": first,
+            "jobset.sigs.k8s.io/job-index": "0",
+            "batch.kubernetes.io/job-completion-index": "0",
+        }
     if get(spec, "network", "enableDNSHostnames") is False:
         facts.dns_problems.append(
             (

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kgen.lint.kinds.base import LWS_INDEX, Adapter, Facts, Template, as_int, get
+from kgen.lint.kinds.base import LWS_INDEX, Adapter, Facts, Template, as_int, get, unknown_fields
 
 INJECTED = frozenset({"LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "LWS_GROUP_INDEX"})
 SPEC_KEYS = {"replicas", "leaderWorkerTemplate", "rolloutStrategy", "startupPolicy", "networkConfig"}
@@ -74,6 +74,11 @@ class LWSAdapter(Adapter):
         )
         facts.master_hosts = (f"{doc.name}-0.{doc.name}", f"{doc.name}-0")
         facts.service_like = doc.name
+        facts.pod_identity = {"leaderworkerset.sigs.k8s.io/name": doc.name}
+        facts.pod0_index = {
+            "leaderworkerset.sigs.k8s.io/group-index": "0",
+            "leaderworkerset.sigs.k8s.io/worker-index": "0",
+        }
         return facts
 
     def structure(self, doc: Any, ctx: Any) -> Iterator[tuple[tuple, str]]:
@@ -81,16 +86,16 @@ class LWSAdapter(Adapter):
         if not isinstance(spec, dict):
             yield ("spec",), "spec must be a mapping with leaderWorkerTemplate"
             return
-        for key in spec:
-            if key not in SPEC_KEYS:
-                yield ("spec", key), f"unknown field spec.{key} (LeaderWorkerSet has {', '.join(sorted(SPEC_KEYS))})"
+        yield from unknown_fields(
+            spec, SPEC_KEYS, ("spec",), "unknown field spec.{key} (LeaderWorkerSet has {allowed})"
+        )
         lwt = spec.get("leaderWorkerTemplate")
         if not isinstance(lwt, dict):
             yield ("spec",), "leaderWorkerTemplate is required"
             return
-        for key in lwt:
-            if key not in LWT_KEYS:
-                yield ("spec", "leaderWorkerTemplate", key), f"unknown field leaderWorkerTemplate.{key}"
+        yield from unknown_fields(
+            lwt, LWT_KEYS, ("spec", "leaderWorkerTemplate"), "unknown field leaderWorkerTemplate.{key}"
+        )
         if not isinstance(get(lwt, "workerTemplate", "spec"), dict):
             yield ("spec", "leaderWorkerTemplate"), "workerTemplate (a pod template) is required"
         size = lwt.get("size")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kgen.lint import k8s
-from kgen.lint.kinds.base import RANK_ENV, Adapter, Facts, Template, as_int, get
+from kgen.lint.kinds.base import RANK_ENV, Adapter, Facts, Template, as_int, get, unknown_fields
 
 ROLES = ("Master", "Worker")
 SPEC_KEYS = {"runPolicy", "elasticPolicy", "pytorchReplicaSpecs", "nprocPerNode"}
@@ -101,6 +101,8 @@ class PyTorchJobAdapter(Adapter):
         facts = Facts("PyTorchJob", total, "replicas (Master + Worker)", dns="managed")
         first = "master" if "Master" in _specs(doc) else "worker"
         facts.master_hosts = (f"{doc.name}-{first}-0",)
+        facts.pod_identity = {"training.kubeflow.org/job-name": doc.name}
+        facts.pod0_index = {"training.kubeflow.org/replica-type": first, "training.kubeflow.org/replica-index": "0"}
         suspend = get(doc.data, "spec", "runPolicy", "suspend")
         facts.suspend = suspend if isinstance(suspend, bool) else None
         facts.suspend_path = ("spec", "runPolicy", "suspend")
@@ -119,9 +121,9 @@ class PyTorchJobAdapter(Adapter):
                 ("metadata", "name"),
                 f"a PyTorchJob's name must be a DNS-1035 label (starts with a letter), got {doc.name!r}",
             )
-        for key in spec:
-            if key not in SPEC_KEYS and key not in LEGACY_KEYS:
-                yield ("spec", key), f"unknown field spec.{key} (PyTorchJob has {', '.join(sorted(SPEC_KEYS))})"
+        yield from unknown_fields(
+            spec, SPEC_KEYS | LEGACY_KEYS, ("spec",), "unknown field spec.{key} (PyTorchJob has {allowed})", SPEC_KEYS
+        )
         specs = spec.get("pytorchReplicaSpecs")
         if not isinstance(specs, dict) or not specs:
             yield ("spec",), "pytorchReplicaSpecs must map Master and/or Worker to replica specs"
@@ -134,9 +136,7 @@ class PyTorchJobAdapter(Adapter):
             if not isinstance(rs, dict):
                 yield path, f"{role} must be a mapping with replicas and template"
                 continue
-            for key in rs:
-                if key not in REPLICA_KEYS:
-                    yield path + (key,), f"unknown field {key!r} in a replica spec ({', '.join(sorted(REPLICA_KEYS))})"
+            yield from unknown_fields(rs, REPLICA_KEYS, path, "unknown field {key!r} in a replica spec ({allowed})")
             reps = rs.get("replicas")
             if role == "Master" and reps is not None and reps != 1:
                 yield path + ("replicas",), f"Master replicas must be 1, got {reps!r}"
@@ -161,9 +161,9 @@ class PyTorchJobAdapter(Adapter):
             else:
                 if "Worker" not in specs:
                     yield ("spec", "elasticPolicy"), "elasticPolicy needs a Worker replica spec"
-                for key in elastic:
-                    if key not in ELASTIC_KEYS:
-                        yield ("spec", "elasticPolicy", key), f"unknown field elasticPolicy.{key}"
+                yield from unknown_fields(
+                    elastic, ELASTIC_KEYS, ("spec", "elasticPolicy"), "unknown field elasticPolicy.{key}"
+                )
                 if "nProcPerNode" in elastic and "nprocPerNode" in spec:
                     yield (
                         ("spec", "elasticPolicy", "nProcPerNode"),
@@ -180,9 +180,7 @@ class PyTorchJobAdapter(Adapter):
             )
         run = spec.get("runPolicy")
         if isinstance(run, dict):
-            for key in run:
-                if key not in RUN_POLICY_KEYS:
-                    yield ("spec", "runPolicy", key), f"unknown field runPolicy.{key}"
+            yield from unknown_fields(run, RUN_POLICY_KEYS, ("spec", "runPolicy"), "unknown field runPolicy.{key}")
 
 
 def nproc_per_node(doc: Any) -> tuple[str, tuple] | None:

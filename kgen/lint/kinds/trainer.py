@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kgen.lint.kinds.base import JOB_INDEX, RANK_ENV, Adapter, Facts, Template, as_int, get
+from kgen import jobset as js
+from kgen.lint.kinds.base import JOB_INDEX, RANK_ENV, Adapter, Facts, Template, as_int, get, unknown_fields
 from kgen.lint.kinds.jobset import jobset_templates, network_facts
 
 INJECTED = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"})
@@ -31,7 +32,7 @@ TRAINJOB_KEYS = {
 TRAINER_KEYS = {"image", "command", "args", "env", "numNodes", "resourcesPerNode", "numProcPerNode"}
 RUNTIME_KEYS = {"mlPolicy", "podGroupPolicy", "template"}
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_LABEL = js.QUEUE_LABEL
 
 
 class TrainJobAdapter(Adapter):
@@ -96,9 +97,7 @@ class TrainJobAdapter(Adapter):
         if not isinstance(spec, dict):
             yield ("spec",), "spec must be a mapping with runtimeRef"
             return
-        for key in spec:
-            if key not in TRAINJOB_KEYS:
-                yield ("spec", key), f"unknown field spec.{key} (TrainJob has {', '.join(sorted(TRAINJOB_KEYS))})"
+        yield from unknown_fields(spec, TRAINJOB_KEYS, ("spec",), "unknown field spec.{key} (TrainJob has {allowed})")
         ref = spec.get("runtimeRef")
         if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref.get("name"):
             yield ("spec", "runtimeRef") if "runtimeRef" in spec else ("spec",), "runtimeRef.name is required"
@@ -106,9 +105,9 @@ class TrainJobAdapter(Adapter):
             yield ("spec", "runtimeRef", "kind"), f"runtimeRef.kind must be one of {', '.join(RUNTIME_KINDS)}"
         trainer = spec.get("trainer")
         if isinstance(trainer, dict):
-            for key in trainer:
-                if key not in TRAINER_KEYS:
-                    yield ("spec", "trainer", key), f"unknown field trainer.{key} ({', '.join(sorted(TRAINER_KEYS))})"
+            yield from unknown_fields(
+                trainer, TRAINER_KEYS, ("spec", "trainer"), "unknown field trainer.{key} ({allowed})"
+            )
             nn = trainer.get("numNodes")
             if nn is not None and (as_int(nn) is None or nn < 1):
                 yield ("spec", "trainer", "numNodes"), f"numNodes must be an integer >= 1, got {nn!r}"
@@ -129,6 +128,7 @@ class RuntimeAdapter(Adapter):
         for t in out:
             t.injected_env = INJECTED
             t.rank_sources = t.rank_sources | {RANK_ENV}
+            t.operator_step = not _initializer(doc, t)
         nodes = as_int(get(doc.data, "spec", "mlPolicy", "numNodes"))
         if nodes is not None:
             for t in out:
@@ -159,9 +159,9 @@ class RuntimeAdapter(Adapter):
         if not isinstance(spec, dict):
             yield ("spec",), "spec must be a mapping with template"
             return
-        for key in spec:
-            if key not in RUNTIME_KEYS:
-                yield ("spec", key), f"unknown field spec.{key} ({self.kind} has {', '.join(sorted(RUNTIME_KEYS))})"
+        yield from unknown_fields(
+            spec, RUNTIME_KEYS, ("spec",), "unknown field spec.{key} (" + self.kind + " has {allowed})"
+        )
         if not isinstance(get(spec, "template", "spec", "replicatedJobs"), list):
             yield (
                 ("spec", "template") if "template" in spec else ("spec",),
@@ -170,6 +170,21 @@ class RuntimeAdapter(Adapter):
         nn = get(spec, "mlPolicy", "numNodes")
         if nn is not None and (as_int(nn) is None or nn < 1):
             yield ("spec", "mlPolicy", "numNodes"), f"numNodes must be an integer >= 1, got {nn!r}"
+
+
+ANCESTOR_STEP = "trainer.kubeflow.org/trainjob-ancestor-step"
+INITIALIZER_STEPS = ("dataset-initializer", "model-initializer")
+
+
+def _initializer(doc: Any, t: Template) -> bool:
+    """A runtime's dataset/model initializer step (its Job or pod template labelled with that
+    trainjob-ancestor-step, or a replicatedJob named ``*-initializer`` without the label): it
+    downloads once, it does not train (manifests/base/runtimes/torchtune, data-cache)."""
+    for labels in (get(doc.data, *t.job_path[:-1], "metadata", "labels"), t.labels):
+        step = labels.get(ANCESTOR_STEP) if isinstance(labels, dict) else None
+        if isinstance(step, str):
+            return step in INITIALIZER_STEPS
+    return t.role.endswith("initializer")
 
 
 ADAPTERS = [TrainJobAdapter(), RuntimeAdapter("TrainingRuntime"), RuntimeAdapter("ClusterTrainingRuntime")]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kgen.lint.kinds.base import RANK_ENV, VOLCANO_INDEX, Adapter, Facts, Template, as_int, get
+from kgen.lint.kinds.base import RANK_ENV, VOLCANO_INDEX, Adapter, Facts, Template, as_int, get, unknown_fields
 
 SPEC_KEYS = {
     "schedulerName",
@@ -135,6 +135,8 @@ class VolcanoJobAdapter(Adapter):
             names = [str(t.get("name")) for _, t in _tasks(doc)]
             first = master if master in names else (names[0] if names else master)
             facts.master_hosts = (f"{doc.name}-{first}-0.{doc.name}", f"{doc.name}-{first}-0")
+            facts.pod_identity = {"volcano.sh/job-name": doc.name}
+            facts.pod0_index = {"volcano.sh/task-spec": first, "volcano.sh/task-index": "0"}
         else:
             facts.dns = "none"
         facts.kueue_managed = False
@@ -145,9 +147,7 @@ class VolcanoJobAdapter(Adapter):
         if not isinstance(spec, dict):
             yield ("spec",), "spec must be a mapping with tasks"
             return
-        for key in spec:
-            if key not in SPEC_KEYS:
-                yield ("spec", key), f"unknown field spec.{key} (Volcano Job has {', '.join(sorted(SPEC_KEYS))})"
+        yield from unknown_fields(spec, SPEC_KEYS, ("spec",), "unknown field spec.{key} (Volcano Job has {allowed})")
         tasks = spec.get("tasks")
         if not isinstance(tasks, list) or not tasks:
             yield ("spec", "tasks") if "tasks" in spec else ("spec",), "tasks must be a non-empty list"
@@ -158,9 +158,7 @@ class VolcanoJobAdapter(Adapter):
             if not isinstance(task, dict):
                 yield path, "each task must be a mapping with name, replicas and template"
                 continue
-            for key in task:
-                if key not in TASK_KEYS:
-                    yield path + (key,), f"unknown field {key!r} in a task ({', '.join(sorted(TASK_KEYS))})"
+            yield from unknown_fields(task, TASK_KEYS, path, "unknown field {key!r} in a task ({allowed})")
             name = task.get("name")
             if name in seen:
                 yield path + ("name",), f"task name {name!r} is used twice"
@@ -193,9 +191,7 @@ def _policies(policies: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
         if not isinstance(pol, dict):
             yield path + (j,), "each policy must be a mapping with an action"
             continue
-        for key in pol:
-            if key not in POLICY_KEYS:
-                yield path + (j, key), f"unknown field {key!r} in a policy ({', '.join(sorted(POLICY_KEYS))})"
+        yield from unknown_fields(pol, POLICY_KEYS, path + (j,), "unknown field {key!r} in a policy ({allowed})")
         if pol.get("action") not in ACTIONS:
             yield path + (j, "action"), f"action {pol.get('action')!r} must be one of {', '.join(ACTIONS)}"
         events = pol.get("events") or ([pol["event"]] if "event" in pol else [])

@@ -2150,12 +2150,12 @@ def request_stop(env: dict) -> int:
     except Denied as exc:
         wrong_secret(cfg, target, str(exc))
         raise AssertionError from exc  # unreachable
-    if not told:
-        fatal(
-            EXIT_MASTER_UNREACHABLE,
-            f"--stop: node 0 at {target} not reachable within {STOP_BUDGET:g}s ({detail}): nothing was stopped; "
-            f"the run may have ended, or node 0 is down (then Ctrl-C each node)",
+    if not told:  # one line: this command is no node, so no "stopped:" line follows (fatal would add one)
+        sys.stderr.write(
+            f"kgen-entrypoint: error: --stop: node 0 at {target} not reachable within {STOP_BUDGET:g}s ({detail}): "
+            "nothing was stopped; the run may have ended, or node 0 is down (then Ctrl-C each node)\n"
         )
+        return EXIT_MASTER_UNREACHABLE
     print(f"kgen-entrypoint: stop: {detail}; every node exits {EXIT_STOPPED} (stopped by user on {host})", flush=True)
     return 0
 

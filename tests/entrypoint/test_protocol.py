@@ -263,6 +263,7 @@ def test_stop_when_node0_is_unreachable_says_so_with_exit_3():
     assert res.returncode == 3 and time.monotonic() - t < 15
     assert f"--stop: node 0 at 127.0.0.1:{live} not reachable within 5s" in res.stderr
     assert "nothing was stopped" in res.stderr and res.stdout == ""
+    assert len(res.stderr.splitlines()) == 1, res.stderr  # said once (no node stopped: no "stopped:" line)
 
 
 def test_stop_with_a_wrong_secret_is_refused(tmp_path):

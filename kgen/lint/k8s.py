@@ -53,6 +53,28 @@ def is_configmap_key(value: Any) -> bool:
     )
 
 
+# An image reference as the kubelet parses it (distribution/reference's grammar, ParseNormalizedNamed):
+# [domain[:port]/]path[/path...][:tag][@digest], path components lower case; anything else fails the pod
+# with InvalidImageName.
+_IMAGE_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_IMAGE_DOMAIN = rf"(?:{_IMAGE_DOMAIN_PART}(?:\.{_IMAGE_DOMAIN_PART})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+IMAGE_REFERENCE = re.compile(
+    rf"(?P<name>(?:{_IMAGE_DOMAIN}/)?{_IMAGE_PATH}(?:/{_IMAGE_PATH})*)"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+_IMAGE_ID = re.compile(r"[a-f0-9]{64}")
+
+
+@lru_cache(maxsize=4096)
+def is_image_reference(value: str) -> bool:
+    """Whether the kubelet can parse ``value`` as an image reference (name at most 255 characters, not a
+    bare 64-hex image id)."""
+    m = IMAGE_REFERENCE.fullmatch(value) if len(value) <= 4096 else None
+    return m is not None and len(m.group("name")) <= 255 and not _IMAGE_ID.fullmatch(m.group("name"))
+
+
 def is_dns_label(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= 63 and bool(DNS1123_LABEL.match(value))
 

@@ -29,8 +29,8 @@ def explain(docs: list, ctx: Context) -> Iterator:
 
 def describe(w: Workload) -> str:
     role = f" {w.tpl.role!r}" if w.tpl.role else ""
-    pods = "?" if w.nodes is None else str(w.nodes)
-    parts = [f"training workload: {w.kind} {w.name!r}{role}, {pods} pods in the world"]
+    pods = "? pods" if w.nodes is None else f"{w.nodes} pod{'' if w.nodes == 1 else 's'}"
+    parts = [f"training workload: {w.kind} {w.name!r}{role}, {pods} in the world"]
     dns = {"subdomain": "subdomain + your headless Service", "serviceName": "serviceName + your headless Service"}
     wiring = dns.get(w.facts.dns, "made by the controller" if w.facts.dns == "managed" else "none")
     if w.facts.master_hosts:
@@ -52,6 +52,8 @@ def describe(w: Workload) -> str:
                 )
                 for launch in launches
             )
+        elif scripted.no_command and w.tpl.partial:
+            text = f"the runtime's command (not in this object: unknown launcher; {why})"
         elif scripted.no_command:
             text = f"the image's ENTRYPOINT (unknown launcher; {why})"
         else:

@@ -40,12 +40,33 @@ def container_names(doc: Any, ctx: Context) -> Iterator:
             seen.add(name)
 
 
-@rule("KG041", E, "Every container needs a non-empty image (the schema has it optional).", "Set image.")
+@rule(
+    "KG041",
+    E,
+    "Every container needs a non-empty image (the schema has it optional), and the image must be a valid "
+    "reference (lower-case repository path, tag, digest): the kubelet refuses anything else with "
+    "InvalidImageName, e.g. a placeholder left in ('<image>', 'gcr.io/PROJECT/train', '${IMAGE}').",
+    "Set image to a real reference, e.g. ghcr.io/org/train:1.4 (render templates before applying).",
+)
 def container_image(doc: Any, ctx: Context) -> Iterator:
+    from kgen.lint import kinds
+
     for spec, base in _pod(doc):
         for c, path in k8s.containers(spec, base):
             if not c.get("image"):
                 yield path, f"container {c.get('name', '?')!r} has no image; set image"
+    containers = [cp for spec, base in _pod(doc) for cp in k8s.containers(spec, base)]
+    containers += [cp for t in kinds.templates(doc) if t.containers is not None for cp in t.containers]  # TrainJob
+    for c, path in containers:
+        image = c.get("image")
+        if isinstance(image, str) and image and not k8s.is_image_reference(image):
+            yield (
+                path + ("image",),
+                (
+                    f"image {image!r} is not a valid image reference (a placeholder left in?); "
+                    "the kubelet fails the pod with InvalidImageName"
+                ),
+            )
 
 
 @rule(
@@ -490,8 +511,8 @@ def image_tag(doc: Any, ctx: Context) -> Iterator:
     containers += [cp for t in kinds.templates(doc) if t.containers is not None for cp in t.containers]  # TrainJob
     for c, path in containers:
         image = c.get("image")
-        if not isinstance(image, str) or not image or "@" in image:
-            continue
+        if not isinstance(image, str) or not image or "@" in image or not k8s.is_image_reference(image):
+            continue  # KG041 reports an invalid reference
         last = image.rsplit("/", 1)[-1]
         tag = last.split(":", 1)[1] if ":" in last else ""
         if tag in ("", "latest"):

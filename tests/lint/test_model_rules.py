@@ -310,6 +310,20 @@ def _trainjob(queue_on: str, suspend: bool = True) -> dict:
     return doc
 
 
+def _lws(network: dict) -> dict:
+    pod = {"containers": [{"name": "nginx", "image": "nginx:1.27", "resources": {"requests": {"cpu": "100m"}}}]}
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "web", "namespace": "ml"},
+        "spec": {
+            "replicas": 1,
+            "networkConfig": network,
+            "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": pod}},
+        },
+    }
+
+
 CASES += [
     ("KG132", [_volcano(1)], [_volcano(None)]),
     ("KG132", [_volcano(2)], [_volcano(4)]),
@@ -318,6 +332,9 @@ CASES += [
     ("KG107", [_pytorchjob(nproc="4")], [_pytorchjob(nproc="8")]),
     ("KG110", [_pytorchjob(shm=False)], [_pytorchjob()]),
     ("KG136", [{**_pytorchjob(), "spec": {"pytorchReplicaSpecs": {"Chief": {}}}}], [_pytorchjob()]),
+    # lws docs examples: the leader Service's ports are no field of networkConfig (only subdomainPolicy)
+    ("KG136", [_lws({"leaderServicePort": [{"name": "http", "port": 8080}]})], [_lws({"subdomainPolicy": "Shared"})]),
+    ("KG136", [_lws({"subdomainPolicy": "PerReplica"})], [_lws({"subdomainPolicy": "UniquePerReplica"})]),
 ]
 
 

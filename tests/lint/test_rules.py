@@ -58,6 +58,9 @@ FAILING = [
     ("KG034", "job", set_at(SVC + ("spec", "type"), "NodePort"), "1.37"),
     ("KG040", "job", set_at(C0 + ("name",), "Trainer_0"), "1.37"),
     ("KG041", "job", delete_at(C0 + ("image",)), "1.37"),
+    ("KG041", "job", set_at(C0 + ("image",), "<image>"), "1.37"),
+    ("KG041", "job", set_at(C0 + ("image",), "us-central1-docker.pkg.dev/PROJECT/train:1.4"), "1.37"),
+    ("KG041", "job", set_at(C0 + ("image",), "${IMAGE}"), "1.37"),
     ("KG042", "job", set_at(C0 + ("ports", 0, "name"), "c10d-rendezvous1"), "1.37"),
     ("KG042", "job", set_at(C0 + ("ports", 0, "name"), "29500"), "1.37"),
     ("KG043", "job", _append(ENV, {"name": "NCCL=DEBUG", "value": "1"}), "1.37"),
@@ -395,6 +398,8 @@ PASSING = [
     ("KG058", "job", _append(ENV, {"name": "TOKEN_LIMIT", "value": "4096"}), "1.37"),  # a count, not a secret
     ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train@sha256:" + "a" * 64), "1.37"),
     ("KG059", "job", set_at(C0 + ("image",), "localhost:5000/train:1.4"), "1.37"),
+    ("KG041", "job", set_at(C0 + ("image",), "Registry.Example:5000/team/train_v2:Release-1.4"), "1.37"),
+    ("KG041", "job", set_at(C0 + ("image",), "nvcr.io/nvidia/pytorch:24.07-py3"), "1.37"),
     ("KG060", "job", set_at(POD + ("restartPolicy",), "OnFailure"), "1.37"),
     ("KG063", "job", set_at(J + ("metadata", "name"), "a" * 61), "1.37"),  # a{61}-3 is 63
     ("KG080", "sts", set_at(J + ("metadata", "name"), "a" * 52), "1.37"),

@@ -13,6 +13,7 @@ from kgen.lint.kinds.base import LWS_INDEX, Adapter, Facts, Template, as_int, ge
 
 INJECTED = frozenset({"LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "LWS_GROUP_INDEX"})
 SPEC_KEYS = {"replicas", "leaderWorkerTemplate", "rolloutStrategy", "startupPolicy", "networkConfig"}
+NETWORK_KEYS = {"subdomainPolicy", "publishNotReadyAddresses"}
 LWT_KEYS = {
     "leaderTemplate",
     "workerTemplate",
@@ -110,6 +111,21 @@ class LWSAdapter(Adapter):
         sp = spec.get("startupPolicy")
         if sp is not None and sp not in ("LeaderCreated", "LeaderReady"):
             yield ("spec", "startupPolicy"), f"startupPolicy {sp!r} must be LeaderCreated or LeaderReady"
+        net = spec.get("networkConfig")
+        if net is not None and not isinstance(net, dict):
+            yield ("spec", "networkConfig"), "networkConfig must be a mapping (subdomainPolicy)"
+        elif isinstance(net, dict):
+            # NetworkConfig has only subdomainPolicy (publishNotReadyAddresses: the group-restart KEP); the
+            # leader Service's ports of some docs examples are no field: the API server rejects the object.
+            yield from unknown_fields(
+                net, NETWORK_KEYS, ("spec", "networkConfig"), "unknown field networkConfig.{key} ({allowed})"
+            )
+            policy = net.get("subdomainPolicy")
+            if policy is not None and policy not in ("Shared", "UniquePerReplica"):
+                yield (
+                    ("spec", "networkConfig", "subdomainPolicy"),
+                    f"subdomainPolicy {policy!r} must be Shared or UniquePerReplica",
+                )
 
 
 ADAPTERS = [LWSAdapter()]

@@ -32,6 +32,22 @@ def _wired(docs: list) -> list[Workload]:
     return _memo("wired", docs, lambda ds: [w for w in workloads(ds) if w.user_wired])
 
 
+def _rendezvous_services(docs: list) -> list[tuple[Workload, Any]]:
+    """Each user-wired workload's rendezvous Service, once per Service (with the first workload that uses
+    it): KG101 and KG102 each report a Service once."""
+
+    def pairs(ds: list) -> list[tuple[Workload, Any]]:
+        out, seen = [], set()
+        for w in _wired(ds):
+            svc = rendezvous_service(w, services_for(w, ds))
+            if svc is not None and id(svc) not in seen:
+                seen.add(id(svc))
+                out.append((w, svc))
+        return out
+
+    return _memo("rendezvous_services", docs, pairs)
+
+
 def services(docs: list) -> list:
     return _memo("services", docs, lambda ds: [d for d in ds if d.kind == "Service" and d.name])
 
@@ -212,11 +228,8 @@ def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
     scope="stream",
 )
 def rendezvous_headless(docs: list, ctx: Context) -> Iterator:
-    done = set()
-    for w in _wired(docs):
-        svc = rendezvous_service(w, services_for(w, docs))
-        if svc is not None and id(svc) not in done and k8s.get(svc.data, "spec", "clusterIP") != "None":
-            done.add(id(svc))
+    for w, svc in _rendezvous_services(docs):
+        if k8s.get(svc.data, "spec", "clusterIP") != "None":
             yield (
                 svc,
                 ("spec",),
@@ -239,15 +252,8 @@ def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
         if w.primary and w.facts.managed_not_ready is not None and _multi(w):
             path, message = w.facts.managed_not_ready
             yield w.doc, path, message
-    done = set()
-    for w in _wired(docs):
-        svc = rendezvous_service(w, services_for(w, docs))
-        if (
-            svc is not None
-            and id(svc) not in done
-            and k8s.get(svc.data, "spec", "publishNotReadyAddresses") is not True
-        ):
-            done.add(id(svc))
+    for w, svc in _rendezvous_services(docs):
+        if k8s.get(svc.data, "spec", "publishNotReadyAddresses") is not True:
             yield (
                 svc,
                 ("spec",),

@@ -627,7 +627,7 @@ class Session:
         self.tx_seq = self.rx_seq = 0
 
     def seal(self, msg: dict) -> bytes:
-        body = json.dumps(msg, separators=(",", ":"))
+        body = _encode(msg)
         tag = _mac(self.key, f"{self.tx_dir} {self.tx_seq} {body}")
         self.tx_seq += 1
         return f"{tag} {body}\n".encode()
@@ -638,27 +638,30 @@ class Session:
         if not hmac.compare_digest(tag, expected):
             raise ProtocolError("a message failed verification (injected, replayed, reordered or corrupted)")
         self.rx_seq += 1
-        try:
-            msg = json.loads(body)
-        except ValueError:
-            msg = None
-        if not isinstance(msg, dict):
-            raise ProtocolError("an authenticated line is not a message")
-        return msg
+        return _decode(body, "an authenticated line is not a message")
 
 
-def plain_line(msg: dict) -> bytes:
-    return (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+def _encode(msg: dict) -> str:
+    return json.dumps(msg, separators=(",", ":"))
 
 
-def parse_plain(line: bytes) -> dict:
+def _decode(body: bytes, problem: str) -> dict:
+    """A message (a JSON object) from one line, or ProtocolError(problem)."""
     try:
-        msg = json.loads(line)
+        msg = json.loads(body)
     except ValueError:
         msg = None
     if not isinstance(msg, dict):
-        raise ProtocolError("sent something that is not kgen's protocol")
+        raise ProtocolError(problem)
     return msg
+
+
+def plain_line(msg: dict) -> bytes:
+    return (_encode(msg) + "\n").encode()
+
+
+def parse_plain(line: bytes) -> dict:
+    return _decode(line, "sent something that is not kgen's protocol")
 
 
 def show_addr(addr) -> str:

@@ -150,9 +150,8 @@ def convert(key: str, raw: Any, typed: Any, where: str) -> Any:
             raise bad("a mapping of NAME: value (or NAME: {valueFrom: ...})")
         out: dict[str, Any] = {}
         for name, val in raw.items():
-            if isinstance(val, dict):  # as written, every scalar a string (kgen.envvars converts `optional`)
-                out[str(name)] = val
-            elif isinstance(val, str):
+            # {valueFrom: ...} as written, every scalar a string (kgen.envvars converts `optional`)
+            if isinstance(val, (str, dict)):
                 out[str(name)] = val
             else:
                 shown = "nothing" if val is None else f'"{val}"'

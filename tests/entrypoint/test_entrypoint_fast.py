@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from podharness import free_port_pair
 
 ENTRYPOINT = Path(__file__).resolve().parents[2] / "entrypoint" / "kgen_entrypoint.py"
 
@@ -349,7 +350,7 @@ class Hub:
     """A real node 0 entrypoint that waits for its peers (torchrun is never reached)."""
 
     def __init__(self, tmp_path, nnodes: int = 3) -> None:
-        self.live = _free_port()
+        self.live = free_port_pair() + 1  # MASTER_PORT (torch's store) is live - 1: both free
         self.env = {
             **BASE,
             "NNODES": str(nnodes),

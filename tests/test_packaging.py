@@ -108,3 +108,19 @@ def test_ci_runs_the_readme_test_command_and_the_static_checks():
     test_extra = " ".join(PYPROJECT["project"]["optional-dependencies"]["test"])
     assert "ruff==" in test_extra and "mypy==" in test_extra  # the README's test command installs them
     assert PYPROJECT["tool"]["mypy"]["files"] == ["kgen"]
+
+
+def test_ci_also_tests_the_yaml_stack_at_the_floor_pyproject_declares():
+    """Issue 27: the floor in tests/constraints/yaml-floor.txt is the floor pyproject.toml declares, and CI
+    installs it and runs the parsing and limits tests with it."""
+    floor_file = ROOT / "tests" / "constraints" / "yaml-floor.txt"
+    pins = dict(line.split("==") for line in floor_file.read_text().splitlines() if line and not line.startswith("#"))
+    declared = {}
+    for dep in PYPROJECT["project"]["dependencies"]:
+        name, sep, low = dep.partition(">=")
+        if name in pins:
+            declared[name] = low
+    assert declared == pins  # every pinned package is declared with exactly this floor
+    assert set(pins) == {"PyYAML", "ruamel.yaml", "ruamel.yaml.clib"}
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "-c tests/constraints/yaml-floor.txt" in ci and "tests/lint/test_limits.py" in ci

@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import yaml
@@ -54,6 +56,11 @@ try:  # libyaml; PyYAML wheels ship it, the pure-Python fallback is ~8x slower
     _Base: type = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - depends on the PyYAML build
     _Base = yaml.SafeLoader
+
+try:  # PyYAML >= 6.0.4 bundles libyaml 0.2.6, which has a nesting limit of its own (a process global)
+    from yaml._yaml import _get_max_nest_level, _set_max_nest_level  # type: ignore[attr-defined]
+except ImportError:  # PyYAML <= 6.0.3 (libyaml 0.2.5: no limit) or no libyaml at all
+    _get_max_nest_level = _set_max_nest_level = None
 
 
 _STR = "tag:yaml.org,2002:str"
@@ -129,6 +136,14 @@ levels of flow or block nesting; kgen stops at 1,000 -- the default libyaml's ma
 own nesting limit -- because its checks walk documents recursively. The deepest real manifests (CRDs
 with embedded pod templates in their schema) nest about 60 levels."""
 
+PARSER_DEPTH = 10_000
+"""The nesting libyaml itself is allowed while kgen reads (kubectl's own limit). libyaml 0.2.6 (PyYAML
+6.0.4) stops a whole stream at 1,000 levels, counted its own way: its scanner reads up to 1,024
+characters ahead (so ``[[[...`` fails before the first event), and a block at depth 1,000 already
+fails. ``MAX_DEPTH`` must decide alone, the same with every PyYAML release, so the parser's limit is
+raised past it plus that look-ahead while kgen's loaders run, and put back afterwards. kgen's builder
+keeps an explicit stack, so the deeper parser limit costs no recursion."""
+
 MAX_DOCUMENT_CHARS = 3 * 1024 * 1024
 """One document's text. The API server refuses request bodies over 3 MiB (MaxRequestBodyBytes, twice
 etcd's 1.5 MiB default request limit), so no larger object can be created."""
@@ -150,6 +165,27 @@ MAX_DUPLICATES = 100
 
 _intern = sys.intern
 _DOC_MARKER = re.compile(r"^(?:---|\.\.\.)(?=[ \t\r\n]|\Z)", re.M)  # libyaml ends any scalar at these
+
+
+@contextmanager
+def _parser_depth() -> Iterator[None]:
+    """libyaml's own nesting limit raised to ``PARSER_DEPTH`` for the loaders made inside (see there)."""
+    if _set_max_nest_level is None:
+        yield
+        return
+    before = _get_max_nest_level()
+    _set_max_nest_level(max(before, PARSER_DEPTH))
+    try:
+        yield
+    finally:
+        _set_max_nest_level(before)
+
+
+def _parser_too_deep(err: yaml.MarkedYAMLError) -> bool:
+    """libyaml's own nesting error (PyYAML's bundled 0.2.6 words it one way, upstream another): only
+    reachable past ``PARSER_DEPTH``, or where the limit cannot be raised; refused like ``MAX_DEPTH``."""
+    problem = str(err.problem or "")
+    return "maximum nesting depth" in problem or "Maximum nesting level" in problem
 
 
 class Budget:
@@ -221,7 +257,8 @@ def parse_stream_partial(text: str, file: str, budget: Budget | None = None) -> 
     size_limit = MAX_DOCUMENT_CHARS if _may_exceed(text) else len(text) + 1
     while True:
         try:
-            _build(text, file, base_index, base_line, budget, size_limit, docs)
+            with _parser_depth():
+                _build(text, file, base_index, base_line, budget, size_limit, docs)
             break
         except _Syntax as err:
             errors.append(ParseError(file, err.line, err.column, err.problem))
@@ -394,6 +431,8 @@ def _build(
                 top[_HEIGHT] = h + 1
     except yaml.MarkedYAMLError as err:
         m = err.problem_mark or err.context_mark
+        if m is not None and _parser_too_deep(err):
+            raise _DocError(m, _too_deep(""), m.index) from None
         problem = " ".join(str(err.problem or err.context or "invalid YAML").split())
         line, col = (base_line + m.line + 1, m.column + 1) if m else (0, 0)
         raise _Syntax(line, col, f"YAML syntax error: {problem}") from None
@@ -551,7 +590,11 @@ def positions(source: Source) -> PosNode | None:
     text = source.text
     start = text.rfind("\n", 0, source.start) + 1  # from the line's start, so columns stay exact
     line0 = source.line
-    loader = _Base(_Chunks(text, start, source.end))
+    with _parser_depth():
+        return _positions(_Base(_Chunks(text, start, source.end)), line0)
+
+
+def _positions(loader: Any, line0: int) -> PosNode | None:
     stack: list[list] = []  # [node kind, mark, children, pending key]
     anchors: dict[str, PosNode] = {}
     try:

@@ -272,3 +272,48 @@ def test_positions_are_read_back_exactly_after_the_documents_before(tmp_path):
     [f] = [f for f in result.findings if f.rule_id == "KG054"]
     line = combined.splitlines().index(next(ln for ln in combined.splitlines() if "Sometimes" in ln)) + 1
     assert f.line == line and f.column > 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The depth limit is kgen's, whatever libyaml a PyYAML release bundles (issue 27). PyYAML 6.0.4 bundles
+# libyaml 0.2.6, whose parser stops a whole stream at 1,000 levels (its scanner reads ahead, so flow
+# nesting fails before the first event); 6.0.3's libyaml 0.2.5 has no limit. The tests above pin kgen's
+# behaviour (MAX_DEPTH, the message, the position, the documents after); these pin the mechanism.
+
+
+def test_libyaml_nesting_limit_is_raised_only_while_kgen_reads_and_put_back():
+    from kgen.lint import parse
+
+    if parse._get_max_nest_level is None:
+        pytest.skip("this PyYAML's libyaml has no nesting limit (PyYAML <= 6.0.3): nothing to raise")
+    before = parse._get_max_nest_level()
+    seen = []
+    real = parse._build
+
+    def spy(*args):
+        seen.append(parse._get_max_nest_level())
+        return real(*args)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(parse, "_build", spy)
+    try:
+        _errors("a: " + _deep_flow(MAX_DEPTH + 5))
+    finally:
+        mp.undo()
+    assert seen == [max(before, parse.PARSER_DEPTH)] and parse._get_max_nest_level() == before
+    assert parse.PARSER_DEPTH > MAX_DEPTH + 1024  # past kgen's limit plus libyaml's look-ahead
+
+
+def test_a_parser_that_stops_first_is_read_as_kgens_depth_refusal(monkeypatch):
+    """Where libyaml's own limit cannot be raised (or is met first), its error is the same KG004
+    refusal of that document, and the documents after it are still read."""
+    from kgen.lint import parse
+
+    if parse._set_max_nest_level is None:
+        pytest.skip("this PyYAML's libyaml has no nesting limit (PyYAML <= 6.0.3)")
+    monkeypatch.setattr(parse, "_set_max_nest_level", None)  # libyaml keeps its default of 1,000
+    text = "a: 1\n---\nb: " + _deep_flow(MAX_DEPTH + 30) + "---\nc: 3\n"
+    docs, errors = _errors(text)
+    assert [d.data for d in docs] == [{"a": 1}, {"c": 3}]
+    [err] = errors
+    assert not err.stops and err.line == 3 and err.problem.startswith(f"YAML nests more than {MAX_DEPTH} levels")

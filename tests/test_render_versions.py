@@ -5,7 +5,7 @@ import pytest
 
 from kgen.api import RenderRequest, render
 from kgen.lint.api import LintOptions, lint_text
-from kgen.spec import MAX_K8S
+from kgen.render.spec import MAX_K8S
 from kgen.versions import DEFAULT_KUBERNETES_VERSION
 from tests.conftest import KINDS, PRESETS
 

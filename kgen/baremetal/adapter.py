@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kgen.baremetal.record import NodeRecord, RunRecord
-from kgen.cluster import exitcodes
-from kgen.cluster.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
+from kgen.runs import exitcodes
+from kgen.runs.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 KGEN_PREFIX = re.compile(r"^\[kgen (?:node|supervisor) \d+ \d\d:\d\d:\d\d \+[\d.]+s\] ")

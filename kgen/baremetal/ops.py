@@ -20,7 +20,7 @@ from kgen.baremetal import record as R
 from kgen.baremetal.adapter import NodeState, split_ts, to_records
 from kgen.baremetal.transport import LocalTransport, SshTransport, Transport, parallel
 from kgen.cluster.logs import prefix, rank_width
-from kgen.cluster.verdict import Verdict, judge
+from kgen.runs.verdict import Verdict, judge
 
 STATE_TIMEOUT = 20.0
 GROUP_WAIT = 3.0  # kgen stop: how long the other nodes get to end by the group stop before SIGTERM

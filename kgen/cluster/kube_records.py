@@ -19,8 +19,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from kgen.cluster import exitcodes
-from kgen.cluster.records import IDLE_AFTER_SUCCESS, Failure, Row, RunRecords, log_generation, parse_time
+from kgen.runs import exitcodes
+from kgen.runs.records import IDLE_AFTER_SUCCESS, Failure, Row, RunRecords, log_generation, parse_time
 
 CONTAINER = "trainer"
 INSTANCE_LABEL = "app.kubernetes.io/instance"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kgen.cluster.verdict import Verdict, decide
+from kgen.runs.verdict import Verdict, decide
 
 
 class RunState:

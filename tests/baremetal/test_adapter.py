@@ -9,7 +9,7 @@ import pytest
 
 from kgen.baremetal.adapter import NodeState, to_records
 from kgen.baremetal.record import NodeRecord, RunRecord
-from kgen.cluster.verdict import decide, judge
+from kgen.runs.verdict import decide, judge
 
 HOSTS = ["a", "b", "c"]
 

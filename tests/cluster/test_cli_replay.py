@@ -15,7 +15,7 @@ from recordings import load
 from replay import Replay
 
 from kgen.cli import cli
-from kgen.cluster.verdict import decide
+from kgen.runs.verdict import decide
 
 
 def run(*args, env=None):
@@ -101,7 +101,7 @@ def test_status_watch_replays_the_stream(served):
     """A StatefulSet never ends: the watch loop replays both recorded streams, then its bound stops it."""
     import click
 
-    from kgen.cli_cluster import gather, watch_run
+    from kgen.cli.cluster import gather, watch_run
     from kgen.cluster.client import Cluster
 
     r, kc = served("statefulset-running")
@@ -361,7 +361,7 @@ def test_submit_wait_follows_until_every_rank_runs(served):
 def test_submit_takes_exactly_renders_options():
     """submit's render options are copied from `kgen render` (names, metavars, help): they cannot drift."""
     from kgen.api import FLAG_NAMES
-    from kgen.cli_cluster import RENDER_OUTPUT_OPTIONS, REQUEST_FIELDS, SUBMIT_OWN_PARAMS
+    from kgen.cli.cluster import RENDER_OUTPUT_OPTIONS, REQUEST_FIELDS, SUBMIT_OWN_PARAMS
 
     render, submit = cli.commands["render"], cli.commands["submit"]
     render_opts = {p.name: p for p in render.params if isinstance(p, click.Option)}

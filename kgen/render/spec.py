@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from kgen import jobset as jobset_facts
 from kgen.errors import NestedLauncherError, UsageError
 from kgen.lint.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, is_dns_subdomain, parse_quantity
-from kgen.runsecret import SECRET_DIR, SECRET_FILE
+from kgen.render.runsecret import SECRET_DIR, SECRET_FILE
 from kgen.versions import DEFAULT_K8S, MAX_K8S, MIN_K8S
 
 # ---------------------------------------------------------------------------------------------
@@ -869,7 +869,7 @@ RESERVED_MOUNTS = {"/opt/kgen", "/dev/shm", SECRET_DIR}
 def _user_env(v: dict[str, Any], o: dict[str, str]) -> list[EnvVar]:
     """values env (a string, or valueFrom a Secret, ConfigMap, pod field or resource) and envFrom, checked
     as the API server checks them (kgen.envvars)."""
-    from kgen.envvars import EnvProblem, env_from, value_from
+    from kgen.render.envvars import EnvProblem, env_from, value_from
 
     containers = {"trainer", *(str(c.get("name")) for c in v["initContainers"] if isinstance(c, dict))}
     out: list[EnvVar] = []

@@ -31,7 +31,7 @@ from kgen.cluster.kube_records import (
     records,
     trainer_status,
 )
-from kgen.cluster.records import (
+from kgen.runs.records import (
     FAIL_STOP,
     GENERATION,
     IDLE_AFTER_SUCCESS,

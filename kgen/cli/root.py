@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import click
 
 from kgen import __version__
-from kgen.cli_options import (
+from kgen.cli.options import (
     KgenCommand,
     check_format,
     check_output_file,
@@ -28,7 +28,7 @@ from kgen.versions import DEFAULT_KUBERNETES_VERSION
 
 
 def _preset_names() -> list[str]:
-    from kgen import presets as presets_mod
+    from kgen.render import presets as presets_mod
 
     return list(presets_mod.names())
 
@@ -46,7 +46,7 @@ def _lint_versions() -> list[str]:
 
 
 def _kinds() -> tuple[str, ...]:
-    from kgen.spec import KINDS
+    from kgen.render.spec import KINDS
 
     return KINDS
 
@@ -139,7 +139,7 @@ def read_stdin_values(values_files: tuple[str, ...] | list[str]) -> str | None:
     if "-" not in values_files:
         return None
     from kgen.inputs import read_text
-    from kgen.layering import MAX_VALUES_BYTES
+    from kgen.render.layering import MAX_VALUES_BYTES
 
     try:
         return read_text("-", limit=MAX_VALUES_BYTES, what="values file")
@@ -436,7 +436,7 @@ def render(
     COMMAND is the training script and its arguments that torchrun runs on every worker
     (e.g. `-- train.py --lr 3e-4`); without it the pods run kgen's all-reduce smoke test.
     """
-    from kgen.api import RenderRequest, render_with_warnings, stderr_lines
+    from kgen.render.pipeline import RenderRequest, render_with_warnings, stderr_lines
 
     check_format(output_format, RENDER_FORMATS)
     check_output_file(output_file)
@@ -621,7 +621,7 @@ def presets() -> None:
 @presets.command("list")
 def presets_list() -> None:
     """Name, nodes x GPUs, kind and purpose of every preset."""
-    from kgen import presets as presets_mod
+    from kgen.render import presets as presets_mod
 
     rows = [presets_mod.load(n).summary() for n in presets_mod.names()]
     width = max(len(r["name"]) for r in rows)
@@ -633,7 +633,7 @@ def presets_list() -> None:
 @click.argument("name", shell_complete=completes(_preset_names))
 def presets_show(name: str) -> None:
     """Print a preset file, ready to copy and use with -f (all keys: `kgen values`)."""
-    from kgen import presets as presets_mod
+    from kgen.render import presets as presets_mod
 
     try:
         preset = presets_mod.load(name)
@@ -689,7 +689,7 @@ def values_reference(output_format: str) -> None:
       kgen values
       kgen values -o markdown           # the README's table
     """
-    from kgen.reference import values_reference as reference
+    from kgen.render.reference import values_reference as reference
 
     check_format(output_format, ("text", "markdown"), files=False)
     click.echo(reference(output_format), nl=False)
@@ -738,11 +738,11 @@ def version(output_format: str) -> None:
         click.echo(f"kgen {__version__}")
 
 
-from kgen.cli_cluster import register as _register_cluster_verbs  # noqa: E402  (status/logs/stop/submit/list)
+from kgen.cli.cluster import register as _register_cluster_verbs  # noqa: E402  (status/logs/stop/submit/list)
 
 _register_cluster_verbs(cli)
 
-from kgen.cli_baremetal import register as _register_baremetal  # noqa: E402  (launch)
+from kgen.cli.baremetal import register as _register_baremetal  # noqa: E402  (launch)
 
 _register_baremetal(cli)
 

@@ -95,7 +95,7 @@ def apply_patches(docs: list[dict], patches: list[dict], origins: dict[str, str]
 
     ``kind: Workload`` targets the Job, StatefulSet or JobSet, ``kind: PodTemplate`` its pod template,
     whatever --kind rendered; any other kind is matched against the rendered objects' kinds (any case)."""
-    from kgen.spec import patch_origin
+    from kgen.render.spec import patch_origin
 
     for i, item in enumerate(patches):
         target = item["target"]
@@ -157,7 +157,7 @@ LABEL_PATHS = ("metadata", "spec.template.metadata")
 
 def _changed_reserved_label(before: dict, after: dict) -> tuple[str, str] | None:
     """(key, what sets it) of a reserved label (kgen.spec.reserved_label) the patch changed or deleted."""
-    from kgen.spec import reserved_label
+    from kgen.render.spec import reserved_label
 
     for path in LABEL_PATHS:
         old, new = _get(before, f"{path}.labels"), _get(after, f"{path}.labels")

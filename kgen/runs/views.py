@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from datetime import datetime
 
-from kgen.cluster.verdict import Verdict, parse_time
+from kgen.runs.verdict import Verdict, parse_time
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:

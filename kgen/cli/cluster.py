@@ -3,7 +3,7 @@
 Thin click commands: flags -> kgen.cluster.client (the only importer of `kubernetes`, imported
 lazily here so that `kgen render`/`lint`/`--help` never load it) -> kgen.cluster.verdict -> views.
 
-Exit codes of `kgen status` (and of `--watch`), contract C2, from kgen.cluster.verdict.status_exit: 0 unless
+Exit codes of `kgen status` (and of `--watch`), contract C2, from kgen.runs.verdict.status_exit: 0 unless
 the run failed (1); with --exit-code the state's own code: 0 succeeded, 1 failed, 3 running (starting,
 running, degraded or restarting), 4 pending (unschedulable, image pull errors). 2 is always bad input or a
 cluster error (no kubeconfig, unreachable, forbidden, unknown run), one line on stderr.
@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import click
 
-from kgen.cli_baremetal import bare_metal_run, on_option
-from kgen.cli_options import KgenCommand, check_format, output_format_option
+from kgen.cli.baremetal import bare_metal_run, on_option
+from kgen.cli.options import KgenCommand, check_format, output_format_option
 from kgen.cluster.errors import ClusterError, MissingClient
 from kgen.errors import UsageError
 
@@ -56,7 +56,7 @@ def _warn(text: str) -> None:
 # ------------------------------------------------------------------------------------------ status
 def gather(cluster, name: str, with_logs: bool = True):
     """Everything the verdict needs, one list call per kind (+ a few log tails when something failed)."""
-    from kgen.cluster import verdict as V
+    from kgen.runs import verdict as V
 
     workload = cluster.workload(name)
     pods = cluster.pods(name)
@@ -76,7 +76,7 @@ def gather(cluster, name: str, with_logs: bool = True):
 def fetch_verdict_logs(cluster, pods, workload) -> dict[str, str]:
     """Tails of the logs that can tell the root cause: the first fail-stopped ranks and the failed ones;
     for a run without failures, the head of rank 0's log (whether the group formed)."""
-    from kgen.cluster import verdict as V
+    from kgen.runs import verdict as V
 
     failed = []
     for p in pods:
@@ -150,13 +150,13 @@ def status(name, namespace, context, kubeconfig, output_format, watch, no_logs, 
     (kgen launch's local record) is asked on its hosts; otherwise its Job or StatefulSet and its pods
     are found on the cluster by kgen's labels.
     """
-    from kgen.cluster import views
-    from kgen.cluster.verdict import status_exit
+    from kgen.runs import views
+    from kgen.runs.verdict import status_exit
 
     check_format(output_format, STATUS_FORMATS, files=False)
     rec = bare_metal_run(name, on, namespace, context, kubeconfig)
     if rec is not None:
-        from kgen.cli_baremetal import status_baremetal
+        from kgen.cli.baremetal import status_baremetal
 
         sys.exit(status_baremetal(rec, output_format, watch, brief, state_codes))
     cluster = connect(namespace, context, kubeconfig)
@@ -174,9 +174,9 @@ def watch_run(cluster, name, raw, output_format, brief, no_logs, until_running: 
     threading.Event ``until`` is set (a caller that follows for its own reason)."""
     import queue
 
-    from kgen.cluster import views
     from kgen.cluster.labels import pod_selector
     from kgen.cluster.state import RunState, terminal
+    from kgen.runs import views
 
     pods, workload, events, logs = raw
     state = RunState(name, pods, workload, events, logs)
@@ -323,7 +323,7 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
         raise UsageError(f"must be 0 or more, got {tail}", option="--tail")
     rec = bare_metal_run(name, on, namespace, context, kubeconfig)
     if rec is not None:
-        from kgen.cli_baremetal import logs_baremetal
+        from kgen.cli.baremetal import logs_baremetal
 
         if previous:
             raise UsageError(
@@ -377,7 +377,7 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
 
     def run_over() -> bool:
         from kgen.cluster.state import terminal
-        from kgen.cluster.verdict import decide
+        from kgen.runs.verdict import decide
 
         wl = cluster.workload(name)
         if wl is None:
@@ -475,7 +475,7 @@ def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, on)
     check_timeout(timeout)
     rec = bare_metal_run(name, on, namespace, context, kubeconfig)
     if rec is not None:
-        from kgen.cli_baremetal import stop_baremetal
+        from kgen.cli.baremetal import stop_baremetal
 
         if not 0 <= grace <= 3600:
             raise UsageError(f"must be between 0 and 3600 seconds, got {grace:g}", option="--grace")
@@ -601,8 +601,8 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, comm
     """Render, lint and apply a run in one step, after checking no run of that name exists."""
     import sys
 
-    from kgen.api import RenderRequest, render_checked, stderr_lines
-    from kgen.cli import corrected_launcher, read_stdin_values
+    from kgen.cli.root import corrected_launcher, read_stdin_values
+    from kgen.render.pipeline import RenderRequest, render_checked, stderr_lines
 
     check_timeout(timeout)
     if dry_run not in ("none", "client", "server"):
@@ -645,7 +645,7 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, comm
         return
     if existing is not None:
         if not replace:
-            from kgen.cluster.verdict import decide
+            from kgen.runs.verdict import decide
 
             v = decide(spec.name, cluster.pods(spec.name), existing)
             raise ClusterError(
@@ -689,10 +689,10 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
     shape, kind, state, age and verdict."""
     import json
 
-    from kgen.cluster import views
+    from kgen.runs import views
 
     check_format(output_format, LIST_FORMATS, files=False)
-    from kgen.cli_baremetal import cluster_configured, list_entries
+    from kgen.cli.baremetal import cluster_configured, list_entries
 
     runs = list_entries()  # bare-metal runs (kgen launch's local records), asked on their hosts
     where = "this machine's bare-metal records"
@@ -720,9 +720,9 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
 def cluster_runs(cluster, all_namespaces: bool) -> list[dict]:
     from datetime import datetime, timezone
 
-    from kgen.cluster import views
     from kgen.cluster.labels import MANAGED_SELECTOR
-    from kgen.cluster.verdict import INSTANCE_LABEL, decide
+    from kgen.runs import views
+    from kgen.runs.verdict import INSTANCE_LABEL, decide
 
     workloads = [w for k in ("Job", "StatefulSet", "JobSet") for w in cluster.list(k, MANAGED_SELECTOR, all_namespaces)]
     pods = cluster.list("Pod", MANAGED_SELECTOR, all_namespaces)

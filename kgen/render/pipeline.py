@@ -10,12 +10,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from kgen import presets as presets_mod
 from kgen.errors import RenderError, UsageError
 from kgen.findings import Finding
-from kgen.layering import Layers
+from kgen.render import presets as presets_mod
+from kgen.render.layering import Layers
+from kgen.render.spec import TrainingSpec, build_spec, parse_k8s_version
 from kgen.resources import ENTRYPOINT_FILE, entrypoint_path
-from kgen.spec import TrainingSpec, build_spec, parse_k8s_version
 from kgen.versions import DEFAULT_K8S
 
 ENTRYPOINT_PLACEHOLDER = "@kgen-entrypoint-source@"
@@ -124,7 +124,7 @@ def build(request: RenderRequest) -> TrainingSpec:
     values, origins = layers.result()
     spec = build_spec(values, origins, minor)
     if spec.renders_secret:  # the one input that is not in the values: the user's kgen key (a file)
-        from kgen.runsecret import secret_data
+        from kgen.render.runsecret import secret_data
 
         spec = spec._replace(run_secret_data=secret_data(spec.namespace, spec.name))
     return spec
@@ -132,7 +132,7 @@ def build(request: RenderRequest) -> TrainingSpec:
 
 def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -> list[dict]:
     """The parsed documents; ``entrypoint_source`` overrides the bundled script (golden tests)."""
-    from kgen.templating import render_text
+    from kgen.render.templating import render_text
     from kgen.yamlio import parse_documents
 
     if entrypoint_source is None:
@@ -145,7 +145,7 @@ def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -
         raise RenderError("the ConfigMap template lost the entrypoint placeholder")
     configmap["data"][ENTRYPOINT_FILE] = entrypoint_source
     if spec.v("patches"):
-        from kgen.patching import apply_patches
+        from kgen.render.patching import apply_patches
 
         docs = apply_patches(docs, spec.v("patches"), spec.origins)
     return docs

@@ -14,7 +14,7 @@ import time
 
 import click
 
-from kgen.cli_options import KgenCommand
+from kgen.cli.options import KgenCommand
 from kgen.errors import UsageError
 
 SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -124,8 +124,8 @@ def _which(rec) -> str:
 def status_baremetal(rec, output_format: str, watch: bool, brief: bool, state_codes: bool = False) -> int:
     """`kgen status RUN` for a bare-metal run: the same views and exit codes as a cluster run (C2)."""
     from kgen.baremetal import ops
-    from kgen.cluster import views
-    from kgen.cluster.verdict import status_exit
+    from kgen.runs import views
+    from kgen.runs.verdict import status_exit
 
     transport = ops.transport_for(rec)
     v = ops.status(rec, transport)
@@ -198,7 +198,7 @@ def list_entries() -> list[dict]:
     from datetime import datetime, timezone
 
     from kgen.baremetal import ops
-    from kgen.cluster import views
+    from kgen.runs import views
 
     now = datetime.now(timezone.utc)
     return [
@@ -316,7 +316,7 @@ def launch(
     if nproc < 1:
         raise UsageError(f"must be 1 or more, got {nproc}", option="--nproc-per-node")
     _refuse_nested_launcher(list(command), nproc, nproc_per_node is not None or slots is not None, len(host_list))
-    from kgen.spec import command_problem
+    from kgen.render.spec import command_problem
 
     problem = command_problem(list(command))
     if problem:  # what every node's entrypoint would refuse (exit 2) once started
@@ -363,7 +363,7 @@ def launch(
         f"launched run {rec.name} on {where}: {len(rec.nodes)} node(s) x {rec.nproc} process(es), "
         f"master {rec.master_addr}:{rec.port}"
     )
-    from kgen.cluster.views import table
+    from kgen.runs.views import table
 
     rows = [[str(n.rank), n.host, n.hostname or "-", str(n.pid or "-"), n.dir] for n in rec.nodes]
     for line in table(["RANK", "HOST", "NODE", "PID", "RUN DIRECTORY"], rows):
@@ -378,7 +378,7 @@ def _refuse_nested_launcher(command: list[str], nproc: int, nproc_set: bool, nod
     """A launcher as the command (torchrun, accelerate launch, ...; contract C5) is refused before any host
     is asked, in render's words, with the launch command to run instead (its process count carried as
     --nproc-per-node): every node's entrypoint would refuse it anyway, after the run had started."""
-    from kgen.cli import corrected_launcher
+    from kgen.cli.root import corrected_launcher
     from kgen.errors import NestedLauncherError
     from kgen.launchers import correction, nested_launcher, problem
 

@@ -10,7 +10,7 @@ Pure. What a node's state says, in the vocabulary of `kgen status` on clusters:
 | supervisor alive | Running (training generation N, waiting, re-forming) | attempts its supervisor replaced |
 | exit 0 | Succeeded | - |
 | exit 6, or ended after `kgen stop` | Stopped | - (the run is "stopped") |
-| exit N | Failed | exit N with its meaning and role (kgen.cluster.exitcodes) |
+| exit N | Failed | exit N with its meaning and role (kgen.runs.exitcodes) |
 | supervisor gone, no exit | Lost (host rebooted, or its processes were SIGKILLed) | yes, "cause" |
 
 The log lines are ``<UTC time> <text>``; the entrypoint's own lines (events) carry generations,

@@ -1,6 +1,6 @@
 """`kgen launch` (bare metal over ssh, or --local) and the bare-metal side of status/logs/stop/list.
 
-Thin: flags -> kgen.baremetal (hosts, launch, ops) -> kgen.cluster.views -> stdout. The verbs that
+Thin: flags -> kgen.baremetal (hosts, launch, ops) -> kgen.runs.views -> stdout. The verbs that
 clusters share (`kgen status/logs/stop/list`) find a run here first (``bare_metal_run``: the local
 record ``$XDG_STATE_HOME/kgen/runs/<RUN>.json``), else on the cluster; kgen.cli_cluster calls the hooks.
 """

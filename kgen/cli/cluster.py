@@ -24,7 +24,7 @@ from kgen.cli.options import KgenCommand, check_format, output_format_option
 from kgen.cluster.errors import ClusterError, MissingClient
 from kgen.errors import UsageError
 
-STATUS_FORMATS = LIST_FORMATS = ("text", "wide", "json", "yaml")  # kgen.cluster.views (not imported here: lazy)
+STATUS_FORMATS = LIST_FORMATS = ("text", "wide", "json", "yaml")  # kgen.runs.views (not imported here: lazy)
 SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 LOG_TAIL_FOR_VERDICT = 200  # lines: a FAIL-STOP line is followed by torchrun's ~35-line traceback
 MAX_VERDICT_LOGS = 8  # log tails fetched for the root cause (victims tell who they lost)
@@ -56,7 +56,7 @@ def _warn(text: str) -> None:
 # ------------------------------------------------------------------------------------------ status
 def gather(cluster, name: str, with_logs: bool = True):
     """Everything the verdict needs, one list call per kind (+ a few log tails when something failed)."""
-    from kgen.runs import verdict as V
+    from kgen.cluster import verdict as V
 
     workload = cluster.workload(name)
     pods = cluster.pods(name)
@@ -76,12 +76,13 @@ def gather(cluster, name: str, with_logs: bool = True):
 def fetch_verdict_logs(cluster, pods, workload) -> dict[str, str]:
     """Tails of the logs that can tell the root cause: the first fail-stopped ranks and the failed ones;
     for a run without failures, the head of rank 0's log (whether the group formed)."""
-    from kgen.runs import verdict as V
+    from kgen.cluster import kube_records as V
+    from kgen.runs.records import parse_time
 
     failed = []
     for p in pods:
         for f in V.pod_failures(p):
-            failed.append((f.time or V.parse_time("9999-12-31T00:00:00Z"), f.role != "victim", f.pod, f.source))
+            failed.append((f.time or parse_time("9999-12-31T00:00:00Z"), f.role != "victim", f.pod, f.source))
     failed.sort()
     wanted: dict[str, bool] = {}
     for _, _, pod, source in failed:
@@ -316,6 +317,7 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
     """Every rank's log, merged, each line prefixed with its node rank."""
     from kgen.cluster import logs as L
     from kgen.cluster.labels import pod_selector
+    from kgen.runs.views import rank_width
 
     rank_set = parse_ranks(ranks)
     since_s = parse_duration(since)
@@ -348,7 +350,7 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
     expected = [p for p in pods if L.started(p) or previous]  # an unstarted container has no log yet
     if rank_set is not None and not sources:
         raise UsageError(f"no pod of run {name} has rank {sorted(rank_set)}", option="--rank")
-    width = L.rank_width([s.rank for s in sources] or [0])
+    width = rank_width([s.rank for s in sources] or [0])
     if not follow:
         ok_sources = [s for s in sources if any(p["metadata"]["name"] == s.pod for p in expected)]
 
@@ -377,7 +379,7 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
 
     def run_over() -> bool:
         from kgen.cluster.state import terminal
-        from kgen.runs.verdict import decide
+        from kgen.cluster.verdict import decide
 
         wl = cluster.workload(name)
         if wl is None:
@@ -645,7 +647,7 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, comm
         return
     if existing is not None:
         if not replace:
-            from kgen.runs.verdict import decide
+            from kgen.cluster.verdict import decide
 
             v = decide(spec.name, cluster.pods(spec.name), existing)
             raise ClusterError(
@@ -720,9 +722,10 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
 def cluster_runs(cluster, all_namespaces: bool) -> list[dict]:
     from datetime import datetime, timezone
 
+    from kgen.cluster.kube_records import INSTANCE_LABEL
     from kgen.cluster.labels import MANAGED_SELECTOR
+    from kgen.cluster.verdict import decide
     from kgen.runs import views
-    from kgen.runs.verdict import INSTANCE_LABEL, decide
 
     workloads = [w for k in ("Job", "StatefulSet", "JobSet") for w in cluster.list(k, MANAGED_SELECTOR, all_namespaces)]
     pods = cluster.list("Pod", MANAGED_SELECTOR, all_namespaces)

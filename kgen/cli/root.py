@@ -135,7 +135,7 @@ def write_output(path: str | None, text: str) -> None:
 
 
 def read_stdin_values(values_files: tuple[str, ...] | list[str]) -> str | None:
-    """The text of `-f -` (bounded: kgen.layering.MAX_VALUES_BYTES); None when stdin is not named."""
+    """The text of `-f -` (bounded: kgen.render.layering.MAX_VALUES_BYTES); None when stdin is not named."""
     if "-" not in values_files:
         return None
     from kgen.inputs import read_text

@@ -2,7 +2,7 @@
 
 Inputs: the run's pods (one list call), its Job or StatefulSet (or JobSet), the namespace's Events,
 optionally the tails of some pods' logs (for the entrypoint's ``FAIL-STOP:`` lines) and pods a watch saw
-deleted. Output: ``kgen.cluster.records.RunRecords``, which ``kgen.cluster.verdict.judge`` decides on.
+deleted. Output: ``kgen.runs.records.RunRecords``, which ``kgen.runs.verdict.judge`` decides on.
 Pure: ``kgen.cluster.client`` fetches.
 
 What the recordings taught (shared/cluster-recordings/README.md): the Job forgets ignored failures

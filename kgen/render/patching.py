@@ -156,7 +156,7 @@ LABEL_PATHS = ("metadata", "spec.template.metadata")
 
 
 def _changed_reserved_label(before: dict, after: dict) -> tuple[str, str] | None:
-    """(key, what sets it) of a reserved label (kgen.spec.reserved_label) the patch changed or deleted."""
+    """(key, what sets it) of a reserved label (kgen.render.validate.reserved_label) the patch changed or deleted."""
     from kgen.render.spec import reserved_label
 
     for path in LABEL_PATHS:

@@ -1,4 +1,4 @@
-"""The values reference (`kgen values`), generated from ``kgen.spec.VALUES``.
+"""The values reference (`kgen values`), generated from ``kgen.render.values.VALUES``.
 
 The README's values table is this module's markdown output; a test keeps the two identical.
 """

@@ -1,6 +1,6 @@
 """The typed training spec: every value kgen renders, and everything derived from it.
 
-Values arrive as a nested mapping (see ``kgen.layering``); ``build_spec`` checks each one and
+Values arrive as a nested mapping (see ``kgen.render.layering``); ``build_spec`` checks each one and
 derives names, MASTER_ADDR, world size and label sets, so templates only place values.
 """
 
@@ -338,7 +338,9 @@ class TrainingSpec(NamedTuple):
     env: tuple[EnvVar, ...] = ()
     resources: dict[str, dict[str, Any]] | None = None  # the trainer's requests/limits
     dns_policy: str = ""  # "" = leave Kubernetes' default
-    run_secret_data: str = ""  # the rendered Secret's data (base64); set by kgen.api.build (kgen.runsecret)
+    run_secret_data: str = (
+        ""  # the rendered Secret's data (base64); set by kgen.render.pipeline.build (kgen.render.runsecret)
+    )
 
     # ---- derived names --------------------------------------------------------------------
     @property
@@ -868,7 +870,7 @@ RESERVED_MOUNTS = {"/opt/kgen", "/dev/shm", SECRET_DIR}
 
 def _user_env(v: dict[str, Any], o: dict[str, str]) -> list[EnvVar]:
     """values env (a string, or valueFrom a Secret, ConfigMap, pod field or resource) and envFrom, checked
-    as the API server checks them (kgen.envvars)."""
+    as the API server checks them (kgen.render.envvars)."""
     from kgen.render.envvars import EnvProblem, env_from, value_from
 
     containers = {"trainer", *(str(c.get("name")) for c in v["initContainers"] if isinstance(c, dict))}

@@ -1,11 +1,11 @@
-"""A run's verdict and root cause: a pure function of per-rank records (kgen.cluster.records).
+"""A run's verdict and root cause: a pure function of per-rank records (kgen.runs.records).
 
 Two adapters make the records: ``kgen.cluster.kube_records`` from API objects (pods, the workload,
 events, log tails) and ``kgen.baremetal.adapter`` from each ssh host's run state and log tail. The
 decision is made once, here: incidents (failures within 10 s of each other), the root cause (causes
 before victims, the ranks the survivors' FAIL-STOP lines name, the earliest second together), the state
-and one headline in one vocabulary. ``decide`` keeps the cluster verbs' entry point (API objects in).
-Nothing here does I/O; ``kgen.cluster.views`` writes.
+and one headline in one vocabulary. ``kgen.cluster.verdict.decide`` is the cluster verbs' entry point
+(API objects in). Nothing here does I/O; ``kgen.runs.views`` writes.
 """
 
 from __future__ import annotations
@@ -16,21 +16,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-from kgen.cluster.kube_records import (
-    CONTAINER,
-    INSTANCE_LABEL,
-    MANAGED_BY,
-    condition,
-    current_pods,
-    expected_ranks,
-    gone_pods,
-    pod_failures,
-    pod_rank,
-    pod_row,
-    rank_from_name,
-    records,
-    trainer_status,
-)
 from kgen.runs.records import (
     FAIL_STOP,
     GENERATION,
@@ -47,21 +32,8 @@ from kgen.runs.records import (
     parse_time,
 )
 
-# re-exported: the cluster verbs, kgen.baremetal and the tests import these from here
+# re-exported: the adapters and the tests import these from here
 __all__ = [
-    "CONTAINER",
-    "INSTANCE_LABEL",
-    "MANAGED_BY",
-    "condition",
-    "current_pods",
-    "expected_ranks",
-    "gone_pods",
-    "pod_failures",
-    "pod_rank",
-    "pod_row",
-    "rank_from_name",
-    "records",
-    "trainer_status",
     "FAIL_STOP",
     "GENERATION",
     "IDLE_AFTER_SUCCESS",
@@ -83,7 +55,6 @@ __all__ = [
     "status_exit",
     "RootCause",
     "Verdict",
-    "decide",
     "judge",
     "now_utc",
 ]
@@ -311,20 +282,6 @@ def _fmt_cause(rc: RootCause) -> str:
     together = " together" if len(rc.ranks) > 1 else ""
     seen = f", seen in the {rc.evidence}" if rc.evidence.startswith("logs") else ""
     return f"{who}{loc}{together}: {code}{rc.meaning} at {rc.time}{seen}"
-
-
-def decide(
-    name: str,
-    pods: list[Mapping],
-    workload: Mapping | None = None,
-    events: list[Mapping] | None = None,
-    logs: Mapping[str, str] | None = None,
-    deleted: list[Mapping] | None = None,
-    kind: str | None = None,
-) -> Verdict:
-    """The verdict of cluster run ``name`` from API objects (the Kubernetes adapter, then ``judge``).
-    ``logs`` maps pod name -> log text (tails are enough); ``deleted`` are pod objects a watch saw deleted."""
-    return judge(records(name, pods, workload, events, logs, deleted, kind))
 
 
 def judge(rec: RunRecords) -> Verdict:

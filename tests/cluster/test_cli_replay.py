@@ -15,7 +15,7 @@ from recordings import load
 from replay import Replay
 
 from kgen.cli import cli
-from kgen.runs.verdict import decide
+from kgen.cluster.verdict import decide
 
 
 def run(*args, env=None):

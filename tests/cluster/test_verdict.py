@@ -10,8 +10,9 @@ import pytest
 from recordings import captures, deleted_pods, load, watch_events
 
 from kgen.cluster.state import RunState, terminal
+from kgen.cluster.verdict import decide
 from kgen.runs import exitcodes
-from kgen.runs.verdict import decide, fail_stop_blames, parse_time
+from kgen.runs.verdict import fail_stop_blames, parse_time
 
 # capture -> what the README says: state, root-cause ranks, its exit code, Job reason, re-formations,
 # and words the verdict line must hold
@@ -329,7 +330,7 @@ def test_kind_from_the_pods_when_the_workload_is_gone():
 
 def test_statefulset_rank_without_the_pod_index_label():
     """Clusters before 1.28 do not set apps.kubernetes.io/pod-index: the ordinal ends the pod name."""
-    from kgen.runs.verdict import pod_rank
+    from kgen.cluster.kube_records import pod_rank
 
     d = load("statefulset-running")
     pods = copy.deepcopy(d["pods"])

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from kgen import __version__
 from kgen.cli import cli
-from kgen.cli.root import LINT_FORMATS, RENDER_FORMATS
+from kgen.cli.options import LINT_FORMATS, RENDER_FORMATS
 
 
 def run(*args, input=None):

@@ -603,7 +603,7 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, comm
     """Render, lint and apply a run in one step, after checking no run of that name exists."""
     import sys
 
-    from kgen.cli.root import corrected_launcher, read_stdin_values
+    from kgen.cli.options import corrected_launcher, read_stdin_values
     from kgen.render.pipeline import RenderRequest, render_checked, stderr_lines
 
     check_timeout(timeout)

@@ -392,7 +392,7 @@ def test_kind_is_case_insensitive(tmp_path, spelling):
 
 
 def test_values_reference_lists_every_key_with_type_default_and_meaning():
-    from kgen.render.spec import VALUES
+    from kgen.render.values import VALUES
 
     res = run("values")
     assert res.exit_code == 0 and res.stderr == ""

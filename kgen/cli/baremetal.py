@@ -316,7 +316,7 @@ def launch(
     if nproc < 1:
         raise UsageError(f"must be 1 or more, got {nproc}", option="--nproc-per-node")
     _refuse_nested_launcher(list(command), nproc, nproc_per_node is not None or slots is not None, len(host_list))
-    from kgen.render.spec import command_problem
+    from kgen.render.validate import command_problem
 
     problem = command_problem(list(command))
     if problem:  # what every node's entrypoint would refuse (exit 2) once started

@@ -35,7 +35,7 @@ def _render_versions() -> list[str]:
 
 
 def _kinds() -> tuple[str, ...]:
-    from kgen.render.spec import KINDS
+    from kgen.render.values import KINDS
 
     return KINDS
 

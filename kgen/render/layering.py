@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from kgen.errors import InputError, UsageError
-from kgen.render.spec import VALUES
+from kgen.render.values import VALUES
 
 _PREFIXES = {k.rsplit(".", 1)[0] for k in VALUES if "." in k}
 _NULLS = {"", "~", "null", "Null", "NULL"}

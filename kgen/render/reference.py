@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kgen.render.spec import VALUES
+from kgen.render.values import VALUES
 
 
 def format_default(value: Any) -> str:

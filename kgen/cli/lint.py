@@ -122,17 +122,16 @@ def lint(
     """
     import io
 
-    from kgen.lint.api import LintOptions, lint_paths
+    from kgen import sdk
     from kgen.output import FORMATS, summary_line, write_findings
 
     if list_rules:
-        from kgen.lint.registry import load_rules
         from kgen.output import rules_listing
 
         check_format(output_format, LINT_FORMATS)
         if output_format not in ("text", "json"):
             raise KgenError(f'must be text or json with --list-rules, got "{output_format}"', option="-o/--output")
-        listing = rules_listing(sorted(load_rules().values(), key=lambda r: r.id), output_format)
+        listing = rules_listing(sdk.lint_rules(), output_format)
         write_output(output_file, listing)
         return
     check_format(output_format, FORMATS)
@@ -141,20 +140,20 @@ def lint(
         raise KgenError(
             f"goes with the text format only (json always has a summary), got {output_format}", option="--summary"
         )
-    skipped = frozenset(s.strip() for item in skip for s in item.split(",") if s.strip())
-    opts = LintOptions(
-        kubernetes_version=kubernetes_version,
-        skip=skipped,
-        engine=engine,
-        schema_location=schema_location,
-        fail_on_warnings=strict,
-        explain=explain,
-        exclude=tuple(exclude),
-    )
     inputs = [*filenames, *paths]
     if not inputs and sys.stdin.isatty():
         raise KgenError("no input: pass files or folders, or '-' to read stdin (e.g. kgen render | kgen lint -)")
-    result = lint_paths(inputs or ["-"], opts)
+    request = sdk.LintRequest(
+        inputs or ["-"],
+        kubernetes_version=kubernetes_version,
+        skip=skip,
+        strict=strict,
+        engine=engine,
+        schema_location=schema_location,
+        explain=explain,
+        exclude=exclude,
+    )
+    result = sdk.lint(request)
     for skipped in result.skipped:
         click.echo(f"kgen: info: {skipped.path}: skipped, {skipped.reason}", err=True)
     buf = io.StringIO()

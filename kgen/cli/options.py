@@ -237,3 +237,19 @@ def corrected_launcher(cmd: str) -> Iterator[None]:
             )
             exc.use = shlex.join([*cmd.split(), *argv[:cut], *exc.add, "--", *exc.command])
         raise
+
+
+def note(text: str) -> None:
+    """A line on stderr after "kgen: " (progress, warnings): stdout stays the command's output."""
+    click.echo(f"kgen: {text}", err=True)
+
+
+def on_option(f):
+    """--on cluster|bare-metal: which run a name means when both could (kgen.sdk.RunRef.on)."""
+    return click.option(
+        "--on",
+        "on",
+        type=click.Choice(("cluster", "bare-metal")),
+        default=None,
+        help="Where the run is: found in the local bare-metal record first, else on the cluster.",
+    )(f)

@@ -128,34 +128,33 @@ def render(
     COMMAND is the training script and its arguments that torchrun runs on every worker
     (e.g. `-- train.py --lr 3e-4`); without it the pods run kgen's all-reduce smoke test.
     """
-    from kgen.render.pipeline import RenderRequest, render_with_warnings, stderr_lines
+    from kgen import sdk
+    from kgen.render.pipeline import stderr_lines
 
     check_format(output_format, RENDER_FORMATS)
     check_output_file(output_file)
     stdin = read_stdin_values(values_files)
-    request = RenderRequest(
+    request = sdk.RenderRequest(
         stdin=stdin,
         preset=preset,
         values_files=values_files,
         sets=sets,
         env=env,
         command=command,
-        flags={
-            "nodes": nodes,
-            "gpus": gpus,
-            "kind": kind,
-            "name": name,
-            "namespace": namespace,
-            "image": image,
-            "queue": queue,
-            "cpu": cpu,
-            "memory": memory,
-        },
+        nodes=nodes,
+        gpus=gpus,
+        kind=kind,
+        name=name,
+        namespace=namespace,
+        image=image,
+        queue=queue,
+        cpu=cpu,
+        memory=memory,
         kubernetes_version=kubernetes_version,
         output_format=output_format,
     )
     with corrected_launcher("kgen render"):
-        result = render_with_warnings(request)
+        result = sdk.render(request)
     for line in stderr_lines(result):  # the self-check's warnings: the manifest is printed, the user told
         click.echo(f"kgen: {line}", err=True)
     write_output(output_file, result.text)
@@ -169,9 +168,9 @@ def presets() -> None:
 @presets.command("list")
 def presets_list() -> None:
     """Name, nodes x GPUs, kind and purpose of every preset."""
-    from kgen.render import presets as presets_mod
+    from kgen import sdk
 
-    rows = [presets_mod.load(n).summary() for n in presets_mod.names()]
+    rows = [p.summary() for p in sdk.presets()]
     width = max(len(r["name"]) for r in rows)
     for r in rows:
         click.echo(f"{r['name']:<{width}}  {r['shape']:<7}  {r['kind']:<11}  {r['description']}")
@@ -181,10 +180,10 @@ def presets_list() -> None:
 @click.argument("name", shell_complete=completes(_preset_names))
 def presets_show(name: str) -> None:
     """Print a preset file, ready to copy and use with -f (all keys: `kgen values`)."""
-    from kgen.render import presets as presets_mod
+    from kgen import sdk
 
     try:
-        preset = presets_mod.load(name)
+        preset = sdk.preset(name)
     except KgenError as exc:
         exc.option = "kgen presets show"  # the NAME argument here, not render's --preset
         raise
@@ -210,9 +209,9 @@ def entrypoint(show_path: bool, output_file: str | None) -> None:
     KGEN_SECRET_FILE names a file holding the run's secret, the same on every node (README, Security);
     `kgen launch` sets all of these itself.
     """
-    from kgen.resources import entrypoint_path
+    from kgen import sdk
 
-    path = entrypoint_path()
+    path = sdk.entrypoint_path()
     check_output_file(output_file)
     if show_path and output_file:
         raise KgenError("cannot be used with --output-file; choose one", option="--path")
@@ -237,10 +236,10 @@ def values_reference(output_format: str) -> None:
       kgen values
       kgen values -o markdown           # the README's table
     """
-    from kgen.render.reference import values_reference as reference
+    from kgen import sdk
 
     check_format(output_format, ("text", "markdown"), files=False)
-    click.echo(reference(output_format), nl=False)
+    click.echo(sdk.values_reference(output_format), nl=False)
 
 
 COMMANDS = (render, presets, entrypoint, values_reference)

@@ -21,34 +21,16 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:  # the lazy names for type checkers: mypy reads kgen.render as the function, not the subpackage
     from kgen.sdk import *  # noqa: F403
 
-API = (
-    "render",
-    "lint",
-    "status",
-    "watch",
-    "logs",
-    "stop",
-    "submit",
-    "list_runs",
-    "launch",
-    "RenderRequest",
-    "RenderResult",
-    "LintRequest",
-    "RunRef",
-    "LogsRequest",
-    "StopRequest",
-    "SubmitRequest",
-    "ListRequest",
-    "LaunchRequest",
-)
 _SUBPACKAGES = ("render", "lint")  # the function of that name wins over the subpackage (see above)
 
 
 def __getattr__(name: str) -> Any:
-    """PEP 562: ``kgen.render`` etc. load kgen.sdk on first use."""
-    if name in API:
-        from kgen import sdk
+    """PEP 562: ``kgen.render`` and every other name of kgen.sdk, loaded on first use."""
+    if name.startswith("__") or name == "sdk":  # dunder probes, and the import of kgen.sdk itself
+        raise AttributeError(f"module 'kgen' has no attribute {name!r}")
+    from kgen import sdk
 
+    if name in sdk.__all__:
         value = getattr(sdk, name)
         globals()[name] = value
         return value

@@ -238,6 +238,7 @@ def launch(req: LaunchRequest, transport: Transport, say: Callable[[str], None] 
                 "workdir": req.workdir,
                 "ports": [req.port, req.port + 1] if rank == 0 else [],
                 "check_torch": True,
+                "pythonpath": req.env.get("PYTHONPATH", ""),  # where `-m module` is looked for
             }
         )
         return d, d.receive(timeout)

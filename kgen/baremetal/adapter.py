@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from kgen.baremetal.record import NodeRecord, RunRecord
 from kgen.runs import exitcodes
+from kgen.runs.errors import FAILURE_MARK, node_error, parse_record
 from kgen.runs.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
@@ -105,12 +106,17 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
     row.last_line = _short(split_ts(tail[-1])[1]) if tail else ""
     failures: list[Failure] = []
 
+    said = None  # the failure record of the attempt at hand (the entrypoint's FAILURE_MARK line)
+
     def failed(code: int | None, meaning: str, role: str, ts: str | None, source: str) -> None:
         failures.append(Failure(node.rank, "", row.node, code, "", meaning, role, parse_time(ts), source,
-                                host=node.host, key=key))  # fmt: skip
+                                host=node.host, key=key, error=said))  # fmt: skip
 
     for line in events:  # attempts the supervisor replaced (as a Job replaces a pod)
         ts, text = split_ts(line)
+        if text.startswith(FAILURE_MARK):
+            said = parse_record(text[len(FAILURE_MARK) :], node.rank)
+            continue
         m = REPLACED.search(text)
         if m:
             row.restarts += 1
@@ -118,6 +124,7 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
             failed(
                 replaced.code, replaced.meaning, replaced.role, ts, "an earlier attempt (its supervisor replaced it)"
             )
+            said = None
     exit_rec = st.get("exit")
     child_state = (st.get("child") or {}).get("state")
     training = False
@@ -134,11 +141,13 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
             row.meaning = reason if code == EXIT_STOPPED else f"{reason} (kgen stop)"
         else:
             row.state = "Failed"
+            if said is None:  # no record (an older entrypoint, or it was killed first): a traceback in the tail
+                said = node_error("\n".join(split_ts(t)[1] for t in tail), node.rank)
             failed(code, meaning.meaning, meaning.role, exit_rec.get("time"), "exit status on the host")
     elif st.get("alive"):
         row.state = "Frozen" if child_state == "T" else "Running"
-        row.ready = row.state == "Running"
         activity, training = _activity(events)
+        row.ready = training  # running and training in the current generation (not waiting, not re-forming)
         row.meaning = "frozen (SIGSTOP): it cannot answer its peers" if row.state == "Frozen" else activity
     else:
         row.state = "Lost"
@@ -185,6 +194,7 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
         where_by_rank={n.rank: [n.host] for n in rec.nodes},
         # generations that started (a "re-forming (generation 1)" that never formed does not count)
         reformations=max((r.generation for r in rows), default=0),
+        nproc=rec.nproc,
     )
     states_now = [r.state for r in rows]
     alive = [s for s in states_now if s in ("Running", "Frozen")]  # an unreachable node may run: it only

@@ -19,8 +19,9 @@ from datetime import datetime, timedelta, timezone
 from kgen.baremetal import record as R
 from kgen.baremetal.adapter import NodeState, split_ts, to_records
 from kgen.baremetal.transport import LocalTransport, SshTransport, Transport, parallel
+from kgen.runs.logtext import TAIL_SLACK, NodeLines, prefix, shown, wanted
 from kgen.runs.verdict import Verdict, judge
-from kgen.runs.views import prefix, rank_width
+from kgen.runs.views import rank_width
 
 STATE_TIMEOUT = 20.0
 GROUP_WAIT = 3.0  # kgen stop: how long the other nodes get to end by the group stop before SIGTERM
@@ -87,9 +88,15 @@ def _since_cut(since_s: int | None) -> str:
     return _stamp(datetime.now(timezone.utc) - timedelta(seconds=since_s))
 
 
-def _show(line: str, timestamps: bool) -> str:
-    ts, body = split_ts(line)
-    return f"{ts} {body}" if timestamps and ts else body
+def _nodes_of(rec: R.RunRecord, ranks: set[int] | None) -> list[R.NodeRecord]:
+    """The nodes whose logs hold the chosen global ranks (``--rank``)."""
+    return [
+        n for n in rec.nodes if ranks is None or any(n.rank * rec.nproc <= r < (n.rank + 1) * rec.nproc for r in ranks)
+    ]
+
+
+def _width(rec: R.RunRecord) -> int:
+    return rank_width([len(rec.nodes) * max(rec.nproc, 1) - 1])
 
 
 def logs(
@@ -99,28 +106,33 @@ def logs(
     tail: int | None = None,
     since_s: int | None = None,
     timestamps: bool = False,
+    full: bool = False,
 ) -> tuple[list[str], list[str]]:
-    """Every chosen rank's log merged in time order, ``[rank]`` prefixes; and one warning per host that failed."""
-    nodes = [n for n in rec.nodes if ranks is None or n.rank in ranks]
-    args = ["--tail", str(tail)] if tail is not None else []
+    """The chosen ranks' lines merged in time order, each after its process's prefix (``[R]``, or ``[node N]``
+    for the node's own; kgen.runs.logtext); and one warning per host that failed. ``tail``: the last lines of
+    each node's log."""
+    nodes = _nodes_of(rec, ranks)
+    args = ["--tail", str(tail + TAIL_SLACK if tail and not full else tail)] if tail is not None else []
 
     def one(node: R.NodeRecord):
         return node, transport.call(node.host, ["--run-dir", node.dir, "--log", *args], timeout=120.0)
 
-    texts: dict[int, list[str]] = {}
     warnings = []
-    for node, res in parallel(nodes, one):
-        if res.ok:
-            texts[node.rank] = res.out.decode("utf-8", "replace").splitlines()
-        else:
-            warnings.append(f"rank {node.rank}: log unavailable: {_failed(node.host, res)}")
     cut = _since_cut(since_s)
-    width = rank_width(texts or [0])
-    keyed = [
-        [(split_ts(line)[0], rank, i, line) for i, line in enumerate(lines) if not cut or split_ts(line)[0] >= cut]
-        for rank, lines in sorted(texts.items())
-    ]
-    return [prefix(rank, width) + _show(line, timestamps) for _, rank, _, line in heapq.merge(*keyed)], warnings
+    width = _width(rec)
+    keyed = []
+    for node, res in parallel(nodes, one):
+        if not res.ok:
+            warnings.append(f"rank {node.rank}: log unavailable: {_failed(node.host, res)}")
+            continue
+        lines = [split_ts(line) for line in res.out.decode("utf-8", "replace").splitlines()]
+        out = [
+            (ts, node.rank, i, prefix(rank, node.rank, width) + (f"{ts} {text}" if timestamps and ts else text))
+            for i, (ts, rank, text) in enumerate(shown(lines, full))
+            if wanted(rank, node.rank, ranks, rec.nproc) and (not cut or ts >= cut)
+        ]
+        keyed.append(out[-tail:] if tail else out if tail is None else [])
+    return [line for _, _, _, line in heapq.merge(*keyed)], warnings
 
 
 class Merger:
@@ -137,14 +149,14 @@ class Merger:
         self.seq += 1
         heapq.heappush(self.held, (ts, rank, self.seq, text))
 
-    def line(self, rank: int, line: str) -> None:
-        ts = split_ts(line)[0]
+    def line(self, rank: int, ts: str, text: str) -> None:
+        """One line to show (``text``, its prefix included) stamped ``ts`` by its host."""
         if not self.cut or ts >= self.cut:
-            self._push(ts, rank, line)
+            self._push(ts, rank, text)
 
-    def ended(self, rank: int, why: str, now: datetime) -> None:
+    def ended(self, rank: int, why: str, now: datetime, head: str = "") -> None:
         if why:
-            self._push(_stamp(now), rank, f"(kgen: log stream ended: {why})")
+            self._push(_stamp(now), rank, f"{head}(kgen: log stream ended: {why})")
 
     def ripe(self, now: datetime, flush: bool = False) -> list[tuple[int, str]]:
         """The lines older than ``now`` - REORDER_S (every line when ``flush``), oldest first."""
@@ -163,12 +175,13 @@ def follow(
     tail: int | None = None,
     since_s: int | None = None,
     timestamps: bool = False,
+    full: bool = False,
 ) -> Iterator[str]:
-    """Every chosen rank's log as it grows, until each node's run ended (or its host was lost), merged in
-    time order within a short window (``REORDER_S``); the entrypoint re-forms in place, so a node's log
-    goes on across re-formations and replacements."""
-    nodes = [n for n in rec.nodes if ranks is None or n.rank in ranks]
-    width = rank_width([n.rank for n in nodes] or [0])
+    """The chosen ranks' lines as they come, until each node's run ended (or its host was lost), merged in time
+    order within a short window (``REORDER_S``); the entrypoint re-forms in place, so a node's log goes on
+    across re-formations and replacements."""
+    nodes = _nodes_of(rec, ranks)
+    width = _width(rec)
     args = ["--follow"] + (["--tail", str(tail)] if tail is not None else [])
     if since_s == 0:
         args = ["--follow", "--tail", "0"]
@@ -201,21 +214,30 @@ def follow(
         t.start()
     open_streams = len(threads)
     merger = Merger(cut)
+    folds = {n.rank: NodeLines(full) for n in nodes}
+
+    def push(node: int, items) -> None:
+        for ts, rank, text in items:
+            if wanted(rank, node, ranks, rec.nproc):
+                merger.line(node, ts, prefix(rank, node, width) + (f"{ts} {text}" if timestamps and ts else text))
+
     try:
         while open_streams or merger.held:
             try:
-                rank, line, why = q.get(timeout=0.1)
+                node_rank, line, why = q.get(timeout=0.1)
             except queue.Empty:
-                rank = None
+                node_rank = None
             now = datetime.now(timezone.utc)
-            if rank is not None:
+            if node_rank is not None:
                 if line is None:
                     open_streams -= 1
-                    merger.ended(rank, why, now)
+                    push(node_rank, folds[node_rank].flush())
+                    merger.ended(node_rank, why, now, prefix(None, node_rank, width))
                 else:
-                    merger.line(rank, line)
-            for r, text in merger.ripe(now, flush=not open_streams):
-                yield prefix(r, width) + _show(text, timestamps)
+                    ts, text = split_ts(line)
+                    push(node_rank, folds[node_rank].feed(ts, text))
+            for _, text in merger.ripe(now, flush=not open_streams):
+                yield text
     finally:
         for p in procs:
             try:

@@ -130,6 +130,7 @@ def show_watch(updates, output_format: str, brief: bool):
 LOGS_EPILOG = """\b
 Examples:
   kgen logs llama-70b                       # every rank, merged by time, "[rank] " prefixes
+  kgen logs llama-70b --full                # torchrun's shutdown tracebacks in full (one line each by default)
   kgen logs llama-70b -f                    # follow all pods at once, and new pods of re-formed groups
   kgen logs llama-70b --rank 0 --rank 17-19 --tail 100
   kgen logs llama-70b --since 10m --timestamps
@@ -169,8 +170,14 @@ def parse_duration(value: str | None) -> int | None:
 @click.argument("name")
 @cluster_options
 @click.option("-f", "--follow", is_flag=True, help="Follow every rank's log until the run ends.")
-@click.option("--rank", "ranks", multiple=True, metavar="N[-M][,..]", help="Only these node ranks (repeatable).")
-@click.option("--tail", type=int, metavar="N", help="The last N lines of each rank.")
+@click.option(
+    "--rank",
+    "ranks",
+    multiple=True,
+    metavar="N[-M][,..]",
+    help="Only these ranks, and their nodes' own lines (repeatable).",
+)
+@click.option("--tail", type=int, metavar="N", help="The last N lines of each node's log.")
 @click.option(
     "--since", metavar="DURATION", help="Only lines newer than DURATION (30s, 10m, 2h; 0s: from now on, with -f)."
 )
@@ -179,9 +186,11 @@ def parse_duration(value: str | None) -> int | None:
 @click.option(
     "--max-streams", default=128, show_default=True, metavar="N", type=int, help="Concurrent log streams at most."
 )
+@click.option("--full", is_flag=True, help="torchrun's shutdown tracebacks as written (default: one kgen line each).")
 @on_option
-def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, timestamps, previous, max_streams, on):
-    """Every rank's log, merged, each line prefixed with its node rank."""
+def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, timestamps, previous, max_streams, full, on):
+    """Every rank's log, merged by time: one whole line of one process each, after "[R] " (the training process
+    of global rank R) or "[node N] " (node N's own: kgen, torchrun)."""
     from kgen import sdk
 
     rank_set = parse_ranks(ranks)
@@ -195,6 +204,7 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
         previous=previous,
         follow=follow,
         max_streams=max_streams,
+        full=full,
     )
     for line in sdk.logs(request, note=note):
         click.echo(line)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
+from kgen.runs.errors import describe
 from kgen.runs.records import (
     FAIL_STOP,
     GENERATION,
@@ -100,6 +101,11 @@ class RootCause:
     detail: str = ""  # the entrypoint's own words, when the logs have them
     followers: str = ""  # how the others followed
     hosts: list[str] = field(default_factory=list)  # bare metal: the ssh hosts
+    # what the first failed training process said (kgen.runs.errors.ProcessError.to_dict): rank, node,
+    # local_rank, exit, type, message, where (file:line), source, time, peer; None when no process error is known
+    error: dict | None = None
+    node_ranks: list[int] = field(default_factory=list)  # the node ranks of ``ranks`` (= ranks with 1 process per node)
+    consequences: list[int] = field(default_factory=list)  # global ranks that failed because of it
 
 
 @dataclass
@@ -117,6 +123,7 @@ class Verdict:
     job_message: str = ""
     rows: list[Row] = field(default_factory=list)
     incidents: list[str] = field(default_factory=list)
+    nproc: int = 1  # training processes per node: a row is a node, the ranks node*nproc .. node*nproc+nproc-1
 
     @property
     def exit_code(self) -> int:
@@ -135,14 +142,14 @@ class Verdict:
 
 
 def _incidents(failures: list[Failure]) -> list[list[Failure]]:
-    timed = sorted((f for f in failures if f.time), key=lambda f: (f.time, f.rank if f.rank is not None else -1))
+    timed = sorted((f for f in failures if f.when), key=lambda f: (f.when, f.rank if f.rank is not None else -1))
     groups: list[list[Failure]] = []
     for f in timed:
-        if groups and (f.time - groups[-1][0].time).total_seconds() <= INCIDENT_WINDOW_S:  # type: ignore[operator]
+        if groups and (f.when - groups[-1][0].when).total_seconds() <= INCIDENT_WINDOW_S:  # type: ignore[operator]
             groups[-1].append(f)
         else:
             groups.append([f])
-    untimed = [f for f in failures if not f.time]
+    untimed = [f for f in failures if not f.when]
     if untimed:
         if groups:
             groups[-1].extend(untimed)
@@ -159,11 +166,64 @@ def _blames_for(incident: list[Failure], logs: Mapping[str, str]) -> list[Blame]
     return out
 
 
-def _rank_list(ranks: Iterable[int | None]) -> str:
+def _rank_list(ranks: Iterable[int | None], unit: str = "rank") -> str:
     rs = sorted({r for r in ranks if r is not None})
     if not rs:
         return "?"
-    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(str(r) for r in rs)
+    return (unit if len(rs) == 1 else f"{unit}s") + " " + _spans(rs)
+
+
+def _spans(rs: list[int]) -> str:
+    """0, 1, 2, 5 -> "0-2, 5" (three or more in a row as a range)."""
+    out: list[str] = []
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.extend([f"{rs[i]}-{rs[j]}"] if j - i >= 2 else [str(r) for r in rs[i : j + 1]])
+        i = j + 1
+    return ", ".join(out)
+
+
+def _settle_errors(incident: list[Failure]) -> None:
+    """What the failed processes said decides between ranks whose exit codes look alike: a node that only
+    followed (exit 5) but whose own script failed on its own is a cause too; when some process failed on its
+    own, a node whose processes only reacted (connection closed by peer, timeouts) is a reaction, not a cause."""
+    real = any(f.error is not None and not f.error.peer for f in incident)
+    for f in incident:
+        if f.error is None:
+            continue
+        if not f.error.peer and f.role == "victim" and f.exit_code != 75:
+            f.role = "cause"
+        elif f.error.peer and real and f.role == "cause" and (f.exit_code or 0) < 128:
+            f.role = "reaction"
+
+
+def _consequences(incident: list[Failure], chosen: list[Failure]) -> list[int]:
+    """The global ranks that failed because of the chosen ones (their own processes' other failures, and
+    every process of the other nodes that reacted)."""
+    lead = {f.error.rank for f in chosen if f.error is not None}
+    out: set[int] = set()
+    for f in incident:
+        e = f.error
+        if e is None:
+            continue
+        if f not in chosen and e.rank is not None:
+            out.add(e.rank)
+        for o in e.others:
+            if isinstance(o.get("rank"), int) and not (o.get("same") and f in chosen):
+                out.add(o["rank"])
+    return sorted(out - lead)
+
+
+def _together(chosen: list[Failure]) -> list[int]:
+    """Global ranks that failed the same way as the lead, on its node too (the record's ``same`` others)."""
+    out = {f.error.rank for f in chosen if f.error is not None and f.error.rank is not None}
+    for f in chosen:
+        if f.error is not None:
+            out.update(o["rank"] for o in f.error.others if o.get("same") and isinstance(o.get("rank"), int))
+    return sorted(out)
 
 
 def _root_cause(
@@ -172,6 +232,7 @@ def _root_cause(
     expected: int,
     pods_by_rank: Mapping[int, list[str]],
     by_host: bool = False,
+    nproc: int = 1,
 ) -> RootCause:
     """The root cause of one incident. ``pods_by_rank``: the pods (``by_host``: the hosts) each rank has had."""
 
@@ -179,20 +240,30 @@ def _root_cause(
         found = [p for r in ranks for p in pods_by_rank.get(r, [])[:1]]
         return {"pods": [], "hosts": found} if by_host else {"pods": found}
 
+    unit = "node" if nproc > 1 else "rank"
+    _settle_errors(incident)
     victims = [f for f in incident if f.role == "victim"]
     candidates = [f for f in incident if f.role in ("cause", "stopped")]
     blames = _blames_for(incident, logs)
     blamed = Counter(r for b in blames for r in b.ranks)
     chosen: list[Failure] = []
-    if candidates and blamed:
+    said = [f for f in candidates if f.error is not None and not f.error.peer and f.when]
+    if said:  # the processes' own errors: the first one, and every rank that failed the same way
+        lead = min(said, key=lambda f: (f.when, f.rank if f.rank is not None else -1))
+        assert lead.error is not None
+        chosen = [lead] + [f for f in said if f is not lead and f.error is not None and f.error.same(lead.error)]
+    elif candidates and blamed:
         chosen = [f for f in candidates if f.rank in blamed]
     if not chosen and candidates:
         causes = [f for f in candidates if f.role == "cause"] or candidates
-        first = min(f.time for f in causes if f.time) if any(f.time for f in causes) else None
+        first = min(f.when for f in causes if f.when) if any(f.when for f in causes) else None
         # finishedAt has 1 s resolution: everything in the first second is "first" together
-        chosen = [f for f in causes if f.time == first] if first else causes[:1]
+        chosen = [f for f in causes if f.when == first] if first else causes[:1]
     others = [f for f in incident if f not in chosen]
     followers = ""
+    consequences = _consequences(incident, chosen) if chosen else []
+    if consequences:
+        followers = f"{_rank_list(consequences)} failed because of it"
     if victims:
         vt = [f.time for f in victims if f.time]
         t0 = min(f.time for f in chosen if f.time) if any(f.time for f in chosen) else (min(vt) if vt else None)
@@ -200,10 +271,11 @@ def _root_cause(
         n = len({f.rank for f in victims})
         when = f"within {span} s" if span > 0 else "in the same second"
         codes = ", ".join(str(c) for c in sorted({f.exit_code for f in victims if f.exit_code is not None}))
-        followers = f"{n} rank{'s' if n != 1 else ''} stopped by fail-stop{f' (exit {codes})' if codes else ''} {when}"
-    rest = [f for f in others if f.role != "victim"]
+        stopped = f"{n} {unit}{'s' if n != 1 else ''} stopped by fail-stop{f' (exit {codes})' if codes else ''} {when}"
+        followers = f"{followers}; {stopped}" if followers else stopped
+    rest = [f for f in others if f.role not in ("victim", "reaction")]
     if rest:
-        tail = "; ".join(f"{_rank_list([f.rank])} {f.describe()}" for f in rest)
+        tail = "; ".join(f"{_rank_list([f.rank], unit)} {f.describe()}" for f in rest)
         followers = f"{followers}; {tail}" if followers else tail
     detail = ""
     if chosen:
@@ -218,17 +290,22 @@ def _root_cause(
                 detail = f"rank {best[0].reporter}'s log: FAIL-STOP: {best[0].text}"
         lead = chosen[0]
         same_code = len({f.exit_code for f in chosen}) == 1
+        node_ranks = sorted({f.rank for f in chosen if f.rank is not None})
+        error = lead.error
         return RootCause(
-            ranks=sorted({f.rank for f in chosen if f.rank is not None}),
+            ranks=_together(chosen) if error is not None and error.rank is not None else node_ranks,
             pods=[f.pod for f in chosen if f.pod],
             hosts=[f.host for f in chosen if f.host],
             nodes=[f.node for f in chosen],
             exit_code=lead.exit_code if same_code else None,
             meaning=lead.describe() if same_code else "; ".join(f.describe() for f in chosen),
-            time=clock(lead.time),
+            time=clock(lead.when),
             evidence=_evidence(lead),
             detail=detail,
             followers=followers,
+            error=error.to_dict() if error is not None else None,
+            node_ranks=node_ranks,
+            consequences=consequences,
         )
     # Only victims: the rank that went first left no failure (frozen, cut off, or its pod is gone).
     t0 = min((f.time for f in incident if f.time), default=None)
@@ -245,6 +322,7 @@ def _root_cause(
             evidence=f"logs of {_rank_list(b.reporter for b in blames)} (FAIL-STOP lines)",
             detail=f"rank {b.reporter}'s log: FAIL-STOP: {b.text}",
             followers=followers,
+            node_ranks=ranks,
         )
     failed_ranks = {f.rank for f in incident}
     suspects = [r for r in range(expected) if r not in failed_ranks]
@@ -258,6 +336,7 @@ def _root_cause(
         time=clock(t0),
         evidence="pods (the ranks that did not fail)",
         followers=followers,
+        node_ranks=suspects,
     )
 
 
@@ -268,8 +347,12 @@ def _evidence(f: Failure) -> str:
 
 
 def _fmt_cause(rc: RootCause) -> str:
+    err = rc.error
     who = _rank_list(rc.ranks)
     where = []
+    if err is not None and rc.ranks != rc.node_ranks:  # several processes per node: say which node
+        local = f", local rank {err['local_rank']}" if err.get("local_rank") is not None and len(rc.ranks) == 1 else ""
+        where.append(f"{_rank_list(rc.node_ranks, 'node')}{local}")
     if rc.pods:
         where.append("pod " + ", ".join(rc.pods))
     if rc.hosts:
@@ -281,20 +364,24 @@ def _fmt_cause(rc: RootCause) -> str:
     code = f"exit {rc.exit_code}: " if rc.exit_code is not None and not rc.meaning.startswith("exit") else ""
     together = " together" if len(rc.ranks) > 1 else ""
     seen = f", seen in the {rc.evidence}" if rc.evidence.startswith("logs") else ""
-    return f"{who}{loc}{together}: {code}{rc.meaning} at {rc.time}{seen}"
+    what = rc.meaning
+    if err is not None:
+        what = describe(err)
+    return f"{who}{loc}{together}: {code}{what} at {rc.time}{seen}"
 
 
 def judge(rec: RunRecords) -> Verdict:
     """The verdict of a run from its per-rank records, whichever adapter made them."""
     by_host = any(r.host for r in rec.rows)
     incidents = _incidents(rec.failures)
-    causes = [_root_cause(inc, rec.logs, rec.expected, rec.where_by_rank, by_host) for inc in incidents]
+    causes = [_root_cause(inc, rec.logs, rec.expected, rec.where_by_rank, by_host, rec.nproc) for inc in incidents]
     incident_lines = [
         f"{i + 1}. {_fmt_cause(rc)}" + (f"; {rc.followers}" if rc.followers else "") for i, rc in enumerate(causes)
     ]
     rows, expected = rec.rows, rec.expected
     v = Verdict(name=rec.name, kind=rec.kind, state="starting", headline="", rows=rows, ranks_expected=expected)
     v.reformations = rec.reformations
+    v.nproc = rec.nproc
     v.incidents = incident_lines
     v.root_cause = causes[0] if causes else None
     v.ranks_up = sum(1 for r in rows if r.state == "Running")
@@ -392,14 +479,23 @@ def _live_state(v: Verdict, rec: RunRecords) -> None:
             f"(restartPolicy Always would train again): `kgen stop {v.name}` removes them"
         )
         return
+    # bare metal: a node's process runs, but it waits or re-forms instead of training (its row says which)
+    busy = [r for r in rows if r.state == "Running" and r.host and not r.ready]
+    if up == expected and expected and busy:
+        reforming = [r for r in busy if r.meaning.startswith(("re-forming", "peer lost"))]
+        v.state = "restarting" if reforming else "starting"
+        what = "; ".join(f"rank {r.rank}: {r.meaning}" for r in (reforming or busy)[:3])
+        word = "Re-forming" if reforming else "Starting"
+        v.headline = f"{word}: {up}/{expected} ranks up, {len(busy)} not training yet ({what})"
+        return
     if up == expected and expected:
         v.state = "running"
         joined = ""
         if any(f"all {expected} nodes connected" in text for text in logs.values()):
             joined = ", the group formed (node 0's log)"
+        gen = max((r.generation for r in rows), default=0)  # the GEN column's own number
         v.headline = f"Running: {up}/{expected} ranks up{joined}" + (
-            f"; generation {v.reformations + 1} after {v.reformations} re-formation"
-            + ("s" if v.reformations != 1 else "")
+            f"; generation {gen} after {v.reformations} re-formation" + ("s" if v.reformations != 1 else "")
             if v.reformations
             else ""
         )

@@ -210,6 +210,9 @@ def _watch_bare_metal(rec) -> Iterator[StatusUpdate]:
     v = ops.status(rec, transport)
     which = _which(rec)
     yield StatusUpdate("first", RunStatus(v, "bare-metal", which))
+    if v.state in ("succeeded", "failed", "stopped"):  # over already: the first view was the last word
+        yield StatusUpdate("last", RunStatus(v, "bare-metal", which))
+        return
     last = v.headline
     while v.state not in ("succeeded", "failed", "stopped"):
         time.sleep(BARE_METAL_POLL_S)
@@ -223,9 +226,10 @@ def _watch_bare_metal(rec) -> Iterator[StatusUpdate]:
 # ------------------------------------------------------------------------------------------ logs
 @dataclass(frozen=True)
 class LogsRequest:
-    """`kgen logs NAME`: ``ranks`` (None: every rank), the last ``tail`` lines of each, only lines newer than
-    ``since_s`` seconds (0: from now on), ``timestamps`` shown, ``previous`` containers (cluster runs),
-    ``follow`` until the run ends, at most ``max_streams`` log streams at once (cluster runs)."""
+    """`kgen logs NAME`: ``ranks`` (global ranks; None: every rank), the last ``tail`` lines of each node's log,
+    only lines newer than ``since_s`` seconds (0: from now on), ``timestamps`` shown, ``previous`` containers
+    (cluster runs), ``follow`` until the run ends, at most ``max_streams`` log streams at once (cluster runs),
+    ``full``: torchrun's shutdown tracebacks as written (by default one line each)."""
 
     run: RunRef
     ranks: frozenset[int] | None = None
@@ -235,11 +239,13 @@ class LogsRequest:
     previous: bool = False
     follow: bool = False
     max_streams: int = 128
+    full: bool = False
 
 
 def logs(req: LogsRequest, note: Say = _quiet) -> Iterator[str]:
-    """Every rank's log line, merged by time, each after its ``[rank]`` prefix (a log that cannot be read is
-    ``note``'d and left out)."""
+    """Every line of the run's logs, merged by time, each whole and after its process's prefix: ``[R]`` for
+    training process R (its global rank), ``[node N]`` for node N's own (kgen, torchrun); a log that cannot be
+    read is ``note``'d and left out."""
     if req.tail is not None and req.tail < 0:
         raise UsageError(f"must be 0 or more, got {req.tail}", option="--tail")
     ranks = set(req.ranks) if req.ranks is not None else None
@@ -258,7 +264,17 @@ def logs(req: LogsRequest, note: Say = _quiet) -> Iterator[str]:
 
     cluster = _connect(req.run, max_connections=req.max_streams + 4)
     yield from ops.logs(
-        cluster, req.run.name, ranks, tail, since_s, req.timestamps, req.previous, req.follow, req.max_streams, note
+        cluster,
+        req.run.name,
+        ranks,
+        tail,
+        since_s,
+        req.timestamps,
+        req.previous,
+        req.follow,
+        req.max_streams,
+        note,
+        full=req.full,
     )
 
 
@@ -269,16 +285,17 @@ def _logs_bare_metal(rec, req: LogsRequest, ranks: set[int] | None, note: Say) -
         raise UsageError("is for cluster runs (a bare-metal node's log goes on across restarts)", option="--previous")
     transport = ops.transport_for(rec)
     if ranks is not None:
-        unknown = sorted(ranks - {n.rank for n in rec.nodes})
+        world = len(rec.nodes) * max(rec.nproc, 1)
+        unknown = sorted(r for r in ranks if r >= world)
         if unknown:
-            raise UsageError(f"run {rec.name} has ranks 0..{len(rec.nodes) - 1}, not {unknown}", option="--rank")
+            raise UsageError(f"run {rec.name} has ranks 0..{world - 1}, not {unknown}", option="--rank")
     if not req.follow:
-        lines, warnings = ops.logs(rec, transport, ranks, req.tail, req.since_s, req.timestamps)
+        lines, warnings = ops.logs(rec, transport, ranks, req.tail, req.since_s, req.timestamps, req.full)
         for w in warnings:
             note(w)
         yield from lines
         return
-    yield from ops.follow(rec, transport, ranks, req.tail, req.since_s, req.timestamps)
+    yield from ops.follow(rec, transport, ranks, req.tail, req.since_s, req.timestamps, req.full)
 
 
 # ------------------------------------------------------------------------------------------ stop

@@ -212,9 +212,13 @@ def test_logs_merged_with_rank_prefixes(served):
     assert res.exit_code == 0
     lines = res.stdout.splitlines()
     want = sum(len(t.splitlines()) for t in load("job-worker-killed")["logs"].values())
-    assert len(lines) == want
-    assert {ln[:4] for ln in lines} == {"[0] ", "[1] ", "[2] "}
-    assert any(ln.startswith("[1] SUM_OK rank=1 world=3") for ln in lines)
+    # recorded by kgen 0.1 (no per-process prefixes): every line is its pod's own; torchrun's two shutdown
+    # reports (after the fail-stop SIGTERM on nodes 0 and 2) are one line each, as written with --full
+    assert {ln[:9] for ln in lines} == {"[node 0] ", "[node 1] ", "[node 2] "}
+    assert any(ln.startswith("[node 1] SUM_OK rank=1 world=3") for ln in lines)
+    assert sum("torchrun stopped by SIGTERM" in ln for ln in lines) == 2
+    full = run("logs", r.name, "--kubeconfig", kc, "--full").stdout.splitlines()
+    assert len(full) == want and len(lines) == want - 2 * 30
     logq = [p for _, p, _, _ in r.requests if "/log?" in p]
     assert all("timestamps=true" in p and "container=trainer" in p for p in logq)
 
@@ -242,8 +246,8 @@ def test_logs_rank_and_tail(served):
     r, kc = served("job-worker-killed")
     res = run("logs", r.name, "--kubeconfig", kc, "--rank", "0,2", "--tail", "1")
     assert res.stdout.splitlines() == [
-        "[0] [kgen node 0 15:04:53 +16.0s] local process tree stopped; exit 75",
-        "[2] [kgen node 2 15:04:53 +15.8s] local process tree stopped; exit 75",
+        "[node 0] [kgen node 0 15:04:53 +16.0s] local process tree stopped; exit 75",
+        "[node 2] [kgen node 2 15:04:53 +15.8s] local process tree stopped; exit 75",
     ]
 
 
@@ -287,7 +291,7 @@ def test_logs_follow_all_pods_and_new_generations(served):
     assert res.exit_code == 0
     out = res.stdout
     # both generations of rank 0 and 2 (the first came from the watch), rank 1 is gone with its log
-    assert "[0] [kgen node 0 15:09:39" in out and "[2] [kgen node 2 15:10:19" in out
+    assert "[node 0] [kgen node 0 15:09:39" in out and "[node 2] [kgen node 2 15:10:19" in out
     assert "exit 4" in out
     assert any("follow=true" in p for _, p, _, _ in r.requests)
     assert any("watch=true" in p for _, p, _, _ in r.requests)
@@ -546,7 +550,7 @@ def test_logs_follow_statefulset_sees_each_container_once(served):
         ("rec-sts-restarting-1", 1),
         ("rec-sts-restarting-1", 2),
     ]
-    assert any(line.startswith("[1] ") for line in lines)
+    assert any(line.startswith("[node 1] ") for line in lines)
 
 
 # ------------------------------------------------------------------- issue 15.3: kubectl's habits

@@ -94,7 +94,10 @@ def status(name, namespace, context, kubeconfig, output_format, watch, no_logs, 
             st.verdict.details.append(st.where)
         click.echo(views.status_view(st.verdict, output_format, rows=not brief), nl=False)
         sys.exit(status_exit(st.verdict.state, state_codes))
-    v = show_watch(sdk.watch(ref, read_logs=not no_logs), output_format, brief)
+    try:
+        v = show_watch(sdk.watch(ref, read_logs=not no_logs), output_format, brief)
+    except KeyboardInterrupt:  # Ctrl-C on `kgen status --watch`: quiet, 128 + SIGINT
+        sys.exit(130)
     sys.exit(status_exit(v.state, state_codes))
 
 
@@ -206,8 +209,11 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
         max_streams=max_streams,
         full=full,
     )
-    for line in sdk.logs(request, note=note):
-        click.echo(line)
+    try:
+        for line in sdk.logs(request, note=note):
+            click.echo(line)
+    except KeyboardInterrupt:  # Ctrl-C on `kgen logs -f`: quiet, 128 + SIGINT
+        sys.exit(130)
 
 
 # ------------------------------------------------------------------------------------------ stop
@@ -215,7 +221,7 @@ STOP_EPILOG = """\b
 Examples:
   kgen stop llama-70b                 # delete the workload, Service, ConfigMap, Secret, NetworkPolicy, PDB, pods
   kgen stop llama-70b --wait          # ... and wait (at most --timeout) until the pods are gone
-  kgen stop llama-70b -n team-a       # stopping a stopped run says so and succeeds
+  kgen stop llama-70b -n team-a       # a run with nothing left: an error (exit 2); --ignore-not-found: exit 0
   kgen stop my-ssh-run --rm           # a kgen launch run: every process on every host, then its files
 """
 
@@ -233,17 +239,21 @@ Examples:
     help="Bare metal: SIGKILL what is left this long after the stop began.",
 )
 @click.option("--rm", "remove", is_flag=True, help="Bare metal: then delete the run directories and the record.")
+@click.option(
+    "--ignore-not-found", is_flag=True, help="A cluster run with nothing left is no error (exit 0), as in kubectl."
+)
 @on_option
-def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, on):
+def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, ignore_not_found, on):
     """Stop a run: delete its workload, Service, ConfigMap, Secret, NetworkPolicy, PDB and pods (foreground);
     a bare-metal run: end every process of it on every host (group stop, SIGTERM, SIGKILL after --grace)."""
     from kgen import sdk
 
-    request = sdk.StopRequest(_ref(name, namespace, context, kubeconfig, on), wait, timeout, grace, remove)
+    ref = _ref(name, namespace, context, kubeconfig, on)
+    request = sdk.StopRequest(ref, wait, timeout, grace, remove, ignore_not_found)
     result = sdk.stop(request, say=click.echo, note=note)
     if result.on == "cluster":
-        if not result.deleted:
-            click.echo(f"run {name} is already stopped: nothing of it left in namespace {result.namespace}")
+        if not result.deleted:  # --ignore-not-found
+            click.echo(f"nothing of run {name} left in namespace {result.namespace}: nothing to stop")
         return
     assert result.report is not None
     for n in result.report.nodes:

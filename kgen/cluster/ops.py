@@ -191,12 +191,15 @@ def stop_run(cluster, name: str, wait: bool, timeout: float, say: Say, note: Say
     is ``say``'d, the progress of --wait ``note``'d."""
     from kgen.cluster.labels import run_selector
 
+    found = [(kind, obj) for kind in STOP_KINDS for obj in cluster.list(kind, run_selector(name))]
+    pods = cluster.pods(name)
+    if not found and not pods:
+        return 0  # nothing of that name: the caller says so (never "stopped")
     deleted = 0
-    for kind in STOP_KINDS:
-        for obj in cluster.list(kind, run_selector(name)):
-            if cluster.delete(kind, obj["metadata"]["name"], propagation="Foreground"):
-                deleted += 1
-                say(f"{kind.lower()}/{obj['metadata']['name']} deleted")
+    for kind, obj in found:
+        if cluster.delete(kind, obj["metadata"]["name"], propagation="Foreground"):
+            deleted += 1
+            say(f"{kind.lower()}/{obj['metadata']['name']} deleted")
     pods = cluster.pods(name)
     for p in pods:
         if not (p.get("metadata") or {}).get("deletionTimestamp") and cluster.delete("Pod", p["metadata"]["name"]):

@@ -302,18 +302,20 @@ def _logs_bare_metal(rec, req: LogsRequest, ranks: set[int] | None, note: Say) -
 @dataclass(frozen=True)
 class StopRequest:
     """`kgen stop NAME`: ``wait`` (a cluster run: until its pods are gone, at most ``timeout`` s); a bare-metal
-    run: SIGKILL what is left ``grace`` s after the stop began, then ``remove`` its run directories and record."""
+    run: SIGKILL what is left ``grace`` s after the stop began, then ``remove`` its run directories and record.
+    A cluster run of which nothing is left is an error unless ``ignore_not_found``."""
 
     run: RunRef
     wait: bool = False
     timeout: float = 300.0
     grace: float = 10.0
     remove: bool = False
+    ignore_not_found: bool = False  # a cluster run with nothing left: 0 objects deleted, no error (kubectl's flag)
 
 
 @dataclass
 class StopResult:
-    """What was stopped: ``on`` "cluster" (``deleted``: how many objects; 0 = the run was already stopped, in
+    """What was stopped: ``on`` "cluster" (``deleted``: how many objects; 0 only with ``ignore_not_found``, in
     ``namespace``) or "bare-metal" (``report``: each node's stop; ``removed``: the problems of --rm)."""
 
     on: str
@@ -349,10 +351,19 @@ def stop(req: StopRequest, say: Say = _quiet, note: Say = _quiet) -> StopResult:
         return StopResult("bare-metal", report=report, removed=removed)
     if req.remove:
         raise UsageError("is for bare-metal runs (kgen launch)", option="--rm")
+    from kgen.cluster.errors import ClusterError
+    from kgen.cluster.labels import run_selector
     from kgen.cluster.ops import stop_run
 
     cluster = _connect(req.run)
     deleted = stop_run(cluster, req.run.name, req.wait, req.timeout, say, note)
+    if not deleted and not req.ignore_not_found:
+        raise ClusterError(
+            f"no run {req.run.name} in namespace {cluster.namespace}: nothing labelled {run_selector(req.run.name)} "
+            "(stopped already, or never there); nothing was stopped",
+            option="NAME",
+            hint="`kgen list -A` shows the runs kgen finds; --ignore-not-found makes this exit 0",
+        )
     return StopResult("cluster", deleted=deleted, namespace=cluster.namespace)
 
 

@@ -146,6 +146,8 @@ class ErrorScan:
         line = TORCH_TAG.sub("", line.rstrip())
         if not line.strip():
             return
+        if line.startswith(("During handling of", "The above exception")):  # a chained exception follows
+            return
         if line.startswith("Traceback (most recent call last):"):
             self.tb, self.frame = True, ""
             return
@@ -154,7 +156,7 @@ class ErrorScan:
             self.tb, self.frame = True, f"{frame.group(1)}:{frame.group(2)}"
             return
         if self.tb:
-            if line[:1] in " \t" or line.startswith(("During handling of", "The above exception")):
+            if line[:1] in " \t":
                 return
             self.tb = False
             exc = EXCEPTION.match(line)

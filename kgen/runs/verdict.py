@@ -292,11 +292,12 @@ def _root_cause(
         same_code = len({f.exit_code for f in chosen}) == 1
         node_ranks = sorted({f.rank for f in chosen if f.rank is not None})
         error = lead.error
+        ordered = sorted(chosen, key=lambda f: -1 if f.rank is None else f.rank)
         return RootCause(
             ranks=_together(chosen) if error is not None and error.rank is not None else node_ranks,
-            pods=[f.pod for f in chosen if f.pod],
-            hosts=[f.host for f in chosen if f.host],
-            nodes=[f.node for f in chosen],
+            pods=[f.pod for f in ordered if f.pod],
+            hosts=[f.host for f in ordered if f.host],
+            nodes=[f.node for f in ordered],
             exit_code=lead.exit_code if same_code else None,
             meaning=lead.describe() if same_code else "; ".join(f.describe() for f in chosen),
             time=clock(lead.when),
@@ -365,8 +366,9 @@ def _fmt_cause(rc: RootCause) -> str:
     together = " together" if len(rc.ranks) > 1 else ""
     seen = f", seen in the {rc.evidence}" if rc.evidence.startswith("logs") else ""
     what = rc.meaning
-    if err is not None:
+    if err is not None:  # the process's own error instead of the exit code's meaning
         what = describe(err)
+        code = f"exit {rc.exit_code}: " if rc.exit_code is not None else ""
     return f"{who}{loc}{together}: {code}{what} at {rc.time}{seen}"
 
 

@@ -84,7 +84,7 @@ def parse_env(values: list[str] | tuple[str, ...]) -> dict[str, str]:
     return env
 
 
-INJECT = re.compile(r"(kill|freeze):(\d+)@(\d+(?:\.\d+)?)(?:\+(\d+(?:\.\d+)?))?")
+INJECT = re.compile(r"(kill|freeze):([0-9]+)@([0-9]+(?:\.[0-9]+)?)(?:\+([0-9]+(?:\.[0-9]+)?))?")
 
 
 def parse_inject(values: list[str] | tuple[str, ...], nodes: int) -> dict[int, list[dict]]:

@@ -18,7 +18,7 @@ import time
 
 import click
 
-from kgen.cli.options import KgenCommand, check_format, note, on_option, output_format_option
+from kgen.cli.options import ASCII_INT, KgenCommand, check_format, note, on_option, output_format_option
 from kgen.errors import UsageError
 
 STATUS_FORMATS = LIST_FORMATS = ("text", "wide", "json", "yaml")  # kgen.runs.views (not imported here: lazy)
@@ -149,7 +149,7 @@ def parse_ranks(values) -> set[int] | None:
     for value in values:
         for part in str(value).split(","):
             part = part.strip()
-            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            m = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part)
             if not m:
                 raise UsageError(f'expected N, N-M or a comma list, got "{value}"', option="--rank", hint="e.g. 0,3-5")
             lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
@@ -163,7 +163,7 @@ def parse_duration(value: str | None) -> int | None:
     """--since in seconds; 0 (0s, 0m ...) means from now on: no line written before."""
     if value is None:
         return None
-    m = re.fullmatch(r"(\d+)([smhd]?)", value.strip())
+    m = re.fullmatch(r"([0-9]+)([smhd]?)", value.strip())
     if not m:
         raise UsageError(f'expected a duration like 30s, 10m or 2h (0s: from now on), got "{value}"', option="--since")
     return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
@@ -180,14 +180,14 @@ def parse_duration(value: str | None) -> int | None:
     metavar="N[-M][,..]",
     help="Only these ranks, and their nodes' own lines (repeatable).",
 )
-@click.option("--tail", type=int, metavar="N", help="The last N lines of each node's log.")
+@click.option("--tail", type=ASCII_INT, metavar="N", help="The last N lines of each node's log.")
 @click.option(
     "--since", metavar="DURATION", help="Only lines newer than DURATION (30s, 10m, 2h; 0s: from now on, with -f)."
 )
 @click.option("--timestamps", is_flag=True, help="Show the API server's timestamp on every line.")
 @click.option("-p", "--previous", is_flag=True, help="The previous container of each rank (after a restart).")
 @click.option(
-    "--max-streams", default=128, show_default=True, metavar="N", type=int, help="Concurrent log streams at most."
+    "--max-streams", default=128, show_default=True, metavar="N", type=ASCII_INT, help="Concurrent log streams at most."
 )
 @click.option("--full", is_flag=True, help="torchrun's shutdown tracebacks as written (default: one kgen line each).")
 @on_option

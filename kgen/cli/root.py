@@ -170,6 +170,8 @@ def _usage_message(exc: click.UsageError) -> str:
     if exc.message.startswith("Got unexpected extra argument"):
         extra = exc.message.split("(", 1)[-1].rstrip(")")
         return f'"{extra}": {cmd} takes no such argument (see `{cmd} --help`)'
+    if type(exc) is click.BadParameter and isinstance(exc.param, click.Option):  # an option's value (ASCII_INT)
+        return f"{max(exc.param.opts, key=len)}: {exc.message}"
     if isinstance(exc, click.MissingParameter) and isinstance(exc.param, click.Argument):
         meta = exc.param.metavar or (exc.param.name or "").upper()
         return f"{cmd}: missing {meta} (see `{cmd} --help`)"

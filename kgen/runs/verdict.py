@@ -478,7 +478,7 @@ def _live_state(v: Verdict, rec: RunRecords) -> None:
         v.state = "succeeded"
         v.headline = (
             f"Succeeded: node 0's log says the run succeeded; its {expected} pods hold idle "
-            f"(restartPolicy Always would train again): `kgen stop {v.name}` removes them"
+            f"(restartPolicy Always would train again) and keep their GPUs: `kgen stop {v.name}` releases them"
         )
         return
     # bare metal: a node's process runs, but it waits or re-forms instead of training (its row says which)

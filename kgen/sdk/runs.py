@@ -148,6 +148,11 @@ def bare_metal_run(name: str, on: str | None, namespace=None, context=None, kube
 
 
 def _bare_metal(ref: RunRef):
+    from kgen.baremetal.record import check_name
+
+    if not ref.name:
+        raise UsageError("is empty: give the run's name", option="NAME", hint="`kgen list` shows the runs kgen knows")
+    check_name(ref.name, "NAME")  # a name, never a path: nothing is looked up with it before this
     return bare_metal_run(ref.name, ref.on, ref.namespace, ref.context, ref.kubeconfig)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from kgen.baremetal.record import NodeRecord, RunRecord
 from kgen.runs import exitcodes
 from kgen.runs.errors import FAILURE_MARK, node_error, parse_record
+from kgen.runs.logtext import split as split_line
 from kgen.runs.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
@@ -103,7 +104,9 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
     events = st.get("events") or []
     tail = st.get("tail") or []
     row.generation = max((int(m.group(1)) for e in events for m in [GEN_START.search(e)] if m), default=0)
-    row.last_line = _short(split_ts(tail[-1])[1]) if tail else ""
+    if tail:  # as `kgen logs` shows it: "[R] " before a training process's line
+        rank, text = split_line(split_ts(tail[-1])[1])
+        row.last_line = _short(text if rank is None else f"[{rank}] {text}")
     failures: list[Failure] = []
 
     said = None  # the failure record of the attempt at hand (the entrypoint's FAILURE_MARK line)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from kgen.baremetal.record import NodeRecord, RunRecord
 from kgen.runs import exitcodes
 from kgen.runs.errors import FAILURE_MARK, node_error, parse_record
-from kgen.runs.logtext import split as split_line
+from kgen.runs.logtext import last_line
 from kgen.runs.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
@@ -104,9 +104,7 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
     events = st.get("events") or []
     tail = st.get("tail") or []
     row.generation = max((int(m.group(1)) for e in events for m in [GEN_START.search(e)] if m), default=0)
-    if tail:  # as `kgen logs` shows it: "[R] " before a training process's line
-        rank, text = split_line(split_ts(tail[-1])[1])
-        row.last_line = _short(text if rank is None else f"[{rank}] {text}")
+    row.last_line = _short(last_line(split_ts(t)[1] for t in tail))  # as `kgen logs` shows it
     failures: list[Failure] = []
 
     said = None  # the failure record of the attempt at hand (the entrypoint's FAILURE_MARK line)
@@ -172,6 +170,7 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
         training[ns.node.rank] = trains
         events = (ns.state or {}).get("events") or []
         logs[f"node{ns.node.rank}@{ns.node.host}"] = "\n".join(split_ts(e)[1] for e in events)
+    unit = "node" if rec.nproc > 1 else "rank"  # a row is a node: with one process per node, that rank
     by_rank = {r.rank: r for r in rows if r.rank is not None}
     # a node the others lost but kgen cannot see (unreachable, frozen): their words are its failure
     for ns in states:
@@ -182,9 +181,11 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
             if any(f.rank == blamed and f.source.startswith("logs") for f in failures):
                 continue
             what = "unreachable over ssh" if seen.state == "Unreachable" else "frozen (SIGSTOP)"
+            said = f"{what}; {unit} {ns.node.rank}'s log: {words}"
             failures.append(
-                Failure(blamed, "", seen.node, None, "", f"{what}; rank {ns.node.rank}'s log: {words}", "cause",
-                        parse_time(ts), f"logs of rank {ns.node.rank}", host=seen.host, key=f"node{blamed}@{row.host}")
+                Failure(blamed, "", seen.node, None, "", said, "cause", parse_time(ts),
+                        f"logs of {unit} {ns.node.rank}",
+                        host=seen.host, key=f"node{blamed}@{row.host}")
             )  # fmt: skip
     expected = len(rec.nodes)
     out = RunRecords(
@@ -212,7 +213,7 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
     running = [r for r in rows if r.state == "Running"]
     out.group_intact = bool(running) and all(training.get(r.rank or 0) for r in running)
     out.notes = [
-        f"rank {r.rank} ({r.host}): {'unreachable' if r.state == 'Unreachable' else r.state}: {r.meaning}"
+        f"{unit} {r.rank} ({r.host}): {'unreachable' if r.state == 'Unreachable' else r.state}: {r.meaning}"
         for r in rows
         if r.state in ("Unreachable", "NoRunDir")
     ]

@@ -123,7 +123,7 @@ def logs(
     keyed = []
     for node, res in parallel(nodes, one):
         if not res.ok:
-            warnings.append(f"rank {node.rank}: log unavailable: {_failed(node.host, res)}")
+            warnings.append(f"node {node.rank}: log unavailable: {_failed(node.host, res)}")
             continue
         lines = [split_ts(line) for line in res.out.decode("utf-8", "replace").splitlines()]
         out = [
@@ -275,6 +275,10 @@ class NodeStop:
 class StopReport:
     nodes: list[NodeStop]
     took: float = 0.0
+    unit: str = "rank"  # what a node is called: "node" with several processes per node
+
+    def who(self, n: NodeStop) -> str:
+        return f"{self.unit} {n.node.rank} ({n.node.host})"
 
     @property
     def all_stopped(self) -> bool:
@@ -285,7 +289,7 @@ class StopReport:
         return [n for n in self.nodes if n.answer is None]
 
     def summary(self) -> str:
-        bad = [f"rank {n.node.rank} ({n.node.host}): {n.describe()}" for n in self.nodes if not n.stopped]
+        bad = [f"{self.who(n)}: {n.describe()}" for n in self.nodes if not n.stopped]
         return "; ".join(bad) if bad else "every node stopped"
 
 
@@ -314,7 +318,7 @@ def stop(
         return NodeStop(node, answer)
 
     nodes = parallel(rec.nodes, one)
-    return StopReport(nodes, time.monotonic() - t0)
+    return StopReport(nodes, time.monotonic() - t0, "node" if rec.nproc > 1 else "rank")
 
 
 def remove(rec: R.RunRecord, transport: Transport) -> list[str]:

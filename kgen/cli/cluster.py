@@ -257,9 +257,10 @@ def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, ign
         return
     assert result.report is not None
     for n in result.report.nodes:
-        click.echo(f"rank {n.node.rank} ({n.node.host}): {n.describe()}")
+        click.echo(f"{result.report.who(n)}: {n.describe()}")
     if not result.report.all_stopped:
-        left = ", ".join(f"rank {n.node.rank} on {n.node.host}" for n in result.report.nodes if not n.stopped)
+        unit = result.report.unit
+        left = ", ".join(f"{unit} {n.node.rank} on {n.node.host}" for n in result.report.nodes if not n.stopped)
         note(f"run {name}: not confirmed stopped: {left}; `kgen stop {name}` again once the host answers")
         sys.exit(1)
     if result.removed:

@@ -38,12 +38,23 @@ def prefix(rank: int | None, node: int, width: int) -> str:
     return f"[{rank:>{width}}] " if rank is not None else f"[node {node}] "
 
 
-def collapsed_line(signal: int, hidden: int) -> str:
+def collapsed_line(signal: int, hidden: int | None) -> str:
     name = SIGNAL_NAMES.get(signal, f"signal {signal}")
-    return (
-        f"kgen: torchrun stopped by {name} and ended its workers "
-        f"({hidden} lines of its shutdown report hidden; kgen logs --full shows them)"
-    )
+    lines = f"{hidden} lines of its shutdown report" if hidden is not None else "its shutdown report"
+    return f"kgen: torchrun stopped by {name} and ended its workers ({lines} hidden; kgen logs --full shows them)"
+
+
+def last_line(lines: Iterable[str]) -> str:
+    """The last line of a log's tail as `kgen logs` shows it (``[R] `` before a process's line; torchrun's
+    shutdown report as its one line, even when the tail cut it)."""
+    out = shown((None, line) for line in lines)
+    if not out:
+        return ""
+    _, rank, text = out[-1]
+    if rank is not None:
+        return f"[{rank}] {text}"
+    end = BLOCK_END.search(text)
+    return collapsed_line(int(end.group(1)), None) if end else text
 
 
 class NodeLines:

@@ -320,7 +320,7 @@ def _root_cause(
             exit_code=None,
             meaning=b.text,
             time=b.at or clock(t0),
-            evidence=f"logs of {_rank_list(b.reporter for b in blames)} (FAIL-STOP lines)",
+            evidence=f"logs of {_rank_list((b.reporter for b in blames), unit)} (FAIL-STOP lines)",
             detail=f"rank {b.reporter}'s log: FAIL-STOP: {b.text}",
             followers=followers,
             node_ranks=ranks,
@@ -347,9 +347,10 @@ def _evidence(f: Failure) -> str:
     return "pod status" if f.pod else f.source
 
 
-def _fmt_cause(rc: RootCause) -> str:
+def _fmt_cause(rc: RootCause, unit: str = "rank") -> str:
+    """``unit``: what a row is called, "rank" (one process per node) or "node"; a process's error names ranks."""
     err = rc.error
-    who = _rank_list(rc.ranks)
+    who = _rank_list(rc.ranks, "rank" if err is not None else unit)
     where = []
     if err is not None and rc.ranks != rc.node_ranks:  # several processes per node: say which node
         local = f", local rank {err['local_rank']}" if err.get("local_rank") is not None and len(rc.ranks) == 1 else ""
@@ -377,8 +378,10 @@ def judge(rec: RunRecords) -> Verdict:
     by_host = any(r.host for r in rec.rows)
     incidents = _incidents(rec.failures)
     causes = [_root_cause(inc, rec.logs, rec.expected, rec.where_by_rank, by_host, rec.nproc) for inc in incidents]
+    unit = "node" if rec.nproc > 1 else "rank"  # a row is a node: with one process per node, that rank
     incident_lines = [
-        f"{i + 1}. {_fmt_cause(rc)}" + (f"; {rc.followers}" if rc.followers else "") for i, rc in enumerate(causes)
+        f"{i + 1}. {_fmt_cause(rc, unit)}" + (f"; {rc.followers}" if rc.followers else "")
+        for i, rc in enumerate(causes)
     ]
     rows, expected = rec.rows, rec.expected
     v = Verdict(name=rec.name, kind=rec.kind, state="starting", headline="", rows=rows, ranks_expected=expected)
@@ -393,12 +396,12 @@ def judge(rec: RunRecords) -> Verdict:
         v.job_message = rec.job_message
     if rec.complete:
         v.state = "succeeded"
-        v.headline = f"Succeeded: {rec.succeeded}/{expected} ranks completed, {reform_text}"
+        v.headline = f"Succeeded: {rec.succeeded}/{expected} {unit}s completed, {reform_text}"
     elif rec.failed:
         v.state = "failed"
         rc = v.root_cause
         if rc:
-            v.headline = f"Failed: {_fmt_cause(rc)}" + (f"; {rc.followers}" if rc.followers else "")
+            v.headline = f"Failed: {_fmt_cause(rc, unit)}" + (f"; {rc.followers}" if rc.followers else "")
         else:
             v.headline = f"Failed: {v.job_reason}: {v.job_message}"
         if not rec.failed_final:
@@ -409,24 +412,24 @@ def judge(rec: RunRecords) -> Verdict:
     elif rec.stopped:
         v.state = "stopped"
         ended = sum(1 for r in rows if r.state in ("Stopped", "Succeeded", "Failed", "Lost"))
-        v.headline = f"Stopped: {rec.stopped}; {ended}/{expected} ranks ended, {reform_text}"
+        v.headline = f"Stopped: {rec.stopped}; {ended}/{expected} {unit}s ended, {reform_text}"
     elif rec.suspended:
         v.state = "pending"
         v.headline = (
-            f"Pending: the Job is suspended (spec.suspend), {v.ranks_up}/{expected} ranks up; "
+            f"Pending: the Job is suspended (spec.suspend), {v.ranks_up}/{expected} {unit}s up; "
             "a queue such as Kueue starts it when admitted, or `kubectl patch` it"
         )
     else:
-        _live_state(v, rec)
+        _live_state(v, rec, unit)
     # bare metal: a degraded headline that already names the only incident does not repeat it below
-    repeated = by_host and v.state == "degraded" and len(causes) == 1 and _fmt_cause(causes[0]) in v.headline
+    repeated = by_host and v.state == "degraded" and len(causes) == 1 and _fmt_cause(causes[0], unit) in v.headline
     if v.state != "failed" and causes and (v.reformations or v.state == "restarting") and not repeated:
         label = "restarting after" if v.state == "restarting" else "re-formed after"
         v.details.append(
-            f"{label}: {_fmt_cause(causes[-1])}" + (f"; {causes[-1].followers}" if causes[-1].followers else "")
+            f"{label}: {_fmt_cause(causes[-1], unit)}" + (f"; {causes[-1].followers}" if causes[-1].followers else "")
         )
         if len(causes) > 1:
-            v.details.append(f"first incident: {_fmt_cause(causes[0])}")
+            v.details.append(f"first incident: {_fmt_cause(causes[0], unit)}")
     if v.job_reason:
         msg = f"Job reason: {v.job_reason}" + (f": {v.job_message}" if v.job_message else "")
         named = re.search(r"for pod \S+/(\S+) failed", v.job_message)
@@ -441,7 +444,7 @@ def judge(rec: RunRecords) -> Verdict:
     return v
 
 
-def _live_state(v: Verdict, rec: RunRecords) -> None:
+def _live_state(v: Verdict, rec: RunRecords, unit: str = "rank") -> None:
     rows, expected, kind, logs = rec.rows, rec.expected, rec.kind, rec.logs
     states = Counter(r.state for r in rows)
     up = states.get("Running", 0)
@@ -469,8 +472,8 @@ def _live_state(v: Verdict, rec: RunRecords) -> None:
     if crash:
         v.state = "restarting"
         v.headline = (
-            f"Restarting: {up}/{expected} ranks up; {len(crash)} in CrashLoopBackOff "
-            f"({_rank_list(r.rank for r in crash)}); re-formation {v.reformations + 1} pending"
+            f"Restarting: {up}/{expected} {unit}s up; {len(crash)} in CrashLoopBackOff "
+            f"({_rank_list((r.rank for r in crash), unit)}); re-formation {v.reformations + 1} pending"
         )
         return
     if up == expected and expected and rec.idle_after_success:
@@ -486,9 +489,9 @@ def _live_state(v: Verdict, rec: RunRecords) -> None:
     if up == expected and expected and busy:
         reforming = [r for r in busy if r.meaning.startswith(("re-forming", "peer lost"))]
         v.state = "restarting" if reforming else "starting"
-        what = "; ".join(f"rank {r.rank}: {r.meaning}" for r in (reforming or busy)[:3])
+        what = "; ".join(f"{unit} {r.rank}: {r.meaning}" for r in (reforming or busy)[:3])
         word = "Re-forming" if reforming else "Starting"
-        v.headline = f"{word}: {up}/{expected} ranks up, {len(busy)} not training yet ({what})"
+        v.headline = f"{word}: {up}/{expected} {unit}s up, {len(busy)} not training yet ({what})"
         return
     if up == expected and expected:
         v.state = "running"
@@ -496,7 +499,7 @@ def _live_state(v: Verdict, rec: RunRecords) -> None:
         if any(f"all {expected} nodes connected" in text for text in logs.values()):
             joined = ", the group formed (node 0's log)"
         gen = max((r.generation for r in rows), default=0)  # the GEN column's own number
-        v.headline = f"Running: {up}/{expected} ranks up{joined}" + (
+        v.headline = f"Running: {up}/{expected} {unit}s up{joined}" + (
             f"; generation {gen} after {v.reformations} re-formation" + ("s" if v.reformations != 1 else "")
             if v.reformations
             else ""
@@ -506,42 +509,42 @@ def _live_state(v: Verdict, rec: RunRecords) -> None:
     done = [r for r in rows if r.state == "Succeeded"]
     unseen = [r for r in rows if r.state in ("Unreachable", "Frozen")]  # bare metal: ssh cannot tell, or SIGSTOPped
     if unseen and up and not failed_rows:
-        which = ", ".join(f"rank {r.rank} ({r.host or r.pod}) {r.state.lower()}" for r in unseen)
+        which = ", ".join(f"{unit} {r.rank} ({r.host or r.pod}) {r.state.lower()}" for r in unseen)
         if rec.group_intact:
             v.state = "running"
             v.headline = (
-                f"Running: {up}/{expected} ranks up, {which}: node 0's log says the group still trains with "
+                f"Running: {up}/{expected} {unit}s up, {which}: node 0's log says the group still trains with "
                 "every node, so it runs but kgen cannot see it"
             )
         else:
             v.state = "degraded"
             first = v.root_cause
-            v.headline = f"Degraded: {up}/{expected} ranks up; " + (_fmt_cause(first) if first else which)
+            v.headline = f"Degraded: {up}/{expected} {unit}s up; " + (_fmt_cause(first, unit) if first else which)
         return
     if failed_rows and up:
         v.state = "degraded"
         first = v.root_cause
-        why = f": {_fmt_cause(first)}" if first else ""
-        v.headline = f"Degraded: {up}/{expected} ranks up, {len(failed_rows)} failed or stopping{why}"
+        why = f": {_fmt_cause(first, unit)}" if first else ""
+        v.headline = f"Degraded: {up}/{expected} {unit}s up, {len(failed_rows)} failed or stopping{why}"
         return
     if terminal and not up and failed_rows:
         v.state = "restarting"
         v.headline = (
-            f"Re-forming: 0/{expected} ranks up; the ranks ended and the Job controller has not replaced them "
+            f"Re-forming: 0/{expected} {unit}s up; the {unit}s ended and the Job controller has not replaced them "
             "yet (its pod failure back-off: no event explains the wait) or is failing the Job"
         )
         return
     if done and up + len(done) == expected:
         v.state = "running"
-        v.headline = f"Completing: {len(done)}/{expected} ranks done, {up} still running"
+        v.headline = f"Completing: {len(done)}/{expected} {unit}s done, {up} still running"
         return
     if done and len(done) == expected:
         v.state = "running"
-        v.headline = f"Completing: {expected}/{expected} ranks done, waiting for the Job's Complete condition"
+        v.headline = f"Completing: {expected}/{expected} {unit}s done, waiting for the Job's Complete condition"
         return
     v.state = "starting"
     pending = states.get("Pending", 0) + states.get("ContainerCreating", 0) + states.get("NoPod", 0) + missing
-    v.headline = f"Starting: {up}/{expected} ranks up" + (f", {pending} not started yet" if pending else "")
+    v.headline = f"Starting: {up}/{expected} {unit}s up" + (f", {pending} not started yet" if pending else "")
     if unseen or states.get("NoRunDir"):  # bare metal
         v.headline += f", {len(unseen)} unreachable" if unseen else ""
         v.headline += f", {states['NoRunDir']} without a run directory" if states.get("NoRunDir") else ""

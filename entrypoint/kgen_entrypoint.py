@@ -524,17 +524,28 @@ def descendants(root: int | None = None) -> list[int]:
 
 def signal_tree(sig: int, extra_pgid: int | None = None) -> int:
     pids = descendants()
+    grouped: set[int] = set()
     if extra_pgid:
         try:
             os.killpg(extra_pgid, sig)
+            grouped = {p for p in pids if _pgid(p) == extra_pgid}  # signalled once, not twice
         except OSError:
             pass
     for pid in pids:
+        if pid in grouped:
+            continue
         try:
             os.kill(pid, sig)
         except OSError:
             pass
     return len(pids)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 class Child:
@@ -549,6 +560,7 @@ class Child:
         self.rc: int | None = None
         self.pump = Pump(self.proc, log_dir, base_rank) if log_dir else None
         self._failure: dict | None = None
+        self.termed = False  # the tree already got SIGTERM (the group stop): kill_tree waits, then SIGKILLs
 
     def reap(self) -> None:
         while True:
@@ -583,7 +595,11 @@ class Child:
                 self.pump.finish()
 
     def _kill_tree(self, grace: float, first: int, sigs: Signals | None) -> None:
-        if signal_tree(first, self.pid if self.rc is None else None) == 0 and (proc_is_ours() or self.rc is not None):
+        if first == signal.SIGTERM and self.termed:
+            sent = len(descendants())
+        else:
+            sent = signal_tree(first, self.pid if self.rc is None else None)
+        if sent == 0 and (proc_is_ours() or self.rc is not None):
             return
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
@@ -2233,6 +2249,7 @@ def stop_group(cfg: Config, hub: Hub, sigs: Signals, child: Child | None, host: 
     hub.stop_all(host)
     if child is not None and child.rc is None:
         signal_tree(signal.SIGTERM, child.pid)  # torch ends while the last nodes are told
+        child.termed = True  # once: a second SIGTERM cuts torchrun's own shutdown report short
     deadline = time.monotonic() + STOP_LINGER
     while not hub.all_told() and time.monotonic() < deadline and not sigs.pending:
         poll(hub.sel, sigs, hub)

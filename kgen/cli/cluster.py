@@ -178,7 +178,7 @@ def parse_duration(value: str | None) -> int | None:
     "ranks",
     multiple=True,
     metavar="N[-M][,..]",
-    help="Only these ranks, and their nodes' own lines (repeatable).",
+    help="Only these ranks (repeatable); a node's own lines come with all its ranks.",
 )
 @click.option("--tail", type=ASCII_INT, metavar="N", help="The last N lines of each node's log.")
 @click.option(

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from kgen.cluster.kube_records import pod_rank, trainer_status
-from kgen.runs.logtext import NodeLines, prefix, shown, wanted
+from kgen.runs.logtext import NodeLines, nodes_of, prefix, shown, wanted
 from kgen.runs.views import rank_width
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
@@ -82,7 +82,8 @@ def select_sources(pods: Iterable[Mapping], ranks: set[int] | None, previous: bo
     newest: dict[int, Mapping] = {}
     for p in pods:
         r = pod_rank(p)
-        if r is None or not wanted(None, r, ranks, nproc):
+        chosen = nodes_of(ranks, nproc)
+        if r is None or (chosen is not None and r not in chosen):
             continue
         key = ((p.get("metadata") or {}).get("creationTimestamp") or "", p["metadata"]["name"])
         cur = newest.get(r)
@@ -148,7 +149,8 @@ class Follower:
     def add(self, source: Source) -> None:
         key = (source.pod, source.restarts)
         with self.lock:
-            if key in self.seen or not wanted(None, source.rank, self.ranks, self.nproc):
+            chosen = nodes_of(self.ranks, self.nproc)
+            if key in self.seen or (chosen is not None and source.rank not in chosen):
                 return
             if source.created and source.created < self.newest.get(source.rank, ""):
                 return  # an older generation of a rank already followed

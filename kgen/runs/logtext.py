@@ -107,12 +107,18 @@ def shown(lines: Iterable[tuple[Any, str]], full: bool = False) -> list[tuple[An
 
 
 def wanted(rank: int | None, node: int, ranks: set[int] | None, nproc: int) -> bool:
-    """``--rank``: a process's lines when its rank is chosen; a node's own lines when one of its ranks is."""
+    """``--rank``: a process's lines when its rank is chosen; a node's own lines (kgen, torchrun) when every rank
+    of that node is (with one process per node: when its rank is)."""
     if ranks is None:
         return True
     if rank is not None:
         return rank in ranks
-    return any(node * nproc <= r < (node + 1) * nproc for r in ranks)
+    return all(r in ranks for r in range(node * nproc, (node + 1) * nproc))
+
+
+def nodes_of(ranks: set[int] | None, nproc: int) -> set[int] | None:
+    """The nodes whose logs hold any of ``ranks`` (None: every node)."""
+    return None if ranks is None else {r // max(nproc, 1) for r in ranks}
 
 
 TAIL_SLACK = 200  # lines more than --tail asks for: a shutdown report cut at the top still folds into one line

@@ -27,7 +27,8 @@ def test_lines_without_timestamps_keep_their_pod_order_and_ranks_are_padded():
 
 
 def test_several_processes_per_pod_global_ranks_and_rank_filter():
-    """8 processes per pod: pod 1's lines are ranks 8-15; --rank 9 keeps rank 9's lines and pod 1's own."""
+    """8 processes per pod: pod 1's lines are ranks 8-15; --rank 9 keeps rank 9's lines only; a pod's own
+    lines come with every rank of the pod."""
     logs = {
         0: "[rank 0] a\n[rank 7] b\nkgen 0\n",
         1: "[rank 8] c\n[rank 9] d\n[rank 15] e\nkgen 1\n",
@@ -35,7 +36,8 @@ def test_several_processes_per_pod_global_ranks_and_rank_filter():
     assert merge(logs, nproc=8) == [
         "[ 0] a", "[ 7] b", "[node 0] kgen 0", "[ 8] c", "[ 9] d", "[15] e", "[node 1] kgen 1"
     ]  # fmt: skip
-    assert merge(logs, nproc=8, ranks={9}) == ["[ 9] d", "[node 1] kgen 1"]
+    assert merge(logs, nproc=8, ranks={9}) == ["[ 9] d"]
+    assert merge(logs, nproc=8, ranks=set(range(8, 16))) == ["[ 8] c", "[ 9] d", "[15] e", "[node 1] kgen 1"]
     assert merge(logs, nproc=8, tail=1) == ["[node 0] kgen 0", "[node 1] kgen 1"]
 
 

@@ -578,7 +578,7 @@ class Child:
     def failure(self) -> dict | None:
         """torchrun exited non-zero by itself: which worker of this node failed first and why (once)."""
         if self._failure is None and self.rc and self.pump is not None:
-            self.pump.drained.wait(5.0)
+            self.pump.drained.wait(FAILURE_WAIT)  # short: node 0's event loop (heartbeats) waits meanwhile
             self._failure = self.pump.failure() or {}
             if self._failure:
                 log(f"worker failure: {failure_text(self._failure)}")
@@ -631,6 +631,7 @@ class Child:
 # --------------------------------------------------------------------------------------------
 
 FAILURE_MARK = "kgen-entrypoint: worker failure: "
+FAILURE_WAIT = 1.0  # torchrun ended: its output is read to the end within this (normally ~0.2 s)
 PARTIAL_HOLD = 1.0
 LINE_CAP = 65536
 _RANK_TAG = re.compile(r"^\[rank\d+\]:\s?")  # torch's own excepthook prefix
@@ -2336,8 +2337,8 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                     hub.finish()
                 else:
                     log(f"torchrun exited with code {own_rc}")
+                    hub.script_failed(0, own_rc)  # first: who reported first is who node 0 blames
                     child.failure()
-                    hub.script_failed(0, own_rc)
             hub.tick(now)
             if hub.state == "finishing":
                 if hub.lost is not None:
@@ -2429,8 +2430,8 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
                     hold_if_statefulset(cfg, sigs)
                     return Stop(0, "succeeded")
                 log(f"torchrun exited with code {own_rc}; node 0 decides: a lost node (re-form) or a script error")
+                spoke.send({"t": MSG_FAIL, "rc": own_rc})  # first: node 0 blames whoever reports first
                 child.failure()
-                spoke.send({"t": MSG_FAIL, "rc": own_rc})
             spoke.tick(time.monotonic())
             if spoke.verdict is None:
                 continue

@@ -107,8 +107,10 @@ def launch(
     )
     from kgen.runs.views import table
 
-    rows = [[str(n.rank), n.host, n.hostname or "-", str(n.pid or "-"), n.dir] for n in rec.nodes]
-    for line in table(["RANK", "HOST", "NODE", "PID", "RUN DIRECTORY"], rows):
+    p = rec.nproc
+    ranks = [str(n.rank) if p == 1 else f"{n.rank * p}-{n.rank * p + p - 1}" for n in rec.nodes]
+    rows = [[r, n.host, n.hostname or "-", str(n.pid or "-"), n.dir] for r, n in zip(ranks, rec.nodes, strict=True)]
+    for line in table(["RANK" if p == 1 else "RANKS", "HOST", "NODE", "PID", "RUN DIRECTORY"], rows):
         click.echo(f"  {line}")
     if not follow:
         click.echo(f"next: kgen status {rec.name} · kgen logs {rec.name} -f · kgen stop {rec.name}")

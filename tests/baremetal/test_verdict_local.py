@@ -78,6 +78,11 @@ def test_an_exception_on_one_rank_is_the_root_cause_with_2_processes_per_node(kg
     only3 = kgen("logs", "boom", "--rank", "3").stdout.splitlines()
     assert {line.split("]")[0] for line in only3} == {"[3"}  # node 1's own lines come with ranks 2 and 3
     assert "[3] RuntimeError: deliberate failure on rank 3 at step 2" in only3
+    # --watch of a run that has ended prints it once (issue 24: the table came twice), with its exit code
+    watched = kgen("status", "boom", "--watch")
+    assert (
+        watched.returncode == 1 and watched.stdout.count("RANKS  HOST") == 1 and watched.stdout.count("Failed: ") == 1
+    )
     assert kgen("stop", "boom", "--rm").returncode == 0
 
 

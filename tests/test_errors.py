@@ -179,3 +179,35 @@ def test_pump_writes_whole_lines_with_global_ranks_and_makes_the_record(tmp_path
         "traceback",
     )
     assert not tmp_path.exists()  # the workers' files are removed with the pump
+
+
+def test_pump_marks_the_node_s_workers_that_failed_the_same_way(tmp_path):
+    """`-m` of a module whose import fails: both workers of the node raise the same: the record's others say
+    so (`same`), and the verdict names both ranks together instead of one as the other's consequence."""
+    import subprocess
+    import sys
+
+    attempt = tmp_path / "run_x" / "attempt_0"
+    for lr in (0, 1):
+        (attempt / str(lr)).mkdir(parents=True)
+        (attempt / str(lr) / "stdout.log").write_text("")
+        (attempt / str(lr) / "stderr.log").write_text(
+            'Traceback (most recent call last):\n  File "/w/m.py", line 2, in <module>\n'
+            "ModuleNotFoundError: No module named 'dep'\n"
+        )
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pump = ep.Pump(proc, str(tmp_path), base_rank=2)
+    proc.wait()
+    assert pump.drained.wait(10)
+    rec = pump.failure()
+    pump.finish()
+    assert rec["rank"] == 2 and rec["others"] == [
+        {"rank": 3, "error": "ModuleNotFoundError", "peer": False, "same": True}
+    ]
+    err = E.parse_record(json.dumps(rec), node=1)
+    from kgen.runs.records import Failure
+    from kgen.runs.verdict import _root_cause
+
+    f = Failure(1, "", "n", 1, "", "the training script failed", "cause", err.time, "exit", error=err, host="h")
+    rc = _root_cause([f], {}, 2, {1: ["h"]}, by_host=True, nproc=2)
+    assert rc.ranks == [2, 3] and rc.consequences == []

@@ -36,6 +36,8 @@ class Source:
 
 
 def split_ts(line: str) -> tuple[str | None, str]:
+    if len(line) < 21 or line[4] != "-" or line[10] != "T":  # cheap: most calls are on stamped lines
+        return None, line
     m = TS.match(line)
     return (m.group(1), line[m.end() :]) if m else (None, line)
 
@@ -177,13 +179,18 @@ class Follower:
     def _pump(self, source: Source) -> None:
         node = source.rank
         fold = NodeLines(self.full)
+        heads: dict[int | None, str] = {}
 
         def show(items) -> list[str]:
-            return [
-                prefix(rank, node, self.width) + (f"{ts} {body}" if self.timestamps and ts else body)
-                for ts, rank, body in items
-                if wanted(rank, node, self.ranks, self.nproc)
-            ]
+            out = []
+            for ts, rank, body in items:
+                if self.ranks is not None and not wanted(rank, node, self.ranks, self.nproc):
+                    continue
+                head = heads.get(rank)
+                if head is None:
+                    head = heads[rank] = prefix(rank, node, self.width)
+                out.append(head + (f"{ts} {body}" if self.timestamps and ts else body))
+            return out
 
         try:
             for block in self.open_stream(source):  # whole lines, one or many per block

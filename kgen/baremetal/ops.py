@@ -20,6 +20,7 @@ from kgen.baremetal import record as R
 from kgen.baremetal.adapter import NodeState, split_ts, to_records
 from kgen.baremetal.transport import LocalTransport, SshTransport, Transport, parallel
 from kgen.cluster.logs import prefix, rank_width
+from kgen.cluster.safetext import lines, printable
 from kgen.cluster.verdict import Verdict, judge
 
 STATE_TIMEOUT = 20.0
@@ -111,7 +112,7 @@ def logs(
     warnings = []
     for node, res in parallel(nodes, one):
         if res.ok:
-            texts[node.rank] = res.out.decode("utf-8", "replace").splitlines()
+            texts[node.rank] = lines(res.out.decode("utf-8", "replace"))  # escaped: no control character passes
         else:
             warnings.append(f"rank {node.rank}: log unavailable: {_failed(node.host, res)}")
     cut = _since_cut(since_s)
@@ -144,7 +145,7 @@ class Merger:
 
     def ended(self, rank: int, why: str, now: datetime) -> None:
         if why:
-            self._push(_stamp(now), rank, f"(kgen: log stream ended: {why})")
+            self._push(_stamp(now), rank, f"(kgen: log stream ended: {printable(why)})")
 
     def ripe(self, now: datetime, flush: bool = False) -> list[tuple[int, str]]:
         """The lines older than ``now`` - REORDER_S (every line when ``flush``), oldest first."""
@@ -189,8 +190,8 @@ def follow(
             except OSError:
                 pass
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            q.put((node.rank, raw.decode("utf-8", "replace").rstrip("\n"), None))
+        for raw in proc.stdout:  # one "\n"-ended line each, escaped (kgen.cluster.safetext)
+            q.put((node.rank, printable(raw.decode("utf-8", "replace").rstrip("\n").removesuffix("\r")), None))
         proc.wait()
         err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
         why = transport.classify(node.host, proc.returncode, err) if proc.returncode else ""

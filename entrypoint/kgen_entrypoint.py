@@ -2171,7 +2171,7 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                 blame, _, _, reason = hub.script_fail
                 log(f"FAIL-STOP: {reason}")
                 hub.end(EXIT_RUN_FAILED, reason, blame)
-                return Stop(EXIT_RUN_FAILED, f"internal error ({reason})")
+                return Stop(EXIT_RUN_FAILED, f"the run failed ({reason})")
             if reason is not None:
                 log(f"FAIL-STOP: {reason}")
                 hub.end(EXIT_PEERS_MISSING if cfg.max_reformations else EXIT_PEER_LOST, reason)
@@ -2241,7 +2241,7 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
             fault, blame = None, None
             if hub.script_fail is not None and hub.script_fail[3]:  # a lost connection follows it: not the cause
                 blame, _, _, reason = hub.script_fail
-                fault, what = "internal", "internal error"
+                fault, what = "internal", "the run failed"
             elif hub.lost is not None:
                 fault, reason, what = "lost", hub.lost, "peer lost"
             elif hub.script_fail is not None and now - hub.script_fail[2] >= FAIL_VERDICT_WAIT:

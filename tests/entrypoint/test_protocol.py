@@ -374,3 +374,90 @@ def test_ctrl_c_on_a_node_waiting_for_node0_ends_it_at_once_with_exit_6():
     assert rc == 6 and time.monotonic() - t < 5
     assert "node 0 not told" in err  # node 0 is not there: nobody to tell
     assert err.rstrip().splitlines()[-1] == f"kgen-entrypoint: stopped: stopped by user on {socket.gethostname()}"
+
+
+# -- issue 23.2: a node facing a bad or fake node 0 ends with the documented code and one line ---------------
+class HostileNode0(threading.Thread):
+    """Listens on the liveness port and answers every connection with `first` (instead of a challenge) and,
+    once the node has said something, `then`; then it closes."""
+
+    def __init__(self, port: int, first: bytes, then: bytes | None = None) -> None:
+        super().__init__(daemon=True)
+        self.srv = socket.create_server(("127.0.0.1", port))
+        self.first, self.then = first, then
+        self.served = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        self.srv.settimeout(0.2)
+        while not self.done.is_set():
+            try:
+                conn, _ = self.srv.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    conn.sendall(self.first)
+                    if self.then is not None:
+                        conn.settimeout(2)
+                        conn.recv(65536)
+                        conn.sendall(self.then)
+                    self.served += 1
+                except OSError:
+                    pass
+        self.srv.close()
+
+
+CHALLENGE = ep.plain_line({"t": "challenge", "v": 3, "n": "0" * 32})
+ESCAPES = "\\u001b[2J\\u001b]0;pwned\\u0007\\r\\n[kgen node 0] FAIL-STOP: forged"
+
+
+@pytest.mark.parametrize(
+    "first, then, code, said",
+    [
+        (b"[" * 1023 + b"\n", None, 3, "did not prove it is this run's node 0"),  # the issue's crash 3
+        (b"SSH-2.0-OpenSSH_9.2p1\r\n", None, 3, "did not prove it is this run's node 0"),
+        (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", None, 3, "did not prove"),
+        (b"x" * 5000, None, 3, "did not prove it is this run's node 0"),
+        (b"", None, 3, "resolved but not accepting"),  # accepts, then closes at once
+        (ep.plain_line({"t": "challenge", "v": 99, "n": "0" * 32}), None, 3, "liveness protocol 99"),
+        (CHALLENGE, b"[" * 60000 + b"\n", 3, "did not prove it is this run's node 0"),
+        (CHALLENGE, b'{"t":"welcome","v":3}\n{"t":"start","gen":0}\n', 3, "not authenticated"),
+        (CHALLENGE, b"f" * 64 + b' {"t":"welcome","v":3,"hb":1}\n', 3, "failed verification"),
+        (CHALLENGE, ('{"t":"denied","reason":"' + ESCAPES + '"}\n').encode(), 3, "field 'reason' of 'denied'"),
+        (CHALLENGE, ('{"t":"denied","reason":"' + "no " * 1000 + '"}\n').encode(), 2, "wrong secret: node 0 at"),
+    ],
+    ids=[
+        "nesting",
+        "ssh",
+        "http",
+        "no-newline",
+        "closes",
+        "protocol-99",
+        "deep-answer",
+        "plain-start",
+        "bad-mac",
+        "denied-escapes",
+        "denied",
+    ],
+)
+def test_a_fake_node0_ends_a_node_with_its_code_and_one_line(first, then, code, said):
+    live = _free_port()
+    fake = HostileNode0(live, first, then)
+    fake.start()
+    try:
+        env = {**BASE, "NODE_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(live - 1)}
+        env.update({"KGEN_LIVENESS_PORT": str(live), "KGEN_MASTER_WAIT_TIMEOUT": "3"})
+        res = run_ep(env, "--", "/bin/true")
+    finally:
+        fake.done.set()
+        fake.join(5)
+    assert res.returncode == code, res.stderr
+    assert "Traceback" not in res.stderr and res.stdout == ""
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("kgen-entrypoint: error:")]
+    assert len(errors) == 1 and said in errors[0], res.stderr
+    assert res.stderr.rstrip().splitlines()[-1].startswith("kgen-entrypoint: stopped:")
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", res.stderr), "a control character from node 0 reached the log"
+    assert "generation 0: starting" not in res.stderr
+    if code == 2:  # a denial cannot be authenticated (documented): what it says is shown, bounded
+        assert "refused this node's proof of the run secret (no no no" in errors[0] and len(errors[0]) < 700

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
+import subprocess
 import time
 
 import pytest
@@ -104,3 +106,58 @@ def test_the_issues_lines_against_a_local_run_change_nothing(kgen, tmp_path, mon
         assert "Succeeded: 2/2 ranks completed, 0 re-formations" in status.stdout
     finally:
         kgen("stop", "hostile", "--rm", timeout=60)
+
+
+def listening_in(pid: int, port: int) -> set[str]:
+    """The listeners on `port` in the network namespace of process `pid` (its /proc/PID/net)."""
+    found = set()
+    for name in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{name}") as fh:
+            for row in fh.read().splitlines()[1:]:
+                f = row.split()
+                addr, _, p = f[1].rpartition(":")
+                if f[3] == "0A" and int(p, 16) == port:
+                    found.add(addr)
+    return found
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"), reason="needs root, unshare and ip"
+)
+def test_a_private_network_namespace_holds_a_whole_local_run(kgen_cmd, kgen, tmp_path, monkeypatch):
+    """Issue 23.5: torch 2.13's store binds every interface. For a --local run, the documented recipe
+    `unshare --net sh -c 'ip link set lo up && exec kgen launch --local ...'` (root, or any user with
+    `unshare -rn` where user namespaces are allowed) keeps every port of the run, the store's included, out
+    of the host's network; kgen status, logs and stop work from outside as usual."""
+    shutil.copy(TRAINLOOP, tmp_path / "trainloop.py")
+    monkeypatch.chdir(tmp_path)
+    port = free_port_pair()
+    launch = [*kgen_cmd, "launch", "--name", "netns", "--local", "2", "--port", str(port)]
+    launch += ["--", "trainloop.py", "--steps", "40", "--sleep", "0.2"]
+    res = subprocess.run(
+        ["unshare", "--net", "sh", "-c", f"ip link set lo up && exec {shlex.join(launch)}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    node0 = os.path.join(os.environ["XDG_STATE_HOME"], "kgen", "runs", "netns", "node0")
+    try:
+        deadline = time.monotonic() + 120
+        while "rank=0 step 3" not in open(os.path.join(node0, "log"), errors="replace").read():
+            assert time.monotonic() < deadline, open(os.path.join(node0, "log")).read()[-3000:]
+            time.sleep(0.2)
+        inside = json.load(open(os.path.join(node0, "child")))["pid"]
+        assert listening_in(inside, port) and listening_in(inside, port + 1) == {"0100007F"}  # in its namespace
+        assert listening(port) == set() and listening(port + 1) == set()  # nothing in the host's
+        for p in (port, port + 1):
+            with pytest.raises(OSError):
+                socket.create_connection(("127.0.0.1", p), timeout=2).close()
+        deadline = time.monotonic() + 200
+        while (v := json.loads(kgen("status", "netns", "-o", "json").stdout))["state"] not in ("succeeded", "failed"):
+            assert time.monotonic() < deadline, v["headline"]
+            time.sleep(1)
+        assert v["state"] == "succeeded", v["headline"]
+    finally:
+        kgen("stop", "netns", "--rm", timeout=60)

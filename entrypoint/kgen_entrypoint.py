@@ -11,14 +11,15 @@ Usage (what `kgen render` puts in the pod; also works by hand on bare metal):
     python3 kgen_entrypoint.py --stop                    # stop the whole group (run's environment, any host)
     python3 kgen_entrypoint.py --run-dir DIR --state     # bare metal: a node's run state (kgen launch)
 
-Environment (docs/design.md is the contract): NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT,
-node rank from NODE_RANK > JOB_COMPLETION_INDEX > KGEN_POD_INDEX > HOSTNAME ordinal, optional
-KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT,
-KGEN_MASTER_WAIT_TIMEOUT, KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT,
-KGEN_MAX_RESTARTS, KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, and for
-NNODES > 1 KGEN_SECRET_FILE (a file holding the run's secret, the same on every node; the liveness
-channel authenticates every connection with it). Set for the training processes: KGEN_RESTART_COUNT
-(the generation, 0 first), KGEN_RDZV_ID.
+Environment (docs/design.md is the contract): NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT, node
+rank from NODE_RANK > JOB_COMPLETION_INDEX > KGEN_POD_INDEX > HOSTNAME ordinal, optional
+KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_LIVENESS_BIND (where node 0 listens: IPs or *),
+KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT, KGEN_MASTER_WAIT_TIMEOUT,
+KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT, KGEN_MAX_RESTARTS,
+KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, and for NNODES > 1
+KGEN_SECRET_FILE (a file holding the run's secret, the same on every node; the liveness channel
+authenticates every connection with it). Set for the training processes: KGEN_RESTART_COUNT (the
+generation, 0 first), KGEN_RDZV_ID.
 
 Exit codes: 0 success; 2 bad environment, usage or no torch; 3 node 0 not reachable (within
 KGEN_MASTER_WAIT_TIMEOUT, or KGEN_REPLACEMENT_TIMEOUT after a loss); 4 the group could not form

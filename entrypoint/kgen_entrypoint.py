@@ -2642,8 +2642,6 @@ def exposure(port: int, authenticated: bool, env: dict) -> str:
     bound = listening_addresses(port)
     if bound is None:
         return f"{port}: cannot tell (/proc/net/tcp is not readable)"
-    if not bound:
-        return f"{port}: nothing listens on it yet (the run is not running on this node): cannot tell"
     guard = (
         "kgen's liveness channel authenticates every connection"
         if authenticated
@@ -2651,6 +2649,9 @@ def exposure(port: int, authenticated: bool, env: dict) -> str:
         "rendezvous gives its TCPStore no address or socket: it listens on every interface): fence this port (a "
         "NetworkPolicy on Kubernetes, a host firewall on bare metal; README, Security)"
     )
+    if not bound:
+        later = "" if authenticated else f"; once it runs: {guard}"
+        return f"{port}: nothing listens on it yet (the run is not running on this node): cannot tell{later}"
     if any(a in ("0.0.0.0", "::") for a in bound):
         addrs = [(name, ip) for name, ip in interface_addresses() if not ip.startswith("127.")]
         fabric = [v for v in (env.get("GLOO_SOCKET_IFNAME"), env.get("NCCL_SOCKET_IFNAME")) if v]

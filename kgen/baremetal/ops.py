@@ -47,10 +47,12 @@ def _json_line(out: bytes) -> dict | None:
 
 
 def _failed(host: str, result) -> str:
+    """Why a host did not answer, in one printable line (ssh's and the host's words are escaped)."""
     if result.unreachable:
-        return result.unreachable
+        return printable(result.unreachable)
     lines = [ln for ln in result.err.splitlines() if ln.strip()]
-    return f"{host}: the entrypoint on the host failed ({lines[-1].strip() if lines else f'exit {result.rc}'})"
+    last = lines[-1].strip() if lines else f"exit {result.rc}"
+    return printable(f"{host}: the entrypoint on the host failed ({last})")
 
 
 def _bound(transport: Transport) -> float:

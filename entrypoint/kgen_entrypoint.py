@@ -304,13 +304,13 @@ def read_secret(env: dict, cfg: Config) -> None:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
             problem = f"KGEN_SECRET_FILE={path!r}: cannot read it ({exc.strerror or exc}); {SECRET_HOWTO}"
-            secret_name = (env.get("KGEN_SECRET_NAME") or "").strip()
+            secret_name = (env.get("KGEN_AUTH_NAME") or "").strip()
             if exc.errno == errno.ENOENT and secret_name:  # Kubernetes: the (optional) Secret is not there
                 ns = (env.get("KGEN_NAMESPACE") or "").strip()
                 problem = (
                     f"the run's secret is missing: Secret {secret_name} (key `secret`, mounted at "
                     f"{os.path.dirname(path)}) does not exist{' in namespace ' + ns if ns else ''}; create it: "
-                    f"{create_secret_line(secret_name, ns)} (kgen submit creates it for you); the pod starts "
+                    f"{create_secret_line(secret_name, ns, cfg.job_name)} (kgen submit creates it for you); the pod starts "
                     f"over once it exists"
                 )
         else:
@@ -350,12 +350,16 @@ def read_secret(env: dict, cfg: Config) -> None:
         cfg.problems.append(problem)
 
 
-def create_secret_line(name: str, namespace: str) -> str:
-    """The one command that creates a run's Secret on Kubernetes (kgen render prints the same)."""
-    ns = f" -n {namespace}" if namespace else ""
+def create_secret_line(name: str, namespace: str, run: str) -> str:
+    """The command that creates a run's Secret on Kubernetes, labelled as the run's (kgen render prints the same)."""
+    ns = f" -n {shlex.quote(namespace)}" if namespace else ""
+    labels = " ".join(
+        shlex.quote(f"{k}={v}")
+        for k, v in (("app.kubernetes.io/instance", run), ("app.kubernetes.io/managed-by", "kgen"))
+    )
     return (
         f'kubectl create secret generic {name}{ns} --from-literal=secret="$(python3 -c '
-        f"'import secrets; print(secrets.token_hex(32))')\""
+        f"'import secrets; print(secrets.token_hex(32))')\" && kubectl label secret {name}{ns} {labels}"
     )
 
 

@@ -59,7 +59,7 @@ def test_fresh_venv_outside_the_repo_renders_and_lints(wheel, tmp_path):
     work.mkdir()
     out = sh([str(bindir / "kgen"), "render", "--preset", "4x8"], cwd=work)
     docs = [d for d in yaml.safe_load_all(out) if d]
-    assert [d["kind"] for d in docs] == ["ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
     shipped = (ROOT / "entrypoint" / "kgen_entrypoint.py").read_text()
     assert docs[0]["data"]["kgen_entrypoint.py"] == shipped
     assert "kgen_entrypoint" not in str(work)  # nothing was read from the repository

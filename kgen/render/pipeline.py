@@ -87,12 +87,7 @@ def build(request: RenderRequest) -> TrainingSpec:
     if request.command:
         layers.apply("command", list(request.command), "-- COMMAND")
     values, origins = layers.result()
-    spec = build_spec(values, origins, minor)
-    if spec.renders_secret:  # the one input that is not in the values: the user's kgen key (a file)
-        from kgen.render.runsecret import secret_data
-
-        spec = spec._replace(run_secret_data=secret_data(spec.namespace, spec.name))
-    return spec
+    return build_spec(values, origins, minor)
 
 
 def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -> list[dict]:

@@ -86,7 +86,7 @@ def test_a_missing_secret_volume_names_the_secret_and_the_command(tmp_path):
     """A StatefulSet's pods mount Secret <name>-auth optionally: when nobody created it, the file is not
     there and the log says which Secret and the exact command that creates it."""
     env = {**BASE, "NODE_RANK": "1", "KGEN_KIND": "statefulset", "KGEN_NAMESPACE": "ml"}
-    env.update(KGEN_SECRET_FILE=str(tmp_path / "kgen" / "secret"), KGEN_SECRET_NAME="llm-auth")
+    env.update(KGEN_SECRET_FILE=str(tmp_path / "kgen" / "secret"), KGEN_AUTH_NAME="llm-auth")
     line = one_error(run_ep(env, "--", "/bin/true"))
     assert "the run's secret is missing: Secret llm-auth (key `secret`" in line and "in namespace ml" in line
     assert (

@@ -310,8 +310,8 @@ def read_secret(env: dict, cfg: Config) -> None:
                 problem = (
                     f"the run's secret is missing: Secret {secret_name} (key `secret`, mounted at "
                     f"{os.path.dirname(path)}) does not exist{' in namespace ' + ns if ns else ''}; create it: "
-                    f"{create_secret_line(secret_name, ns, cfg.job_name)} (kgen submit creates it for you); the pod starts "
-                    f"over once it exists"
+                    f"{create_secret_line(secret_name, ns, cfg.job_name)} (kgen submit creates it for you); the "
+                    f"pod starts over once it exists"
                 )
         else:
             try:

@@ -126,7 +126,8 @@ def test_nothing_kgen_renders_is_immutable():
     """Re-applying a run's manifest, rendered anywhere, or after `kubectl delete <workload>`, never meets an
     immutable object of a fixed name (issue 22.3)."""
     for kind in ("job", "statefulset", "jobset"):
-        for doc in docs_of(render(RenderRequest(preset="64x8", flags={"kind": kind}, sets=["podDisruptionBudget=true"]))):
+        request = RenderRequest(preset="64x8", flags={"kind": kind}, sets=["podDisruptionBudget=true"])
+        for doc in docs_of(render(request)):
             assert "immutable" not in doc, doc["kind"]
 
 

@@ -20,6 +20,7 @@ and the kgen version); the secret comes from the cluster:
 
 from __future__ import annotations
 
+import base64
 import shlex
 
 SECRET_KEY = "secret"  # the data key in the run's Secret (<name>-auth or auth.secretName)
@@ -41,3 +42,22 @@ def create_secret_line(name: str, namespace: str, run: str) -> str:
         f'kubectl create secret generic {name}{ns} --from-literal={SECRET_KEY}="$({NEW_SECRET})" && '
         f"kubectl label secret {name}{ns} {labels}"
     )
+
+
+def secret_object(name: str, labels: dict[str, str], value: str) -> dict:
+    """The run's Secret as `kgen submit` creates it for a StatefulSet (``value``: fresh random, 64 hex)."""
+    data = base64.b64encode(value.encode()).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "labels": dict(labels)},
+        "type": "Opaque",
+        "data": {SECRET_KEY: data},
+    }
+
+
+def owned_by(secret: dict, workload: dict) -> dict:
+    """``secret`` with an owner reference to ``workload`` (as the API server answered it: with its uid)."""
+    meta = workload["metadata"]
+    ref = {"apiVersion": workload["apiVersion"], "kind": workload["kind"], "name": meta["name"], "uid": meta["uid"]}
+    return {**secret, "metadata": {**secret["metadata"], "ownerReferences": [ref]}}

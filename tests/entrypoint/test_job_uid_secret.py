@@ -53,7 +53,8 @@ def test_the_rendezvous_id_never_carries_the_uid():
     assert cfg.rdzv_id.startswith("llm-") and len(cfg.rdzv_id) == len("llm-") + 16
     again = ep.load_config({**job_env(KGEN_RUN_ID=UID), "NODE_RANK": "3"})
     assert again.rdzv_id == cfg.rdzv_id  # every node agrees
-    jobset = ep.load_config({**job_env(KGEN_RUN_ID=UID, KGEN_RESTART_ATTEMPT="2", KGEN_KIND="jobset"), "NODE_RANK": "1"})
+    jobset_env = job_env(KGEN_RUN_ID=UID, KGEN_RESTART_ATTEMPT="2", KGEN_KIND="jobset")
+    jobset = ep.load_config({**jobset_env, "NODE_RANK": "1"})
     assert jobset.rdzv_id == cfg.rdzv_id + "-attempt2"
     with_file = ep.load_config({**BASE, "KGEN_RUN_ID": UID, "KGEN_JOB_NAME": "llm", "NODE_RANK": "1"})
     assert with_file.rdzv_id == f"llm-{UID}"  # a secret from a file: the run id is not secret

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kgen.lint import k8s, kinds
+from kgen.lint import k8s, kinds, scripts
 from kgen.lint.kinds.base import Facts, Template
 from kgen.lint.torchcmd import Launch, Scripted, host_of, read_container, resolve
 
@@ -139,11 +139,19 @@ def containers_of(tpl: Template) -> list[tuple[dict, tuple]]:
     return list(k8s.containers(tpl.spec, tpl.spec_path, init=False))
 
 
-def read(doc: Any, container: dict, path: tuple) -> Scripted:
-    memo = doc.memo.setdefault("kg_read", {})
-    got = memo.get(path)
+def read(doc: Any, container: dict, path: tuple, docs: list | None = None, tpl: Template | None = None) -> Scripted:
+    """What the container at ``path`` of ``doc`` runs (memoized per document). With the run's ``docs``
+    and the pod template, scripts from ConfigMaps of the linted set that the container mounts are read
+    too (``kgen.lint.scripts``)."""
+    cache = doc.memo.setdefault("kg_read", {})
+    got = cache.get(path)
     if got is None:
-        got = memo[path] = read_container(container)
+        files = None
+        if docs is not None and tpl is not None:
+            by_name = memo("configmaps", docs, scripts.configmaps_by_name)
+            if by_name:
+                files = scripts.files_of(tpl.spec, container, scripts.configmap_lookup(by_name, doc.namespace))
+        got = cache[path] = read_container(container, files)
     return got
 
 
@@ -219,7 +227,7 @@ def _workloads(docs: list) -> list[Workload]:
             w = Workload(doc, tpl, facts, primary=False)
             multi = None if facts.nodes is None else facts.nodes > 1
             for c, path in containers_of(tpl):
-                scripted = read(doc, c, path)
+                scripted = read(doc, c, path, docs, tpl)
                 why = _why_training(w, c, scripted, multi)
                 if why is None:
                     continue

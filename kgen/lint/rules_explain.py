@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from kgen.findings import Severity
 from kgen.lint.model import Workload, workloads
 from kgen.lint.registry import Context, rule
+from kgen.lint.torchcmd import Launch
 
 
 @rule(
@@ -44,7 +45,7 @@ def describe(w: Workload) -> str:
         launches = [launch for launch in scripted.launches if launch.training]
         if launches:
             text = "; ".join(
-                f"{launch.form}{' (in a shell script)' if launch.script else ''}"
+                f"{launch.form}{_where(launch)}"
                 + (
                     f" {', '.join(f'{k}={v}' for k, v in launch.flags.items() if v is not None)}"
                     if launch.flags
@@ -60,3 +61,9 @@ def describe(w: Workload) -> str:
             text = f"unknown launcher ({why})"
         parts.append(f"container {c.get('name')!r}: {text}")
     return "; ".join(parts)
+
+
+def _where(launch: Launch) -> str:
+    if launch.origin:
+        return f" (in {launch.origin})"
+    return " (in a shell script)" if launch.script else ""

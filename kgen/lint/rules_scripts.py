@@ -32,17 +32,27 @@ def _each_container(doc: Any) -> Iterator[tuple[Any, dict, tuple]]:
             yield tpl, c, path
 
 
+def _each_read(docs: list) -> Iterator[tuple[Any, tuple, Any]]:
+    """(document, container path, what the container runs) for every container of every pod template,
+    scripts from the linted set's ConfigMaps included."""
+    for doc in docs:
+        for tpl in kinds.templates(doc):
+            for c, path in containers_of(tpl):
+                yield doc, path, read(doc, c, path, docs, tpl)
+
+
 @rule(
     "KG125",
     E,
     "A container's shell script (sh -c / bash -c) is not valid shell syntax (an unclosed quote, $( or "
     "here-document, a missing fi/done): bash refuses to run it and the container exits at once.",
     "Fix the script at the line the message gives (bash -n -c '...' checks it).",
+    scope="stream",
 )
-def script_syntax(doc: Any, ctx: Context) -> Iterator:
-    for _tpl, c, path in _each_container(doc):
-        for where, problem in read(doc, c, path).errors:
-            yield path + where, f"the shell script does not parse: {problem}"
+def script_syntax(docs: list, ctx: Context) -> Iterator:
+    for doc, path, scripted in _each_read(docs):
+        for where, problem in scripted.errors:
+            yield doc, path + where, f"the shell script does not parse: {problem}"
 
 
 @rule(
@@ -262,14 +272,15 @@ def shell_in_env_value(doc: Any, ctx: Context) -> Iterator:
     "a world of its own inside the outer launcher's, so the job trains as independent one-node worlds.",
     "Give the outer launcher the training script itself (kgen's entrypoint: `-- train.py ARGS`, with "
     "--nproc-per-node as NPROC_PER_NODE / kgen render --gpus).",
+    scope="stream",
 )
-def nested_launchers(doc: Any, ctx: Context) -> Iterator:
-    for _tpl, c, path in _each_container(doc):
-        for launch in read(doc, c, path).launches:
+def nested_launchers(docs: list, ctx: Context) -> Iterator:
+    for doc, path, scripted in _each_read(docs):
+        for launch in scripted.launches:
             inner = launch.nested
             if inner is None:
                 continue
-            yield _launch_path(path, launch), _nested_message(launch, inner)
+            yield doc, _launch_path(path, launch), _nested_message(launch, inner)
 
 
 def _nested_message(outer: Launch, inner: Launch) -> str:

@@ -28,7 +28,6 @@ every kind.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from kgen.lint import k8s, kinds, scripts
@@ -243,18 +242,35 @@ def _workloads(docs: list) -> list[Workload]:
     return out
 
 
-# <pod>-0.<service>[.<namespace>...]: a pod-0 host name of a Job/StatefulSet wired by the user
-POD0_HOST = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
+def explicit_hostname(w: Workload) -> str | None:
+    """The hostname the pod template gives its pods (``spec.hostname``) where it is the pods' DNS name: a
+    Job that is not Indexed (an Indexed Job's controller names the pods <job>-<index>), a Pod's template.
+    A StatefulSet's controller sets its own."""
+    if w.doc.kind != "Job" or w.facts.dns != "subdomain" or (w.tpl.job or {}).get("completionMode") == "Indexed":
+        return None
+    host = w.spec.get("hostname")
+    return host if isinstance(host, str) and host else None
+
+
+def pod0_label(w: Workload) -> str:
+    """The first DNS label of pod 0 of a user-wired workload: its explicit hostname, else <name>-0."""
+    return explicit_hostname(w) or f"{w.name}-0"
+
+
+def pod0_name(w: Workload, service: str | None) -> str:
+    """Pod 0's name under ``service`` (``<name>-0.<service>``, or ``<hostname>.<service>``)."""
+    return f"{pod0_label(w)}.{service or '<headless service>'}"
 
 
 class World:
     """One training world that spans several workloads of one namespace: the leader's pod 0 is
     everyone's master, and the world has the pods of all members."""
 
-    __slots__ = ("leader", "members", "nodes")
+    __slots__ = ("leader", "members", "nodes", "leader_host")
 
     def __init__(self, leader: Workload, members: list[Workload]) -> None:
         self.leader = leader.doc
+        self.leader_host = pod0_label(leader)
         self.members = {id(m.doc) for m in members}
         self.nodes = sum(m.nodes or 0 for m in members)
 
@@ -262,18 +278,19 @@ class World:
 def world(docs: list, w: Workload) -> World | None:
     """The world ``w`` shares with other workloads, or None (the usual case: a world of its own).
 
-    Several Indexed Jobs or StatefulSets form one world when they share a subdomain/serviceName,
-    one of them (the leader) names its own pod 0 as the master and every other names the leader's
-    pod 0 -- and no member states a node count other than the world's (nebius/ml-cookbook's KAI
-    layout: one Indexed Job per topology segment, a shared headless Service, MASTER_ADDR
-    <first-job>-0.<service> in every pod). A member that names another workload's pod 0 but states
+    Several workloads form one world when they share a subdomain/serviceName, one of them (the leader)
+    names its own pod 0 as the master and every other names the leader's pod 0 -- and no member states a
+    node count other than the world's. Two layouts do this: one Indexed Job (or StatefulSet) per topology
+    segment (nebius/ml-cookbook's KAI layout: MASTER_ADDR <first-job>-0.<service> in every pod), and one
+    single-pod Job per node with an explicit ``hostname`` (Helm charts: hostname <release>-<i>, subdomain
+    <release>, MASTER_ADDR <release>-0.<release>). A member that names another workload's pod 0 but states
     its own pod count as --nnodes is a copied master address, not a shared world."""
     return memo("worlds", docs, _worlds).get(id(w.doc))
 
 
 def literal_masters(w: Workload) -> set[tuple[str, str]]:
-    """(pod, service) of the literal pod-0 hosts ``w``'s training containers name (MASTER_ADDR,
-    --master-addr, --rdzv-endpoint)."""
+    """(first label, second label) of the literal master hosts ``w``'s training containers name
+    (MASTER_ADDR, --master-addr, --rdzv-endpoint): ``("llama-0", "llama")`` for llama-0.llama.ml.svc."""
     hosts = []
     for c, _cpath, scripted, _why in w.containers:
         ma = w.env(c).get("MASTER_ADDR")
@@ -282,26 +299,27 @@ def literal_masters(w: Workload) -> set[tuple[str, str]]:
         hosts += [host_of(raw) for launch in scripted.launches if launch.training for _, raw in launch.master_flags()]
     out = set()
     for host in hosts:
-        m = POD0_HOST.match(host.lower().rstrip(".")) if host and "$" not in host else None
-        if m:
-            out.add((m.group("pod"), m.group("svc")))
+        if not host or "$" in host:
+            continue
+        parts = host.lower().rstrip(".").split(".")
+        if len(parts) >= 2 and parts[0] and parts[1]:
+            out.add((parts[0], parts[1]))
     return out
 
 
 def _worlds(docs: list) -> dict[int, World]:
     wired = [w for w in workloads(docs) if w.primary and w.user_wired and w.facts.dns_name]
-    by_name = {(w.doc.namespace, w.name): w for w in wired}
+    by_host = {(w.doc.namespace, pod0_label(w), w.facts.dns_name): w for w in wired}
     led: dict[int, list[Workload]] = {}
     for w in wired:
         sub = w.facts.dns_name
-        for pod, svc in literal_masters(w):
-            leader = by_name.get((w.doc.namespace, pod))
+        for host, svc in literal_masters(w):
+            leader = by_host.get((w.doc.namespace, host, svc))
             if (
                 leader is not None
                 and leader is not w
                 and svc == sub
-                and leader.facts.dns_name == sub
-                and literal_masters(leader) == {(leader.name, sub)}
+                and literal_masters(leader) == {(pod0_label(leader), sub)}
             ):
                 led.setdefault(id(leader.doc), [leader]).append(w)
     out: dict[int, World] = {}

@@ -77,11 +77,13 @@ def _elastic(w: Workload) -> bool:
     "KG117",
     W,
     "A multi-node training Job retries one pod alone (restartPolicy: OnFailure, or backoffLimit > 0 / the "
-    "default 6 / backoffLimitPerIndex without a podFailurePolicy; a JobSet's child Jobs need backoffLimit: 0 "
-    "and restartPolicy: Never, which JobSet defaults to OnFailure): the replacement cannot rejoin the world "
+    "default 6 / backoffLimitPerIndex with no podFailurePolicy rule that fails the Job on the trainer's exit "
+    "codes -- one that only Ignores disruptions leaves every other failure to backoffLimit; a JobSet's child "
+    "Jobs need backoffLimit: 0 and restartPolicy: Never, which JobSet defaults to OnFailure), whatever the "
+    "launcher (torchrun, deepspeed, accelerate, python with env://): the replacement cannot rejoin the world "
     "the others formed, and the retries run out at a rate that depends on the node count.",
-    "Set restartPolicy: Never and backoffLimit: 0, or a podFailurePolicy (FailJob on real errors, Ignore on "
-    "disruptions), or restart the whole group (kgen's entrypoint, JobSet).",
+    "Set restartPolicy: Never and backoffLimit: 0, or a podFailurePolicy (FailJob on the trainer's exit codes, "
+    "Ignore on disruptions), or restart the whole group (kgen's entrypoint, JobSet).",
     kinds=["Job", "JobSet"],
     scope="stream",
 )
@@ -93,7 +95,7 @@ def failure_retries_one_pod(docs: list, ctx: Context) -> Iterator:
         if w.facts.group_restart:
             yield from _child_fails_whole(w, job)
             continue
-        if not any(True for _ in _torchrun(w)):
+        if any(launch.form == "kgen" for _, _, launches in w.launches for launch in launches):
             continue  # kgen's entrypoint fail-stops every pod, so the Job re-forms the whole group
         jpath = w.tpl.job_path
         if w.spec.get("restartPolicy") == "OnFailure":
@@ -104,25 +106,57 @@ def failure_retries_one_pod(docs: list, ctx: Context) -> Iterator:
                 "world the other nodes formed; use restartPolicy: Never with backoffLimit: 0 or a podFailurePolicy",
             )
             continue
-        if "podFailurePolicy" in job:
+        pfp = job.get("podFailurePolicy")
+        if pfp is not None and _fails_on_exit_codes(pfp):
             continue
         per_index = _int(job.get("backoffLimitPerIndex"))
         limit = job.get("backoffLimit")
+        only = (
+            " whose rules do not fail the Job on the trainer's exit codes (only " + ", ".join(_actions(pfp)) + ")"
+            if isinstance(pfp, dict)
+            else ""
+        )
+        what = "a podFailurePolicy" + only if only else "without a podFailurePolicy"
         if per_index:
             yield (
                 w.doc,
                 jpath + ("backoffLimitPerIndex",),
-                f"backoffLimitPerIndex: {per_index} retries one index alone; its new pod cannot rejoin the running "
-                "world. Use backoffLimit: 0 or a podFailurePolicy, or restart the whole group",
+                f"backoffLimitPerIndex: {per_index} {what} retries one index alone; its new pod cannot rejoin the "
+                "running world. Use backoffLimit: 0 or a podFailurePolicy FailJob rule, or restart the whole group",
             )
         elif limit is None or (_int(limit) or 0) > 0:
             shown = f"backoffLimit: {limit}" if limit is not None else "the default backoffLimit (6)"
+            fix = "add a FailJob rule on the trainer's exit codes" if only else "add a podFailurePolicy"
             yield (
                 w.doc,
                 jpath + ("backoffLimit",) if limit is not None else jpath,
-                f"{shown} without a podFailurePolicy replaces a failed pod alone; it cannot rejoin the world the "
-                "other nodes formed. Set backoffLimit: 0 or add a podFailurePolicy",
+                f"{shown} {what} replaces a failed pod alone; it cannot rejoin the world the other nodes formed. "
+                f"Set backoffLimit: 0 or {fix}",
             )
+
+
+def _fails_on_exit_codes(pfp: object) -> bool:
+    """A podFailurePolicy with a rule that fails the Job (or index) on exit codes: a crashed trainer ends
+    the Job instead of being replaced alone."""
+    rules = pfp.get("rules") if isinstance(pfp, dict) else None
+    return any(
+        isinstance(r, dict) and r.get("action") in ("FailJob", "FailIndex") and isinstance(r.get("onExitCodes"), dict)
+        for r in rules or []
+    )
+
+
+def _actions(pfp: dict) -> list[str]:
+    rules = pfp.get("rules")
+    got = []
+    for r in rules if isinstance(rules, list) else []:
+        if not isinstance(r, dict):
+            continue
+        on = "exit codes" if r.get("onExitCodes") is not None else "pod conditions"
+        conds = r.get("onPodConditions")
+        if isinstance(conds, list) and conds and isinstance(conds[0], dict) and conds[0].get("type"):
+            on = str(conds[0]["type"])
+        got.append(f"{r.get('action')} on {on}")
+    return got or ["no rules"]
 
 
 def _child_fails_whole(w: Workload, job: dict) -> Iterator:
@@ -241,7 +275,7 @@ def launcher_mode(docs: list, ctx: Context) -> Iterator:
                         f"static rendezvous without --node-rank makes every pod node 0, but {pods}; "
                         "pass the pod's index, e.g. --node-rank=$(NODE_RANK)",
                     )
-                elif value is not None and value.isdigit():
+                elif value is not None and value.isdigit() and not launch.branch:  # if/else: per pod
                     yield (
                         w.doc,
                         _launch_path(cpath, launch, "node_rank"),
@@ -389,36 +423,23 @@ def _rank_not_a_number(w: Workload, c: dict, cpath: tuple, launches: list) -> It
 @rule(
     "KG121",
     E,
-    "Processes per node written twice in a container (--nproc-per-node, NPROC_PER_NODE, GPUS_PER_NODE ...) "
-    "must agree, and a literal CUDA_VISIBLE_DEVICES must list exactly that many devices and no more than the "
-    "pod's GPUs.",
-    "Write the number once (kgen render derives all of them from --gpus); delete CUDA_VISIBLE_DEVICES (the "
-    "device plugin sets the visible GPUs).",
+    "A literal CUDA_VISIBLE_DEVICES must list as many devices as processes per node and no more than the "
+    "pod's GPUs: ranks beyond the list get no GPU, and devices beyond the pod's do not exist in it.",
+    "Delete CUDA_VISIBLE_DEVICES (the device plugin sets the visible GPUs).",
     kinds=TRAINING_KINDS,
     scope="stream",
 )
-def nproc_written_twice(docs: list, ctx: Context) -> Iterator:
+def visible_devices(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         for c, cpath, launches in w.launches:
             env = w.env(c)
             gpus = k8s.gpu_limit(c)
-            nprocs: list[tuple[int, str, Launch]] = [
-                (v, where, la) for la in launches for v, where in _nproc_values(la, env)
-            ]
-            if not gpus and nprocs:  # GPU pods: KG107 compares each value with the GPU limit
-                first, where0, _ = nprocs[0]
-                for value, where, launch in nprocs[1:]:
-                    if value != first:
-                        yield (
-                            w.doc,
-                            _where_path(cpath, c, launch, "nproc_per_node", where),
-                            f"{where} but {where0}: processes per node are written twice and disagree",
-                        )
+            nprocs = [v for la in launches for v, _ in _nproc_values(la, env)]
             cvd = env.get("CUDA_VISIBLE_DEVICES")
             if not isinstance(cvd, str) or "$" in cvd:
                 continue
             devices = [d for d in cvd.split(",") if d.strip()]
-            want = nprocs[0][0] if nprocs else gpus
+            want = nprocs[0] if nprocs else gpus
             path = _env_path(cpath, c, "CUDA_VISIBLE_DEVICES")
             if gpus and len(devices) > gpus:
                 yield w.doc, path, f"CUDA_VISIBLE_DEVICES lists {len(devices)} devices but the pod gets {gpus} GPUs"
@@ -429,6 +450,36 @@ def nproc_written_twice(docs: list, ctx: Context) -> Iterator:
                     f"CUDA_VISIBLE_DEVICES lists {len(devices)} devices for {want} processes per node; ranks "
                     f"{len(devices)}..{want - 1} get no GPU. Delete it (the device plugin sets the visible GPUs)",
                 )
+
+
+@rule(
+    "KG141",
+    W,
+    "Processes per node written twice in a CPU container (--nproc-per-node and NPROC_PER_NODE, GPUS_PER_NODE "
+    "...) disagree: the launcher uses its flag, and whatever reads the other value (the script, the program) "
+    "gets a wrong count.",
+    "Write the number once (kgen render derives all of them from --gpus).",
+    kinds=TRAINING_KINDS,
+    scope="stream",
+)
+def nproc_written_twice(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        for c, cpath, launches in w.launches:
+            env = w.env(c)
+            if k8s.gpu_limit(c):
+                continue  # GPU pods: KG107/KG139 compare each value with the GPU limit
+            nprocs: list[tuple[int, str, Launch]] = [
+                (v, where, la) for la in launches for v, where in _nproc_values(la, env)
+            ]
+            if nprocs:
+                first, where0, _ = nprocs[0]
+                for value, where, launch in nprocs[1:]:
+                    if value != first:
+                        yield (
+                            w.doc,
+                            _where_path(cpath, c, launch, "nproc_per_node", where),
+                            f"{where} but {where0}: processes per node are written twice and disagree",
+                        )
 
 
 # --- GPU pods that get no GPU ---------------------------------------------------------------------

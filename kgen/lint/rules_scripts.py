@@ -15,14 +15,13 @@ from kgen.lint import k8s, kinds, shell
 from kgen.lint.model import containers_of, read, workloads
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _launch_path, _multi
-from kgen.lint.torchcmd import Launch
+from kgen.lint.torchcmd import Launch, _skip_wrappers
 
 E, W = Severity.ERROR, Severity.WARNING
 _DNS_TOOLS = {"getent", "nslookup", "dig", "host", "kubectl"}
 _PER_POD_FIELDS = {"metadata.name", "metadata.uid", "status.podIP", "status.podIPs", "spec.nodeName", "status.hostIP"}
 _PER_POD_VARS = {"HOSTNAME", "RANDOM", "SRANDOM", "BASHPID", "$"}
 _PER_POD_COMMANDS = {"date", "hostname", "uuidgen", "openssl", "od", "head", "cat", "shuf", "mktemp"}
-_HOLDS = re.compile(r"sleep\s+(inf|infinity|\d{5,})|tail\s+-f|while\s+(true|:)|sleep\s+365d")
 _SHELL_CODE = re.compile(r"\$\((?![A-Za-z_][A-Za-z0-9_]*\))[^)]*\)")
 
 
@@ -217,29 +216,67 @@ def _dns_use(raw: str, counted: dict[str, str]) -> str | None:
 @rule(
     "KG129",
     W,
-    "A training command that ends in a kind that restarts its pods (StatefulSet, LeaderWorkerSet: "
-    "restartPolicy Always) trains again from the start every time it finishes, forever.",
-    "Run training as a Job, JobSet or Indexed Job; or keep the pod idle after training (kgen's entrypoint "
-    "does); or use a Job-like kind.",
+    "A training command whose pods are restarted when it ends (a StatefulSet or LeaderWorkerSet, restartPolicy "
+    "Always; a Volcano Job task or PyTorchJob replica with restartPolicy: Always) trains again from the start "
+    "every time it finishes, forever (a wait loop that breaks does not keep the pod idle).",
+    "Run training as a Job, JobSet or Indexed Job (restartPolicy Never/OnFailure for a Volcano task or "
+    "PyTorchJob replica); or keep the pod idle after training (kgen's entrypoint does, or `sleep infinity`).",
     scope="stream",
 )
 def restarted_forever(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        if w.facts.runs_to_completion:
+        explicit = w.tpl.restart_policy if w.tpl.restart_policy is not None else w.spec.get("restartPolicy")
+        if w.facts.runs_to_completion and explicit != "Always":
             continue
+        who = f"the {w.kind}'s restartPolicy Always" if not w.facts.runs_to_completion else "restartPolicy: Always"
         for _c, cpath, scripted, _why in w.containers:
             launches = [launch for launch in scripted.launches if launch.training]
             if not launches or any(launch.form == "kgen" for launch in launches):
                 continue  # kgen's entrypoint holds the pod idle after training
-            source = " ".join(script.source for script, _ in scripted.scripts)
-            if _HOLDS.search(source):
+            if _holds(scripted):
                 continue
             yield (
                 w.doc,
                 _launch_path(cpath, launches[0]),
-                f"{_name(launches[0])} ends when training ends, and the {w.kind}'s restartPolicy Always starts it "
-                "again, forever; run training as a Job/JobSet, or keep the pod idle afterwards",
+                f"{_name(launches[0])} ends when training ends, and {who} starts it again, forever; run "
+                "training to completion (a Job/JobSet, restartPolicy Never), or keep the pod idle afterwards",
             )
+
+
+def _holds(scripted: Any) -> bool:
+    """The script keeps the pod alive after training: `sleep infinity` (or a day and more), `tail -f`,
+    or an endless loop (`while true`, `while :`, `until false`) without break, exit or return."""
+    for script, _where in scripted.scripts:
+        for cmd in script.simple_commands():
+            argv = cmd.argv[_skip_wrappers(cmd.argv) :] if cmd.words else []
+            if argv[:1] == ["sleep"] and any(_long_sleep(a) for a in argv[1:]):
+                return True
+            if argv[:1] == ["tail"] and any(a in ("-f", "-F", "--follow") for a in argv[1:]):
+                return True
+        for node in shell.compounds(script):
+            if node.kind in ("while", "until") and _endless(node) and not _leaves(node.bodies[1]):
+                return True
+    return False
+
+
+def _long_sleep(arg: str) -> bool:
+    m = re.fullmatch(r"(\d+)([smhd]?)", arg)
+    if arg in ("inf", "infinity"):
+        return True
+    if not m:
+        return False
+    seconds = int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    return seconds >= 10_000
+
+
+def _endless(loop: shell.Compound) -> bool:
+    cond = [c.argv for c in shell.walk_seq(loop.bodies[0])]
+    want = ("true", ":") if loop.kind == "while" else ("false",)
+    return len(cond) == 1 and len(cond[0]) == 1 and cond[0][0] in want
+
+
+def _leaves(body: shell.Sequence) -> bool:
+    return any(c.argv[:1] and c.argv[0] in ("break", "exit", "return") for c in shell.walk_seq(body))
 
 
 @rule(

@@ -206,6 +206,31 @@ def _walk_word(word: Word) -> Iterator[Simple]:
             yield from _walk_word(p.arg)
 
 
+def compounds(script: Script) -> Iterator[Compound]:
+    """Every compound command of ``script`` (loops, ifs, groups ...), outermost first, command
+    substitutions included."""
+    yield from _compounds_seq(script.body)
+
+
+def _compounds_seq(seq: Sequence) -> Iterator[Compound]:
+    for ao in seq.items:
+        for _, pipe in ao.items:
+            for node in pipe.commands:
+                yield from _compounds_node(node)
+
+
+def _compounds_node(node: Node) -> Iterator[Compound]:
+    words = node.words + node.assigns if isinstance(node, Simple) else node.words
+    for w in words:
+        for p in w.parts:
+            if p.script is not None:
+                yield from _compounds_seq(p.script.body)
+    if isinstance(node, Compound):
+        yield node
+        for body in node.bodies:
+            yield from _compounds_seq(body)
+
+
 def enclosing(script: Script) -> dict[int, tuple[str, ...]]:
     """For every simple command of ``script`` (by ``id``), the compound commands around it, outermost
     first: ``("while",)`` for a command in a loop's body or condition, ``("if",)`` in a branch or

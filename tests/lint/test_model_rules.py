@@ -329,7 +329,8 @@ CASES += [
     ("KG132", [_volcano(2)], [_volcano(4)]),
     ("KG133", [_trainjob("template")], [_trainjob("metadata")]),
     ("KG133", [_trainjob("template")], [_trainjob("template", suspend=False)]),
-    ("KG107", [_pytorchjob(nproc="4")], [_pytorchjob(nproc="8")]),
+    ("KG107", [_pytorchjob(nproc="16")], [_pytorchjob(nproc="8")]),
+    ("KG139", [_pytorchjob(nproc="4")], [_pytorchjob(nproc="8")]),  # GPUs idle: a warning (issue 25)
     ("KG110", [_pytorchjob(shm=False)], [_pytorchjob()]),
     ("KG136", [{**_pytorchjob(), "spec": {"pytorchReplicaSpecs": {"Chief": {}}}}], [_pytorchjob()]),
     # lws docs examples: the leader Service's ports are no field of networkConfig (only subdomainPolicy)
@@ -443,7 +444,7 @@ def _segments(nnodes: tuple[int, int]) -> list:
 
 CASES += [
     ("KG105", _segments((4, 2)), _segments((4, 4))),  # a copied master address (own count) vs one world
-    ("KG103", _segments((2, 2)), _segments((4, 4))),  # two worlds under one Service vs one world
+    ("KG140", _segments((2, 2)), _segments((4, 4))),  # two worlds under one Service vs one world
     ("KG106", _segments((5, 5)), _segments((4, 4))),
 ]
 
@@ -483,6 +484,30 @@ def _runtime(gpu_step: str) -> list:
 
 # a runtime's initializer steps download once: they are not the trainer the operator wires
 CASES += [("KG110", _runtime("node"), _runtime("model-initializer"))]
+
+
+def _one_gpu_job(shm: bool) -> list:
+    docs = [service(), job(nodes=4, gpus=1), network_policy()]
+    pod = docs[1]["spec"]["template"]["spec"]
+    if not shm:
+        del pod["containers"][0]["volumeMounts"], pod["volumes"]
+    return docs
+
+
+def _cpu_job(nproc_env: str) -> list:
+    docs = [service(), job(), network_policy()]
+    c = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    c["resources"] = {"requests": {"cpu": "8", "memory": "16Gi"}}
+    c["args"][1] = "--nproc-per-node=4"
+    c["env"].append({"name": "NPROC_PER_NODE", "value": nproc_env})
+    return docs
+
+
+# the severity review of issue 25: a 1-GPU pod without /dev/shm, counts written twice in a CPU pod
+CASES += [
+    ("KG138", _one_gpu_job(shm=False), _one_gpu_job(shm=True)),
+    ("KG141", _cpu_job("2"), _cpu_job("4")),
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kgen.findings import Severity
-from kgen.lint.model import Workload, workloads
+from kgen.lint.model import Workload, explicit_hostname, workloads
 from kgen.lint.registry import Context, rule
 from kgen.lint.torchcmd import Launch
 
@@ -32,8 +32,14 @@ def describe(w: Workload) -> str:
     role = f" {w.tpl.role!r}" if w.tpl.role else ""
     pods = "? pods" if w.nodes is None else f"{w.nodes} pod{'' if w.nodes == 1 else 's'}"
     parts = [f"training workload: {w.kind} {w.name!r}{role}, {pods} in the world"]
-    dns = {"subdomain": "subdomain + your headless Service", "serviceName": "serviceName + your headless Service"}
-    wiring = dns.get(w.facts.dns, "made by the controller" if w.facts.dns == "managed" else "none")
+    if w.user_wired and not w.facts.dns_name:
+        field = "subdomain" if w.facts.dns == "subdomain" else "serviceName"
+        wiring = f"none (no {field}: the pods get no DNS names)"
+    elif w.user_wired:
+        host = explicit_hostname(w)
+        wiring = (f"hostname {host} + " if host else "") + f"{w.facts.dns} {w.facts.dns_name} + your headless Service"
+    else:
+        wiring = "made by the controller" if w.facts.dns == "managed" else "none"
     if w.facts.master_hosts:
         wiring += f", pod 0 = {w.facts.master_hosts[0]}"
     parts.append(f"DNS: {wiring}")

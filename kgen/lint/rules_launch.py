@@ -198,8 +198,11 @@ _QOS_RESOURCES = ("cpu", "memory")
 )
 def best_effort_training_pod(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        if w.tpl.partial or w.facts.resources_elsewhere:
-            continue  # a TrainJob's trainer (its runtime may give the pod resources) or a runtime (its TrainJobs do)
+        if w.tpl.partial:
+            yield from _trainjob_best_effort(w, docs)
+            continue
+        if w.facts.resources_elsewhere:
+            continue  # a runtime: its TrainJobs give the trainer resourcesPerNode
         has_qos = False
         for c, _ in k8s.containers(w.spec, w.base):
             res = c.get("resources")
@@ -213,8 +216,59 @@ def best_effort_training_pod(docs: list, ctx: Context) -> Iterator:
                 w.doc,
                 cpath + ("resources",) if "resources" in c0 else cpath,
                 "no container requests cpu or memory, so the pod is BestEffort (GPUs do not count): first to be "
-                "evicted or OOM-killed; set resources.requests.cpu and .memory",
+                "evicted or OOM-killed (unless a mutating webhook adds requests); set resources.requests.cpu and "
+                ".memory",
             )
+
+
+# Kubeflow Trainer's own runtimes whose trainer step requests nothing (manifests/base/runtimes).
+_BARE_RUNTIMES = {"torch-distributed", "deepspeed-distributed", "mlx-distributed"}
+
+
+def _trainjob_best_effort(w: Workload, docs: list) -> Iterator:
+    """A TrainJob whose resourcesPerNode asks for GPUs only, on a runtime whose trainer step requests no cpu
+    or memory either (found among the linted files, or one of Kubeflow's bare runtimes): BestEffort pods."""
+    res = k8s.get(w.doc.data, "spec", "trainer", "resourcesPerNode")
+    if not isinstance(res, dict) or _has_qos(res):
+        return
+    ref = k8s.get(w.doc.data, "spec", "runtimeRef") or {}
+    name, kind = ref.get("name"), ref.get("kind") or "ClusterTrainingRuntime"
+    runtime = next(
+        (
+            d
+            for d in docs
+            if d.kind == kind
+            and d.name == name
+            and d.api_version.startswith("trainer.kubeflow.org/")
+            and (kind == "ClusterTrainingRuntime" or not d.namespace or d.namespace == w.doc.namespace)
+        ),
+        None,
+    )
+    if runtime is not None:
+        from kgen.lint import kinds
+
+        steps = [t for t in kinds.templates(runtime) if t.injected_env]  # the trainer step
+        if not steps or any(_has_qos(c.get("resources")) for t in steps for c, _ in k8s.containers(t.spec, ())):
+            return
+        where = f"runtime {name!r} requests none either"
+    elif name in _BARE_RUNTIMES:
+        where = f"Kubeflow's {name} runtime requests none either"
+    else:
+        return
+    yield (
+        w.doc,
+        ("spec", "trainer", "resourcesPerNode"),
+        f"resourcesPerNode requests no cpu or memory and {where}, so the trainer pods are BestEffort (GPUs do not "
+        "count): first to be evicted or OOM-killed; add requests.cpu and .memory",
+    )
+
+
+def _has_qos(res: object) -> bool:
+    for section in ("requests", "limits"):
+        values = k8s.get(res, section)
+        if isinstance(values, dict) and any(r in values for r in _QOS_RESOURCES):
+            return True
+    return False
 
 
 # --- launcher mode vs pod count ---------------------------------------------------------------------
@@ -241,6 +295,10 @@ def launcher_mode(docs: list, ctx: Context) -> Iterator:
             if not launch.child and not launch.opaque:
                 yield w.doc, _launch_path(cpath, launch), _no_script(launch, _scripted(w, c))
                 continue  # its flags are not torchrun's either: one finding says why
+            script = launch.child[1] if launch.child[:1] == ["python3"] and len(launch.child) > 1 else None
+            if script is not None and not script.strip():
+                yield w.doc, _launch_path(cpath, launch), _blank_script(script, _scripted(w, c))
+                continue
             backend = _backend(launch, env)
             if backend == "standalone":
                 yield (
@@ -293,6 +351,17 @@ def launcher_mode(docs: list, ctx: Context) -> Iterator:
 
 def _scripted(w: Workload, c: dict) -> Scripted | None:
     return next((scripted for x, _, scripted, _why in w.containers if x is c), None)
+
+
+def _blank_script(script: str, scripted: Scripted | None) -> str:
+    """``torchrun ... \\<space>  # comment``: the backslash escapes the space, so torchrun's script is a
+    lone blank and the comment ends the command; the next line runs as a command of its own."""
+    orphans = [argv[0] for argv, _ in (scripted.commands if scripted else []) if argv]
+    after = f"; the next line ({orphans[-1]!r}) runs as a command of its own" if len(orphans) > 1 else ""
+    return (
+        f"torchrun's training script is {script!r}: a backslash followed by a blank escapes the blank instead of "
+        f"continuing the line, and the comment after it ends the command{after}; put the backslash last on the line"
+    )
 
 
 def _no_script(launch: Launch, scripted: Scripted | None) -> str:

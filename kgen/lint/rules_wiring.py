@@ -478,6 +478,7 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                     if not raw.startswith("$"):
                         checks.append((launch.spelling(key), host_of(raw), _launch_path(cpath, launch, key)))
             yield from _self_master(w, c, cpath, launches, svc_name)
+            yield from _master_from_dns(w, cpath, scripted, launches, svc_name, partial(index.named, w=w))
             shared = world(docs, w)
             leader = shared.leader_host if shared is not None else None
             for what, value, path in checks:
@@ -581,6 +582,45 @@ def _self_master(w: Workload, c: dict, cpath: tuple, launches: list, svc: str | 
                     f"{launch.spelling(key)}={raw} is {source}, each pod's own address, so every pod starts "
                     f"a world of its own; use pod 0's name {want}",
                 )
+
+
+_DNS_LOOKUP = {"getent", "nslookup", "dig", "host", "ping"}
+
+
+def _master_from_dns(
+    w: Workload, cpath: tuple, scripted: Any, launches: list, svc: str | None, is_service: Any
+) -> Iterator:
+    """MASTER_ADDR (or the variable --master-addr / --rdzv-endpoint reads) looked up in the headless
+    Service's DNS records (``$(getent hosts <service> | head -1 ...)``): the Service's name resolves to
+    every pod, in no fixed order, so each pod may pick another master."""
+    wanted = {"MASTER_ADDR"}
+    for launch in launches:
+        for _key, raw in launch.master_flags():
+            m = _VAR_REF.match(raw)
+            if m:
+                wanted.add(_var_name(raw))
+    for script, where in scripted.scripts:
+        for cmd in script.simple_commands():
+            for a in cmd.assigns:
+                name = a.raw.split("=", 1)[0]
+                if name not in wanted:
+                    continue
+                for part in a.parts:
+                    for inner in part.script.simple_commands() if part.script is not None else []:
+                        argv = inner.argv
+                        if not argv or argv[0].rsplit("/", 1)[-1] not in _DNS_LOOKUP:
+                            continue
+                        hosts = [x for x in argv[1:] if not x.startswith("-") and x not in ("hosts", "ahostsv4")]
+                        host = hosts[0].lower().rstrip(".") if hosts else ""
+                        first = host.split(".")[0]
+                        if first and "$" not in first and (first == svc or is_service(first)):
+                            yield (
+                                w.doc,
+                                cpath + where,
+                                f"{name} is looked up with `{' '.join(argv)}`: the Service's name resolves to "
+                                f"every pod in no fixed order, so pods may pick different masters; use pod 0's "
+                                f"name {pod0_name(w, svc)}",
+                            )
 
 
 def _var_name(text: str) -> str:

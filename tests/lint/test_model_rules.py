@@ -510,6 +510,52 @@ CASES += [
 ]
 
 
+def _env_job(**env: object) -> list:
+    docs = [service(), job(), network_policy()]
+    docs[1]["spec"]["template"]["spec"]["containers"][0]["env"].extend({"name": k, **v} for k, v in env.items())
+    return docs
+
+
+def _python_job(**env: object) -> list:
+    docs = _env_job(MASTER_ADDR={"value": "llama-0.llama"}, WORLD_SIZE={"value": "4"}, **env)
+    c = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    c["command"], c["args"] = ["python3", "train.py"], []
+    c["resources"] = {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}}
+    return docs
+
+
+def _patched(docs: list, path: tuple, value: object) -> list:
+    node = docs
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = value
+    return docs
+
+
+INDEX = {"valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}
+
+# issue 25's missed classes: what the container is given
+CASES += [
+    ("KG142", _env_job(POD_NAME={"value": "metadata.name"}), _env_job(POD_NAME={"value": "llama-pod"})),
+    ("KG143", _python_job(RANK=INDEX, LOCAL_RANK=INDEX), _python_job(RANK=INDEX, LOCAL_RANK={"value": "0"})),
+    (
+        "KG144",
+        _env_job(NVIDIA_VISIBLE_DEVICES={"value": "all"}),
+        _env_job(NVIDIA_DRIVER_CAPABILITIES={"value": "all"}),
+    ),
+    (
+        "KG145",
+        _patched(_env_job(), C0 + ("args", 6), '--lr="3e-4"'),
+        _patched(_env_job(), C0 + ("args", 6), "--lr=3e-4"),
+    ),
+    (
+        "KG146",
+        _patched(_env_job(), POD + ("serviceAccountName",), "V_KSA"),
+        _patched(_env_job(), POD + ("serviceAccountName",), "trainer-ksa"),
+    ),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_rule_fails_and_its_near_miss_passes(case):
     rule_id, failing, near_miss = case

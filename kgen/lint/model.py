@@ -307,9 +307,22 @@ def literal_masters(w: Workload) -> set[tuple[str, str]]:
     return out
 
 
+def replaced_hostname(w: Workload) -> str | None:
+    """An Indexed Job's ``spec.hostname``: its controller replaces it with <job>-<index>, so pods never
+    get that name (a Helm chart that adds completionMode: Indexed to one-Job-per-node)."""
+    if w.doc.kind != "Job" or (w.tpl.job or {}).get("completionMode") != "Indexed":
+        return None
+    host = w.spec.get("hostname")
+    return host if isinstance(host, str) and host else None
+
+
 def _worlds(docs: list) -> dict[int, World]:
     wired = [w for w in workloads(docs) if w.primary and w.user_wired and w.facts.dns_name]
     by_host = {(w.doc.namespace, pod0_label(w), w.facts.dns_name): w for w in wired}
+    for w in wired:  # the name meant for pod 0 (KG105 says it never resolves)
+        meant = replaced_hostname(w)
+        if meant:
+            by_host.setdefault((w.doc.namespace, meant, w.facts.dns_name), w)
     led: dict[int, list[Workload]] = {}
     for w in wired:
         sub = w.facts.dns_name
@@ -319,7 +332,7 @@ def _worlds(docs: list) -> dict[int, World]:
                 leader is not None
                 and leader is not w
                 and svc == sub
-                and literal_masters(leader) == {(pod0_label(leader), sub)}
+                and literal_masters(leader) in ({(pod0_label(leader), sub)}, {(replaced_hostname(leader), sub)})
             ):
                 led.setdefault(id(leader.doc), [leader]).append(w)
     out: dict[int, World] = {}

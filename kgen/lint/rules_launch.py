@@ -116,7 +116,7 @@ def failure_retries_one_pod(docs: list, ctx: Context) -> Iterator:
             if isinstance(pfp, dict)
             else ""
         )
-        what = "a podFailurePolicy" + only if only else "without a podFailurePolicy"
+        what = "with a podFailurePolicy" + only if only else "without a podFailurePolicy"
         if per_index:
             yield (
                 w.doc,

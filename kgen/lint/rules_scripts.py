@@ -231,14 +231,17 @@ def restarted_forever(docs: list, ctx: Context) -> Iterator:
         who = f"the {w.kind}'s restartPolicy Always" if not w.facts.runs_to_completion else "restartPolicy: Always"
         for _c, cpath, scripted, _why in w.containers:
             launches = [launch for launch in scripted.launches if launch.training]
-            if not launches or any(launch.form == "kgen" for launch in launches):
+            if any(launch.form == "kgen" for launch in launches):
                 continue  # kgen's entrypoint holds the pod idle after training
+            if not launches and not w.facts.runs_to_completion:
+                continue  # a StatefulSet/LWS without a known launcher may be a server
             if _holds(scripted):
                 continue
+            what = _name(launches[0]) if launches else "the training command"
             yield (
                 w.doc,
-                _launch_path(cpath, launches[0]),
-                f"{_name(launches[0])} ends when training ends, and {who} starts it again, forever; run "
+                _launch_path(cpath, launches[0]) if launches else cpath,
+                f"{what} ends when training ends, and {who} starts it again, forever; run "
                 "training to completion (a Job/JobSet, restartPolicy Never), or keep the pod idle afterwards",
             )
 

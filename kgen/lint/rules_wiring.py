@@ -17,7 +17,7 @@ from typing import Any
 
 from kgen.findings import Severity
 from kgen.lint import k8s, kinds
-from kgen.lint.model import TRAINING_KINDS, Workload, pod0_label, pod0_name, workloads, world
+from kgen.lint.model import TRAINING_KINDS, Workload, pod0_label, pod0_name, replaced_hostname, workloads, world
 from kgen.lint.model import memo as _memo
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _env_path, _launch_path, _multi
@@ -487,10 +487,34 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                 labels = value.lower().rstrip(".").split(".")
                 if leader and labels[0] == leader and labels[1:2] == [named]:
                     continue  # pod 0 of the workload that leads the world this one is part of
+                meant = _replaced(docs).get((w.doc.namespace, labels[0]))
+                if meant is not None and labels[1:2] == [named]:
+                    yield (
+                        w.doc,
+                        path,
+                        f"{what}={value} names {labels[0]}, the spec.hostname of Indexed Job {meant.name!r}, which "
+                        f"its controller replaces with {meant.name}-<index>: {labels[0]}.{named} never resolves; use "
+                        f"{pod0_name(meant, named)} (or drop completionMode: Indexed)",
+                    )
+                    continue
                 pod0 = {n for n, s in svcs.items() if k8s.selector_scope(_selector(s), w.doc) == "pod0"}
                 msg = _master_problem(value, w, svc_name, partial(index.named, w=w), pod0)
                 if msg:
                     yield w.doc, path, f"{what}={value} {msg}"
+
+
+def _replaced(docs: list) -> dict[tuple[str, str], Workload]:
+    """Indexed Jobs by (namespace, the spec.hostname their controller replaces)."""
+
+    def build(ds: list) -> dict:
+        out: dict[tuple[str, str], Workload] = {}
+        for w in _wired(ds):
+            host = replaced_hostname(w)
+            if host:
+                out.setdefault((w.doc.namespace, host), w)
+        return out
+
+    return _memo("replaced_hostnames", docs, build)
 
 
 def _managed_master(docs: list) -> Iterator:

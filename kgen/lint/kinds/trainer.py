@@ -148,6 +148,9 @@ class RuntimeAdapter(Adapter):
 
     def facts(self, doc: Any) -> Facts:
         nodes = as_int(get(doc.data, "spec", "mlPolicy", "numNodes"))
+        tpls = jobset_templates(doc.data, ("spec", "template", "spec"))
+        if tpls and not any(_step(doc, t) == "trainer" for t in tpls):
+            nodes = sum(t.pods or 0 for t in tpls if not _initializer(doc, t))  # numNodes applies to no step
         facts = Facts(self.kind, nodes, "mlPolicy.numNodes")
         spec = get(doc.data, "spec", "template", "spec")
         network_facts("<trainjob>", spec if isinstance(spec, dict) else {}, ("spec", "template", "spec"), facts)
@@ -241,7 +244,7 @@ class RetiredAdapter(Adapter):
         yield (
             ("apiVersion",),
             f"{doc.api_version} {self.kind} is Kubeflow Trainer's retired pre-release API (no release serves it); "
-            f"use apiVersion trainer.kubeflow.org/v1alpha1 (its fields moved: docs/lint.md, KG136)",
+            "use apiVersion trainer.kubeflow.org/v1alpha1",
         )
 
 

@@ -9,10 +9,12 @@ functions, ``[[ ]]``, ``(( ))``, redirections and here-documents) is kept as a s
 a rule can ask what runs after a command and what its exit status becomes. The tests compare the
 words of every simple command with what real ``bash`` passes to the program.
 
-Why not a library: bashlex is GPL (kgen is Apache-2.0); tree-sitter-bash (MIT) gives a syntax
-tree with error recovery (a broken script still parses) and leaves quote removal, escapes and
-``"$@"`` to the caller, which is most of the work here; a 600-line module has no native
-dependency and no import cost on the render path.
+Why not a library (measured by ``bench/shell_parsers`` on lint's corpus, docs/lint.md): bashlex is
+GPL (kgen is Apache-2.0) and refuses ``$((...))``, ``case``, ``[[ ]]`` and most here-documents (100 of
+112 verdicts agree with ``bash -n``); tree-sitter-bash (MIT) recovers from errors, so ``fi`` alone
+parses (107 of 112), and leaves quote removal, escapes, ``"$@"`` and brace expansion to the caller,
+which is most of the work here; this module agrees with bash on all 112, has no native dependency and
+no import cost on the render path (tree-sitter is ~4x faster: 3 vs 10 ms for the whole corpus).
 
 An unterminated quote, substitution or here-document raises ``ShellSyntaxError``: bash refuses
 such a script too.

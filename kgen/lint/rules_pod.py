@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any, TypeGuard
 
 from kgen.findings import Severity
-from kgen.lint import k8s
+from kgen.lint import k8s, kinds
 from kgen.lint.registry import Context, rule
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -157,12 +157,9 @@ def field_ref(doc: Any, ctx: Context) -> Iterator:
 
 
 def _resources(doc: Any) -> Iterator[tuple[dict, tuple]]:
-    from kgen.lint import kinds
-
     containers = [cp for spec, base in _pod(doc) for cp in k8s.containers(spec, base)]
-    for t in kinds.templates(doc):
-        if t.containers is not None:  # a TrainJob's trainer: resourcesPerNode
-            containers += [(c, p[:-1] if p[-1:] == ("resources",) else p) for c, p in t.containers]
+    if doc.kind == "TrainJob":  # the trainer's resourcesPerNode
+        containers += [cp for t in kinds.templates(doc) if t.containers is not None for cp in t.containers]
     for c, path in containers:
         res = c.get("resources")
         if isinstance(res, dict):

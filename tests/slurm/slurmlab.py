@@ -115,9 +115,7 @@ class SlurmLab:
         net = f"127.{base}.{random.randint(1, 250)}"
         ctl_addr = f"{net}.2"
         self.controller = Host(CONTROLLER, ctl_addr, free_port(ctl_addr), [], self.root / "log" / "slurmctld.out")
-        self.nodes = [
-            Host(f"n{i}", f"{net}.{10 + i}", 0, [], self.root / "log" / f"slurmd-n{i}.out") for i in range(n)
-        ]
+        self.nodes = [Host(f"n{i}", f"{net}.{10 + i}", 0, [], self.root / "log" / f"slurmd-n{i}.out") for i in range(n)]
         for h in self.nodes:
             h.port = free_port(h.addr)
             (self.root / "spool" / h.name).mkdir(mode=0o755)

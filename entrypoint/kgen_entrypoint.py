@@ -3612,9 +3612,12 @@ def slurm_end(args: list[str]) -> int:
     exits = {r: _read_json(os.path.join(run, f"node{r}", "exit")) for r in range(nnodes)}
     stopping = os.path.exists(os.path.join(run, "stopping"))
     decision, code, why = slurm_outcome(exits, nnodes, attempt, job, srun_rc, limit, stopping)
+    pids = {r: _read_json(os.path.join(run, f"node{r}", "pid")) or {} for r in range(nnodes)}
     rec = {"job": job, "attempt": attempt, "decision": decision, "code": code, "reason": why, "srun": srun_rc,
            "codes": {str(r): (e or {}).get("code") if (e or {}).get("attempt") == attempt else None
-                     for r, e in exits.items()}, "time": _utc_stamp()}  # fmt: skip
+                     for r, e in exits.items()},
+           "hosts": {str(r): p.get("host") for r, p in pids.items() if p.get("attempt") == attempt},
+           "time": _utc_stamp()}  # fmt: skip
     _write_private(os.path.join(run, "end"), json.dumps(rec))
     with open(os.path.join(run, "history"), "a") as fh:
         fh.write(json.dumps(rec) + "\n")

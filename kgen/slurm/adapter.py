@@ -104,7 +104,7 @@ def _this(rec: dict | None, attempt: int, job_id: str) -> dict | None:
     return None
 
 
-def _history_failures(rec: RunRecord, history: Sequence[Mapping], hosts: Mapping[int, str]) -> list[Failure]:
+def _history_failures(history: Sequence[Mapping]) -> list[Failure]:
     """Failures of the attempts that were requeued: the nodes without an exit record were lost (cause)."""
     out = []
     for h in history:
@@ -117,7 +117,7 @@ def _history_failures(rec: RunRecord, history: Sequence[Mapping], hosts: Mapping
             rank = int(key) if str(key).isdigit() else None
             if rank is None:
                 continue
-            host = hosts.get(rank, "")
+            host = str((h.get("hosts") or {}).get(key) or "")  # where it ran in that attempt
             where = f"node{rank}@{host}" if host else f"node{rank}"
             source = f"the run's history (attempt {attempt})"
             if code is None:
@@ -186,7 +186,7 @@ def to_records(
             failures.append(Failure(f.rank, "", host, None, "", row.meaning, "cause", parse_time(last),
                                     "the run folder (no exit record)", host=host, key=key))  # fmt: skip
         rows.append(row)
-    failures = _history_failures(rec, history, hosts) + failures
+    failures = _history_failures(history) + failures
     _blames_for_unseen(rows, files, failures, hosts)
     out = RunRecords(
         name=rec.name,

@@ -5,6 +5,8 @@ root cause), kgen stop (every node's processes gone). Each test has a hard timeo
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -133,3 +135,50 @@ def test_stop_ends_every_node(slurm, tmp_path):
     assert v.headline.startswith("Stopped: "), v.headline
     assert all(r.exit_code == 6 for r in v.rows), [(r.rank, r.exit_code, r.meaning) for r in v.rows]
     assert [h["decision"] for h in R.read_history(rec.run_dir)] == ["stopped"]
+
+
+def rank_tree(slurm, host: str, rec: R.RunRecord, rank: int) -> list[int]:
+    """Node ``rank``'s entrypoint, torchrun and workers on ``host`` (not its srun task's supervisor, not slurmd)."""
+    marker = f"KGEN_RUN_DIR={rec.run_dir}/node{rank}".encode()
+    out = []
+    for pid in slurm.host(host).pids():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read()
+        except OSError:
+            continue
+        if marker in env and b"--slurm-node" not in cmd:
+            out.append(pid)
+    return out
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fault", ["kill", "freeze"])
+def test_a_killed_or_frozen_rank_ends_the_step_and_requeues(slurm, tmp_path, fault):
+    """Node 1's processes (entrypoint, torchrun, worker) SIGKILLed, or SIGSTOPped as a wedged rank Slurm cannot
+    see: the other nodes fail-stop within the liveness bound, the step ends, kgen requeues the job and it resumes."""
+    steps = 40
+    sub = ops.submit(spec(f"rank-{fault}", tmp_path, steps=steps), workdir=str(tmp_path))
+    rec = sub.record
+    ckpt = tmp_path / f"rank-{fault}.ckpt.json"
+    wait_for(lambda: ckpt.exists() and total(ckpt)["step"] >= 5, 120, "training to pass step 5")
+    tree = rank_tree(slurm, "n1", rec, 1)
+    assert len(tree) >= 3, tree
+    for pid in tree:
+        os.kill(pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+    t0 = time.monotonic()
+    first = wait_for(lambda: (h := R.read_history(rec.run_dir)) and h[0], 60, "the attempt's decision")
+    decided = time.monotonic() - t0
+    assert first["decision"] == "requeue", first
+    assert first["codes"]["0"] == 75 and first["codes"]["2"] == 75, first
+    v = wait_for(lambda: (v := ops.status(rec)).state in ("succeeded", "failed", "stopped") and v, 180, "the end")
+    assert v.state == "succeeded", (v.headline, v.details)
+    assert v.reformations == 1
+    assert total(ckpt) == {"step": steps, "total": undisturbed_total(3, steps)}
+    # node 0's log blames node 1 (the verdict's incident names it)
+    assert v.incidents and v.incidents[0].startswith("1. rank 1 (host n1): "), v.incidents
+    print(f"{fault} rank 1: step decided after {decided:.1f}s")
+    # killed: the step ends as soon as the others fail-stop; frozen: srun --wait (8 s here) ends the wedged task
+    assert decided < (15 if fault == "kill" else 30)

@@ -1,0 +1,113 @@
+"""The Slurm adapter (pure): the job's state and the nodes' files -> the one verdict (kgen.cluster.verdict.judge)."""
+
+from __future__ import annotations
+
+from kgen.cluster.verdict import judge
+from kgen.slurm.adapter import NodeFiles, to_records
+from kgen.slurm.commands import JobInfo, parse_show_job
+from kgen.slurm.record import RunRecord
+
+REC = RunRecord(name="demo", job_id="12", run_dir="/shared/demo", nodes=3)
+T = "2026-11-26T07:37:18.100000Z"
+
+
+def pid(rank: int, attempt: int = 0) -> dict:
+    return {"host": f"n{rank}", "attempt": attempt, "job": "12", "pid": 100 + rank}
+
+
+def ex(code: int, attempt: int = 0, reason: str = "") -> dict:
+    return {"code": code, "attempt": attempt, "job": "12", "reason": reason, "time": T, "host": "n?"}
+
+
+def started(rank: int, attempt: int = 0) -> list[str]:
+    return [
+        f"{T} [kgen supervisor {rank} 07:37:00 +0.0s] Slurm job 12, attempt {attempt} (requeues up to 2) on n{rank}",
+        f"{T} [kgen node {rank} 07:37:01 +0.1s] generation 0: starting: -m torch.distributed.run",
+    ]
+
+
+def verdict(job, files, **kw):
+    return judge(to_records(REC, job, files, **kw))
+
+
+def test_running():
+    job = JobInfo("12", "RUNNING", nodelist="n[0-2]")
+    v = verdict(job, [NodeFiles(r, pid=pid(r), events=started(r)) for r in range(3)])
+    assert v.state == "running" and v.headline == "Running: 3/3 ranks up"
+    assert [r.meaning for r in v.rows] == ["training"] * 3
+    assert v.kind == "slurm"
+
+
+def test_succeeded():
+    job = JobInfo("12", "COMPLETED", nodelist="n[0-2]")
+    files = [NodeFiles(r, pid=pid(r), exit=ex(0), events=started(r)) for r in range(3)]
+    v = verdict(job, files, end={"attempt": 0, "job": "12", "decision": "succeeded"})
+    assert v.headline == "Succeeded: 3/3 ranks completed, 0 re-formations"
+
+
+def test_requeued_and_waiting_names_the_lost_node():
+    job = JobInfo("12", "PENDING", reason="BeginTime", restarts=1)
+    files = [NodeFiles(r, pid=pid(r), exit=ex(75) if r != 1 else None, events=started(r)) for r in range(3)]
+    history = [
+        {
+            "attempt": 0,
+            "job": "12",
+            "decision": "requeue",
+            "codes": {"0": 75, "1": None, "2": 75},
+            "hosts": {"0": "n0", "1": "n1", "2": "n2"},
+            "time": T,
+        }
+    ]
+    v = verdict(job, files, history=history)
+    assert v.state == "starting"
+    assert {r.state for r in v.rows} == {"Pending"}
+    assert v.rows[0].meaning == "requeued: waiting for Slurm to start it again (BeginTime)"
+    assert v.reformations == 1
+    assert v.incidents[0].startswith("1. rank 1 (host n1): its node was lost in attempt 0 (no exit record)")
+    assert "2 ranks stopped by fail-stop (exit 75)" in v.incidents[0]
+    assert any(d.startswith("restarting after: rank 1") or d.startswith("re-formed after: rank 1") for d in v.details)
+
+
+def test_a_script_error_fails_with_its_rank():
+    job = JobInfo("12", "FAILED", nodelist="n[0-2]")
+    files = [
+        NodeFiles(0, pid=pid(0), exit=ex(5, reason="node 0 ended the run"), events=started(0)),
+        NodeFiles(1, pid=pid(1), exit=ex(5), events=started(1)),
+        NodeFiles(2, pid=pid(2), exit=ex(1, reason="torch failed with code 1"), events=started(2)),
+    ]
+    v = verdict(job, files, end={"attempt": 0, "job": "12", "decision": "failed", "reason": "node 2: exit 1"})
+    assert v.state == "failed"
+    assert v.root_cause.ranks == [2] and v.root_cause.exit_code == 1
+    assert v.headline.startswith("Failed: rank 2 (host n2): exit 1: the training script failed")
+
+
+def test_the_time_limit():
+    job = JobInfo("12", "TIMEOUT", nodelist="n[0-2]")
+    files = [NodeFiles(r, pid=pid(r), exit=ex(143), events=started(r)) for r in range(3)]
+    v = verdict(job, files)
+    assert v.state == "failed"
+    assert "Job reason: TIMEOUT: Slurm's time limit (--time) ended the job" in v.details
+
+
+def test_cancelled_by_scancel_is_stopped():
+    job = JobInfo("12", "CANCELLED", nodelist="n[0-2]")
+    files = [NodeFiles(r, pid=pid(r), exit=ex(143), events=started(r)) for r in range(3)]
+    v = verdict(job, files)
+    assert v.state == "stopped" and v.headline.startswith("Stopped: cancelled (scancel)")
+
+
+def test_a_purged_job_is_judged_from_the_folder():
+    files = [NodeFiles(r, pid=pid(r), exit=ex(0), events=started(r)) for r in range(3)]
+    v = verdict(None, files, end={"attempt": 0, "job": "12", "decision": "succeeded"})
+    assert v.state == "succeeded"
+    assert "no longer known to Slurm" in v.details[-1]
+
+
+def test_scontrol_show_job_fields_with_spaces():
+    line = ("JobId=12 JobName=demo UserId=root(0) JobState=PENDING Reason=Nodes required for job are DOWN, "
+            "DRAINED Dependency=(null) Requeue=1 Restarts=2 BatchFlag=1 ExitCode=0:0 NodeList=(null) "
+            "Command=/x/job.sbatch a=b StdOut=/x/slurm-12.out")  # fmt: skip
+    f = parse_show_job(line)
+    assert f["Reason"] == "Nodes required for job are DOWN, DRAINED"
+    assert (f["Restarts"], f["JobState"], f["ExitCode"]) == ("2", "PENDING", "0:0")
+    assert f["StdOut"] == "/x/slurm-12.out"

@@ -3325,6 +3325,7 @@ def run_dir_verb(args: list[str]) -> int:
 #   node<R>/log, node<R>/events            every line of node R, "<UTC time> <line>", all attempts
 #   node<R>/exit    {"code", "reason", "time", "attempt", "job", "host"} of node R's last attempt
 #   node<R>/pid     node R's task: host, pid, attempt, job
+#   node<R>/attempts  one JSON line per start (host) and exit of node R, every attempt (a requeue keeps them)
 #   end, history    --slurm-end's decision on the last attempt (JSON); every decision (JSON lines)
 #   stopping        kgen stop was asked: nothing is requeued, a requeued attempt does not start
 #
@@ -3520,7 +3521,14 @@ class SlurmNode(Supervisor):
         rec = {"code": code, "reason": reason, "time": _utc_stamp(), "attempt": self.attempt, "job": self.job,
                "host": socket.gethostname()}  # fmt: skip
         _write_private(os.path.join(self.dir, "exit"), json.dumps(rec))
+        self.note(dict(rec, event="exit"))
         return code
+
+    def note(self, rec: dict) -> None:
+        """One line of RUN/node<R>/attempts: every attempt's start (host) and exit, kept across requeues."""
+        fd = os.open(os.path.join(self.dir, "attempts"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
@@ -3531,6 +3539,9 @@ class SlurmNode(Supervisor):
         rec = _identity(os.getpid())
         rec.update(host=socket.gethostname(), attempt=self.attempt, job=self.job, time=_utc_stamp())
         _write_private(os.path.join(self.dir, "pid"), json.dumps(rec))
+        self.note(
+            {"event": "start", "attempt": self.attempt, "job": self.job, "host": rec["host"], "time": rec["time"]}
+        )
         limit = slurm_max_requeues(dict(os.environ))
         if os.path.exists(os.path.join(self.run_root, "stopping")):
             reason = "stopped by user (kgen stop asked before this attempt started)"

@@ -9,7 +9,7 @@ What the records say, in the vocabulary of `kgen status` everywhere:
 | job running, no task yet on this node | Pending | - |
 | exit 0 / 6 / N this attempt | Succeeded / Stopped / Failed | exit N with its meaning and role |
 | job ended, no exit this attempt | Lost (its node died, or the job was cancelled first) | yes, "cause" |
-| an earlier attempt that was requeued (RUN/history) | - | its lost node (cause) and the survivors (victims) |
+| an earlier attempt (node<R>/attempts: requeued by kgen or by Slurm) | - | its lost node (cause), the others' exits |
 
 Requeues are the run's re-formations: attempt A of the job (Slurm's restart count) is generation A.
 """
@@ -56,6 +56,7 @@ class NodeFiles:
     pid: dict | None = None
     events: Sequence[str] = field(default_factory=list)
     tail: Sequence[str] = field(default_factory=list)
+    attempts: Sequence[Mapping] = field(default_factory=list)  # node<R>/attempts: every start and exit
 
 
 def split_ts(line: str) -> tuple[str, str]:
@@ -104,30 +105,32 @@ def _this(rec: dict | None, attempt: int, job_id: str) -> dict | None:
     return None
 
 
-def _history_failures(history: Sequence[Mapping]) -> list[Failure]:
-    """Failures of the attempts that were requeued: the nodes without an exit record were lost (cause)."""
+def _earlier_failures(files: Sequence[NodeFiles], attempt: int, job_id: str) -> list[Failure]:
+    """Failures of the attempts before ``attempt`` (each node's attempts file): a node that started and left no
+    exit was lost (cause); the others' exits keep their meaning (the survivors' 75: victims)."""
     out = []
-    for h in history:
-        if h.get("decision") != "requeue":
-            continue
-        when = parse_time(str(h.get("time") or "")) if h.get("time") else None
-        codes = h.get("codes") or {}
-        attempt = h.get("attempt")
-        for key, code in sorted(codes.items()):
-            rank = int(key) if str(key).isdigit() else None
-            if rank is None:
-                continue
-            host = str((h.get("hosts") or {}).get(key) or "")  # where it ran in that attempt
-            where = f"node{rank}@{host}" if host else f"node{rank}"
-            source = f"the run's history (attempt {attempt})"
-            if code is None:
-                lost = f"its node was lost in attempt {attempt} (no exit record)"
-                out.append(Failure(rank, "", host, None, "", lost, "cause", when, source, host=host, key=where))
-            elif code != 0:
-                m = exitcodes.meaning(int(code))
-                fail = Failure(rank, "", host, int(code), "", m.meaning, m.role, when, source, host=host, key=where)
-                out.append(fail)
+    for a in range(attempt):
+        starts = {f.rank: x for f in files for x in f.attempts if _of(x, a, job_id, "start")}
+        exits = {f.rank: x for f in files for x in f.attempts if _of(x, a, job_id, "exit")}
+        times = [t for x in exits.values() if (t := parse_time(str(x.get("time") or "")))]
+        source = f"the run folder (attempt {a})"
+        for rank in sorted(starts):
+            host = str(starts[rank].get("host") or "")
+            key = f"node{rank}@{host}" if host else f"node{rank}"
+            x = exits.get(rank)
+            if x is None:
+                lost = f"its node was lost in attempt {a} (no exit record)"
+                out.append(Failure(rank, "", host, None, "", lost, "cause", min(times, default=None), source,
+                                   host=host, key=key))  # fmt: skip
+            elif isinstance(x.get("code"), int) and x["code"] != 0:
+                m = exitcodes.meaning(x["code"])
+                when = parse_time(str(x.get("time") or ""))
+                out.append(Failure(rank, "", host, x["code"], "", m.meaning, m.role, when, source, host=host, key=key))
     return out
+
+
+def _of(x: Mapping, attempt: int, job_id: str, event: str) -> bool:
+    return x.get("event") == event and x.get("attempt") == attempt and str(x.get("job")) == job_id
 
 
 def to_records(
@@ -135,7 +138,6 @@ def to_records(
     job: JobInfo | None,
     files: Sequence[NodeFiles],
     end: Mapping | None = None,
-    history: Sequence[Mapping] = (),
     stopping: bool = False,
 ) -> RunRecords:
     attempt = attempt_of(job, end, files)
@@ -145,7 +147,7 @@ def to_records(
     failures: list[Failure] = []
     logs: dict[str, str] = {}
     hosts: dict[int, str] = {}
-    files = [NodeFiles(f.rank, f.exit, f.pid, current_events(f.events, attempt), f.tail) for f in files]
+    files = [NodeFiles(f.rank, f.exit, f.pid, current_events(f.events, attempt), f.tail, f.attempts) for f in files]
     for f in sorted(files, key=lambda f: f.rank):
         pid = _this(f.pid, attempt, rec.job_id)
         host = str((pid or f.pid or {}).get("host") or "")
@@ -186,7 +188,7 @@ def to_records(
             failures.append(Failure(f.rank, "", host, None, "", row.meaning, "cause", parse_time(last),
                                     "the run folder (no exit record)", host=host, key=key))  # fmt: skip
         rows.append(row)
-    failures = _history_failures(history) + failures
+    failures = _earlier_failures(files, attempt, rec.job_id) + failures
     _blames_for_unseen(rows, files, failures, hosts)
     out = RunRecords(
         name=rec.name,

@@ -91,6 +91,7 @@ def node_files(rec: R.RunRecord) -> list[NodeFiles]:
                 pid=R.read_json(d / "pid"),
                 events=_tail_lines(d / "events", STATE_EVENTS),
                 tail=_tail_lines(d / "log", STATE_TAIL, 64 << 10),
+                attempts=R.read_jsonl(d / "attempts"),
             )
         )
     return out
@@ -104,7 +105,6 @@ def status(rec: R.RunRecord, env: Mapping[str, str] | None = None) -> Verdict:
         job,
         node_files(rec),
         end=R.read_json(run / "end"),
-        history=R.read_history(rec.run_dir),
         stopping=(run / "stopping").exists(),
     )
     return judge(records)

@@ -132,17 +132,26 @@ def read_json(p: Path) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def read_history(run_dir: str) -> list[dict]:
-    out = []
+def read_jsonl(p: Path, limit: int = 4 << 20) -> list[dict]:
+    """The JSON objects of a JSON-lines file (at most its last ``limit`` bytes); unreadable lines are skipped."""
+    out: list[dict] = []
     try:
-        with open(Path(run_dir) / "history") as fh:
-            for line in fh:
-                try:
-                    value = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(value, dict):
-                    out.append(value)
+        with open(p, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - limit))
+            data = fh.read()
     except OSError:
-        pass
+        return out
+    for line in data.decode("utf-8", "replace").splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
     return out
+
+
+def read_history(run_dir: str) -> list[dict]:
+    """Every decision ``--slurm-end`` took on the run (RUN/history), oldest first."""
+    return read_jsonl(Path(run_dir) / "history")

@@ -47,18 +47,13 @@ def test_succeeded():
 
 def test_requeued_and_waiting_names_the_lost_node():
     job = JobInfo("12", "PENDING", reason="BeginTime", restarts=1)
-    files = [NodeFiles(r, pid=pid(r), exit=ex(75) if r != 1 else None, events=started(r)) for r in range(3)]
-    history = [
-        {
-            "attempt": 0,
-            "job": "12",
-            "decision": "requeue",
-            "codes": {"0": 75, "1": None, "2": 75},
-            "hosts": {"0": "n0", "1": "n1", "2": "n2"},
-            "time": T,
-        }
-    ]
-    v = verdict(job, files, history=history)
+
+    def attempts(r):
+        out = [{"event": "start", "attempt": 0, "job": "12", "host": f"n{r}", "time": T}]
+        return out + ([] if r == 1 else [{"event": "exit", "attempt": 0, "job": "12", "code": 75, "time": T}])
+
+    files = [NodeFiles(r, pid=pid(r), exit=ex(75), events=started(r), attempts=attempts(r)) for r in range(3)]
+    v = verdict(job, files)
     assert v.state == "starting"
     assert {r.state for r in v.rows} == {"Pending"}
     assert v.rows[0].meaning == "requeued: waiting for Slurm to start it again (BeginTime)"

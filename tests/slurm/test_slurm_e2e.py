@@ -96,9 +96,12 @@ def test_node_killed_requeued_and_resumed(slurm, tmp_path):
     assert total(ckpt) == {"step": steps, "total": undisturbed_total(3, steps)}
     resumed = [ln for ln in events(rec) if " resume gen=1 " in ln]
     assert resumed and all("step=0" not in ln for ln in resumed), resumed
+    # requeued by kgen (srun ended first: the batch script's --slurm-end decided) or by Slurm itself (node 1 was
+    # DOWN first: Slurm requeues a --requeue job on node failure); either way attempt 1 ran to the end
     history = R.read_history(rec.run_dir)
-    assert [h["decision"] for h in history] == ["requeue", "succeeded"]
-    assert history[0]["codes"]["1"] is None and history[0]["codes"]["0"] == 75
+    assert [h["decision"] for h in history] in (["requeue", "succeeded"], ["succeeded"]), history
+    if len(history) == 2:
+        assert history[0]["codes"]["1"] is None and history[0]["codes"]["0"] == 75
     # the incident names the lost node as the cause and the survivors' fail-stop
     assert len(v.incidents) == 1 and v.incidents[0].startswith("1. rank 1 (host n1): "), v.incidents
     assert "stopped by fail-stop (exit 75)" in v.incidents[0], v.incidents

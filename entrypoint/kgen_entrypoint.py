@@ -170,8 +170,13 @@ class Config:
             f"master {self.master_addr}:{self.master_port}, liveness port {self.liveness_port}; "
             f"rendezvous static id={self.rdzv_id} timeout={self.rdzv_timeout}s; "
             f"master wait {self.master_wait:g}s; heartbeat every {self.hb_interval:g}s, "
-            f"peer lost after {self.hb_timeout:g}s of silence; re-formations up to {self.max_reformations}, "
-            f"replacement wait {self.replacement_timeout:g}s, on script error: {self.on_script_error}"
+            f"peer lost after {self.hb_timeout:g}s of silence; "
+            + (
+                f"re-formations up to {self.max_reformations}, replacement wait {self.replacement_timeout:g}s"
+                if self.slurm is None
+                else f"a lost node ends the step, requeues up to {self.max_reformations}"
+            )
+            + f", on script error: {self.on_script_error}"
             + (f"; run secret from {self.secret_file}" if self.secret is not None else "")
         )
 
@@ -3470,7 +3475,7 @@ def slurm_environment(env: dict, cfg: Config) -> dict:
     cfg.notes.append(
         f"Slurm job {job} step {step}: {nodes} node(s) (SLURM_STEP_NUM_NODES), node rank from SLURM_NODEID, "
         f"MASTER_ADDR {addr} (first host of {listed or '?'}), MASTER_PORT {out.get('MASTER_PORT')}{port_from}, "
-        f"restart {restart} (SLURM_RESTART_COUNT); a lost node ends the step and the job is requeued"
+        f"restart {restart} (SLURM_RESTART_COUNT)"
     )
     return out
 

@@ -50,13 +50,22 @@ def submit(spec: SbatchSpec, workdir: str | None = None, env: Mapping[str, str] 
     if run.exists() and any(run.iterdir()):
         raise UsageError(f"{run} exists and is not empty: choose another run folder or name", option="run_dir")
     workdir = os.path.abspath(workdir or os.getcwd())
+    made = not run.exists()
     R.private_dir(run)
     secret = run / "secret"
     R.write_private(secret, secrets.token_hex(32) + "\n")
     R.write_private(run / "kgen_entrypoint.py", entrypoint_path().read_text())
     script = run / "job.sbatch"
     R.write_private(script, render(spec))
-    job = commands.sbatch(str(script), cwd=workdir, env=env)
+    try:
+        job = commands.sbatch(str(script), cwd=workdir, env=env)
+    except commands.SlurmError:
+        # nothing was submitted: the folder goes (the secret with it), so the same name can be submitted again
+        for p in (secret, run / "kgen_entrypoint.py", script):
+            p.unlink(missing_ok=True)
+        if made:
+            run.rmdir()
+        raise
     rec = R.RunRecord(name=name, job_id=job, run_dir=str(run), nodes=spec.nodes, workdir=workdir,
                       created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
     R.save(rec)

@@ -63,9 +63,14 @@ def test_training_on_three_nodes(slurm, tmp_path):
     rec = sub.record
     assert sub.secret.read_text().strip() not in sub.script.read_text()
     assert oct(sub.secret.stat().st_mode & 0o777) == "0o600"
+    followed = list(ops.follow(rec, tail=100000, poll=0.2))  # from the first lines until the job ended
+    for rank in range(3):
+        assert f"[{rank}] kgen-entrypoint: stopped: succeeded" in followed, followed[-10:]
+    assert sum("resume gen=0 step=0" in ln for ln in followed) == 3
     v = wait_for(lambda: (v := ops.status(rec)).state in ("succeeded", "failed", "stopped") and v, 180, "the end")
     assert v.state == "succeeded", (v.headline, v.details)
     assert v.headline == "Succeeded: 3/3 ranks completed, 0 re-formations"
+    assert [(r.name, v.state) for r, v in ops.list_runs()] == [("train3", "succeeded")]
     assert sorted(r.host for r in v.rows) == ["n0", "n1", "n2"]
     assert total(tmp_path / "train3.ckpt.json") == {"step": 10, "total": undisturbed_total(3, 10)}
     lines, warnings = ops.logs(rec)

@@ -10,9 +10,11 @@ Usage (what `kgen render` puts in the pod; also works by hand on bare metal):
     python3 kgen_entrypoint.py --diagnose                # one PASS/FAIL line per check
     python3 kgen_entrypoint.py --stop                    # stop the whole group (run's environment, any host)
     python3 kgen_entrypoint.py --run-dir DIR --state     # bare metal: a node's run state (kgen launch)
+    srun ... python3 kgen_entrypoint.py --slurm-node RUN -- train.py   # Slurm: one task per node (slurm.md)
 
 Environment (docs/design.md is the contract): NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT,
-node rank from NODE_RANK > JOB_COMPLETION_INDEX > KGEN_POD_INDEX > HOSTNAME ordinal, optional
+node rank from NODE_RANK > JOB_COMPLETION_INDEX > KGEN_POD_INDEX > HOSTNAME ordinal (inside a Slurm
+job step: NNODES, the node rank, MASTER_ADDR and MASTER_PORT come from the allocation), optional
 KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT,
 KGEN_MASTER_WAIT_TIMEOUT, KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT,
 KGEN_MAX_RESTARTS, KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, and for
@@ -3670,6 +3672,9 @@ USAGE = (
     "  --run-dir DIR --state               the node's run state, one JSON line\n"
     "  --run-dir DIR --log [--tail N] [--follow]\n"
     "  --run-dir DIR --stop-node [--grace S] [--interrupt]   end every process of the node\n"
+    "slurm (docs/slurm.md):\n"
+    "  --slurm-node RUN -- COMMAND   this node of the job step (srun, one task per node)\n"
+    "  --slurm-end RUN RC            after srun: succeeded, failed, stopped, or requeue the job\n"
 )
 
 

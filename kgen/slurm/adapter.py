@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kgen.cluster import exitcodes
+from kgen.cluster.exitcodes import meaning as exit_meaning
 from kgen.cluster.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
 from kgen.slurm.commands import JobInfo
 from kgen.slurm.record import RunRecord
@@ -123,7 +123,7 @@ def _earlier_failures(files: Sequence[NodeFiles], attempt: int, job_id: str) -> 
                 out.append(Failure(rank, "", host, None, "", lost, "cause", min(times, default=None), source,
                                    host=host, key=key))  # fmt: skip
             elif isinstance(x.get("code"), int) and x["code"] != 0:
-                m = exitcodes.meaning(x["code"])
+                m = exit_meaning(x["code"])
                 when = parse_time(str(x.get("time") or ""))
                 out.append(Failure(rank, "", host, x["code"], "", m.meaning, m.role, when, source, host=host, key=key))
     return out
@@ -150,7 +150,7 @@ def to_records(
     files = [NodeFiles(f.rank, f.exit, f.pid, current_events(f.events, attempt), f.tail, f.attempts) for f in files]
     for f in sorted(files, key=lambda f: f.rank):
         pid = _this(f.pid, attempt, rec.job_id)
-        host = str((pid or f.pid or {}).get("host") or "")
+        host = str((pid or {}).get("host") or "")  # where it runs in this attempt ("" before it started)
         hosts[f.rank] = host
         key = f"node{f.rank}@{host}" if host else f"node{f.rank}"
         logs[key] = "\n".join(split_ts(e)[1] for e in f.events)
@@ -160,7 +160,7 @@ def to_records(
         if ex is not None and isinstance(ex.get("code"), int):
             code = ex["code"]
             row.exit_code = code
-            meaning = exitcodes.meaning(code)
+            meaning = exit_meaning(code)
             row.meaning = str(ex.get("reason") or meaning.meaning)
             if code == 0:
                 row.state = "Succeeded"

@@ -57,6 +57,7 @@ def test_requeued_and_waiting_names_the_lost_node():
     assert v.state == "starting"
     assert {r.state for r in v.rows} == {"Pending"}
     assert v.rows[0].meaning == "requeued: waiting for Slurm to start it again (BeginTime)"
+    assert not any("pod" in d for d in v.details), v.details  # no Kubernetes words for a requeued job
     assert v.reformations == 1
     assert v.incidents[0].startswith("1. rank 1 (host n1): its node was lost in attempt 0 (no exit record)")
     assert "2 ranks stopped by fail-stop (exit 75)" in v.incidents[0]

@@ -5,8 +5,11 @@ the decision after a step (succeeded, failed, stopped, requeue)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
+import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -172,3 +175,41 @@ def test_what_an_attempt_comes_to(exits, attempt, stopping, want):
 def test_a_lost_node_is_named_in_the_decision():
     _, _, why = ep.slurm_outcome({0: rec(75), 1: None, 2: rec(75)}, 3, 0, "7", 75, 2, False)
     assert why == "node 1: no exit record (its node was lost)"
+
+
+def node_task(run: Path, **env: str) -> subprocess.CompletedProcess:
+    """The entrypoint as srun starts it on a node (the step's variables as Slurm sets them), without torch running."""
+    base = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "9", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0",
+            "SLURM_NNODES": "1", "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NUM_TASKS": "1",
+            "SLURM_STEP_NODELIST": "n0", "NPROC_PER_NODE": "1"}  # fmt: skip
+    (run / "t.py").write_text("raise SystemExit('must not run')\n")
+    argv = [sys.executable, str(ROOT / "entrypoint" / "kgen_entrypoint.py"), "--slurm-node", str(run), "--", "t.py"]
+    return subprocess.run(argv, env={**base, **env}, capture_output=True, text=True, timeout=60, cwd=run)
+
+
+def test_an_attempt_past_the_requeue_limit_ends_at_once(tmp_path):
+    """Slurm requeued the job itself (a node failure) more often than KGEN_MAX_REFORMATIONS allows."""
+    res = node_task(tmp_path, SLURM_RESTART_COUNT="3", KGEN_MAX_REFORMATIONS="2")
+    assert res.returncode == 5, res.stderr
+    reason = "requeue limit reached: attempt 3 (SLURM_RESTART_COUNT) is more than KGEN_MAX_REFORMATIONS=2"
+    assert f"kgen-entrypoint: stopped: {reason}" in res.stdout
+    ex = json.loads((tmp_path / "node0" / "exit").read_text())
+    assert (ex["code"], ex["attempt"], ex["job"], ex["reason"]) == (5, 3, "9", reason)
+    lines = [json.loads(x) for x in (tmp_path / "node0" / "attempts").read_text().splitlines()]
+    assert [x["event"] for x in lines] == ["start", "exit"]
+    assert stat.S_IMODE((tmp_path / "node0").stat().st_mode) == 0o700
+
+
+def test_an_attempt_after_kgen_stop_does_not_train(tmp_path):
+    (tmp_path / "stopping").write_text("")
+    res = node_task(tmp_path, SLURM_RESTART_COUNT="1")
+    assert res.returncode == 6
+    assert json.loads((tmp_path / "node0" / "exit").read_text())["reason"].startswith("stopped by user (kgen stop")
+
+
+def test_the_node_task_outside_a_step_is_a_configuration_error(tmp_path):
+    res = node_task(tmp_path, SLURM_STEP_ID="")
+    assert res.returncode == 2
+    assert "--slurm-node runs inside a Slurm job step" in res.stderr
+    assert not (tmp_path / "node0").exists()
+    assert res.stdout == ""

@@ -3322,10 +3322,11 @@ def run_dir_verb(args: list[str]) -> int:
 # node count, MASTER_ADDR the first host of the step's node list (parsed here, as `scontrol show
 # hostnames` does: no scontrol needed inside a container), MASTER_PORT 20000 + 2 x (job id % 5000)
 # (below the ephemeral range; the liveness port is the next one, so two jobs sharing a node never share
-# a port), the run id the job id, and KGEN_RESTART_COUNT follows SLURM_RESTART_COUNT. Values set
-# explicitly must agree with the allocation. A lost node is never replaced inside a step: the survivors
-# fail-stop (75), the step ends, and --slurm-end requeues the job (`scontrol requeue`) to resume from the
-# checkpoint, at most KGEN_MAX_REFORMATIONS times; a script error fails the job at once (5).
+# a port), the run id the job id, and KGEN_RESTART_COUNT follows SLURM_RESTART_COUNT. A value set
+# explicitly must agree with the allocation (NNODES and NODE_RANK both set: ranks by hand, nothing is
+# derived). A lost node is never replaced inside a step: the survivors fail-stop (75), the step ends,
+# and --slurm-end requeues the job (`scontrol requeue`) to resume from the checkpoint, at most
+# KGEN_MAX_REFORMATIONS times; a script error fails the job at once (5).
 #
 #   RUN = the run's folder on a file system every node shares (kgen submit makes it, 0700):
 #   secret, kgen_entrypoint.py, job.sbatch   written at submit time (the secret never in the script)
@@ -3419,6 +3420,8 @@ def slurm_environment(env: dict, cfg: Config) -> dict:
                 '--ntasks="$SLURM_NNODES" ...), or it runs on the batch host alone as node 0'
             )
         return env
+    if _raw(env, "NNODES") is not None and _raw(env, "NODE_RANK") is not None:
+        return env  # ranks given by hand (kgen launch in a Slurm shell, or a script of your own): taken as given
     out = dict(env)
 
     def count(*names: str) -> int | None:

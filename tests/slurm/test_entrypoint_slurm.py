@@ -99,8 +99,8 @@ def test_two_jobs_never_share_a_port():
 
 
 def test_explicit_values_win_when_they_agree_and_are_refused_when_not():
-    cfg, problems = config(step_env(MASTER_ADDR="10.0.0.7", MASTER_PORT="29500", NNODES="3", NODE_RANK="2"))
-    assert problems == [] and (cfg.master_addr, cfg.master_port) == ("10.0.0.7", 29500)
+    cfg, problems = config(step_env(MASTER_ADDR="10.0.0.7", MASTER_PORT="29500", NNODES="3"))
+    assert problems == [] and (cfg.master_addr, cfg.master_port, cfg.node_rank) == ("10.0.0.7", 29500, 2)
     _, problems = config(step_env(NNODES="4"))
     assert problems == [
         "NNODES=4 but the Slurm step says 3 (SLURM_STEP_NUM_NODES): unset NNODES, kgen takes it from Slurm"
@@ -109,6 +109,14 @@ def test_explicit_values_win_when_they_agree_and_are_refused_when_not():
     assert problems == [
         "NODE_RANK=0 but the Slurm step says 2 (SLURM_NODEID): unset NODE_RANK, kgen takes it from Slurm"
     ]
+
+
+def test_ranks_given_by_hand_are_taken_as_given():
+    """kgen launch --local 2 in an `srun --pty bash` shell: NNODES and NODE_RANK are the launcher's, not Slurm's."""
+    env = step_env(NNODES="2", NODE_RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    cfg, problems = config(env)
+    assert problems == [] and cfg.slurm is None
+    assert (cfg.nnodes, cfg.node_rank, cfg.rank_source) == (2, 1, "NODE_RANK=1")
 
 
 def test_one_task_per_node_is_required():

@@ -29,6 +29,7 @@ STATE_TAIL = 20
 STATE_EVENTS = 400
 STOP_GRACE = 20.0  # kgen stop: how long the group stop (SIGINT) gets before scancel
 FOLLOW_POLL = 0.3
+TAIL_BYTES = 64 << 20  # logs --tail N reads at most this much of each log's end
 
 
 # ------------------------------------------------------------------------------------------ submit
@@ -74,6 +75,8 @@ def submit(spec: SbatchSpec, workdir: str | None = None, env: Mapping[str, str] 
 
 # ------------------------------------------------------------------------------------------ status
 def _tail_lines(path: Path, lines: int, limit: int = 256 << 10) -> list[str]:
+    if lines <= 0:
+        return []
     try:
         with open(path, "rb") as fh:
             end = fh.seek(0, os.SEEK_END)
@@ -145,14 +148,19 @@ def logs(
     for rank in chosen:
         path = Path(rec.run_dir) / f"node{rank}" / "log"
         try:
-            lines = path.read_bytes().decode("utf-8", "replace").splitlines()
+            if tail is not None:  # the last lines only: read from the end (a long run's log can be large)
+                if not path.exists():
+                    raise FileNotFoundError(path)
+                lines = _tail_lines(path, tail, TAIL_BYTES)
+            else:
+                lines = path.read_bytes().decode("utf-8", "replace").splitlines()
         except FileNotFoundError:
             warnings.append(f"rank {rank}: no log yet ({path}): its task has not started")
             continue
         except OSError as exc:
             warnings.append(f"rank {rank}: log unavailable: {path}: {exc.strerror}")
             continue
-        texts[rank] = lines[-tail:] if tail is not None and tail > 0 else ([] if tail == 0 else lines)
+        texts[rank] = lines
     width = rank_width(texts or [0])
     keyed = [
         [(split_ts(line)[0], rank, i, line) for i, line in enumerate(lines) if not cut or split_ts(line)[0] >= cut]

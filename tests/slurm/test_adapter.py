@@ -107,3 +107,21 @@ def test_scontrol_show_job_fields_with_spaces():
     assert f["Reason"] == "Nodes required for job are DOWN, DRAINED"
     assert (f["Restarts"], f["JobState"], f["ExitCode"]) == ("2", "PENDING", "0:0")
     assert f["StdOut"] == "/x/slurm-12.out"
+
+
+def test_logs_merge_every_rank_in_time_order(tmp_path):
+    from kgen.slurm import ops
+
+    run = tmp_path / "run"
+    for rank, stamps in ((0, ["08:00:01", "08:00:03"]), (1, ["08:00:02", "08:00:04"])):
+        (run / f"node{rank}").mkdir(parents=True)
+        text = "".join(f"2026-11-26T{s}.000000Z line {s} of {rank}\n" for s in stamps)
+        (run / f"node{rank}" / "log").write_text(text)
+    rec = RunRecord(name="m", job_id="1", run_dir=str(run), nodes=3)
+    lines, warnings = ops.logs(rec)
+    assert lines == ["[0] line 08:00:01 of 0", "[1] line 08:00:02 of 1", "[0] line 08:00:03 of 0",
+                     "[1] line 08:00:04 of 1"]  # fmt: skip
+    assert warnings == [f"rank 2: no log yet ({run}/node2/log): its task has not started"]
+    lines, _ = ops.logs(rec, ranks={1}, tail=1, timestamps=True)
+    assert lines == ["[1] 2026-11-26T08:00:04.000000Z line 08:00:04 of 1"]
+    assert ops.logs(rec, tail=0)[0] == []

@@ -232,7 +232,7 @@ def test_every_command_is_documented_in_the_readme():
 
 
 def test_every_values_key_is_in_the_readme_values_reference():
-    from kgen.spec import VALUES
+    from kgen.render.values import VALUES
     from tests.conftest import ROOT
 
     readme = (ROOT / "README.md").read_text()

@@ -168,7 +168,7 @@ COMMANDS = [
 
 @pytest.mark.parametrize("command,refused", COMMANDS, ids=[" ".join(c) for c, _ in COMMANDS])
 def test_render_and_entrypoint_agree_on_commands(command, refused):
-    from kgen.spec import command_problem
+    from kgen.render.validate import command_problem
 
     ep = _entrypoint_module()
     try:
@@ -185,7 +185,7 @@ def test_render_and_entrypoint_agree_on_commands(command, refused):
 def test_render_is_stricter_only_on_an_empty_program():
     """'' passes the entrypoint (torchrun --no-python ''), fails in the pod; render refuses it. The empty
     command is the smoke test for render, while the entrypoint needs one after '--'."""
-    from kgen.spec import command_problem
+    from kgen.render.validate import command_problem
 
     assert command_problem([""]) is not None
     assert command_problem([]) is None

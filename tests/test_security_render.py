@@ -11,10 +11,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from kgen import runsecret
 from kgen.api import RenderRequest, render
 from kgen.cli import cli
 from kgen.errors import UsageError
+from kgen.render import runsecret
 from tests.conftest import RUN_KEY
 
 

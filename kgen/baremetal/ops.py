@@ -1,7 +1,7 @@
 """The verbs on a bare-metal run: status, logs (merged, followed), stop, remove, list.
 
 One ssh round trip per host and verb, every host at once (kgen.baremetal.transport.parallel); the
-decisions are pure (kgen.baremetal.adapter -> kgen.cluster.verdict.judge). Returns data; only
+decisions are pure (kgen.baremetal.adapter -> kgen.runs.verdict.judge). Returns data; only
 kgen/cli*.py prints.
 """
 
@@ -19,8 +19,8 @@ from datetime import datetime, timedelta, timezone
 from kgen.baremetal import record as R
 from kgen.baremetal.adapter import NodeState, split_ts, to_records
 from kgen.baremetal.transport import LocalTransport, SshTransport, Transport, parallel
-from kgen.cluster.logs import prefix, rank_width
-from kgen.cluster.verdict import Verdict, judge
+from kgen.runs.verdict import Verdict, judge
+from kgen.runs.views import prefix, rank_width
 
 STATE_TIMEOUT = 20.0
 GROUP_WAIT = 3.0  # kgen stop: how long the other nodes get to end by the group stop before SIGTERM

@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from kgen.cluster.verdict import pod_rank, trainer_status
+from kgen.cluster.kube_records import pod_rank, trainer_status
+from kgen.runs.views import prefix, rank_width
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 
@@ -30,14 +31,6 @@ class Source:
     restarts: int = 0
     previous: bool = False
     created: str = ""  # the pod's creationTimestamp
-
-
-def prefix(rank: int, width: int) -> str:
-    return f"[{rank:>{width}}] "
-
-
-def rank_width(ranks: Iterable[int]) -> int:
-    return len(str(max(ranks, default=0)))
 
 
 def split_ts(line: str) -> tuple[str | None, str]:

@@ -98,9 +98,9 @@ def load_rules() -> dict[str, Rule]:
     import importlib
     import pkgutil
 
-    import kgen.lint
+    lint_package = importlib.import_module("kgen.lint")  # kgen.lint as an attribute is kgen's lint function
 
-    for info in sorted(pkgutil.iter_modules(kgen.lint.__path__), key=lambda m: m.name):
+    for info in sorted(pkgutil.iter_modules(lint_package.__path__), key=lambda m: m.name):
         if info.name.startswith("rules_"):
             importlib.import_module(f"kgen.lint.{info.name}")
     return RULES

@@ -20,8 +20,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kgen.cluster.exitcodes import meaning as exit_meaning
-from kgen.cluster.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
+from kgen.runs.exitcodes import meaning as exit_meaning
+from kgen.runs.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
 from kgen.slurm.commands import JobInfo
 from kgen.slurm.record import RunRecord
 

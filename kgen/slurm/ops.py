@@ -2,7 +2,7 @@
 
 The run's folder is on a file system the login node and every compute node share (kgen.slurm.record), so the
 nodes' logs and exit records are read as files; the job's state comes from the controller (scontrol, sacct
-where accounting exists). The decisions are pure (kgen.slurm.adapter -> kgen.cluster.verdict.judge).
+where accounting exists). The decisions are pure (kgen.slurm.adapter -> kgen.runs.verdict.judge).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from kgen.cluster.logs import prefix, rank_width
-from kgen.cluster.verdict import Verdict, judge
 from kgen.errors import UsageError
 from kgen.resources import entrypoint_path
+from kgen.runs.verdict import Verdict, judge
+from kgen.runs.views import prefix, rank_width
 from kgen.slurm import commands
 from kgen.slurm import record as R
 from kgen.slurm.adapter import NodeFiles, split_ts, to_records

@@ -99,14 +99,12 @@ def test_status_watch_follows_until_the_run_ends(served):
 
 def test_status_watch_replays_the_stream(served):
     """A StatefulSet never ends: the watch loop replays both recorded streams, then its bound stops it."""
-    import click
-
-    from kgen.cli_cluster import gather, watch_run
+    from kgen.cluster import ops
     from kgen.cluster.client import Cluster
 
     r, kc = served("statefulset-running")
     cluster = Cluster.connect(kubeconfig=kc)
-    v, raw = gather(cluster, r.name)
+    v, raw = ops.gather(cluster, r.name)
     # stop once both recorded streams have been read to their end (the event), with a generous hard bound
     # (the machine may be busy): never a fixed 2 s that a starved thread might not fit into
     replayed, ended = threading.Event(), set()
@@ -119,8 +117,9 @@ def test_status_watch_replays_the_stream(served):
             replayed.set()
 
     cluster.watch = counted
-    with click.Context(cli):
-        final = watch_run(cluster, r.name, raw, "text", True, True, timeout=60.0, until=replayed)
+    updates = list(ops.watch(cluster, r.name, raw, no_logs=True, timeout=60.0, until=replayed))
+    assert updates[0].kind == "first" and updates[-1].kind == "last"  # the run goes on: no final re-read
+    final = updates[-1].verdict
     assert replayed.is_set(), "the recorded watch streams were not replayed within 60 s"
     assert final.state == "running"
     watches = [p for _, p, _, _ in r.requests if "watch=true" in p]
@@ -361,7 +360,7 @@ def test_submit_wait_follows_until_every_rank_runs(served):
 def test_submit_takes_exactly_renders_options():
     """submit's render options are copied from `kgen render` (names, metavars, help): they cannot drift."""
     from kgen.api import FLAG_NAMES
-    from kgen.cli_cluster import RENDER_OUTPUT_OPTIONS, REQUEST_FIELDS, SUBMIT_OWN_PARAMS
+    from kgen.cli.cluster import RENDER_OUTPUT_OPTIONS, REQUEST_FIELDS, SUBMIT_OWN_PARAMS
 
     render, submit = cli.commands["render"], cli.commands["submit"]
     render_opts = {p.name: p for p in render.params if isinstance(p, click.Option)}

@@ -1,8 +1,8 @@
-"""The Slurm adapter (pure): the job's state and the nodes' files -> the one verdict (kgen.cluster.verdict.judge)."""
+"""The Slurm adapter (pure): the job's state and the nodes' files -> the one verdict (kgen.runs.verdict.judge)."""
 
 from __future__ import annotations
 
-from kgen.cluster.verdict import judge
+from kgen.runs.verdict import judge
 from kgen.slurm.adapter import NodeFiles, to_records
 from kgen.slurm.commands import JobInfo, parse_show_job
 from kgen.slurm.record import RunRecord

@@ -1,5 +1,6 @@
-"""kgen.slurm is a run adapter beside kgen.cluster and kgen.baremetal: it imports neither the kubernetes client
-nor ssh nor the other adapters, only the shared leaves and the one verdict; nothing on the render path imports it."""
+"""kgen.slurm is a run adapter beside kgen.cluster and kgen.baremetal (tests/test_architecture.py keeps the arrows
+between rooms): here, what it may import at all, and that its verbs load neither the kubernetes client, the
+other adapters nor torch."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# The verdict's pure modules, shared by every run adapter. They live in kgen/cluster/ today; the architecture
-# branch (issue 21) moves the shared verdict out of it, and then only these import lines change.
-VERDICT_LEAVES = {"kgen.cluster.records", "kgen.cluster.verdict", "kgen.cluster.exitcodes", "kgen.cluster.logs"}
+# What every run adapter shares (records, the one verdict, exit codes, views).
+VERDICT_LEAVES = {"kgen.runs.records", "kgen.runs.verdict", "kgen.runs.exitcodes", "kgen.runs.views"}
 LEAVES = {"kgen.errors", "kgen.resources"}
 
 
@@ -45,7 +45,7 @@ def test_slurm_verbs_run_without_the_kubernetes_client_or_ssh():
         "import sys, json\nsys.modules['kubernetes'] = None\n"
         "import kgen.slurm.ops, kgen.slurm.adapter, kgen.slurm.script\n"
         "print(json.dumps(sorted(m for m in sys.modules if m == 'kubernetes' and sys.modules[m] is not None"
-        " or m.startswith(('kgen.baremetal', 'kgen.cli', 'kgen.cluster.client', 'torch', 'paramiko')))))\n"
+        " or m.startswith(('kgen.baremetal', 'kgen.cli', 'kgen.cluster', 'torch', 'paramiko')))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

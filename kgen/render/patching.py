@@ -1,4 +1,4 @@
-"""The `patches:` escape hatch: JSON merge patches (RFC 7396) on the rendered objects.
+"""Stage 5 of render, the `patches:` escape hatch: JSON merge patches (RFC 7396) on the rendered objects.
 
 A patch is applied to every rendered object whose kind (any case) and, if given, name match its
 target, after the templates are rendered and parsed and before kgen's lint self-check, so a
@@ -17,9 +17,11 @@ Merge rules, as RFC 7396 with one addition borrowed from Kubernetes' strategic m
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from kgen.errors import UsageError
+from kgen.render.validate import Patch, reserved_label
 
 DELETE = "$patch"
 
@@ -90,16 +92,14 @@ def _put(doc: dict, path: tuple[str | int, ...], value: Any) -> dict:
     return out
 
 
-def apply_patches(docs: list[dict], patches: list[dict], origins: dict[str, str]) -> list[dict]:
-    """Apply each patch to the documents it targets; a patch that matches nothing is an error.
+def apply_patches(docs: list[dict], patches: Sequence[Patch]) -> list[dict]:
+    """Apply each patch to the documents it targets; a patch that matches nothing is an error (naming the
+    patch by its origin, ``Patch.origin``).
 
     ``kind: Workload`` targets the Job, StatefulSet or JobSet, ``kind: PodTemplate`` its pod template,
     whatever --kind rendered; any other kind is matched against the rendered objects' kinds (any case)."""
-    from kgen.spec import patch_origin
-
-    for i, item in enumerate(patches):
-        target = item["target"]
-        kind, name = target["kind"].lower(), target.get("name")
+    for item in patches:
+        kind, name = item.kind.lower(), item.name
         role = kind in (WORKLOAD, POD_TEMPLATE)
         hits = [
             n
@@ -109,18 +109,18 @@ def apply_patches(docs: list[dict], patches: list[dict], origins: dict[str, str]
         ]
         if not hits:
             rendered = ", ".join(f"{d['kind']}/{d['metadata'].get('name')}" for d in docs)
-            wanted = target["kind"] + (f"/{name}" if name is not None else "")
+            wanted = item.kind + (f"/{name}" if name is not None else "")
             if not role:
                 rendered += "; kind Workload or PodTemplate targets the workload whatever its kind"
             raise UsageError(
                 f"target {wanted} matches no rendered object (rendered: {rendered})",
-                option=patch_origin(origins, i),
+                option=item.origin,
                 hint="fix target.kind or target.name",
             )
         for n in hits:
             if kind == POD_TEMPLATE:
                 path = pod_template_path(docs[n])
-                patched = _put(docs[n], path, merge_patch(_at(docs[n], path), item["patch"]))
+                patched = _put(docs[n], path, merge_patch(_at(docs[n], path), item.patch))
                 template_labels = _changed_reserved_label(
                     {"metadata": _at(docs[n], path).get("metadata")}, {"metadata": _at(patched, path).get("metadata")}
                 )
@@ -128,24 +128,24 @@ def apply_patches(docs: list[dict], patches: list[dict], origins: dict[str, str]
                     raise UsageError(
                         f"patch: changes label {template_labels[0]} of the pod template, which is set by "
                         f"{template_labels[1]}",
-                        option=patch_origin(origins, i),
+                        option=item.origin,
                         hint="patch other labels",
                     )
             else:
-                patched = merge_patch(docs[n], item["patch"])
+                patched = merge_patch(docs[n], item.patch)
             what = f"{docs[n]['kind']}/{docs[n]['metadata'].get('name')}"
             lost = [path for path in KEPT_PATHS if _has(docs[n], path) and not _has(patched, path)]
             if lost:
                 raise UsageError(
                     f"patch: removes {lost[0]} of {what}, which the object needs",
-                    option=patch_origin(origins, i),
+                    option=item.origin,
                     hint="a patch may change these fields, not delete them: null deletes a key in a merge patch",
                 )
             changed = _changed_reserved_label(docs[n], patched)
             if changed:
                 raise UsageError(
                     f"patch: changes label {changed[0]} of {what}, which is set by {changed[1]}",
-                    option=patch_origin(origins, i),
+                    option=item.origin,
                     hint="patch other labels",
                 )
             docs[n] = patched
@@ -156,9 +156,7 @@ LABEL_PATHS = ("metadata", "spec.template.metadata")
 
 
 def _changed_reserved_label(before: dict, after: dict) -> tuple[str, str] | None:
-    """(key, what sets it) of a reserved label (kgen.spec.reserved_label) the patch changed or deleted."""
-    from kgen.spec import reserved_label
-
+    """(key, what sets it) of a reserved label (kgen.render.validate.reserved_label) the patch changed or deleted."""
     for path in LABEL_PATHS:
         old, new = _get(before, f"{path}.labels"), _get(after, f"{path}.labels")
         if not isinstance(old, dict):

@@ -1,7 +1,7 @@
-"""The typed training spec: every value kgen renders, and everything derived from it.
-
-Values arrive as a nested mapping (see ``kgen.layering``); ``build_spec`` checks each one and
-derives names, MASTER_ADDR, world size and label sets, so templates only place values.
+"""Stage 2 of render, the checks: every value checked as the API server (and kgen's entrypoint) would check
+what it becomes, before anything is rendered; each problem is one UsageError naming where the value came
+from (the flag, `file: key`, `preset P: key`, or the key). kgen.render.spec derives the spec from what
+passes (``check_values``).
 """
 
 from __future__ import annotations
@@ -12,203 +12,9 @@ from typing import Any, NamedTuple
 from kgen import jobset as jobset_facts
 from kgen.errors import NestedLauncherError, UsageError
 from kgen.lint.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, is_dns_subdomain, parse_quantity
-from kgen.runsecret import SECRET_DIR, SECRET_FILE
+from kgen.render.runsecret import SECRET_DIR
+from kgen.render.values import DNS_POLICIES, KINDS, ON_SCRIPT_ERROR, PULL_POLICIES
 from kgen.versions import DEFAULT_K8S, MAX_K8S, MIN_K8S
-
-# ---------------------------------------------------------------------------------------------
-# The values reference. One entry per key: (type, default, one-line doc). Nested keys are dotted.
-# Types: int, str, bool, "int?" (int or null), "bool?", "list[str]", "dict[str,str]", "list[dict]",
-# "dict", "env" (NAME: string, or NAME: {valueFrom: ...}). The README's values table is generated from this
-# (and a test keeps them in sync).
-# ---------------------------------------------------------------------------------------------
-VALUES: dict[str, tuple[str, Any, str]] = {
-    "description": ("str", "", "One line about the preset (shown by `kgen presets list`; not rendered)."),
-    "name": ("str", "kgen-train", "Name of the Job/StatefulSet and the Service; pods are `<name>-<index>`."),
-    "namespace": ("str", "", "Namespace of every object; empty = kubectl's current namespace."),
-    "kind": ("str", "job", "`job` (Indexed Job), `statefulset` or `jobset` (needs the JobSet controller); any case."),
-    "nodes": ("int", 2, "Number of nodes (pods). One Job/StatefulSet object whatever the count."),
-    "gpus": ("int", 8, "`nvidia.com/gpu` per node (requests = limits); 0 renders a CPU job (gloo)."),
-    "nprocPerNode": ("int", 0, "Processes per node; 0 = auto (= gpus, or 1 for CPU jobs)."),
-    "image": ("str", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "Container image (needs python3 and torch)."),
-    "imagePullPolicy": ("str", "IfNotPresent", "Always, IfNotPresent or Never."),
-    "python": ("str", "python3", "Interpreter in the image that runs the entrypoint."),
-    "command": (
-        "argv",
-        [],
-        "Training script and arguments torchrun runs on every worker; empty = smoke test. "
-        "A string is split like a shell would (`train.py --lr 3e-4` = 3 arguments). It starts with a script, "
-        "a program or `-m module`, never an option or an empty string (the entrypoint's own check).",
-    ),
-    "port": ("int", 29500, "Rendezvous port (torchrun MASTER_PORT) on pod 0."),
-    "livenessPort": ("int", 29501, "Port of the entrypoint's peer-liveness channel on pod 0."),
-    "shmSize": (
-        "str",
-        "16Gi",
-        "Size limit of the memory-backed /dev/shm (> 0); a warning when the memory limit is not above it.",
-    ),
-    "env": (
-        "env",
-        {},
-        "Extra environment variables: `NAME: value` (values stay strings), or `NAME: {valueFrom: ...}` "
-        "from a Secret or ConfigMap key, a pod field or a resource (secretKeyRef, configMapKeyRef, fieldRef, "
-        "resourceFieldRef; Kubernetes form).",
-    ),
-    "cpu": (
-        "str",
-        "auto",
-        "CPU request per pod (a quantity); auto = 2 per GPU (1 per process for CPU jobs); empty = none.",
-    ),
-    "memory": (
-        "str",
-        "auto",
-        "Memory request per pod (a quantity); auto = 8Gi per GPU (2Gi per process for CPU jobs); empty = none.",
-    ),
-    "guaranteed": (
-        "bool",
-        False,
-        "Guaranteed QoS: cpu and memory limits = requests (the memory limit then also bounds /dev/shm use).",
-    ),
-    "resources.requests": (
-        "dict[str,str]",
-        {},
-        "Extra resource requests, e.g. ephemeral-storage: 100Gi (cpu/memory here override `cpu`/`memory`).",
-    ),
-    "resources.limits": ("dict[str,str]", {}, "Extra resource limits (GPUs are set from `gpus`)."),
-    "envFrom": (
-        "list[dict]",
-        [],
-        "Trainer envFrom (Kubernetes form): every key of a Secret (secretRef) or ConfigMap (configMapRef), "
-        "e.g. [{secretRef: {name: hf-token}}].",
-    ),
-    "workingDir": ("str", "", "Trainer working directory; empty = the image's."),
-    "volumes": ("list[dict]", [], "Extra pod volumes (Kubernetes form), e.g. data and checkpoint PVCs."),
-    "volumeMounts": ("list[dict]", [], "Extra trainer volumeMounts (Kubernetes form)."),
-    "nodeSelector": ("dict[str,str]", {}, "Pod nodeSelector."),
-    "tolerations": ("list[dict]", [], "Pod tolerations (Kubernetes form)."),
-    "affinity": ("dict", {}, "Pod affinity (Kubernetes form)."),
-    "priorityClassName": ("str", "", "Pod priorityClassName."),
-    "runtimeClassName": ("str", "", "Pod runtimeClassName, e.g. nvidia where the NVIDIA runtime is not the default."),
-    "schedulerName": ("str", "", "Pod schedulerName (e.g. a gang scheduler); empty = the default scheduler."),
-    "topologySpreadConstraints": ("list[dict]", [], "Pod topologySpreadConstraints (Kubernetes form)."),
-    "podSecurityContext": ("dict", {}, "Pod securityContext (Kubernetes form), e.g. fsGroup: 1000, runAsUser."),
-    "initContainers": ("list[dict]", [], "Pod initContainers (Kubernetes form), run before the trainer."),
-    "hostNetwork": (
-        "bool",
-        False,
-        "Use the node's network namespace (e.g. for RDMA without a CNI plugin); "
-        "dnsPolicy then defaults to ClusterFirstWithHostNet.",
-    ),
-    "hostIPC": ("bool", False, "Use the node's IPC namespace and /dev/shm (no memory-backed /dev/shm volume)."),
-    "dnsPolicy": (
-        "str",
-        "",
-        "ClusterFirst, ClusterFirstWithHostNet or None; empty = ClusterFirst "
-        "(ClusterFirstWithHostNet with hostNetwork).",
-    ),
-    "imagePullSecrets": ("list[str]", [], "Names of image pull Secrets."),
-    "serviceAccountName": ("str", "", "Pod service account, a DNS subdomain (its token is still not mounted)."),
-    "labels": (
-        "dict[str,str]",
-        {},
-        "Extra labels on every object and on the pods; kgen's own (app.kubernetes.io/name, instance, managed-by, "
-        "kgen.dev/role), Kueue's and the controllers' label keys are refused.",
-    ),
-    "annotations": ("dict[str,str]", {}, "Extra annotations on every object and on the pods."),
-    "nccl.debug": ("str", "WARN", "NCCL_DEBUG (empty = not set)."),
-    "nccl.socketIfname": ("str", "", "NCCL_SOCKET_IFNAME (empty = not set)."),
-    "nccl.ibDisable": ("bool?", None, "NCCL_IB_DISABLE: true on plain-Ethernet clusters; null = not set."),
-    "gloo.socketIfname": ("str", "", "GLOO_SOCKET_IFNAME (empty = not set)."),
-    "timeouts.masterWait": ("int", 600, "Seconds a node waits for pod 0 to be reachable before it fails."),
-    "timeouts.rendezvous": ("int", 300, "Seconds the rendezvous waits for every node (torchrun static timeout)."),
-    "timeouts.heartbeat": ("int", 5, "Seconds of silence after which a peer counts as dead (fail-stop)."),
-    "timeouts.heartbeatInterval": ("int", 1, "Seconds between liveness heartbeats."),
-    "reform.maxReformations": (
-        "int",
-        10,
-        "Times the group may re-form in place after a lost node (new generation); 0 = off (fail-stop, exit 75).",
-    ),
-    "reform.replacementTimeout": ("int", 300, "Seconds the others wait for a lost node's replacement to join."),
-    "reform.onScriptError": ("str", "fail", "A training script's own non-zero exit: `fail` the run, or `reform`."),
-    "reform.nodeLostTolerationSeconds": (
-        "int?",
-        30,
-        "tolerationSeconds for the node not-ready/unreachable taints (a dead node's pod is evicted after "
-        "this; Kubernetes' default is 300); null = not rendered.",
-    ),
-    "maxRestarts": (
-        "int",
-        0,
-        "torchrun --max-restarts; must be 0 (fail-stop): the Job/StatefulSet restarts the whole group.",
-    ),
-    "terminationGracePeriodSeconds": ("int", 30, "Pod grace period on deletion."),
-    "activeDeadlineSeconds": (
-        "int?",
-        None,
-        "Job/JobSet: hard wall-clock limit in seconds (> 0); null = none. Keys a kind does not use "
-        "(this one and ttlSecondsAfterFinished with a StatefulSet, reform.maxReformations and "
-        "reform.replacementTimeout with a JobSet, jobset.maxRestarts with a Job or StatefulSet) "
-        "render with a warning on stderr.",
-    ),
-    "ttlSecondsAfterFinished": (
-        "int?",
-        None,
-        "Job/JobSet: delete the finished workload after this many seconds; null = keep.",
-    ),
-    "podDisruptionBudget": (
-        "bool",
-        False,
-        "Render a PodDisruptionBudget (maxUnavailable 0): voluntary evictions such as node drains wait for the job.",
-    ),
-    "rdma": ("bool", False, "Opt-in for RDMA/InfiniBand: adds the IPC_LOCK capability (never privileged)."),
-    # --- JobSet and Kueue (docs/jobset.md) ---
-    "jobset.maxRestarts": (
-        "int",
-        3,
-        "JobSet: group restarts after a crash or peer loss (failurePolicy.maxRestarts); preemptions do not count.",
-    ),
-    "queue": (
-        "str",
-        "",
-        "Kueue LocalQueue (label kueue.x-k8s.io/queue-name); the workload waits suspended until Kueue admits it.",
-    ),
-    "workloadPriorityClass": ("str", "", "Kueue WorkloadPriorityClass (label kueue.x-k8s.io/priority-class)."),
-    "topology.required": (
-        "str",
-        "",
-        "Kueue TAS: node label of the level all pods must share, e.g. cloud.google.com/gce-topology-block.",
-    ),
-    "topology.preferred": ("str", "", "Kueue TAS: node label of the level the pods should share (best effort)."),
-    # --- run authentication and port fencing (README, Security) ---
-    "auth.secretName": (
-        "str",
-        "",
-        "Secret holding the run's secret (key `secret`) that the nodes prove membership with; empty = render "
-        "`<name>-auth`, derived from your kgen key ($KGEN_KEY_FILE, else ~/.config/kgen/run-key) and the run's "
-        "namespace/name. Multi-node runs only.",
-    ),
-    "networkPolicy.enabled": (
-        "bool",
-        True,
-        "Render a NetworkPolicy: the run's pods accept connections only from the run's own pods (every port).",
-    ),
-    "networkPolicy.extraIngress": (
-        "list[dict]",
-        [],
-        "More NetworkPolicy ingress rules (Kubernetes form), e.g. a metrics port from a monitoring namespace.",
-    ),
-    "patches": (
-        "list[dict]",
-        [],
-        "Escape hatch: [{target: {kind, name?}, patch: {...}}], JSON merge patches applied to the rendered "
-        "objects (lists of named items merge by name), then linted like everything else.",
-    ),
-}
-
-KINDS = ("job", "statefulset", "jobset")
-ON_SCRIPT_ERROR = ("fail", "reform")
-NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "None")
 
 # Environment variables kgen sets itself: user env may not override them.
 RESERVED_ENV = {
@@ -288,208 +94,6 @@ def parse_k8s_version(text: str, option: str = "--kubernetes-version") -> int:
     return minor
 
 
-class Features(NamedTuple):
-    """Kubernetes features the output may use, from the oldest cluster it must run on."""
-
-    minor: int
-
-    @property
-    def pod_failure_policy(self) -> bool:  # GA 1.31
-        return self.minor >= 31
-
-    @property
-    def pod_replacement_policy(self) -> bool:  # GA 1.34
-        return self.minor >= 34
-
-    @property
-    def backoff_limit_per_index(self) -> bool:  # GA 1.33: the pod-failure back-off is counted per index
-        return self.minor >= 33
-
-
-def kube_escape(text: str) -> str:
-    """Escape a string for Kubernetes' $(VAR) expansion in command, args and env values.
-
-    The kubelet turns "$$" into "$" and "$(NAME)" into NAME's value when NAME is defined earlier;
-    doubling every "$" that precedes "$" or "(" makes the process see exactly ``text``."""
-    return re.sub(r"\$(?=[$(])", "$$", text)
-
-
-class EnvVar(NamedTuple):
-    name: str
-    value: str | None = None
-    field_path: str | None = None  # downward API fieldRef (kgen's own variables)
-    value_from: dict | None = None  # a user's valueFrom (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef)
-
-
-class TrainingSpec(NamedTuple):
-    values: dict[str, Any]
-    origins: dict[str, str]
-    k8s: Features
-    name: str
-    namespace: str
-    kind: str
-    nodes: int
-    gpus: int
-    nproc_per_node: int
-    image: str
-    command: tuple[str, ...]
-    port: int
-    liveness_port: int
-    env: tuple[EnvVar, ...] = ()
-    resources: dict[str, dict[str, Any]] | None = None  # the trainer's requests/limits
-    dns_policy: str = ""  # "" = leave Kubernetes' default
-    run_secret_data: str = ""  # the rendered Secret's data (base64); set by kgen.api.build (kgen.runsecret)
-
-    # ---- derived names --------------------------------------------------------------------
-    @property
-    def service_name(self) -> str:
-        return self.name
-
-    @property
-    def configmap_name(self) -> str:
-        return f"{self.name}-entrypoint"
-
-    @property
-    def master_addr(self) -> str:
-        """Pod 0's own DNS name: <name>-0.<service> (Job subdomain / StatefulSet serviceName), or
-        JobSet's <name>-<replicatedJob>-0-0.<subdomain>."""
-        return _master_addr(self.kind, self.name)
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.nproc_per_node
-
-    @property
-    def is_job(self) -> bool:
-        return self.kind == "job"
-
-    @property
-    def selector_labels(self) -> dict[str, str]:
-        return {"app.kubernetes.io/instance": self.name, "kgen.dev/role": "trainer"}
-
-    @property
-    def object_labels(self) -> dict[str, str]:
-        labels = {
-            "app.kubernetes.io/name": "kgen",
-            "app.kubernetes.io/instance": self.name,
-            "app.kubernetes.io/managed-by": "kgen",
-        }
-        labels.update(self.values["labels"])
-        return labels
-
-    @property
-    def pod_labels(self) -> dict[str, str]:
-        labels = dict(self.object_labels)
-        labels.update(self.selector_labels)
-        return labels
-
-    @property
-    def entrypoint_args(self) -> list[str]:
-        """The trainer's args, escaped so that Kubernetes' $(VAR) expansion leaves them as given."""
-        return ["--", *map(kube_escape, self.command)] if self.command else ["--smoke-test"]
-
-    @property
-    def container_command(self) -> list[str]:
-        return [kube_escape(self.values["python"]), "/opt/kgen/kgen_entrypoint.py"]
-
-    @property
-    def shm_volume(self) -> bool:
-        """The memory-backed /dev/shm volume; with hostIPC the node's /dev/shm is used instead."""
-        return not self.values["hostIPC"]
-
-    @property
-    def pod_tolerations(self) -> list[dict[str, Any]]:
-        """The user's tolerations, plus a short toleration of the node-lost taints (unless the user
-        tolerates those keys already), so a dead node's pod is evicted and replaced in tens of seconds."""
-        tolerations = list(self.values["tolerations"])
-        seconds = self.values["reform.nodeLostTolerationSeconds"]
-        if seconds is None:
-            return tolerations
-        have = {t.get("key") for t in tolerations if isinstance(t, dict)}
-        for key in NODE_LOST_TAINTS:
-            if key not in have:
-                tolerations.append(
-                    {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
-                )
-        return tolerations
-
-    def v(self, key: str) -> Any:
-        return self.values[key]
-
-    # ---- run authentication and port fencing (kgen/runsecret.py) ----------------------------
-    @property
-    def needs_secret(self) -> bool:
-        """Multi-node runs authenticate their liveness channel; one node has none."""
-        return self.nodes > 1
-
-    @property
-    def renders_secret(self) -> bool:
-        return self.needs_secret and not self.values["auth.secretName"]
-
-    @property
-    def secret_name(self) -> str:
-        return self.values["auth.secretName"] or f"{self.name}-auth"
-
-    @property
-    def secret_dir(self) -> str:
-        return SECRET_DIR
-
-    @property
-    def renders_network_policy(self) -> bool:
-        """NetworkPolicies do not apply to host-network pods: none is rendered for them."""
-        return bool(self.values["networkPolicy.enabled"]) and not self.values["hostNetwork"]
-
-    # ---- JobSet and Kueue (kgen/jobset.py has the naming facts) ----------------------------
-    @property
-    def is_jobset(self) -> bool:
-        return self.kind == "jobset"
-
-    @property
-    def replicated_job(self) -> str:
-        return jobset_facts.REPLICATED_JOB
-
-    @property
-    def subdomain(self) -> str:
-        return self.name
-
-    @property
-    def workload_labels(self) -> dict[str, str]:
-        """Labels of the Job/StatefulSet/JobSet itself: Kueue reads its queue and priority there."""
-        labels = dict(self.object_labels)
-        if self.values["queue"]:
-            labels[jobset_facts.QUEUE_LABEL] = self.values["queue"]
-        if self.values["workloadPriorityClass"]:
-            labels[jobset_facts.PRIORITY_LABEL] = self.values["workloadPriorityClass"]
-        return labels
-
-    @property
-    def pod_annotations(self) -> dict[str, str]:
-        """Pod template annotations: the values' annotations plus Kueue's topology request."""
-        annotations = dict(self.values["annotations"])
-        if self.values["topology.required"]:
-            annotations[jobset_facts.REQUIRED_TOPOLOGY] = self.values["topology.required"]
-        if self.values["topology.preferred"]:
-            annotations[jobset_facts.PREFERRED_TOPOLOGY] = self.values["topology.preferred"]
-        return annotations
-
-    @property
-    def suspended(self) -> bool:
-        """Created suspended: Kueue unsuspends a queued Job/JobSet when it admits it."""
-        return bool(self.values["queue"]) and self.kind in ("job", "jobset")
-
-    @property
-    def jobset_failure_patterns(self) -> dict[str, str]:
-        return {
-            "disruption": jobset_facts.message_pattern(jobset_facts.PFP_DISRUPTION_INDEX),
-            "not_retriable": jobset_facts.message_pattern(jobset_facts.PFP_NOT_RETRIABLE_INDEX),
-        }
-
-    @property
-    def not_retriable_exit_codes(self) -> list[int]:
-        return list(jobset_facts.NOT_RETRIABLE_EXIT_CODES)
-
-
-# ---------------------------------------------------------------------------------------------
 def _fail(origins: dict[str, str], key: str, message: str, hint: str | None = None) -> UsageError:
     """An error naming where the value came from: the flag, `file: key`, `preset P: key` or the key."""
     origin = origins.get(key, "default")
@@ -505,8 +109,36 @@ def _where(origins: dict[str, str], key: str) -> str:
     return f"{key} (from {source})"
 
 
-def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int = DEFAULT_K8S) -> TrainingSpec:
-    """Check every value (naming the option or file it came from) and derive the spec."""
+class Checked(NamedTuple):
+    """The values as checked: what the spec is derived from (kgen.render.spec.build_spec)."""
+
+    kind: str
+    nodes: int
+    gpus: int
+    nproc: int  # processes per node, auto resolved
+    name: str
+    namespace: str
+    image: str
+    port: int
+    liveness: int
+    resources: dict[str, dict[str, Any]]
+    dns_policy: str
+    user_env: tuple[tuple[str, str | dict], ...]  # NAME -> its string, or its checked valueFrom
+    patches: tuple[Patch, ...]
+
+
+class Patch(NamedTuple):
+    """One checked entry of ``patches``, with where it came from (`v.yaml: patches[1]`), said once."""
+
+    kind: str  # the target kind as written (Workload and PodTemplate name roles)
+    name: str | None
+    patch: dict[str, Any]
+    origin: str
+
+
+def check_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: int = DEFAULT_K8S) -> Checked:
+    """Check every value, in a fixed order, naming the option or file it came from (the first problem
+    raises UsageError)."""
     o = origins
     v = values
 
@@ -622,7 +254,7 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
     scheduler = text("schedulerName")
     if scheduler and (not scheduler.strip() or any(c.isspace() for c in scheduler)):
         raise _fail(o, "schedulerName", f'must be a scheduler name without spaces, got "{scheduler}"')
-    _check_patches(v, o)
+    patches = _check_patches(v, o)
     for key in ("timeouts.masterWait", "timeouts.rendezvous", "timeouts.heartbeat", "timeouts.heartbeatInterval"):
         integer(key, 1)
     if v["timeouts.heartbeat"] <= v["timeouts.heartbeatInterval"]:
@@ -653,26 +285,20 @@ def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int =
     _check_command(v, o)
 
     user_env = _user_env(v, o)
-
-    features = Features(k8s_minor)
-    env = _kgen_env(v, kind, name, nodes, nproc, port, liveness, _master_addr(kind, name)) + user_env
-    return TrainingSpec(
-        values=v,
-        origins=o,
-        k8s=features,
-        name=name,
-        namespace=namespace,
-        kind=kind,
-        nodes=nodes,
-        gpus=gpus,
-        nproc_per_node=nproc,
-        image=image,
-        command=tuple(v["command"]),
-        port=port,
-        liveness_port=liveness,
-        env=tuple(env),
-        resources=resources,
-        dns_policy=dns_policy,
+    return Checked(
+        kind,
+        nodes,
+        gpus,
+        nproc,
+        name,
+        namespace,
+        image,
+        port,
+        liveness,
+        resources,
+        dns_policy,
+        tuple(user_env),
+        patches,
     )
 
 
@@ -837,7 +463,8 @@ def patch_origin(origins: dict[str, str], index: int) -> str:
     return f"{'patches' if origin == 'default' else origin}[{index}]"
 
 
-def _check_patches(v: dict[str, Any], o: dict[str, str]) -> None:
+def _check_patches(v: dict[str, Any], o: dict[str, str]) -> tuple[Patch, ...]:
+    checked = []
     for i, item in enumerate(v["patches"]):
         where = patch_origin(o, i)
         extra = sorted(set(item) - set(PATCH_KEYS))
@@ -860,19 +487,21 @@ def _check_patches(v: dict[str, Any], o: dict[str, str]) -> None:
         for key in ("kind", "apiVersion"):
             if key in patch:
                 raise UsageError(f"patch: cannot change {key}", option=where, hint="a patch edits an object")
+        checked.append(Patch(target["kind"], target.get("name"), patch, where))
+    return tuple(checked)
 
 
 RESERVED_VOLUMES = {"kgen-entrypoint", "dshm", "kgen-secret"}
 RESERVED_MOUNTS = {"/opt/kgen", "/dev/shm", SECRET_DIR}
 
 
-def _user_env(v: dict[str, Any], o: dict[str, str]) -> list[EnvVar]:
+def _user_env(v: dict[str, Any], o: dict[str, str]) -> list[tuple[str, str | dict]]:
     """values env (a string, or valueFrom a Secret, ConfigMap, pod field or resource) and envFrom, checked
-    as the API server checks them (kgen.envvars)."""
-    from kgen.envvars import EnvProblem, env_from, value_from
+    as the API server checks them (kgen.render.envvars): each NAME with its string or its valueFrom."""
+    from kgen.render.envvars import EnvProblem, env_from, value_from
 
     containers = {"trainer", *(str(c.get("name")) for c in v["initContainers"] if isinstance(c, dict))}
-    out: list[EnvVar] = []
+    out: list[tuple[str, str | dict]] = []
     for key, val in v["env"].items():
         if not ENV_VAR_NAME.match(key):
             raise _fail(
@@ -885,10 +514,10 @@ def _user_env(v: dict[str, Any], o: dict[str, str]) -> list[EnvVar]:
             where = RESERVED_ENV.get(key, "kgen's entrypoint")
             raise _fail(o, "env", f"{key} is set by kgen ({where}); do not set it by hand")
         if isinstance(val, str):
-            out.append(EnvVar(key, kube_escape(val)))
+            out.append((key, val))
             continue
         try:
-            out.append(EnvVar(key, value_from=value_from(key, val, containers)))
+            out.append((key, value_from(key, val, containers)))
         except EnvProblem as exc:
             raise _fail(o, "env", exc.message, hint=exc.hint) from None
     try:
@@ -920,61 +549,6 @@ def _check_volumes(v: dict[str, Any], o: dict[str, str]) -> None:
             raise _fail(
                 o, "volumeMounts", f'mountPath "{path}" must be absolute and not /opt/kgen, /dev/shm or {SECRET_DIR}'
             )
-
-
-def _kgen_env(
-    v: dict[str, Any], kind: str, name: str, nodes: int, nproc: int, port: int, liveness: int, master: str
-) -> list[EnvVar]:
-    env = [
-        EnvVar("NNODES", str(nodes)),
-        EnvVar("NPROC_PER_NODE", str(nproc)),
-        EnvVar("MASTER_ADDR", master),
-        EnvVar("MASTER_PORT", str(port)),
-        EnvVar("KGEN_LIVENESS_PORT", str(liveness)),
-        EnvVar("KGEN_JOB_NAME", name),
-        EnvVar("KGEN_KIND", kind),
-    ]
-    if kind == "job":
-        env.append(EnvVar("KGEN_RUN_ID", field_path="metadata.labels['batch.kubernetes.io/controller-uid']"))
-    elif kind == "jobset":
-        # The child Job's UID: JobSet recreates the child Job on every group restart, so every
-        # attempt is a new run; the attempt number itself goes into the rendezvous id as well.
-        env.append(EnvVar("KGEN_RUN_ID", field_path="metadata.labels['batch.kubernetes.io/controller-uid']"))
-        env.append(
-            EnvVar("KGEN_RESTART_ATTEMPT", field_path=f"metadata.labels['{jobset_facts.RESTART_ATTEMPT_LABEL}']")
-        )
-    else:
-        env.append(EnvVar("KGEN_RUN_ID", field_path="metadata.labels['controller-revision-hash']"))
-        env.append(EnvVar("KGEN_POD_INDEX", field_path="metadata.labels['apps.kubernetes.io/pod-index']"))
-    env += [
-        EnvVar("KGEN_MASTER_WAIT_TIMEOUT", str(v["timeouts.masterWait"])),
-        EnvVar("KGEN_RDZV_TIMEOUT", str(v["timeouts.rendezvous"])),
-        EnvVar("KGEN_HEARTBEAT_INTERVAL", str(v["timeouts.heartbeatInterval"])),
-        EnvVar("KGEN_HEARTBEAT_TIMEOUT", str(v["timeouts.heartbeat"])),
-        EnvVar("KGEN_MAX_RESTARTS", str(v["maxRestarts"])),
-        # A JobSet restarts its whole group itself (jobset.maxRestarts): no re-formation in place there.
-        EnvVar("KGEN_MAX_REFORMATIONS", "0" if kind == "jobset" else str(v["reform.maxReformations"])),
-        EnvVar("KGEN_REPLACEMENT_TIMEOUT", str(v["reform.replacementTimeout"])),
-        EnvVar("KGEN_ON_SCRIPT_ERROR", v["reform.onScriptError"]),
-    ]
-    if v["nccl.debug"]:
-        env.append(EnvVar("NCCL_DEBUG", v["nccl.debug"]))
-    if v["nccl.socketIfname"]:
-        env.append(EnvVar("NCCL_SOCKET_IFNAME", v["nccl.socketIfname"]))
-    if v["gloo.socketIfname"]:
-        env.append(EnvVar("GLOO_SOCKET_IFNAME", v["gloo.socketIfname"]))
-    if v["nccl.ibDisable"] is not None:
-        env.append(EnvVar("NCCL_IB_DISABLE", "1" if v["nccl.ibDisable"] else "0"))
-    if nodes > 1:  # the run's secret, mounted read-only from a Secret (never an environment value)
-        env.append(EnvVar("KGEN_SECRET_FILE", SECRET_FILE))
-    return env
-
-
-# ---- JobSet and Kueue ----------------------------------------------------------------------
-def _master_addr(kind: str, name: str) -> str:
-    if kind == "jobset":
-        return jobset_facts.pod_fqdn(name, name, 0)
-    return f"{name}-0.{name}"
 
 
 def _check_jobset_and_kueue(v: dict[str, Any], o: dict[str, str], kind: str, name: str, nodes: int) -> None:

@@ -1,4 +1,4 @@
-"""Per-rank records: what the verdict (kgen.cluster.verdict) decides from, whatever the run runs on.
+"""Per-rank records: what the verdict (kgen.runs.verdict) decides from, whatever the run runs on.
 
 Two adapters fill them: ``kgen.cluster.kube_records`` (pods, the Job/StatefulSet/JobSet, events and log
 tails from the API server) and ``kgen.baremetal.adapter`` (each ssh host's run state and log tail).
@@ -64,7 +64,7 @@ class Failure:
     exit_code: int | None
     reason: str  # container reason (Error, OOMKilled) or an explanation
     meaning: str
-    role: str  # cause | victim | stopped | consequence (see kgen.cluster.exitcodes)
+    role: str  # cause | victim | stopped | consequence (see kgen.runs.exitcodes)
     time: datetime | None
     source: str  # "pod", "previous container", "deleted pod (watch)", "events", "exit file", ...
     disruption: str = ""  # the DisruptionTarget condition: evicted, preempted, ...

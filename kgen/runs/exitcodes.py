@@ -1,6 +1,6 @@
 """What a kgen trainer container's exit code means: the one table to extend.
 
-``role`` drives the root-cause search (kgen.cluster.verdict):
+``role`` drives the root-cause search (kgen.runs.verdict):
 - ``cause``: the failure may be where a run went wrong (a crash, a kill, a config error);
 - ``victim``: a fail-stop reaction to another rank's failure; never the root cause;
 - ``stopped``: stopped from outside (SIGTERM; 6: stopped by user, the whole group); a cause only when

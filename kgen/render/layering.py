@@ -2,7 +2,7 @@
 
 Every value remembers the layer it came from (``origins``), so an error can name the option or
 the file and line. Values files are read with every scalar as a string and then converted by the
-key's declared type (``kgen.spec.VALUES``): `on`, `010` or `1e3` stay exactly what was written in
+key's declared type (``kgen.render.values.VALUES``): `on`, `010` or `1e3` stay exactly what was written in
 string fields, and nothing depends on YAML 1.1 vs 1.2 guessing. Pass-through Kubernetes fields
 (tolerations, affinity, volumes, ...) are read as YAML 1.1, the way kubectl reads a manifest.
 ruamel.yaml reads both (it is loaded for rendering anyway; PyYAML stays off the render path).
@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from kgen.errors import InputError, UsageError
-from kgen.spec import VALUES
+from kgen.render.values import VALUES
 
 _PREFIXES = {k.rsplit(".", 1)[0] for k in VALUES if "." in k}
 _NULLS = {"", "~", "null", "Null", "NULL"}
@@ -150,7 +150,7 @@ def convert(key: str, raw: Any, typed: Any, where: str) -> Any:
             raise bad("a mapping of NAME: value (or NAME: {valueFrom: ...})")
         out: dict[str, Any] = {}
         for name, val in raw.items():
-            # {valueFrom: ...} as written, every scalar a string (kgen.envvars converts `optional`)
+            # {valueFrom: ...} as written, every scalar a string (kgen.render.envvars converts `optional`)
             if isinstance(val, (str, dict)):
                 out[str(name)] = val
             else:

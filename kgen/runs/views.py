@@ -1,12 +1,22 @@
-"""Text and JSON for the cluster commands (pure: strings in, strings out; the CLI prints them)."""
+"""Text and JSON for the run verbs, cluster and bare-metal runs alike (pure: strings in, strings out; the CLI
+prints them)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from kgen.cluster.verdict import Verdict, parse_time
+from kgen.runs.verdict import Verdict, parse_time
+
+
+def prefix(rank: int, width: int) -> str:
+    """The ``[rank] `` before each line of a merged log (kgen logs, cluster and bare metal alike)."""
+    return f"[{rank:>{width}}] "
+
+
+def rank_width(ranks: Iterable[int]) -> int:
+    return len(str(max(ranks, default=0)))
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:

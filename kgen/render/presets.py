@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kgen.errors import UsageError
-from kgen.layering import flatten, load_values_text
+from kgen.render.layering import flatten, load_values_text
 from kgen.resources import presets_dir
 
 DEFAULT_PRESET = "2node-test"

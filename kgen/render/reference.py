@@ -1,4 +1,4 @@
-"""The values reference (`kgen values`), generated from ``kgen.spec.VALUES``.
+"""The values reference (`kgen values`), generated from ``kgen.render.values.VALUES``.
 
 The README's values table is this module's markdown output; a test keeps the two identical.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kgen.spec import VALUES
+from kgen.render.values import VALUES
 
 
 def format_default(value: Any) -> str:

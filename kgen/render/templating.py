@@ -12,8 +12,8 @@ from typing import Any
 
 import jinja2
 
+from kgen.render.spec import TrainingSpec
 from kgen.resources import cache_dir, templates_dir
-from kgen.spec import TrainingSpec
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 

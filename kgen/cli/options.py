@@ -5,17 +5,20 @@ command class every kgen command is (``KgenCommand``: kubectl's `-o=json` spelli
 A file is written with ``--output-file FILE`` (kgen.resources.write_file: never destroys what is at the
 path). A ``-o`` value that is not one of the command's formats is refused (exit 2) with the hint to use
 ``--output-file``, so ``kgen lint -o report.json`` can never silently become a file named like a format
-or a format named like a file. Imported by kgen.cli and kgen.cli_cluster (this module imports click).
+or a format named like a file. Also what more than one verb group needs: writing the output, reading
+`-f -`, the launcher correction, and the group class. Imported by every module of kgen.cli.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import errno
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
 
-from kgen.errors import UsageError
+from kgen.errors import KgenError, NestedLauncherError, UsageError
 
 OUTPUT_OPTION = "-o/--output"
 
@@ -132,3 +135,121 @@ class KgenCommand(click.Command):
             if exc.ctx is None:
                 exc.ctx = ctx
             raise
+
+
+class ReaderGone(Exception):
+    """A write to stdout found no reader (EPIPE); not an OSError, so that click's main passes it on."""
+
+
+class KgenGroup(click.Group):
+    """A kgen group (`kgen presets`): its commands are KgenCommands, its parse errors keep the context, a
+    reader gone away is ReaderGone. The root group (kgen.cli.root.RootGroup) maps the errors to exit codes."""
+
+    command_class = KgenCommand
+    group_class = type  # subgroups are KgenGroups too
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:
+            KgenCommand.running = None  # until a command is parsed (`kgen --help` has none)
+        try:
+            return super().parse_args(ctx, args)  # `kgen --help` / `--version` print here
+        except click.UsageError as exc:
+            if exc.ctx is None:
+                exc.ctx = ctx
+            raise
+        except BrokenPipeError:
+            raise ReaderGone() from None
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # click's main would make it exit 1; kgen ends like Unix tools do
+            raise ReaderGone() from None
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        ctx.meta["kgen.args"] = list(args[1:])  # the subcommand's raw arguments (ctx.meta is shared with it)
+        return super().resolve_command(ctx, args)
+
+
+RENDER_FORMATS = ("yaml", "json")
+LINT_FORMATS = ("text", "json", "junit", "github", "sarif")
+
+
+_WRITE_FIXES = {
+    errno.EISDIR: "name a file (or - for stdout)",
+    errno.ENOENT: "create the folder first",
+    errno.ENOTDIR: "a part of the path is not a folder",
+    errno.EACCES: "choose a writable location (or - for stdout)",
+    errno.EPERM: "choose a writable location (or - for stdout)",
+    errno.EROFS: "choose a writable location (or - for stdout)",
+    errno.ENOSPC: "free some space",
+    errno.ELOOP: "the symlinks form a loop",
+    errno.ENXIO: "nothing reads that socket or device",
+}
+
+
+def write_output(path: str | None, text: str) -> None:
+    """--output-file FILE: None or ``-`` is stdout; otherwise kgen.resources.write_file (never destroys what
+    is at the path: devices and FIFOs are written, symlinks followed, regular files replaced all-or-nothing)."""
+    if path is None or path == "-":
+        click.echo(text, nl=False)
+        return
+    from kgen.resources import write_file
+
+    try:
+        write_file(path, text.encode("utf-8"), durable=True)
+    except OSError as exc:
+        problem = f"cannot write {path}: {exc.strerror or exc}"
+        fix = _WRITE_FIXES.get(exc.errno or 0)
+        raise KgenError(f"{problem}; {fix}" if fix else problem, option="--output-file") from None
+
+
+def read_stdin_values(values_files: tuple[str, ...] | list[str]) -> str | None:
+    """The text of `-f -` (bounded: kgen.render.layering.MAX_VALUES_BYTES); None when stdin is not named."""
+    if "-" not in values_files:
+        return None
+    from kgen.inputs import read_text
+    from kgen.render.layering import MAX_VALUES_BYTES
+
+    try:
+        return read_text("-", limit=MAX_VALUES_BYTES, what="values file")
+    except KgenError as exc:
+        exc.option = "-f -"
+        raise
+
+
+@contextlib.contextmanager
+def corrected_launcher(cmd: str) -> Iterator[None]:
+    """A launcher after `--` (torchrun ...): the error's `use:` becomes the whole command line as typed,
+    with the launcher dropped and what it was asked for carried into kgen's options."""
+    try:
+        yield
+    except NestedLauncherError as exc:
+        if exc.option == "-- COMMAND":
+            import shlex
+
+            ctx = click.get_current_context(silent=True)
+            argv: list[str] = list(ctx.meta.get("kgen.args", [])) if ctx is not None else []
+            cut = (
+                argv.index("--")
+                if "--" in argv
+                else max(0, len(argv) - len(ctx.params.get("command") or ()) if ctx else 0)
+            )
+            exc.use = shlex.join([*cmd.split(), *argv[:cut], *exc.add, "--", *exc.command])
+        raise
+
+
+def note(text: str) -> None:
+    """A line on stderr after "kgen: " (progress, warnings): stdout stays the command's output."""
+    click.echo(f"kgen: {text}", err=True)
+
+
+def on_option(f):
+    """--on cluster|bare-metal: which run a name means when both could (kgen.sdk.RunRef.on)."""
+    return click.option(
+        "--on",
+        "on",
+        type=click.Choice(("cluster", "bare-metal")),
+        default=None,
+        help="Where the run is: found in the local bare-metal record first, else on the cluster.",
+    )(f)

@@ -4,7 +4,7 @@ server checks them (``ValidateEnv``/``validateEnvVarValueFrom``/``ValidateEnvFro
 pkg/apis/core/validation/validation.go), so a mistake is one line at render time naming the values key,
 not a rejected object at ``kubectl apply``.
 
-Pure functions: they return the entry as it is rendered, or raise EnvProblem (kgen.spec names the layer).
+Pure functions: they return the entry as it is rendered, or raise EnvProblem (kgen.render.validate names the layer).
 """
 
 from __future__ import annotations

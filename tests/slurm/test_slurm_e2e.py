@@ -85,7 +85,7 @@ def test_training_on_three_nodes(slurm, tmp_path):
 
 @pytest.mark.timeout(300)
 def test_node_killed_requeued_and_resumed(slurm, tmp_path):
-    steps = 60
+    steps = 30
     sub = ops.submit(spec("crash", tmp_path, steps=steps), workdir=str(tmp_path))
     rec = sub.record
     ckpt = tmp_path / "crash.ckpt.json"
@@ -167,7 +167,7 @@ def rank_tree(slurm, host: str, rec: R.RunRecord, rank: int) -> list[int]:
 def test_a_killed_or_frozen_rank_ends_the_step_and_requeues(slurm, tmp_path, fault):
     """Node 1's processes (entrypoint, torchrun, worker) SIGKILLed, or SIGSTOPped as a wedged rank Slurm cannot
     see: the other nodes fail-stop within the liveness bound, the step ends, kgen requeues the job and it resumes."""
-    steps = 40
+    steps = 30
     sub = ops.submit(spec(f"rank-{fault}", tmp_path, steps=steps), workdir=str(tmp_path))
     rec = sub.record
     ckpt = tmp_path / f"rank-{fault}.ckpt.json"
@@ -190,3 +190,29 @@ def test_a_killed_or_frozen_rank_ends_the_step_and_requeues(slurm, tmp_path, fau
     print(f"{fault} rank 1: step decided after {decided:.1f}s")
     # killed: the step ends as soon as the others fail-stop; frozen: srun --wait (8 s here) ends the wedged task
     assert decided < (15 if fault == "kill" else 30)
+
+
+@pytest.mark.timeout(240)
+def test_two_jobs_share_the_same_nodes(slurm, tmp_path):
+    """Two 2-node runs at once on n0 and n1 (1 CPU and 500 MB of each node apiece): each job has its own ports."""
+    subs = []
+    for name in ("share-a", "share-b"):
+        s = spec(name, tmp_path, nodes=2, steps=15)
+        s = SbatchSpec(**{**s.__dict__, "mem": "500M", "cpus_per_task": 1, "extra_sbatch": ("--nodelist=n0,n1",)})
+        subs.append(ops.submit(s, workdir=str(tmp_path)))
+    both = wait_for(lambda: all(commands_state(slurm, s.record.job_id) == "RUNNING" for s in subs) or None, 60,
+                    "both jobs running at once")  # fmt: skip
+    assert both
+    verdicts = [wait_for(lambda r=s.record: (v := ops.status(r)).state in ("succeeded", "failed") and v, 180, "the end")
+                for s in subs]  # fmt: skip
+    assert [v.state for v in verdicts] == ["succeeded", "succeeded"], [v.headline for v in verdicts]
+    assert all(sorted(r.host for r in v.rows) == ["n0", "n1"] for v in verdicts)
+    ports = set()
+    for s in subs:
+        lines, _ = ops.logs(s.record)
+        ports |= {m for ln in lines for m in [ln.partition("master n0:")[2].split(",")[0]] if m}
+    assert len(ports) == 2, ports
+
+
+def commands_state(slurm, job: str) -> str:
+    return slurm.run("squeue", "-h", "-t", "all", "-j", job, "-o", "%T").stdout.strip()

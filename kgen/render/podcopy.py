@@ -5,9 +5,11 @@ object once more in its ``last-applied-configuration`` annotation, whose size th
 annotations of an object: 256 KiB). So the pods get what they run and nothing else (README, "Size"):
 
 * the sections between a line starting ``# >>> not in pods`` and one starting ``# <<< not in pods`` (the
-  bare-metal run directory of ``kgen launch``: the pods never use it) are left out;
+  bare-metal run directory of ``kgen launch``, the Slurm task's supervisor: the pods never use them) are
+  left out;
 * comments and the docstrings of functions and classes are left out (the module's docstring stays: it
   says what the file is, its environment and its exit codes);
+* indentation is one space per level instead of four (a tab would cost two bytes in JSON);
 * every line keeps its number: what is left out becomes an empty line, so a traceback's line N in a pod
   is line N of ``kgen entrypoint``'s file of the same kgen version;
 * line 1 says what the file is and where the whole one is.
@@ -26,8 +28,8 @@ from typing import NamedTuple
 OMIT_BEGIN = "# >>> not in pods"
 OMIT_END = "# <<< not in pods"
 HEADER = (
-    "# kgen_entrypoint.py as kgen render ships it: comments, docstrings and the bare-metal section are left "
-    "out, line numbers kept; the whole file: `kgen entrypoint` (docs/entrypoint.md)"
+    "# kgen_entrypoint.py as kgen render ships it: comments, docstrings and the bare-metal and Slurm sections "
+    "left out, one space per indentation level, line numbers kept; the whole file: `kgen entrypoint`"
 )
 
 # One pass over the text, left to right: a string (triple-quoted first) or a comment, whichever starts first.
@@ -159,5 +161,15 @@ def pod_copy(source: str) -> str:
         raise PodCopyError("line 1 is code: the pod copy says what it is there (a comment or #! line belongs there)")
     for first, last in _omitted(original) + _docstrings(m):
         lines[first : last + 1] = [""] * (last + 1 - first)
+    inside = {row for first, last in m.spans.items() for row in range(first + 1, last + 1)}
+    for row, line in enumerate(lines):
+        if row not in inside:  # one space per level of four (inside a string every space is the string's)
+            lines[row] = _one_space(line)
     lines[0] = HEADER
     return "\n".join(lines)
+
+
+def _one_space(line: str) -> str:
+    text = line.lstrip(" ")
+    n = len(line) - len(text)
+    return " " * (n // 4 + n % 4) + text

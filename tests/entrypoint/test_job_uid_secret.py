@@ -102,10 +102,10 @@ def test_the_pod_copy_refuses_bare_metal_verbs_in_one_line(tmp_path):
 
     pod = tmp_path / "kgen_entrypoint.py"
     pod.write_text(pod_copy(ENTRYPOINT.read_text()))
-    for verb in ("--run-dir", "--launch-node"):
+    for verb in ("--run-dir", "--launch-node", "--slurm-node", "--slurm-end"):
         res = subprocess.run([sys.executable, str(pod), verb, "x"], capture_output=True, text=True, timeout=30)
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
-        assert f"{verb} is for bare metal: this is the pod copy kgen render ships" in res.stderr
+        assert f"{verb} is for bare metal or Slurm: this is the pod copy kgen render ships" in res.stderr
 
 
 class UidHub:

@@ -56,7 +56,7 @@ def cache_dir() -> Path | None:
     if xdg and os.path.isabs(xdg):
         return Path(xdg) / "kgen"
     home = os.path.expanduser("~")  # $HOME, else the passwd entry; "~" itself when neither exists
-    if not os.path.isabs(home):
+    if not os.path.isabs(home) or not os.path.isdir(home):  # never made up: a missing home stays missing
         return None
     return Path(home) / ".cache" / "kgen"
 

@@ -217,3 +217,25 @@ def test_a_source_that_cannot_be_cut_safely_is_refused(source, message):
 def test_render_ships_the_pod_copy():
     docs = [d for d in yaml.safe_load_all(render(RenderRequest())) if d]
     assert docs[0]["data"]["kgen_entrypoint.py"] == pod_copy(entrypoint_path().read_text())
+
+
+def test_a_traceback_in_the_pod_copy_shows_the_lines_of_the_whole_file(tmp_path):
+    """Readable tracebacks: Python reads the lines from the pod copy itself, and line N is line N of
+    `kgen entrypoint`'s file (here an internal call given a wrong argument)."""
+    import subprocess
+    import sys
+
+    source = entrypoint_path().read_text()
+    pod = tmp_path / "kgen_entrypoint.py"
+    pod.write_text(pod_copy(source))
+    code = (
+        "import importlib.util, sys; s = importlib.util.spec_from_file_location('ep', sys.argv[1]); "
+        "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); m.secret_from_job_uid(None, 'ns', 'x')"
+    )
+    res = subprocess.run([sys.executable, "-c", code, str(pod)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "AttributeError" in res.stderr, res.stderr
+    lines = res.stderr.splitlines()
+    [at] = [i for i, ln in enumerate(lines) if f'File "{pod}"' in ln and "in secret_from_job_uid" in ln]
+    number = int(lines[at].split(", line ")[1].split(",")[0])
+    shown = lines[at + 1].strip()
+    assert shown and shown == source.split("\n")[number - 1].strip(), (shown, number)

@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 
+import pytest
 from test_entrypoint_fast import BASE, BUSY_BOUND, ENTRYPOINT, ep, free_port_pair, run_ep
 
 UID = "5fcd3ff9-7af4-40bf-93f3-01c80698ef2c"  # a real Job UID from /work/shared/cluster-recordings (job-running)
@@ -157,3 +158,35 @@ def test_a_pod_of_another_job_is_refused_and_the_same_jobs_pod_is_not(tmp_path):
         assert hub.proc.poll() is None  # node 0 is unaffected
     finally:
         hub.stop()
+
+
+@pytest.mark.timeout(120)
+def test_statefulset_pods_without_their_secret_say_so_in_one_line(cluster):
+    """Rendered StatefulSet pods, run as local processes, when nobody made Secret <name>-auth (its optional
+    volume mounts empty): each exits 2 at once with the Secret's name and the command that creates it."""
+    from podharness import free_port_pair, render_cpu_job
+
+    c = cluster(
+        render_cpu_job("sts-nosecret", 2, "statefulset", free_port_pair()), missing_secrets=("sts-nosecret-auth",)
+    )
+    c.start()
+    assert c.wait_all(90) == [2, 2], c.logs()
+    for pod in c.pods:
+        errors = [ln for ln in pod.log().splitlines() if ln.startswith("kgen-entrypoint: error:")]
+        assert len(errors) == 1 and "Secret sts-nosecret-auth (key `secret`" in errors[0], pod.log()
+        assert (
+            "in namespace default; create it: kubectl create secret generic sts-nosecret-auth -n default" in errors[0]
+        )
+        assert "Traceback" not in pod.log()
+
+
+@pytest.mark.timeout(120)
+def test_job_pods_without_the_controller_uid_label_say_so_in_one_line(cluster):
+    """A Job's pod template run by something that is not the Job controller (no controller-uid label)."""
+    from podharness import free_port_pair, render_cpu_job
+
+    c = cluster(render_cpu_job("nouid", 2, "job", free_port_pair()), env_overrides={"KGEN_JOB_UID": ""})
+    c.start()
+    assert c.wait_all(90) == [2, 2], c.logs()
+    for pod in c.pods:
+        assert "KGEN_JOB_UID is empty: this pod has no batch.kubernetes.io/controller-uid label" in pod.log()

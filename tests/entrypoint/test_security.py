@@ -190,6 +190,7 @@ def assert_undisturbed(c, ckpt) -> None:
 
 
 @pytest.mark.timeout(420)
+@pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")  # torch, imported to read the store's keys
 def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster, tmp_path):
     # A clean run first: the result and timing to compare with.
     clean, _, clean_ckpt = start_group(cluster, tmp_path, "clean", range(NODES))

@@ -3,8 +3,8 @@ same bytes under any HOME, user, hostname, clock or machine, and it writes nothi
 
 Each render is the real `kgen` process, started with an environment made from scratch (nothing of the test
 run's own, such as the private KGEN_CACHE_DIR, leaks in): a fresh HOME, another fresh HOME, a read-only
-one, one that does not exist, /dev/null, no HOME at all as a uid without a passwd entry (uid 54321, set in
-the child with os.setuid: the test runs as root), CI=true, another time zone and locale, another host name
+one, one that does not exist, /dev/null, no HOME at all as a uid without a passwd entry (uid 54321, by
+util-linux's setpriv: the test runs as root), CI=true, another time zone and locale, another host name
 (a UTS namespace of its own), and a clock ten years ahead (Python's time functions shifted in the child).
 """
 
@@ -21,16 +21,18 @@ from pathlib import Path
 import pytest
 
 KGEN = str(Path(sys.executable).parent / "kgen")
-SITE = next(p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix))
-# Another uid cannot run this interpreter when it lives under /root (0700): it runs the same kgen with the
-# system's Python of the same minor version, from the same site-packages (a second machine, in effect).
-OTHER_PYTHON = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-AS_ANOTHER_UID = [
-    OTHER_PYTHON,
-    "-c",
-    f"import site, sys; site.addsitedir({SITE!r}); from kgen.cli import main; sys.exit(main())",
-]
 NOBODY = 54321  # a uid with no passwd entry
+# Another uid without a passwd entry, as util-linux's setpriv makes it: it may read every file (the ambient
+# CAP_DAC_READ_SEARCH: this interpreter and the clone may live under a 0700 /root) but write only what that
+# uid may, so a read-only HOME stays read-only.
+AS_ANOTHER_UID = [
+    "setpriv",
+    f"--reuid={NOBODY}",
+    f"--regid={NOBODY}",
+    "--clear-groups",
+    "--inh-caps=+dac_read_search",
+    "--ambient-caps=+dac_read_search",
+]
 VALUES = "name: pure-run\nnodes: 3\ngpus: 0\nenv:\n  TRAIN_MODE: fast\n"
 CLOCK_SHIFT = """\
 import time as _t
@@ -41,8 +43,8 @@ _t.time_ns = lambda: _time_ns() + _SHIFT * 10**9
 """
 
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not os.path.exists(KGEN) or not os.path.exists(OTHER_PYTHON),
-    reason="needs root, the kgen script and a system Python of the same minor version",
+    os.geteuid() != 0 or not os.path.exists(KGEN) or not shutil.which("setpriv") or not shutil.which("unshare"),
+    reason="needs root, the kgen script and util-linux (setpriv, unshare)",
 )
 
 
@@ -65,37 +67,17 @@ def world():
 
 
 def render(world: Path, kind: str, env: dict[str, str], *, uid: int | None = None, hostname: str | None = None):
-    """`kgen render` as a real process in the given environment; (stdout bytes, stderr text, cwd files)."""
+    """`kgen render` as a real process in the given environment (``uid``: NOBODY's, by setpriv); (stdout
+    bytes, stderr text, the files it left in its working folder)."""
+    assert uid in (None, NOBODY)
     cwd = Path(tempfile.mkdtemp(prefix="cwd-", dir=world))
     cwd.chmod(0o777)
-    head = AS_ANOTHER_UID if uid is not None else [KGEN]
-    argv = [
-        *head,
-        "render",
-        "-f",
-        str(world / "values.yaml"),
-        "--kind",
-        kind,
-        "-n",
-        "ml",
-        "--",
-        "train.py",
-        "--lr",
-        "3",
-    ]
+    head = [*AS_ANOTHER_UID, KGEN] if uid is not None else [KGEN]
+    argv = [*head, "render", "-f", str(world / "values.yaml"), "--kind", kind, "-n", "ml", "--", "train.py", "-v"]
     if hostname:
         argv = ["unshare", "--uts", "sh", "-c", f'hostname {hostname} && exec "$@"', "sh", *argv]
     base = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "LANG": "C.UTF-8"}
-
-    def become():
-        if uid is not None:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-
-    res = subprocess.run(
-        argv, env={**base, **env}, cwd=cwd, capture_output=True, timeout=120, preexec_fn=become, check=False
-    )
+    res = subprocess.run(argv, env={**base, **env}, cwd=cwd, capture_output=True, timeout=120, check=False)
     assert res.returncode == 0, (env, uid, res.stderr.decode())
     return res.stdout, res.stderr.decode(), sorted(os.listdir(cwd))
 

@@ -531,6 +531,15 @@ def render(
 @click.option(
     "--summary", is_flag=True, help="End the text report with a summary line (files, documents, findings by severity)."
 )
+@click.option(
+    "--unit",
+    default="dir",
+    show_default=True,
+    metavar="dir|file|tree",
+    shell_complete=completes(("dir", "file", "tree")),
+    help="What the cross-document rules see together: each folder's own files (and a kustomization's "
+    "resources), each file, or everything given.",
+)
 def lint(
     paths,
     filenames,
@@ -545,11 +554,13 @@ def lint(
     explain,
     exclude,
     summary,
+    unit,
 ) -> None:
     """Check manifests offline: Kubernetes JSON schemas plus the rules schemas miss.
 
-    All files, folders and stdin given together are one context (a Service in svc.yaml serves
-    the Job in job.yaml).
+    The cross-document rules see one apply unit at a time: a folder's own files (a Service in
+    svc.yaml serves the Job in job.yaml next to it), a kustomization folder with what it lists,
+    stdin (--unit file|tree: each file alone, or everything given together).
 
     \b
     Examples:
@@ -593,6 +604,7 @@ def lint(
         fail_on_warnings=strict,
         explain=explain,
         exclude=tuple(exclude),
+        unit=unit,
     )
     inputs = [*filenames, *paths]
     if not inputs and sys.stdin.isatty():

@@ -31,7 +31,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from yaml.events import (
@@ -48,7 +48,37 @@ from yaml.events import (
 
 from kgen.errors import InputError
 from kgen.findings import Finding, Severity
-from kgen.lint.document import Document, PosNode, Source, format_path
+from kgen.lint.document import Document, format_path
+
+
+class Source(NamedTuple):
+    """Where a document's text is: the whole file's text (shared, not copied), the index, 0-based
+    line and column where its root value starts, and the index where it ends. ``Document`` keeps it
+    and asks it for the position tree when a finding needs a line (``positions``)."""
+
+    text: str
+    start: int
+    line: int
+    column: int
+    end: int
+
+    def positions(self) -> PosNode | None:
+        return positions(self)
+
+
+class PosNode(NamedTuple):
+    """A node of a position tree: ``id`` is "scalar", "mapping" or "sequence"; line and column are
+    1-based; ``value`` is the scalar's text, a mapping's {key text: (key line, key column, child)}
+    (scalar keys; the last of duplicates) or a sequence's [child]; ``style`` and ``tag`` describe
+    scalars ("" and "!kgen-plain" for an unquoted, untagged one)."""
+
+    id: str
+    line: int
+    column: int
+    value: Any
+    style: Any
+    tag: Any
+
 
 _PLAIN = "!kgen-plain"  # our tag for untagged plain scalars; resolved by _plain() below
 

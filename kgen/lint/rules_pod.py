@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any, TypeGuard
 
 from kgen.findings import Severity
-from kgen.lint import k8s
+from kgen.lint import k8s, kinds
 from kgen.lint.registry import Context, rule
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -17,7 +17,7 @@ _MEDIUMS = re.compile(r"^(|Memory|HugePages|HugePages-.+)$")
 
 def _pod(doc: Any) -> Iterator[tuple[dict, tuple]]:
     """Every pod spec of the object: one per pod template, for every kind (JobSet, PyTorchJob ...)."""
-    yield from k8s.pod_specs(doc)
+    yield from kinds.pod_specs(doc)
 
 
 @rule(

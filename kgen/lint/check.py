@@ -69,10 +69,13 @@ class Prepared:
         self._by_kind: dict[str, list] = {}
         self.stream_rules = [r for r in self.rules.values() if r.scope == "stream" and r.id not in self.skip]
 
-    def rules_for(self, kind: str) -> list:
+    def rules_for(self, kind: str) -> list[tuple[Any, str, Any]]:
+        """(function, id, severity) of the document rules for ``kind``."""
         rules = self._by_kind.get(kind)
         if rules is None:
-            rules = self._by_kind[kind] = [r for r in self.doc_rules if r.kinds is None or kind in r.kinds]
+            rules = self._by_kind[kind] = [
+                (r.fn, r.id, r.severity) for r in self.doc_rules if r.kinds is None or kind in r.kinds
+            ]
         return rules
 
 
@@ -272,10 +275,10 @@ def _check_document(doc: Document, broken: bool, p: Prepared, run: _Run, objects
         found.append(doc.finding("KG010", Severity.ERROR, no_spec, ("spec",) if "spec" in data else ()))
         malformed = True
     ctx = p.ctx
-    for r in p.rules_for(doc.kind):
+    for fn, rule_id, severity in p.rules_for(doc.kind):
         try:
-            for path, message in r.fn(doc, ctx):  # type: ignore[misc]  # registered rules have fn
-                found.append(doc.finding(r.id, r.severity, message, path))
+            for path, message in fn(doc, ctx):
+                found.append(doc.finding(rule_id, severity, message, path))
         except (TypeError, AttributeError, KeyError, IndexError, ValueError):
             if not malformed:
                 raise  # a bug in the rule: well-typed input must never crash it

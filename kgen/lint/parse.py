@@ -194,6 +194,10 @@ MAX_DUPLICATES = 100
 """KG001 findings listed per document; the rest are counted in one more finding."""
 
 _intern = sys.intern
+# Short plain scalars resolved by kubectl's rules (``_plain``: field names, "true", "8", "None" ...),
+# each once per process; values are immutable (str, int, float, bool, None). Bounded.
+_PLAINS: dict[str, Any] = {}
+_PLAINS_KEPT = 100_000
 _DOC_MARKER = re.compile(r"^(?:---|\.\.\.)(?=[ \t\r\n]|\Z)", re.M)  # libyaml ends any scalar at these
 
 
@@ -321,6 +325,7 @@ def _build(
     """Turn libyaml's events for ``text[base_index:]`` into Documents (appended to ``docs``)."""
     loader = _Base(text if base_index == 0 else _Chunks(text, base_index))
     get = loader.get_event
+    plains = _PLAINS
     stack: list[list] = []
     anchors: dict[str, Any] = {}
     dups: list[tuple] = []
@@ -339,12 +344,27 @@ def _build(
             if c is ScalarEvent:
                 tag = e.tag
                 v = e.value
-                if len(v) <= 24:
-                    v = _intern(v)  # field names and values repeat across documents: keep one copy
+                short = len(v) <= 24
                 if tag is None or tag == "!":
-                    if e.implicit[0]:
+                    if not e.implicit[0]:
+                        if short:
+                            v = _intern(v)  # field names and values repeat across documents: keep one copy
+                    elif short:  # the short plain scalars of a run are few: resolve each once
                         merge = v == "<<"
+                        got = plains.get(v, _NOROOT)
+                        if got is _NOROOT:
+                            got = _plain(_intern(v))
+                            if len(plains) < _PLAINS_KEPT:
+                                plains[v] = got
+                        v = got
+                    else:
                         v = _plain(v)
+                elif short:
+                    v = _intern(v)
+                    if tag in _EXPLICIT_NONSTR:
+                        v = _plain(v)
+                    elif tag == _MERGE:
+                        merge = True
                 elif tag in _EXPLICIT_NONSTR:
                     v = _plain(v)
                 elif tag == _MERGE:

@@ -41,13 +41,14 @@ def test_the_report_is_the_same_whatever_the_processes(corpus):
         assert report(corpus, jobs=jobs) == one
 
 
-def test_small_inputs_stay_in_one_process(corpus, monkeypatch):
+def test_small_inputs_stay_in_one_process(tmp_path, monkeypatch):
     def no_workers(*args, **kwargs):
         raise AssertionError("forked for a small input")
 
+    _bench().write_corpus(tmp_path, 40)  # 10 files in 10 folders (units), ~22 KiB
     monkeypatch.setattr(workers, "run", no_workers)
-    report(corpus / "ns00")  # ~6 files: below PARALLEL_MIN_BYTES
-    assert api.PARALLEL_MIN_BYTES <= 1024 * 1024
+    assert len(report(tmp_path)[2]) == 10
+    assert 64 * 1024 <= api.PARALLEL_MIN_BYTES <= 1024 * 1024  # bench/lint_scale --crossover
 
 
 def test_a_worker_that_dies_is_a_finding_not_a_hang(corpus, monkeypatch):

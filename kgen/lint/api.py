@@ -46,8 +46,8 @@ from kgen.lint.document import Document, format_path
 # documents nest up to kgen.lint.parse.MAX_DEPTH (1,000) levels, past Python's default 1,000 frames.
 RECURSION_LIMIT = 5000
 # Below this many bytes of input a run stays in one process: a forked worker costs ~5-10 ms. Measured
-# with bench/lint_scale --crossover (2 cores): two processes take 1.4-1.9x one process's time at
-# 10-20 KiB, 0.6-0.8x at 50-100 KiB, 0.4-0.5x from 200 KiB.
+# with bench/lint_scale --crossover (2 cores, two runs): two processes take 1.1-1.9x one process's
+# time at 10-20 KiB, 0.55-0.85x at 50-100 KiB, 0.4-0.8x from 200 KiB.
 PARALLEL_MIN_BYTES = 128 * 1024
 
 

@@ -217,10 +217,8 @@ def collect(paths: list[str], stdin: Any, excludes: Excludes, mode: str = "dir")
                 add(problem.path, InputError(problem.message))
             if not files and not skips and not problems and not excluded:
                 raise InputError(f"{path}: no *.yaml or *.yml files in this folder")
-            for f in files:
-                folder = folder_of(f)
-                if os.path.basename(f) in KUSTOMIZATION_NAMES:
-                    kustomizations.of(*folder)
+            for folder in dict.fromkeys(folder_of(f) for f in files):
+                kustomizations.of(*folder)  # its patches are skipped below
             linted = 0
             for f in files:
                 if not first_time(f):
@@ -370,6 +368,12 @@ def assign(
         files = set(keys) | {by_identity[i] for i in got[0] if i in by_identity}
         if files:
             units.append(Unit(shown, "kustomization", tuple(sorted(files, key=order.__getitem__))))
+    covered = {f for u in units for f in u.files}
+    left = [e for e in entries if e.key not in covered]  # a base's files its kustomization does not list
+    for folder, shown in folders:
+        keys = [e.key for e in left if e.folder == folder]
+        if keys:
+            units.append(Unit(shown, "directory", tuple(keys)))
     return units
 
 

@@ -187,3 +187,15 @@ def test_a_kustomization_outside_the_folders_given_is_followed(layout):
     code, out, _ = run(["--strict", "-o", "json", os.path.join("gitops", "overlays", "prod")])
     report = json.loads(out)
     assert code == 0 and report["summary"]["files"] == 4 and report["summary"]["units"] == 1
+
+
+def test_a_file_of_a_base_that_its_kustomization_does_not_list_is_still_linted(layout):
+    base = layout / "gitops" / "base"
+    (base / "extra.yaml").write_text((layout / "envs" / "dev" / "web.yaml").read_text())
+    result = lint_paths(["gitops"], LintOptions(kubernetes_version="1.33"))
+    assert "gitops/base/extra.yaml" in result.files and not result.findings
+    assert [(u.name, u.kind, u.files) for u in result.units][-1] == (
+        "gitops/base/",
+        "directory",
+        ("gitops/base/extra.yaml",),
+    )

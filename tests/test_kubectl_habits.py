@@ -112,8 +112,10 @@ def test_lint_takes_f_as_kubectl_does(tmp_path):
     stdin = run("lint", "-f", "-", input=job.read_text())
     assert stdin.exit_code == 0
     assert run("lint", "--filename", str(job)).exit_code == 0
-    twice = run("lint", "-f", str(job), "-f", "-", "-o", "json", input=job.read_text())  # repeatable: one context
-    assert {f["file"] for f in json.loads(twice.stdout)["findings"]} >= {"<stdin>"}
+    twice = run("lint", "-f", str(job), "-f", "-", "-o", "json", input=job.read_text())  # repeatable
+    assert json.loads(twice.stdout)["summary"]["files"] == 2  # stdin is an apply unit of its own: no collision
+    together = run("lint", "--unit", "tree", "-f", str(job), "-f", "-", "-o", "json", input=job.read_text())
+    assert {f["file"] for f in json.loads(together.stdout)["findings"]} >= {"<stdin>"}  # one context: duplicates
     empty = run("lint", "-f", "-", input="")
     assert empty.exit_code == 2 and "<stdin>: empty input" in empty.stderr
 

@@ -24,8 +24,9 @@ from kgen.lint.torchcmd import Launch
 def explain(docs: list, ctx: Context) -> Iterator:
     if not ctx.explain:
         return
+    unit = f"; apply unit: {ctx.unit}" if ctx.unit else ""  # a run of several units names the one seen
     for w in workloads(docs):
-        yield w.doc, w.tpl.path or ("metadata", "name"), describe(w)
+        yield w.doc, w.tpl.path or ("metadata", "name"), describe(w) + unit
 
 
 def describe(w: Workload) -> str:

@@ -17,7 +17,7 @@ _MEDIUMS = re.compile(r"^(|Memory|HugePages|HugePages-.+)$")
 
 def _pod(doc: Any) -> Iterator[tuple[dict, tuple]]:
     """Every pod spec of the object: one per pod template, for every kind (JobSet, PyTorchJob ...)."""
-    yield from k8s.pod_specs(doc)
+    yield from kinds.pod_specs(doc)
 
 
 @rule(

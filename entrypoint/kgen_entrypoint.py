@@ -18,9 +18,11 @@ job step: NNODES, the node rank, MASTER_ADDR and MASTER_PORT come from the alloc
 KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT,
 KGEN_MASTER_WAIT_TIMEOUT, KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT,
 KGEN_MAX_RESTARTS, KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, and for
-NNODES > 1 KGEN_SECRET_FILE (a file holding the run's secret, the same on every node; the liveness
-channel authenticates every connection with it). Set for the training processes: KGEN_RESTART_COUNT
-(the generation, 0 first), KGEN_RDZV_ID.
+NNODES > 1 the run's secret, the same on every node (the liveness channel authenticates every
+connection with it): KGEN_SECRET_FILE (a file holding it), or KGEN_JOB_UID (Kubernetes Job and JobSet
+pods: the UID of the pod's Job, from its batch.kubernetes.io/controller-uid label; the secret is
+derived from it with KGEN_NAMESPACE and KGEN_JOB_NAME). Set for the training processes:
+KGEN_RESTART_COUNT (the generation, 0 first), KGEN_RDZV_ID.
 
 Exit codes: 0 success; 2 bad environment, usage or no torch; 3 node 0 not reachable (within
 KGEN_MASTER_WAIT_TIMEOUT, or KGEN_REPLACEMENT_TIMEOUT after a loss); 4 the group could not form
@@ -145,8 +147,10 @@ class Config:
         self.rdzv_timeout = self.max_restarts = self.max_reformations = 0
         self.replacement_timeout = 0.0
         self.on_script_error = "fail"
-        self.secret: bytes | None = None  # the run's secret (KGEN_SECRET_FILE); None for NNODES=1
+        self.secret: bytes | None = None  # the run's secret (KGEN_SECRET_FILE or KGEN_JOB_UID); None for NNODES=1
         self.secret_file = ""
+        self.secret_source = ""  # where the secret comes from, for messages: "KGEN_SECRET_FILE=<path>", ...
+        self.secret_from_uid = False  # derived from the Job's UID: the rendezvous id must not carry that UID
         self.secret_problem = ""  # also in `problems`; --diagnose reports it as its own check
         self.notes: list[str] = []  # logged after the summary (e.g. a secret file others can read)
         self.slurm: dict | None = None  # inside a Slurm job step: what came from the allocation (slurm_environment)
@@ -158,7 +162,10 @@ class Config:
 
     @property
     def rdzv_id(self) -> str:
-        base = f"{self.job_name or 'kgen'}-{self.run_id or 'local'}"
+        run = self.run_id or "local"
+        if self.secret_from_uid and self.run_id:  # the store's keys (readable by anyone who reaches
+            run = hmac.new(b"kgen rendezvous id", run.encode(), "sha256").hexdigest()[:16]  # it) hold this
+        base = f"{self.job_name or 'kgen'}-{run}"
         return f"{base}-attempt{self.restart_attempt}" if self.restart_attempt else base
 
     @property
@@ -179,7 +186,7 @@ class Config:
                 else f"a lost node ends the step, requeues up to {self.max_reformations}"
             )
             + f", on script error: {self.on_script_error}"
-            + (f"; run secret from {self.secret_file}" if self.secret is not None else "")
+            + (f"; run secret from {self.secret_source}" if self.secret is not None else "")
         )
 
 
@@ -261,20 +268,60 @@ SECRET_HOWTO = (
 )
 
 
+UUID4 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\Z")
+
+
+def secret_from_job_uid(uid: str, namespace: str, job: str) -> bytes:
+    """The run's secret of a Kubernetes Job's pods: HMAC-SHA256 keyed with the Job's UID (random, made by
+    the API server for every Job it creates), over kgen's label and the run's namespace/name; 64 hex."""
+    return hmac.new(uid.encode(), f"kgen run secret v2\0{namespace}/{job}".encode(), "sha256").hexdigest().encode()
+
+
 def read_secret(env: dict, cfg: Config) -> None:
-    """The run's secret from the file named by KGEN_SECRET_FILE (contract: text, surrounding
-    whitespace stripped). Only regular files are read, and at most SECRET_MAX bytes of them."""
+    """The run's secret: from the file named by KGEN_SECRET_FILE (contract: text, surrounding whitespace
+    stripped; only regular files are read, and at most SECRET_MAX bytes of them), or derived from the
+    Job's UID in KGEN_JOB_UID (Kubernetes Job and JobSet pods, docs/entrypoint.md "Security")."""
     path = _raw(env, "KGEN_SECRET_FILE")
+    uid = env.get("KGEN_JOB_UID")
     problem = ""
-    if path is None:
+    if path is not None and uid is not None:
+        problem = "KGEN_SECRET_FILE and KGEN_JOB_UID are both set: the run's secret comes from one of them; unset one"
+    elif uid is not None:
+        uid = uid.strip()
+        cfg.secret_source = "the Job's UID (KGEN_JOB_UID)"
+        if not uid:
+            problem = (
+                "KGEN_JOB_UID is empty: this pod has no batch.kubernetes.io/controller-uid label, which the Job "
+                "controller (Kubernetes 1.27+) puts on every pod of a Job; run it as a Job or JobSet, or give "
+                "the run a Secret of your own (values auth.secretName)"
+            )
+        elif not UUID4.match(uid):
+            problem = (
+                f"KGEN_JOB_UID={uid[:40]!r} is not a random (version 4) UUID as the API server makes for every Job: "
+                f"the run's secret is derived from it; give the run a Secret of your own (values auth.secretName)"
+            )
+        else:
+            cfg.secret = secret_from_job_uid(uid, (env.get("KGEN_NAMESPACE") or "").strip(), cfg.job_name)
+            cfg.secret_from_uid = True
+    elif path is None:
         problem = f"KGEN_SECRET_FILE is not set: a multi-node run needs the run's secret; {SECRET_HOWTO}"
     else:
         cfg.secret_file = path
+        cfg.secret_source = f"KGEN_SECRET_FILE={path}"
         data = b""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
             problem = f"KGEN_SECRET_FILE={path!r}: cannot read it ({exc.strerror or exc}); {SECRET_HOWTO}"
+            secret_name = (env.get("KGEN_AUTH_NAME") or "").strip()
+            if exc.errno == errno.ENOENT and secret_name:  # Kubernetes: the (optional) Secret is not there
+                ns = (env.get("KGEN_NAMESPACE") or "").strip()
+                problem = (
+                    f"the run's secret is missing: Secret {secret_name} (key `secret`, mounted at "
+                    f"{os.path.dirname(path)}) does not exist{' in namespace ' + ns if ns else ''}; create it: "
+                    f"{create_secret_line(secret_name, ns, cfg.job_name)} (kgen submit creates it for you); the "
+                    f"pod starts over once it exists"
+                )
         else:
             try:
                 info = os.fstat(fd)
@@ -310,6 +357,19 @@ def read_secret(env: dict, cfg: Config) -> None:
     if problem:
         cfg.secret_problem = problem
         cfg.problems.append(problem)
+
+
+def create_secret_line(name: str, namespace: str, run: str) -> str:
+    """The command that creates a run's Secret on Kubernetes, labelled as the run's (kgen render prints the same)."""
+    ns = f" -n {shlex.quote(namespace)}" if namespace else ""
+    labels = " ".join(
+        shlex.quote(f"{k}={v}")
+        for k, v in (("app.kubernetes.io/instance", run), ("app.kubernetes.io/managed-by", "kgen"))
+    )
+    return (
+        f'kubectl create secret generic {name}{ns} --from-literal=secret="$(python3 -c '
+        f"'import secrets; print(secrets.token_hex(32))')\" && kubectl label secret {name}{ns} {labels}"
+    )
 
 
 def load_config(env: dict, with_rank: bool = True) -> Config:
@@ -952,11 +1012,15 @@ def check_torch() -> None:
 
 
 def wrong_secret(cfg: Config, target: str, reason: str) -> None:
+    fix = (
+        "the Job's pods derive it from the Job's UID, so node 0 there is a pod of another Job (one deleted or "
+        "replaced under the same name?)"
+        if cfg.secret_from_uid
+        else f"every node needs the same secret in KGEN_SECRET_FILE (here {cfg.secret_file}); on Kubernetes "
+        f"every pod mounts the run's Secret: re-render and re-apply the whole run"
+    )
     fatal(
-        EXIT_CONFIG,
-        f"wrong secret: node 0 at {target} refused this node's proof of the run secret ({reason}): every node "
-        f"needs the same secret in KGEN_SECRET_FILE (here {cfg.secret_file}); on Kubernetes every pod mounts "
-        f"the run's Secret: re-render and re-apply the whole run",
+        EXIT_CONFIG, f"wrong secret: node 0 at {target} refused this node's proof of the run secret ({reason}): {fix}"
     )
 
 
@@ -2305,8 +2369,8 @@ def probe_node0(cfg: Config, host: str) -> tuple[bool, str]:
         sock, _, answer, _ = open_session(cfg, {"t": MSG_PROBE}, timeout=3, host=host)
     except Denied as exc:
         return False, (
-            f"accepts, but node 0 refused this host's proof of the run secret ({exc}): KGEN_SECRET_FILE "
-            f"({cfg.secret_file}) holds another secret than node 0's"
+            f"accepts, but node 0 refused this host's proof of the run secret ({exc}): {cfg.secret_source} "
+            f"gives another secret than node 0's"
         )
     except ProtocolError as exc:
         return False, f"accepts, but did not prove it is this run's node 0 ({exc})"
@@ -2446,7 +2510,7 @@ def diagnose(env: dict) -> int:
     if cfg.secret_problem:
         check(False, "run secret", cfg.secret_problem)
     elif cfg.secret is not None:
-        check(True, "run secret", f"KGEN_SECRET_FILE={cfg.secret_file} ({len(cfg.secret)} characters)")
+        check(True, "run secret", f"{cfg.secret_source} ({len(cfg.secret)} characters)")
     if rank_problems:
         for p in rank_problems:
             check(False, "node rank", p)
@@ -2553,6 +2617,7 @@ def diagnose(env: dict) -> int:
     return 1 if failed else 0
 
 
+# >>> not in pods: kgen render leaves the bare-metal section out of the ConfigMap (kgen/render/podcopy.py)
 # --------------------------------------------------------------------------------------------
 # Bare metal: one node's run directory (`kgen launch`, docs/baremetal.md)
 #
@@ -3315,6 +3380,7 @@ def run_dir_verb(args: list[str]) -> int:
     return EXIT_CONFIG
 
 
+# <<< not in pods
 # --------------------------------------------------------------------------------------------
 # Slurm: one task per node of a job step (docs/slurm.md)
 #
@@ -3492,6 +3558,7 @@ def slurm_decide(cfg: Config, fault: str) -> tuple[str, int, str]:
     return FAIL, EXIT_PEER_LOST, "the Slurm step ends; the job is requeued and resumes from the checkpoint"
 
 
+# >>> not in pods: the Slurm task's supervisor and the batch script's decision (kgen/render/podcopy.py)
 def _slurm_int(name: str, default: int = 0) -> int:
     raw = (os.environ.get(name) or "").strip()
     return int(raw) if raw.isdigit() else default
@@ -3658,6 +3725,7 @@ def slurm_end(args: list[str]) -> int:
     return code
 
 
+# <<< not in pods
 # --------------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------------
@@ -3696,6 +3764,14 @@ def _main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--smoke-worker"]:
         return smoke_worker()
+    verbs = {"--launch-node": "launch_node", "--run-dir": "run_dir_verb", "--slurm-node": "slurm_node"}
+    verbs["--slurm-end"] = "slurm_end"
+    if args and args[0] in verbs and verbs[args[0]] not in globals():
+        fatal(
+            EXIT_CONFIG,
+            f"{args[0]} is for bare metal or Slurm: this is the pod copy kgen render ships, without that "
+            "section; `kgen entrypoint` prints the whole file",
+        )
     if args[:1] == ["--launch-node"]:  # kgen launch, over ssh (bare metal, docs/baremetal.md)
         return launch_node(globals().get("KGEN_SOURCE"))
     if args[:1] == ["--run-dir"]:

@@ -123,7 +123,12 @@ def render(
     output_file,
     command,
 ) -> None:
-    """Render a headless Service, an Indexed Job (or StatefulSet) and the entrypoint ConfigMap.
+    """Render a ConfigMap, Service, NetworkPolicy and Job (or StatefulSet, JobSet; PodDisruptionBudget).
+
+    The objects of one run: the entrypoint's ConfigMap, a headless Service (a JobSet makes its own), a
+    NetworkPolicy that admits only the run's pods, the workload, and a PodDisruptionBudget when asked
+    (values podDisruptionBudget). No Secret: a Job's pods derive the run's secret from their Job's UID; a
+    StatefulSet's mount Secret <name>-auth, which `kgen submit` creates (render says how to otherwise).
 
     COMMAND is the training script and its arguments that torchrun runs on every worker
     (e.g. `-- train.py --lr 3e-4`); without it the pods run kgen's all-reduce smoke test.
@@ -205,7 +210,8 @@ def entrypoint(show_path: bool, output_file: str | None) -> None:
                                                         #   one node) KGEN_SECRET_FILE set
       kgen entrypoint > docker/kgen_entrypoint.py       # custom image: COPY it in
       kgen entrypoint --path
-    It is the same file `kgen render` ships in the <name>-entrypoint ConfigMap (docs/entrypoint.md).
+    `kgen render` ships its pod copy in the <name>-entrypoint ConfigMap: the same program and line
+    numbers, without comments, docstrings and the bare-metal and Slurm sections (docs/entrypoint.md).
     KGEN_SECRET_FILE names a file holding the run's secret, the same on every node (README, Security);
     `kgen launch` sets all of these itself.
     """

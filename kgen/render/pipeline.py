@@ -87,21 +87,21 @@ def build(request: RenderRequest) -> TrainingSpec:
     if request.command:
         layers.apply("command", list(request.command), "-- COMMAND")
     values, origins = layers.result()
-    spec = build_spec(values, origins, minor)
-    if spec.renders_secret:  # the one input that is not in the values: the user's kgen key (a file)
-        from kgen.render.runsecret import secret_data
-
-        spec = spec._replace(run_secret_data=secret_data(spec.namespace, spec.name))
-    return spec
+    return build_spec(values, origins, minor)
 
 
 def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -> list[dict]:
-    """The parsed documents; ``entrypoint_source`` overrides the bundled script (golden tests)."""
+    """The parsed documents; ``entrypoint_source`` overrides the pod copy of the bundled script (golden tests)."""
     from kgen.render.templating import render_text
     from kgen.yamlio import parse_documents
 
     if entrypoint_source is None:
-        entrypoint_source = entrypoint_path().read_text(encoding="utf-8")
+        from kgen.render.podcopy import PodCopyError, pod_copy
+
+        try:
+            entrypoint_source = pod_copy(entrypoint_path().read_text(encoding="utf-8"))
+        except PodCopyError as exc:
+            raise RenderError(f"kgen's entrypoint cannot be cut for the pods ({exc}): report it") from None
     # The script is kgen's own file, not user input: it is placed into the parsed ConfigMap after
     # the re-parse, which saves quoting and re-parsing 50 KB (~7 ms) on every render.
     docs = parse_documents(render_text(spec, ENTRYPOINT_PLACEHOLDER))

@@ -88,6 +88,14 @@ def render_notes(spec: TrainingSpec) -> list[str]:
             "hostNetwork: NetworkPolicies do not apply to host-network pods, so none is rendered; fence the "
             "rendezvous and liveness ports on the nodes (a host firewall; README, Security)"
         )
+    if spec.secret_optional:
+        from kgen.render.runsecret import create_secret_line
+
+        notes.append(
+            f"kind statefulset: its pods carry no Job UID to derive the run's secret from, so they mount Secret "
+            f"{spec.secret_name}; kgen submit creates it (owned by the StatefulSet), with kubectl apply create it "
+            f"yourself: {create_secret_line(spec.secret_name, spec.namespace, spec.name)}"
+        )
     if spec.is_jobset:
         notes.append(
             "kind jobset: needs the JobSet controller (v0.10.0 or newer for onJobFailureMessagePatterns); "

@@ -174,9 +174,9 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     "auth.secretName": (
         "str",
         "",
-        "Secret holding the run's secret (key `secret`) that the nodes prove membership with; empty = render "
-        "`<name>-auth`, derived from your kgen key ($KGEN_KEY_FILE, else ~/.config/kgen/run-key) and the run's "
-        "namespace/name. Multi-node runs only.",
+        "Secret holding the run's secret (key `secret`) that the nodes prove membership with, for any kind; "
+        "empty = a Job's (JobSet's) pods derive it from their Job's UID, a StatefulSet's mount Secret "
+        "`<name>-auth` (kgen submit creates it). Multi-node runs only.",
     ),
     "networkPolicy.enabled": (
         "bool",

@@ -407,12 +407,17 @@ def submit(req: SubmitRequest, say: Say = _quiet, note: Say = _quiet) -> SubmitR
     if existing is not None and req.dry_run == "server" and req.replace:
         note(f"dry run: run {spec.name} exists; --replace would stop it first (not stopped)")
         existing = None
+    secret = _run_secret(spec)  # a StatefulSet's <name>-auth: made here, fresh, before the pods can start
     if req.dry_run == "server":
         answers = []
-        for doc in docs:
+        for doc in [*([secret] if secret else []), *docs]:
             doc.setdefault("metadata", {}).setdefault("namespace", cluster.namespace)
-            answers.append(cluster.apply(doc, dry_run=True))
+            answer = cluster.apply(doc, dry_run=True)
+            if doc is not secret:  # its (random, never used) value is not shown
+                answers.append(answer)
         outcome = "the API server accepted every object as a dry run; nothing was changed"
+        if secret:
+            outcome += f" (with secret/{spec.secret_name}, which kgen submit makes)"
         return SubmitResult(checked, False, answers, outcome, cluster.namespace)
     if existing is not None:
         if not req.replace:
@@ -427,8 +432,26 @@ def submit(req: SubmitRequest, say: Say = _quiet, note: Say = _quiet) -> SubmitR
             )
         say(f"replacing run {spec.name}: stopping it first")
         ops.stop_run(cluster, spec.name, True, req.timeout, say, note)
-    ops.apply_all(cluster, docs, say)
+    if secret:
+        ops.drop_immutable_secret(cluster, spec.secret_name, say)
+    applied = [*([secret] if secret else []), *docs]
+    answers = ops.apply_all(cluster, applied, say, forced=("Secret",))
+    if secret:
+        workload = next(a for a, d in zip(answers, applied, strict=True) if d["kind"] == "StatefulSet")
+        ops.own_run_secret(cluster, secret, workload, say, note)
     return SubmitResult(checked, True, docs, "", cluster.namespace)
+
+
+def _run_secret(spec) -> dict | None:
+    """The run's Secret that `kgen submit` makes: a StatefulSet's pods carry no Job UID to derive the secret
+    from (kgen.render.runsecret); a fresh random value for every submit, never printed."""
+    if not spec.secret_optional:
+        return None
+    import secrets
+
+    from kgen.render.runsecret import secret_object
+
+    return secret_object(spec.secret_name, spec.object_labels, secrets.token_hex(32))
 
 
 # ------------------------------------------------------------------------------------------ list

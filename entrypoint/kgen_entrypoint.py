@@ -10,15 +10,19 @@ Usage (what `kgen render` puts in the pod; also works by hand on bare metal):
     python3 kgen_entrypoint.py --diagnose                # one PASS/FAIL line per check
     python3 kgen_entrypoint.py --stop                    # stop the whole group (run's environment, any host)
     python3 kgen_entrypoint.py --run-dir DIR --state     # bare metal: a node's run state (kgen launch)
+    srun ... python3 kgen_entrypoint.py --slurm-node RUN -- train.py   # Slurm: one task per node (slurm.md)
 
-Environment (docs/design.md is the contract): NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT, node
-rank from NODE_RANK > JOB_COMPLETION_INDEX > KGEN_POD_INDEX > HOSTNAME ordinal, optional
+Environment (docs/design.md is the contract): NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT,
+node rank from NODE_RANK > JOB_COMPLETION_INDEX > KGEN_POD_INDEX > HOSTNAME ordinal (inside a Slurm
+job step: NNODES, the node rank, MASTER_ADDR and MASTER_PORT come from the allocation), optional
 KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_LIVENESS_BIND (where node 0 listens: IPs or *),
 KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT, KGEN_MASTER_WAIT_TIMEOUT,
 KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT, KGEN_MAX_RESTARTS,
-KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, and for NNODES > 1
-KGEN_SECRET_FILE (a file holding the run's secret, the same on every node; the liveness channel
-authenticates every connection with it). Set for the training processes: KGEN_RESTART_COUNT (the
+KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, and for NNODES > 1 the run's
+secret, the same on every node (the liveness channel authenticates every connection with it):
+KGEN_SECRET_FILE (a file holding it), or KGEN_JOB_UID (Kubernetes Job and JobSet pods: the UID of the
+pod's Job, from its batch.kubernetes.io/controller-uid label; the secret is derived from it with
+KGEN_NAMESPACE and KGEN_JOB_NAME). Set for the training processes: KGEN_RESTART_COUNT (the
 generation, 0 first), KGEN_RDZV_ID.
 
 Exit codes: 0 success; 2 bad environment, usage or no torch; 3 node 0 not reachable (within
@@ -188,11 +192,15 @@ class Config:
         self.rdzv_timeout = self.max_restarts = self.max_reformations = 0
         self.replacement_timeout = 0.0
         self.on_script_error = "fail"
-        self.secret: bytes | None = None  # the run's secret (KGEN_SECRET_FILE); None for NNODES=1
+        self.secret: bytes | None = None  # the run's secret (KGEN_SECRET_FILE or KGEN_JOB_UID); None for NNODES=1
         self.secret_file = ""
+        self.secret_source = ""  # where the secret comes from, for messages: "KGEN_SECRET_FILE=<path>", ...
+        self.secret_from_uid = False  # derived from the Job's UID: the rendezvous id must not carry that UID
         self.secret_problem = ""  # also in `problems`; --diagnose reports it as its own check
         self.liveness_bind: list[str] = []  # KGEN_LIVENESS_BIND: the addresses node 0 listens on ([]: derived)
         self.notes: list[str] = []  # logged after the summary (e.g. a secret file others can read)
+        self.slurm: dict | None = None  # inside a Slurm job step: what came from the allocation (slurm_environment)
+        self.restart_base = 0  # KGEN_RESTART_COUNT of generation 0 (Slurm: SLURM_RESTART_COUNT, the requeues)
 
     @property
     def world_size(self) -> int:
@@ -200,7 +208,10 @@ class Config:
 
     @property
     def rdzv_id(self) -> str:
-        base = f"{self.job_name or 'kgen'}-{self.run_id or 'local'}"
+        run = self.run_id or "local"
+        if self.secret_from_uid and self.run_id:  # the store's keys (readable by anyone who reaches
+            run = hmac.new(b"kgen rendezvous id", run.encode(), "sha256").hexdigest()[:16]  # it) hold this
+        base = f"{self.job_name or 'kgen'}-{run}"
         return f"{base}-attempt{self.restart_attempt}" if self.restart_attempt else base
 
     @property
@@ -214,9 +225,14 @@ class Config:
             f"master {self.master_addr}:{self.master_port}, liveness port {self.liveness_port}; "
             f"rendezvous static id={self.rdzv_id} timeout={self.rdzv_timeout}s; "
             f"master wait {self.master_wait:g}s; heartbeat every {self.hb_interval:g}s, "
-            f"peer lost after {self.hb_timeout:g}s of silence; re-formations up to {self.max_reformations}, "
-            f"replacement wait {self.replacement_timeout:g}s, on script error: {self.on_script_error}"
-            + (f"; run secret from {self.secret_file}" if self.secret is not None else "")
+            f"peer lost after {self.hb_timeout:g}s of silence; "
+            + (
+                f"re-formations up to {self.max_reformations}, replacement wait {self.replacement_timeout:g}s"
+                if self.slurm is None
+                else f"a lost node ends the step, requeues up to {self.max_reformations}"
+            )
+            + f", on script error: {self.on_script_error}"
+            + (f"; run secret from {self.secret_source}" if self.secret is not None else "")
         )
 
 
@@ -298,20 +314,60 @@ SECRET_HOWTO = (
 )
 
 
+UUID4 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\Z")
+
+
+def secret_from_job_uid(uid: str, namespace: str, job: str) -> bytes:
+    """The run's secret of a Kubernetes Job's pods: HMAC-SHA256 keyed with the Job's UID (random, made by
+    the API server for every Job it creates), over kgen's label and the run's namespace/name; 64 hex."""
+    return hmac.new(uid.encode(), f"kgen run secret v2\0{namespace}/{job}".encode(), "sha256").hexdigest().encode()
+
+
 def read_secret(env: dict, cfg: Config) -> None:
-    """The run's secret from the file named by KGEN_SECRET_FILE (contract: text, surrounding
-    whitespace stripped). Only regular files are read, and at most SECRET_MAX bytes of them."""
+    """The run's secret: from the file named by KGEN_SECRET_FILE (contract: text, surrounding whitespace
+    stripped; only regular files are read, and at most SECRET_MAX bytes of them), or derived from the
+    Job's UID in KGEN_JOB_UID (Kubernetes Job and JobSet pods, docs/entrypoint.md "Security")."""
     path = _raw(env, "KGEN_SECRET_FILE")
+    uid = env.get("KGEN_JOB_UID")
     problem = ""
-    if path is None:
+    if path is not None and uid is not None:
+        problem = "KGEN_SECRET_FILE and KGEN_JOB_UID are both set: the run's secret comes from one of them; unset one"
+    elif uid is not None:
+        uid = uid.strip()
+        cfg.secret_source = "the Job's UID (KGEN_JOB_UID)"
+        if not uid:
+            problem = (
+                "KGEN_JOB_UID is empty: this pod has no batch.kubernetes.io/controller-uid label, which the Job "
+                "controller (Kubernetes 1.27+) puts on every pod of a Job; run it as a Job or JobSet, or give "
+                "the run a Secret of your own (values auth.secretName)"
+            )
+        elif not UUID4.match(uid):
+            problem = (
+                f"KGEN_JOB_UID={uid[:40]!r} is not a random (version 4) UUID as the API server makes for every Job: "
+                f"the run's secret is derived from it; give the run a Secret of your own (values auth.secretName)"
+            )
+        else:
+            cfg.secret = secret_from_job_uid(uid, (env.get("KGEN_NAMESPACE") or "").strip(), cfg.job_name)
+            cfg.secret_from_uid = True
+    elif path is None:
         problem = f"KGEN_SECRET_FILE is not set: a multi-node run needs the run's secret; {SECRET_HOWTO}"
     else:
         cfg.secret_file = path
+        cfg.secret_source = f"KGEN_SECRET_FILE={path}"
         data = b""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
             problem = f"KGEN_SECRET_FILE={path!r}: cannot read it ({exc.strerror or exc}); {SECRET_HOWTO}"
+            secret_name = (env.get("KGEN_AUTH_NAME") or "").strip()
+            if exc.errno == errno.ENOENT and secret_name:  # Kubernetes: the (optional) Secret is not there
+                ns = (env.get("KGEN_NAMESPACE") or "").strip()
+                problem = (
+                    f"the run's secret is missing: Secret {secret_name} (key `secret`, mounted at "
+                    f"{os.path.dirname(path)}) does not exist{' in namespace ' + ns if ns else ''}; create it: "
+                    f"{create_secret_line(secret_name, ns, cfg.job_name)} (kgen submit creates it for you); the "
+                    f"pod starts over once it exists"
+                )
         else:
             try:
                 info = os.fstat(fd)
@@ -360,10 +416,24 @@ def secret_mode_problem(path: str, mode: int, env: dict, cfg: Config) -> str:
     return ""
 
 
+def create_secret_line(name: str, namespace: str, run: str) -> str:
+    """The command that creates a run's Secret on Kubernetes, labelled as the run's (kgen render prints the same)."""
+    ns = f" -n {shlex.quote(namespace)}" if namespace else ""
+    labels = " ".join(
+        shlex.quote(f"{k}={v}")
+        for k, v in (("app.kubernetes.io/instance", run), ("app.kubernetes.io/managed-by", "kgen"))
+    )
+    return (
+        f'kubectl create secret generic {name}{ns} --from-literal=secret="$(python3 -c '
+        f"'import secrets; print(secrets.token_hex(32))')\" && kubectl label secret {name}{ns} {labels}"
+    )
+
+
 def load_config(env: dict, with_rank: bool = True) -> Config:
     """Every setting, validated; `problems` lists what is wrong. Without `with_rank` (--stop), the
     node rank is not derived: the process asking for a stop is not a node."""
     cfg = Config()
+    env = slurm_environment(env, cfg)  # a Slurm job step: NNODES, NODE_RANK, MASTER_* from the allocation
     p = cfg.problems
     cfg.nnodes = _number(env, "NNODES", p, int, lo=1, fix="set NNODES to the number of nodes (pods), e.g. NNODES=4")
     cfg.nproc = _number(
@@ -519,6 +589,8 @@ def load_config(env: dict, with_rank: bool = True) -> Config:
         read_secret(env, cfg)
     if with_rank:
         derive_rank(env, cfg.nnodes, cfg)
+        if cfg.slurm is not None and cfg.node_rank is not None:
+            cfg.rank_source = f"SLURM_NODEID={cfg.node_rank}"
     return cfg
 
 
@@ -1115,6 +1187,8 @@ def decide(cfg: Config, fault: str, gen: int) -> tuple[str, int, str]:
     by the user (6)."""
     if fault == "internal":
         return FAIL, EXIT_RUN_FAILED, "a kgen entrypoint failed (an internal error: report it)"
+    if cfg.slurm is not None:  # Slurm: no node comes back inside a step; the step ends, the job is requeued
+        return slurm_decide(cfg, fault)
     if cfg.max_reformations == 0:  # re-formation off: fail-stop, the controller replaces the group
         return FAIL, EXIT_PEER_LOST, "re-formation is off (KGEN_MAX_REFORMATIONS=0)"
     if fault == "script" and cfg.on_script_error == "fail":
@@ -1141,11 +1215,15 @@ def check_torch() -> None:
 
 
 def wrong_secret(cfg: Config, target: str, reason: str) -> None:
+    fix = (
+        "the Job's pods derive it from the Job's UID, so node 0 there is a pod of another Job (one deleted or "
+        "replaced under the same name?)"
+        if cfg.secret_from_uid
+        else f"every node needs the same secret in KGEN_SECRET_FILE (here {cfg.secret_file}); on Kubernetes "
+        f"every pod mounts the run's Secret: re-render and re-apply the whole run"
+    )
     fatal(
-        EXIT_CONFIG,
-        f"wrong secret: node 0 at {target} refused this node's proof of the run secret ({reason}): every node "
-        f"needs the same secret in KGEN_SECRET_FILE (here {cfg.secret_file}); on Kubernetes every pod mounts "
-        f"the run's Secret: re-render and re-apply the whole run",
+        EXIT_CONFIG, f"wrong secret: node 0 at {target} refused this node's proof of the run secret ({reason}): {fix}"
     )
 
 
@@ -2041,7 +2119,8 @@ def check_command(command: list[str], env: dict | None = None) -> None:
 
 def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
     argv = torchrun_argv(cfg, command, gen)
-    env = dict(os.environ, KGEN_RESTART_COUNT=str(gen), KGEN_RDZV_ID=f"{cfg.rdzv_id}-g{gen}")
+    restarts = str(cfg.restart_base + gen)
+    env = dict(os.environ, KGEN_RESTART_COUNT=restarts, KGEN_RDZV_ID=f"{cfg.rdzv_id}-g{gen}")
     log(f"generation {gen}: starting: " + " ".join(argv[1:]))
     try:
         return Child(argv, env)
@@ -2549,8 +2628,8 @@ def probe_node0(cfg: Config, host: str) -> tuple[bool, str]:
         sock, _, answer, _ = open_session(cfg, {"t": MSG_PROBE}, timeout=3, host=host)
     except Denied as exc:
         return False, (
-            f"accepts, but node 0 refused this host's proof of the run secret ({exc}): KGEN_SECRET_FILE "
-            f"({cfg.secret_file}) holds another secret than node 0's"
+            f"accepts, but node 0 refused this host's proof of the run secret ({exc}): {cfg.secret_source} "
+            f"gives another secret than node 0's"
         )
     except ProtocolError as exc:
         return False, f"accepts, but did not prove it is this run's node 0 ({exc})"
@@ -2692,7 +2771,7 @@ def diagnose(env: dict) -> int:
     if cfg.secret_problem:
         check(False, "run secret", cfg.secret_problem)
     elif cfg.secret is not None:
-        check(True, "run secret", f"KGEN_SECRET_FILE={cfg.secret_file} ({len(cfg.secret)} characters)")
+        check(True, "run secret", f"{cfg.secret_source} ({len(cfg.secret)} characters)")
     if rank_problems:
         for p in rank_problems:
             check(False, "node rank", p)
@@ -2799,6 +2878,7 @@ def diagnose(env: dict) -> int:
     return 1 if failed else 0
 
 
+# >>> not in pods: kgen render leaves the bare-metal section out of the ConfigMap (kgen/render/podcopy.py)
 # --------------------------------------------------------------------------------------------
 # Bare metal: one node's run directory (`kgen launch`, docs/baremetal.md)
 #
@@ -3587,6 +3667,352 @@ def run_dir_verb(args: list[str]) -> int:
     return EXIT_CONFIG
 
 
+# <<< not in pods
+# --------------------------------------------------------------------------------------------
+# Slurm: one task per node of a job step (docs/slurm.md)
+#
+# Inside `srun` (SLURM_JOB_ID and SLURM_STEP_ID set) the node rank is SLURM_NODEID, NNODES the step's
+# node count, MASTER_ADDR the first host of the step's node list (parsed here, as `scontrol show
+# hostnames` does: no scontrol needed inside a container), MASTER_PORT 20000 + 2 x (job id % 5000)
+# (below the ephemeral range; the liveness port is the next one, so two jobs sharing a node never share
+# a port), the run id the job id, and KGEN_RESTART_COUNT follows SLURM_RESTART_COUNT. A value set
+# explicitly must agree with the allocation (NNODES and NODE_RANK both set: ranks by hand, nothing is
+# derived). A lost node is never replaced inside a step: the survivors fail-stop (75), the step ends,
+# and --slurm-end requeues the job (`scontrol requeue`) to resume from the checkpoint, at most
+# KGEN_MAX_REFORMATIONS times; a script error fails the job at once (5).
+#
+#   RUN = the run's folder on a file system every node shares (kgen submit makes it, 0700):
+#   secret, kgen_entrypoint.py, job.sbatch   written at submit time (the secret never in the script)
+#   node<R>/log, node<R>/events            every line of node R, "<UTC time> <line>", all attempts
+#   node<R>/exit    {"code", "reason", "time", "attempt", "job", "host"} of node R's last attempt
+#   node<R>/pid     node R's task: host, pid, attempt, job
+#   node<R>/attempts  one JSON line per start (host) and exit of node R, every attempt (a requeue keeps them)
+#   end, history    --slurm-end's decision on the last attempt (JSON); every decision (JSON lines)
+#   stopping        kgen stop was asked: nothing is requeued, a requeued attempt does not start
+#
+# Verbs: --slurm-node RUN -- COMMAND (the task srun starts on every node: the entrypoint under a
+# foreground supervisor that stamps its lines into RUN/node<R>), --slurm-end RUN RC (the batch script,
+# after srun: succeeded, failed, stopped, or requeue).
+# --------------------------------------------------------------------------------------------
+
+SLURM_PORT_BASE, SLURM_PORT_PAIRS = 20000, 5000  # ports 20000-29999: below Linux's ephemeral range
+SLURM_REQUEUE_CODES = (EXIT_PEER_LOST, EXIT_DROPPED, 128 + 9, 128 + 15)  # a lost, frozen or killed node
+HOSTLIST_MAX = 65536  # names one host list may expand to
+
+
+def hostlist(text: str) -> list[str]:
+    """Slurm's host list -> host names in order, as `scontrol show hostnames` prints them:
+    ``n[0-2]`` -> n0 n1 n2; ``gpu-[01-03,7],login1`` keeps the zero padding and the order;
+    ``r[1-2]-n[0-1]`` -> r1-n0 r1-n1 r2-n0 r2-n1. ValueError on anything else."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        if depth not in (0, 1):
+            raise ValueError(f"unbalanced brackets in host list {text!r}")
+    if depth:
+        raise ValueError(f"unbalanced brackets in host list {text!r}")
+    parts.append(text[start:])
+    names: list[str] = []
+    for part in parts:
+        part = part.strip()
+        if not part:
+            continue
+        names.extend(_hostlist_part(part, HOSTLIST_MAX - len(names)))
+    return names
+
+
+def _hostlist_part(part: str, room: int) -> list[str]:
+    m = re.fullmatch(r"([^\[\]]*)\[([^\[\]]*)\](.*)", part)
+    if not m:
+        if "[" in part or "]" in part or any(c.isspace() for c in part):
+            raise ValueError(f"bad host name {part!r}")
+        return [part]
+    prefix, ranges, rest = m.groups()
+    tails = _hostlist_part(rest, room) if rest else [""]
+    out: list[str] = []
+    for item in ranges.split(","):
+        lo, sep, hi = item.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"bad range {item!r} in host list {part!r}")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first or (last - first + 1) * len(tails) > room - len(out):
+            raise ValueError(f"range {item!r} in {part!r} is reversed or longer than {HOSTLIST_MAX} names")
+        out.extend(f"{prefix}{str(k).zfill(len(lo))}{t}" for k in range(first, last + 1) for t in tails)
+    return out
+
+
+def slurm_port(job: str) -> int:
+    """MASTER_PORT of a Slurm job (the liveness channel takes the next port): pairs never overlap."""
+    try:
+        key = int(job)
+    except ValueError:
+        key = sum(job.encode()) * 7919
+    return SLURM_PORT_BASE + 2 * (key % SLURM_PORT_PAIRS)
+
+
+def slurm_environment(env: dict, cfg: Config) -> dict:
+    """Inside a Slurm job step: the run's settings from the allocation, into a copy of ``env`` (the
+    contract's names, so everything after reads them as on any other platform); cfg.slurm says what came
+    from where. Outside Slurm, or with KGEN_SLURM=0: ``env`` unchanged."""
+    job = _raw(env, "SLURM_JOB_ID") or _raw(env, "SLURM_JOBID")
+    if job is None or _raw(env, "KGEN_SLURM") == "0":
+        return env
+    p = cfg.problems
+    step = _raw(env, "SLURM_STEP_ID") or _raw(env, "SLURM_STEPID")
+    if step is None:
+        if _raw(env, "NODE_RANK") is None and (_raw(env, "SLURM_NNODES") or "1") != "1":
+            p.append(
+                f"this is the batch script (or allocation) of Slurm job {job}, not a job step (no SLURM_STEP_ID): "
+                "start the entrypoint with srun, one task per node (srun --ntasks-per-node=1 "
+                '--ntasks="$SLURM_NNODES" ...), or it runs on the batch host alone as node 0'
+            )
+        return env
+    if _raw(env, "NNODES") is not None and _raw(env, "NODE_RANK") is not None:
+        return env  # ranks given by hand (kgen launch in a Slurm shell, or a script of your own): taken as given
+    out = dict(env)
+
+    def count(*names: str) -> int | None:
+        for name in names:
+            raw = _raw(env, name)
+            if raw is not None:
+                if raw.isdigit():
+                    return int(raw)
+                p.append(f"{name}={raw!r} is not a number: this is not a Slurm job step's environment")
+                return None
+        return None
+
+    nodes = count("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+    tasks = count("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
+    node_id = count("SLURM_NODEID")
+    restart = count("SLURM_RESTART_COUNT") or 0
+    if nodes is None or node_id is None:
+        p.append("SLURM_STEP_NUM_NODES and SLURM_NODEID are not set in this Slurm job step: start it with srun")
+        return env
+    if tasks is not None and tasks != nodes:
+        p.append(
+            f"Slurm job step with {tasks} tasks on {nodes} node(s) (SLURM_STEP_NUM_TASKS): kgen runs one task per "
+            'node, torchrun starts the per-GPU processes: srun --ntasks-per-node=1 --ntasks="$SLURM_NNODES"'
+        )
+    for name, value in (("NNODES", nodes), ("NODE_RANK", node_id)):
+        given = _raw(env, name)
+        if given is not None and given != str(value):
+            origin = "SLURM_STEP_NUM_NODES" if name == "NNODES" else "SLURM_NODEID"
+            p.append(
+                f"{name}={given} but the Slurm step says {value} ({origin}): unset {name}, kgen takes it from Slurm"
+            )
+        out[name] = str(value)
+    listed = _raw(env, "SLURM_STEP_NODELIST") or _raw(env, "SLURM_JOB_NODELIST") or _raw(env, "SLURM_NODELIST") or ""
+    addr = _raw(env, "MASTER_ADDR")
+    if addr is None:
+        try:
+            hosts = hostlist(listed)
+        except ValueError as exc:
+            hosts = []
+            p.append(f"SLURM_STEP_NODELIST={listed!r}: {exc}: set MASTER_ADDR to node 0's host")
+        if hosts:
+            out["MASTER_ADDR"] = addr = hosts[0]
+        elif listed == "":
+            p.append("SLURM_STEP_NODELIST is not set: set MASTER_ADDR to node 0's host")
+    if _raw(env, "MASTER_PORT") is None:
+        out["MASTER_PORT"] = str(slurm_port(job))
+    if _raw(env, "KGEN_RUN_ID") is None:
+        out["KGEN_RUN_ID"] = job
+    if _raw(env, "KGEN_JOB_NAME") is None and _raw(env, "SLURM_JOB_NAME"):
+        out["KGEN_JOB_NAME"] = re.sub(r"[^A-Za-z0-9_.-]", "-", _raw(env, "SLURM_JOB_NAME") or "")[:63]
+    if _raw(env, "KGEN_RESTART_ATTEMPT") is None:
+        out["KGEN_RESTART_ATTEMPT"] = str(restart)
+    cfg.restart_base = restart
+    cfg.slurm = {"job": job, "step": step, "nodes": nodes, "restart": restart, "nodelist": listed}
+    port_from = " (from the job id)" if _raw(env, "MASTER_PORT") is None else ""
+    cfg.notes.append(
+        f"Slurm job {job} step {step}: {nodes} node(s) (SLURM_STEP_NUM_NODES), node rank from SLURM_NODEID, "
+        f"MASTER_ADDR {addr} (first host of {listed or '?'}), MASTER_PORT {out.get('MASTER_PORT')}{port_from}, "
+        f"restart {restart} (SLURM_RESTART_COUNT)"
+    )
+    return out
+
+
+def slurm_decide(cfg: Config, fault: str) -> tuple[str, int, str]:
+    """decide() inside a Slurm step: nothing re-forms in place (the step has no replacement node)."""
+    if fault == "script" and cfg.on_script_error == "fail":
+        return FAIL, EXIT_RUN_FAILED, "a training script failed (KGEN_ON_SCRIPT_ERROR=fail)"
+    return FAIL, EXIT_PEER_LOST, "the Slurm step ends; the job is requeued and resumes from the checkpoint"
+
+
+# >>> not in pods: the Slurm task's supervisor and the batch script's decision (kgen/render/podcopy.py)
+def _slurm_int(name: str, default: int = 0) -> int:
+    raw = (os.environ.get(name) or "").strip()
+    return int(raw) if raw.isdigit() else default
+
+
+def slurm_max_requeues(env: dict) -> int:
+    raw = (env.get("KGEN_MAX_REFORMATIONS") or "").strip()
+    return int(raw) if raw.isdigit() else int(DEFAULTS["KGEN_MAX_REFORMATIONS"])
+
+
+class SlurmNode(Supervisor):
+    """Node R of a Slurm job step, in the foreground of its srun task: bare metal's stamping (RUN/node<R>/log
+    and events; every line also to stdout, which is Slurm's output file), one attempt (Slurm requeues the
+    job, nothing is replaced here), RUN/node<R>/exit tagged with the attempt."""
+
+    def __init__(self, run: str, rank: int, command: list[str]) -> None:
+        self.run_root = run
+        self.job = (os.environ.get("SLURM_JOB_ID") or "").strip()
+        self.attempt = _slurm_int("SLURM_RESTART_COUNT")
+        node_dir = os.path.join(run, f"node{rank}")
+        os.makedirs(node_dir, mode=0o700, exist_ok=True)
+        _write_private(os.path.join(node_dir, "node.json"), json.dumps({"command": command, "rank": rank,
+                                                                          "workdir": os.getcwd()}))  # fmt: skip
+        with open(os.path.abspath(__file__)) as fh:
+            _write_private(os.path.join(node_dir, "kgen_entrypoint.py"), fh.read())
+        super().__init__(node_dir)
+
+    def write_line(self, line: str) -> None:
+        super().write_line(line)
+        try:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+
+    def finish(self, code: int, reason: str) -> int:
+        rec = {"code": code, "reason": reason, "time": _utc_stamp(), "attempt": self.attempt, "job": self.job,
+               "host": socket.gethostname()}  # fmt: skip
+        _write_private(os.path.join(self.dir, "exit"), json.dumps(rec))
+        self.note(dict(rec, event="exit"))
+        return code
+
+    def note(self, rec: dict) -> None:
+        """One line of RUN/node<R>/attempts: every attempt's start (host) and exit, kept across requeues."""
+        fd = os.open(os.path.join(self.dir, "attempts"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, self._on_signal)
+        set_child_subreaper()
+        rec = _identity(os.getpid())
+        rec.update(host=socket.gethostname(), attempt=self.attempt, job=self.job, time=_utc_stamp())
+        _write_private(os.path.join(self.dir, "pid"), json.dumps(rec))
+        self.note(
+            {"event": "start", "attempt": self.attempt, "job": self.job, "host": rec["host"], "time": rec["time"]}
+        )
+        limit = slurm_max_requeues(dict(os.environ))
+        if os.path.exists(os.path.join(self.run_root, "stopping")):
+            reason = "stopped by user (kgen stop asked before this attempt started)"
+            self.write_line(f"kgen-entrypoint: stopped: {reason}")
+            return self.finish(EXIT_STOPPED, reason)
+        if self.attempt > limit:
+            reason = (f"requeue limit reached: attempt {self.attempt} (SLURM_RESTART_COUNT) is more than "
+                      f"KGEN_MAX_REFORMATIONS={limit}")  # fmt: skip
+            self.write_line(f"kgen-entrypoint: stopped: {reason}")
+            return self.finish(EXIT_RUN_FAILED, reason)
+        self.say(f"Slurm job {self.job}, attempt {self.attempt} (requeues up to {limit}) on {socket.gethostname()}")
+        code = self.run_child(self.attempt)
+        reason = self.last_stop_line.replace("kgen-entrypoint: stopped: ", "", 1) or _signal_reason(code)
+        return self.finish(code, reason)
+
+
+def slurm_node(args: list[str]) -> int:
+    """--slurm-node RUN -- COMMAND: node SLURM_NODEID of the run, supervised in the foreground."""
+    if len(args) < 3 or args[1] != "--" or not os.path.isdir(args[0]):
+        fatal(EXIT_CONFIG, "--slurm-node needs the run's folder (an existing directory) and -- COMMAND")
+    rank = _slurm_int("SLURM_NODEID", -1)
+    if rank < 0 or not (os.environ.get("SLURM_STEP_ID") or os.environ.get("SLURM_STEPID")):
+        fatal(EXIT_CONFIG, "--slurm-node runs inside a Slurm job step: start it with srun --ntasks-per-node=1")
+    command = args[2:]
+    if command[:1] not in (["--smoke-test"], ["--diagnose"]):
+        check_command(command)
+    os.umask(0o077)
+    return SlurmNode(os.path.abspath(args[0]), rank, command).run()
+
+
+def slurm_outcome(exits: dict, nnodes: int, attempt: int, job: str, srun_rc: int, limit: int,
+                  stopping: bool) -> tuple[str, int, str]:  # fmt: skip
+    """What one attempt of a Slurm run comes to: (succeeded | failed | stopped | requeue, exit code, why).
+
+    ``exits``: node rank -> its RUN/node<R>/exit record (any attempt; older ones count as missing). Pure."""
+    current = {
+        r: rec if isinstance(rec, dict) and rec.get("attempt") == attempt and str(rec.get("job")) == job else None
+        for r, rec in ((r, exits.get(r)) for r in range(nnodes))
+    }
+    codes = {r: rec.get("code") for r, rec in current.items() if rec is not None and isinstance(rec.get("code"), int)}
+    missing = sorted(r for r in range(nnodes) if r not in codes)
+
+    def said(r: int) -> str:
+        rec = current.get(r) or {}
+        return f"node {r}: exit {codes[r]} ({rec.get('reason') or _signal_reason(codes[r])})"
+
+    if stopping:
+        return "stopped", EXIT_STOPPED, "stopped by user (kgen stop)"
+    if codes and not missing and all(c == 0 for c in codes.values()):
+        return "succeeded", EXIT_OK, f"all {nnodes} nodes finished"
+    stopped = [r for r, c in codes.items() if c == EXIT_STOPPED]
+    if stopped:
+        return "stopped", EXIT_STOPPED, (current[stopped[0]] or {}).get("reason") or "stopped by user"
+    if not codes:
+        return "failed", srun_rc or EXIT_CONFIG, f"no node of the step started (srun exit {srun_rc})"
+    causes = [r for r, c in codes.items() if c not in SLURM_REQUEUE_CODES and c not in (0, EXIT_RUN_FAILED)]
+    whole = [r for r, c in codes.items() if c == EXIT_RUN_FAILED]
+    if causes or whole:
+        first = (causes or whole)[0]
+        return "failed", codes[first], said(first)
+    lost = [f"node {r}: no exit record (its node was lost)" for r in missing]
+    lost += [said(r) for r, c in sorted(codes.items()) if c in (EXIT_DROPPED, 128 + 9)]
+    why = "; ".join(lost or [said(r) for r, c in sorted(codes.items()) if c != 0][:3])
+    if attempt >= limit:
+        return "failed", EXIT_RUN_FAILED, f"requeue limit reached (KGEN_MAX_REFORMATIONS={limit}): {why}"
+    return "requeue", EXIT_PEER_LOST, why
+
+
+def slurm_end(args: list[str]) -> int:
+    """--slurm-end RUN RC: the batch script after srun (RC: srun's exit status). Decides the attempt from
+    every node's exit record, writes RUN/end and RUN/history, and requeues the job when a node was lost."""
+    if len(args) != 2 or not os.path.isdir(args[0]) or not args[1].lstrip("-").isdigit():
+        fatal(EXIT_CONFIG, "--slurm-end needs the run's folder and srun's exit status")
+    run, srun_rc = os.path.abspath(args[0]), int(args[1])
+    job = (os.environ.get("SLURM_JOB_ID") or "").strip()
+    attempt = _slurm_int("SLURM_RESTART_COUNT")
+    nnodes = _slurm_int("SLURM_NNODES", 1)
+    limit = slurm_max_requeues(dict(os.environ))
+    exits = {r: _read_json(os.path.join(run, f"node{r}", "exit")) for r in range(nnodes)}
+    stopping = os.path.exists(os.path.join(run, "stopping"))
+    decision, code, why = slurm_outcome(exits, nnodes, attempt, job, srun_rc, limit, stopping)
+    pids = {r: _read_json(os.path.join(run, f"node{r}", "pid")) or {} for r in range(nnodes)}
+    rec = {"job": job, "attempt": attempt, "decision": decision, "code": code, "reason": why, "srun": srun_rc,
+           "codes": {str(r): (e or {}).get("code") if (e or {}).get("attempt") == attempt else None
+                     for r, e in exits.items()},
+           "hosts": {str(r): p.get("host") for r, p in pids.items() if p.get("attempt") == attempt},
+           "time": _utc_stamp()}  # fmt: skip
+    _write_private(os.path.join(run, "end"), json.dumps(rec))
+    with open(os.path.join(run, "history"), "a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+    print(f"kgen-slurm: job {job} attempt {attempt}: {decision}: {why}", flush=True)
+    if decision != "requeue":
+        return code
+    print(f"kgen-slurm: scontrol requeue {job} (attempt {attempt + 1} of at most {limit + 1})", flush=True)
+    try:
+        res = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+        err = (res.stderr or res.stdout).strip() if res.returncode else ""
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        err = str(exc)
+    if err:
+        print(f"kgen-slurm: error: scontrol requeue {job} failed ({err}): the job fails", flush=True)
+        return code
+    time.sleep(30)  # Slurm ends this script (SIGTERM) as it requeues the job
+    return code
+
+
+# <<< not in pods
 # --------------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------------
@@ -3604,6 +4030,9 @@ USAGE = (
     "  --run-dir DIR --state               the node's run state, one JSON line\n"
     "  --run-dir DIR --log [--tail N] [--follow]\n"
     "  --run-dir DIR --stop-node [--grace S] [--interrupt]   end every process of the node\n"
+    "slurm (docs/slurm.md):\n"
+    "  --slurm-node RUN -- COMMAND   this node of the job step (srun, one task per node)\n"
+    "  --slurm-end RUN RC            after srun: succeeded, failed, stopped, or requeue the job\n"
 )
 
 
@@ -3626,10 +4055,22 @@ def _main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--smoke-worker"]:
         return smoke_worker()
+    verbs = {"--launch-node": "launch_node", "--run-dir": "run_dir_verb", "--slurm-node": "slurm_node"}
+    verbs["--slurm-end"] = "slurm_end"
+    if args and args[0] in verbs and verbs[args[0]] not in globals():
+        fatal(
+            EXIT_CONFIG,
+            f"{args[0]} is for bare metal or Slurm: this is the pod copy kgen render ships, without that "
+            "section; `kgen entrypoint` prints the whole file",
+        )
     if args[:1] == ["--launch-node"]:  # kgen launch, over ssh (bare metal, docs/baremetal.md)
         return launch_node(globals().get("KGEN_SOURCE"))
     if args[:1] == ["--run-dir"]:
         return run_dir_verb(args[1:])
+    if args[:1] == ["--slurm-node"]:  # a Slurm job step's task, one per node (docs/slurm.md)
+        return slurm_node(args[1:])
+    if args[:1] == ["--slurm-end"]:  # the sbatch script after srun: succeeded, failed, stopped or requeue
+        return slurm_end(args[1:])
     if args[:1] in (["-h"], ["--help"]):
         sys.stdout.write(USAGE)
         return 0

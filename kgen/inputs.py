@@ -1,7 +1,7 @@
 """Reading what a user names as input: a file, or ``-`` for stdin, never more than a bound.
 
 One job: bytes in, text out, or one InputError that names the input. No click, no printing;
-parsing is the caller's (values: kgen.layering; manifests: kgen.lint).
+parsing is the caller's (values: kgen.render.layering; manifests: kgen.lint).
 
 - ``read_bytes`` / ``read_text`` (values files, ``kgen render -f``): a read stops after ``limit + 1``
   bytes, so ``/dev/zero``, an endless pipe (``yes | kgen render -f -``) or a huge file end at once

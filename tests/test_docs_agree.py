@@ -77,8 +77,8 @@ def test_jobset_and_cluster_docs_agree_that_the_cluster_verbs_take_jobsets():
     assert "not available on this branch" not in JOBSET_MD
     assert "`kgen status`, `logs`, `stop`, `list` and `submit --kind jobset` work on JobSets" in JOBSET_MD
     assert "Kinds: Job, StatefulSet, and JobSet" in CLUSTER_MD
-    from kgen.cli_cluster import STOP_KINDS
     from kgen.cluster.client import WORKLOAD_KINDS
+    from kgen.cluster.ops import STOP_KINDS
 
     assert "JobSet" in STOP_KINDS and "JobSet" in WORKLOAD_KINDS
 
@@ -140,7 +140,7 @@ def status_examples(text: str):
 def test_every_status_example_shows_the_exit_code_kgen_status_gives():
     """The README's bare-metal block showed `[exit 3]` after a running run's status (the codes before
     contract C2); `kgen status` exits 0 unless the run failed or was stopped, `--exit-code` gives 3."""
-    from kgen.cluster.verdict import status_exit
+    from kgen.runs.verdict import status_exit
 
     seen = 0
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:

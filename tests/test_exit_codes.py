@@ -10,8 +10,8 @@ import yaml
 
 from kgen import jobset
 from kgen.api import RenderRequest, render
-from kgen.cluster.exitcodes import TABLE
 from kgen.resources import entrypoint_path
+from kgen.runs.exitcodes import TABLE
 
 
 def entrypoint_codes() -> dict[str, int]:

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from kgen.cli import cli
 from kgen.inputs import read_text
-from kgen.layering import MAX_DEPTH, MAX_NODES, MAX_VALUES_BYTES
+from kgen.render.layering import MAX_DEPTH, MAX_NODES, MAX_VALUES_BYTES
 
 
 def run(*args, input=None):

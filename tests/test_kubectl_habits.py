@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from kgen import __version__
-from kgen.cli import LINT_FORMATS, RENDER_FORMATS, cli
+from kgen.cli import cli
+from kgen.cli.options import LINT_FORMATS, RENDER_FORMATS
 
 
 def run(*args, input=None):
@@ -87,9 +88,9 @@ def test_format_stays_an_alias_and_output_file_writes_files(tmp_path):
 
 
 def test_the_format_lists_are_the_writers():
-    from kgen.cli_cluster import LIST_FORMATS, STATUS_FORMATS
-    from kgen.cluster import views
+    from kgen.cli.cluster import LIST_FORMATS, STATUS_FORMATS
     from kgen.output import FORMATS
+    from kgen.runs import views
 
     assert LINT_FORMATS == FORMATS
     assert (STATUS_FORMATS, LIST_FORMATS) == (views.STATUS_FORMATS, views.LIST_FORMATS)
@@ -111,8 +112,10 @@ def test_lint_takes_f_as_kubectl_does(tmp_path):
     stdin = run("lint", "-f", "-", input=job.read_text())
     assert stdin.exit_code == 0
     assert run("lint", "--filename", str(job)).exit_code == 0
-    twice = run("lint", "-f", str(job), "-f", "-", "-o", "json", input=job.read_text())  # repeatable: one context
-    assert {f["file"] for f in json.loads(twice.stdout)["findings"]} >= {"<stdin>"}
+    twice = run("lint", "-f", str(job), "-f", "-", "-o", "json", input=job.read_text())  # repeatable
+    assert json.loads(twice.stdout)["summary"]["files"] == 2  # stdin is an apply unit of its own: no collision
+    together = run("lint", "--unit", "tree", "-f", str(job), "-f", "-", "-o", "json", input=job.read_text())
+    assert {f["file"] for f in json.loads(together.stdout)["findings"]} >= {"<stdin>"}  # one context: duplicates
     empty = run("lint", "-f", "-", input="")
     assert empty.exit_code == 2 and "<stdin>: empty input" in empty.stderr
 
@@ -241,7 +244,7 @@ def test_an_equals_sign_stays_where_it_is_a_value_or_after_the_separator():
 
 def test_every_command_reads_the_equals_spelling():
     """The cluster and bare-metal verbs were plain click commands: `kgen status x -o=yaml` said got "=yaml"."""
-    from kgen.cli_options import KgenCommand
+    from kgen.cli.options import KgenCommand
 
     def leaves(cmd, path):
         if isinstance(cmd, click.Group):

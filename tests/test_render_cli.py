@@ -23,7 +23,7 @@ def test_render_without_arguments_is_the_2node_test_smoke_test():
     res = run("render")
     assert res.exit_code == 0, res.stderr
     docs = docs_of(res.stdout)
-    assert [d["kind"] for d in docs] == ["ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
     job = docs[-1]
     assert job["spec"]["completions"] == 2
     trainer = job["spec"]["template"]["spec"]["containers"][0]
@@ -110,7 +110,7 @@ def test_json_output_is_a_kubectl_list():
     assert res.exit_code == 0
     data = json.loads(res.stdout)
     assert data["kind"] == "List"
-    assert [i["kind"] for i in data["items"]] == ["ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"]
+    assert [i["kind"] for i in data["items"]] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
 
 
 def test_output_file_written_whole(tmp_path):
@@ -232,7 +232,7 @@ def test_every_command_is_documented_in_the_readme():
 
 
 def test_every_values_key_is_in_the_readme_values_reference():
-    from kgen.spec import VALUES
+    from kgen.render.values import VALUES
     from tests.conftest import ROOT
 
     readme = (ROOT / "README.md").read_text()

@@ -279,7 +279,7 @@ def test_bad_patches_name_the_file(tmp_path, text, message):
 
 
 def test_merge_patch_follows_rfc_7396():
-    from kgen.patching import merge_patch
+    from kgen.render.patching import merge_patch
 
     # RFC 7396 appendix A examples (lists of unnamed items replace)
     assert merge_patch({"a": "b"}, {"a": "c"}) == {"a": "c"}
@@ -392,7 +392,7 @@ def test_kind_is_case_insensitive(tmp_path, spelling):
 
 
 def test_values_reference_lists_every_key_with_type_default_and_meaning():
-    from kgen.spec import VALUES
+    from kgen.render.values import VALUES
 
     res = run("values")
     assert res.exit_code == 0 and res.stderr == ""
@@ -411,7 +411,7 @@ def test_help_and_hints_point_to_the_values_reference():
 
 
 def test_the_readme_values_table_is_the_generated_reference():
-    from kgen.reference import values_reference
+    from kgen.render.reference import values_reference
     from tests.conftest import ROOT
 
     readme = (ROOT / "README.md").read_text()

@@ -5,8 +5,7 @@ import pytest
 
 from kgen.api import RenderRequest, render
 from kgen.lint.api import LintOptions, lint_text
-from kgen.spec import MAX_K8S
-from kgen.versions import DEFAULT_KUBERNETES_VERSION
+from kgen.versions import DEFAULT_KUBERNETES_VERSION, MAX_K8S
 from tests.conftest import KINDS, PRESETS
 
 TARGETS = [None, "1.27", "1.31", "1.34", "1.37"]  # None = the default (1.33); the gates change at 31 and 34

@@ -5,8 +5,9 @@
   process; every call runs kgen's entrypoint on the host;
 - ``launch``: the pre-flight dialogue with every host, then every node started detached;
 - ``record``: the local record of a run ($XDG_STATE_HOME/kgen/runs/<RUN>.json);
-- ``adapter``: each host's run state -> the per-rank records of kgen.cluster.records (pure);
+- ``adapter``: each host's run state -> the per-rank records of kgen.runs.records (pure);
 - ``ops``: status, logs, stop, remove, list, one round trip per host, all hosts at once.
 
-Nothing here imports the ``kubernetes`` client; `kgen render`/`lint` import none of it.
+Nothing here imports kgen.cluster or the ``kubernetes`` client (what both share is kgen.runs); `kgen
+render`/`lint` import none of it.
 """

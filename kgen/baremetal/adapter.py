@@ -10,7 +10,7 @@ Pure. What a node's state says, in the vocabulary of `kgen status` on clusters:
 | supervisor alive | Running (training generation N, waiting, re-forming) | attempts its supervisor replaced |
 | exit 0 | Succeeded | - |
 | exit 6, or ended after `kgen stop` | Stopped | - (the run is "stopped") |
-| exit N | Failed | exit N with its meaning and role (kgen.cluster.exitcodes) |
+| exit N | Failed | exit N with its meaning and role (kgen.runs.exitcodes) |
 | supervisor gone, no exit | Lost (host rebooted, or its processes were SIGKILLed) | yes, "cause" |
 
 The log lines are ``<UTC time> <text>``; the entrypoint's own lines (events) carry generations,
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kgen.baremetal.record import NodeRecord, RunRecord
-from kgen.cluster import exitcodes
-from kgen.cluster.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
+from kgen.runs import exitcodes
+from kgen.runs.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 KGEN_PREFIX = re.compile(r"^\[kgen (?:node|supervisor) \d+ \d\d:\d\d:\d\d \+[\d.]+s\] ")

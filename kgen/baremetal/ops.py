@@ -1,7 +1,7 @@
 """The verbs on a bare-metal run: status, logs (merged, followed), stop, remove, list.
 
 One ssh round trip per host and verb, every host at once (kgen.baremetal.transport.parallel); the
-decisions are pure (kgen.baremetal.adapter -> kgen.cluster.verdict.judge). Returns data; only
+decisions are pure (kgen.baremetal.adapter -> kgen.runs.verdict.judge). Returns data; only
 kgen/cli*.py prints.
 """
 
@@ -19,9 +19,9 @@ from datetime import datetime, timedelta, timezone
 from kgen.baremetal import record as R
 from kgen.baremetal.adapter import NodeState, split_ts, to_records
 from kgen.baremetal.transport import LocalTransport, SshTransport, Transport, parallel
-from kgen.cluster.logs import prefix, rank_width
-from kgen.cluster.safetext import lines, printable
-from kgen.cluster.verdict import Verdict, judge
+from kgen.runs.safetext import lines, printable
+from kgen.runs.verdict import Verdict, judge
+from kgen.runs.views import prefix, rank_width
 
 STATE_TIMEOUT = 20.0
 GROUP_WAIT = 3.0  # kgen stop: how long the other nodes get to end by the group stop before SIGTERM
@@ -192,7 +192,7 @@ def follow(
             except OSError:
                 pass
         assert proc.stdout is not None
-        for raw in proc.stdout:  # one "\n"-ended line each, escaped (kgen.cluster.safetext)
+        for raw in proc.stdout:  # one "\n"-ended line each, escaped (kgen.runs.safetext)
             q.put((node.rank, printable(raw.decode("utf-8", "replace").rstrip("\n").removesuffix("\r")), None))
         proc.wait()
         err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""

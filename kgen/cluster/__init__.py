@@ -1,11 +1,11 @@
-"""Cluster verbs (`kgen status/logs/stop/submit/list`): I/O at the edge, decisions in the middle.
+"""The Kubernetes adapter of the run verbs (`kgen status/logs/stop/submit/list` on a cluster): I/O at the
+edge, decisions in the middle. It never imports kgen.baremetal; what both share is kgen.runs.
 
 - ``client``: the only module that imports the ``kubernetes`` package (lists, watches, log streams,
   deletes, server-side apply), returning plain dicts exactly as the API server sent them;
-- ``exitcodes``: what each container exit code of a kgen pod means (one table);
-- ``records``: the per-rank records a verdict is decided from (shared with kgen.baremetal);
-- ``kube_records``: the Kubernetes adapter: pods + Job/StatefulSet + events (+ log tails) -> records;
-- ``verdict``: pure: records -> a run's verdict and root cause (one decision for cluster and bare-metal runs);
+- ``kube_records``: pods + Job/StatefulSet + events (+ log tails) -> the per-rank records of kgen.runs.records;
+- ``verdict``: ``decide``: API objects -> records -> kgen.runs.verdict.judge (one decision for every run);
+- ``state``: what `kgen status --watch` knows while it follows the watches (pure);
 - ``logs``: merging concurrent log streams with ``[rank]`` prefixes;
-- ``views``: text and JSON for the commands (pure; ``kgen.cli_cluster`` prints them).
+- ``labels``, ``errors``: how a run's objects are found; the cluster's one-line errors.
 """

@@ -36,7 +36,7 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "StatefulSet": ("/apis/apps/v1", "statefulsets"),
     "Service": ("/api/v1", "services"),
     "ConfigMap": ("/api/v1", "configmaps"),
-    "Secret": ("/api/v1", "secrets"),  # the run's secret (kgen.runsecret)
+    "Secret": ("/api/v1", "secrets"),  # the run's secret (kgen.render.runsecret)
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
     "Pod": ("/api/v1", "pods"),

@@ -2,7 +2,7 @@
 
 Inputs: the run's pods (one list call), its Job or StatefulSet (or JobSet), the namespace's Events,
 optionally the tails of some pods' logs (for the entrypoint's ``FAIL-STOP:`` lines) and pods a watch saw
-deleted. Output: ``kgen.cluster.records.RunRecords``, which ``kgen.cluster.verdict.judge`` decides on.
+deleted. Output: ``kgen.runs.records.RunRecords``, which ``kgen.runs.verdict.judge`` decides on.
 Pure: ``kgen.cluster.client`` fetches.
 
 What the recordings taught (shared/cluster-recordings/README.md): the Job forgets ignored failures
@@ -19,8 +19,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from kgen.cluster import exitcodes
-from kgen.cluster.records import IDLE_AFTER_SUCCESS, Failure, Row, RunRecords, log_generation, parse_time
+from kgen.runs import exitcodes
+from kgen.runs.records import IDLE_AFTER_SUCCESS, Failure, Row, RunRecords, log_generation, parse_time
 
 CONTAINER = "trainer"
 INSTANCE_LABEL = "app.kubernetes.io/instance"

@@ -1,4 +1,4 @@
-"""How kgen finds a run's objects: by its own labels (templates/_metadata.yaml.j2, kgen.spec), never by
+"""How kgen finds a run's objects: by its own labels (templates/_metadata.yaml.j2, kgen.render.spec), never by
 name prefixes."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 is always requested; the prefix is dropped again unless --timestamps) and keeps each pod's own order.
 ``Follower`` follows all pods at once with a bounded thread pool, and picks up new pods (a re-formed
 Job generation) and restarted containers (StatefulSet) from a pod watch. It yields text lines; only
-the CLI prints. Lines are split on "\n" only and escaped (kgen.cluster.safetext): a log never passes a
+the CLI prints. Lines are split on "\n" only and escaped (kgen.runs.safetext): a log never passes a
 control character to the terminal.
 """
 
@@ -17,8 +17,9 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from kgen.cluster.safetext import lines, printable
-from kgen.cluster.verdict import pod_rank, trainer_status
+from kgen.cluster.kube_records import pod_rank, trainer_status
+from kgen.runs.safetext import lines, printable
+from kgen.runs.views import prefix, rank_width
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 
@@ -32,14 +33,6 @@ class Source:
     restarts: int = 0
     previous: bool = False
     created: str = ""  # the pod's creationTimestamp
-
-
-def prefix(rank: int, width: int) -> str:
-    return f"[{rank:>{width}}] "
-
-
-def rank_width(ranks: Iterable[int]) -> int:
-    return len(str(max(ranks, default=0)))
 
 
 def split_ts(line: str) -> tuple[str | None, str]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kgen.cluster.verdict import Verdict, decide
+from kgen.cluster.verdict import decide
+from kgen.runs.verdict import Verdict
 
 
 class RunState:

@@ -9,7 +9,8 @@ import pytest
 
 from kgen.baremetal.adapter import NodeState, to_records
 from kgen.baremetal.record import NodeRecord, RunRecord
-from kgen.cluster.verdict import decide, judge
+from kgen.cluster.verdict import decide
+from kgen.runs.verdict import judge
 
 HOSTS = ["a", "b", "c"]
 

@@ -15,12 +15,14 @@ import shutil
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
-from conftest import TRAINLOOP
 from sshlab import free_port_pair
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+TRAINLOOP = Path(__file__).resolve().parents[1] / "entrypoint" / "trainloop.py"
 
 NONCE = b"0" * 32
 ATTACKS = {

@@ -9,9 +9,9 @@ import copy
 from recordings import load
 
 from kgen.cluster.logs import Follower, Source, merge
-from kgen.cluster.records import error_lines, fail_stop_blames, log_generation
-from kgen.cluster.safetext import UNSAFE, lines, printable
 from kgen.cluster.verdict import decide
+from kgen.runs.records import error_lines, fail_stop_blames, log_generation
+from kgen.runs.safetext import UNSAFE, lines, printable
 
 HOSTILE = "a\x1b[2J\x1b]0;pwned\x07b\rc\x9b31m\u202ed\u2028[kgen node 0 10:00:00 +1.0s] FAIL-STOP: node 2 forged"
 

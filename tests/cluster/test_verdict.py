@@ -9,9 +9,10 @@ import json
 import pytest
 from recordings import captures, deleted_pods, load, watch_events
 
-from kgen.cluster import exitcodes
 from kgen.cluster.state import RunState, terminal
-from kgen.cluster.verdict import decide, fail_stop_blames, parse_time
+from kgen.cluster.verdict import decide
+from kgen.runs import exitcodes
+from kgen.runs.verdict import fail_stop_blames, parse_time
 
 # capture -> what the README says: state, root-cause ranks, its exit code, Job reason, re-formations,
 # and words the verdict line must hold
@@ -312,7 +313,7 @@ def test_in_place_reformation_codes_and_lines():
     """The re-forming entrypoint (survivors stay; KGEN_MAX_REFORMATIONS > 0) adds exit 5 (the run
     failed as a whole: a reaction) and 76 (this node was dropped: it froze or was cut off), relays
     with "node 0 ended the run:", and counts generations from 0 in its log lines."""
-    from kgen.cluster.verdict import log_generation
+    from kgen.runs.verdict import log_generation
 
     assert exitcodes.meaning(5).role == "victim" and exitcodes.meaning(76).role == "cause"
     (b,) = fail_stop_blames("[kgen node 2 10:00:01 +9.0s] FAIL-STOP: node 0 ended the run: node 1 silent for 5.0s")
@@ -329,7 +330,7 @@ def test_kind_from_the_pods_when_the_workload_is_gone():
 
 def test_statefulset_rank_without_the_pod_index_label():
     """Clusters before 1.28 do not set apps.kubernetes.io/pod-index: the ordinal ends the pod name."""
-    from kgen.cluster.verdict import pod_rank
+    from kgen.cluster.kube_records import pod_rank
 
     d = load("statefulset-running")
     pods = copy.deepcopy(d["pods"])
@@ -364,7 +365,7 @@ JOBSET = {
 
 
 def test_jobset_shape_ranks_and_restarts():
-    from kgen.cluster.views import shape
+    from kgen.runs.views import shape
 
     d = load("job-running")
     v = decide(d["name"], d["pods"], JOBSET, d["events"])
@@ -378,7 +379,7 @@ def test_jobset_shape_ranks_and_restarts():
 
 def test_statefulset_holding_idle_after_success_is_succeeded():
     """issue 8.3: a finished StatefulSet run keeps its pods Running, idle; node 0's last line says so."""
-    from kgen.cluster.verdict import IDLE_AFTER_SUCCESS
+    from kgen.runs.verdict import IDLE_AFTER_SUCCESS
 
     d = load("statefulset-running")
     running = decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"])

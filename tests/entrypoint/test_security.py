@@ -17,9 +17,10 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import pytest
-from podharness import CKPTLOOP, REPO, free_port_pair, render_cpu_job, write_secret
+from podharness import CKPTLOOP, REPO, free_port_pair, render_cpu_job
 
 pytestmark = pytest.mark.torch
 
@@ -151,6 +152,16 @@ def member_handshake_ms(cfg) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
+def store_keys(port: int) -> list[str]:
+    """torch's TCPStore on MASTER_PORT authenticates nobody: any client lists its keys (torch 2.13)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
+    return list(store.list_keys())
+
+
 # ---- the runs ------------------------------------------------------------------------------------
 def start_group(cluster, tmp_path, name: str, indexes):
     port = free_port_pair()
@@ -184,6 +195,7 @@ def assert_undisturbed(c, ckpt) -> None:
 
 
 @pytest.mark.timeout(420)
+@pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")  # torch, imported to read the store's keys
 def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster, tmp_path):
     # A clean run first: the result and timing to compare with.
     clean, _, clean_ckpt = start_group(cluster, tmp_path, "clean", range(NODES))
@@ -196,7 +208,12 @@ def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster
     node0 = c.pods[0]
     assert c.wait_for_log(r"node 2 joined the liveness channel", 1, 60, [node0]), c.logs()
     run_id = re.search(r"rendezvous static id=(\S+)", node0.log()).group(1)
-    secret = open(c.secret_file(), "rb").read().strip()
+    # The Job's pods derive the secret from the Job's UID (the controller-uid label the harness gives them
+    # as the Job controller does): it is in no object kgen rendered, and the run id an outsider may see
+    # (node 0's log, the rendezvous keys in torch's store) is a digest of it, not the UID.
+    pod_env = c.pod_env(0)
+    assert pod_env["KGEN_JOB_UID"] == c.run_uid and c.run_uid not in run_id and "KGEN_SECRET_FILE" not in pod_env
+    secret = ep.secret_from_job_uid(c.run_uid, pod_env["KGEN_NAMESPACE"], pod_env["KGEN_JOB_NAME"])
     tried: dict[int, str] = {}
 
     # 1. probe: node 0 says nothing but its challenge (no run id, no nnodes, no ranks)
@@ -243,9 +260,10 @@ def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster
         tried[src] = "sent something that is not kgen's protocol"
         assert rest == b""
 
-    # 8. a real entrypoint with the run's environment but another secret: one line, exit 2, no retry
+    # 8. a real entrypoint with the run's environment but another Job's UID (a pod of another Job, or one
+    # re-created after `kubectl delete`): one line, exit 2, no retry
     env = c.host_env(1)
-    env["KGEN_SECRET_FILE"] = write_secret(tmp_path, "other-secret")
+    env["KGEN_JOB_UID"] = str(uuid.uuid4())
     t = time.monotonic()
     argv = [sys.executable, str(ENTRYPOINT), "--", str(CKPTLOOP), "--ckpt", str(tmp_path / "x.json")]
     res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
@@ -274,6 +292,9 @@ def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster
     during = [member_handshake_ms(cfg) for _ in range(5)]
     assert c.wait_for_log(r"rank=\d+ step 20 gen=0", NODES, 120), c.logs()
     during += [member_handshake_ms(cfg) for _ in range(5)]
+    keys = store_keys(port)  # what a stranger reads from torch's store (no NetworkPolicy locally)
+    assert keys and all(c.run_uid not in k for k in keys), keys
+    assert any(run_id in k for k in keys), keys  # the digest is what the store holds
     flood.stop.set()
     flood.join(10)
     assert_undisturbed(c, ckpt)

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from kgen.spec import MAX_K8S, MIN_K8S
+from kgen.versions import MAX_K8S, MIN_K8S
 
 PRESETS = ["2node-test", "4x8", "64x8", "4x1"]
 KINDS = ["job", "statefulset", "jobset"]

@@ -44,6 +44,10 @@ SCRIPTS = [
     "x=$(echo assigned) y=(1 2 3); echo after",
     "echo \"a\nb\" 'c\nd'",
     'echo $"locale" "\\`" \'\\n\'',
+    # brace expansion (bash's order; quoted braces, {}, {a} and ${ stay)
+    "echo {a,b}c x{,y} {1..3} {3..1} {01..03} {-1..1} {a..e..2} a{b,c{d,e}}f {x,y}{1..2} a{b}c{d,e}",
+    "echo '{a,b}' \"{a,b}\" {a} {} ${NNODES}{x,y} {a','b} --gpus={0,1}",
+    "mkdir -p /out/{ckpt,logs}/{a,b} && echo {{a,b},c}",
 ]
 
 

@@ -1,0 +1,390 @@
+"""The run verbs: `kgen status`, `logs`, `stop`, `submit`, `list` (issue 10), for cluster and bare-metal runs.
+
+Thin click commands: flags -> kgen.sdk (status, watch, logs, stop, submit, list_runs: a bare-metal run's local
+record first, else the cluster; the ``kubernetes`` client is loaded only there, so `kgen render`/`lint`/`--help`
+never load it) -> kgen.runs.views -> stdout.
+
+Exit codes of `kgen status` (and of `--watch`), contract C2, from kgen.runs.verdict.status_exit: 0 unless
+the run failed (1); with --exit-code the state's own code: 0 succeeded, 1 failed, 3 running (starting,
+running, degraded or restarting), 4 pending (unschedulable, image pull errors). 2 is always bad input or a
+cluster error (no kubeconfig, unreachable, forbidden, unknown run), one line on stderr.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+
+import click
+
+from kgen.cli.options import KgenCommand, check_format, note, on_option, output_format_option
+from kgen.errors import UsageError
+
+STATUS_FORMATS = LIST_FORMATS = ("text", "wide", "json", "yaml")  # kgen.runs.views (not imported here: lazy)
+SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _ref(name, namespace, context, kubeconfig, on=None):
+    from kgen.sdk import RunRef
+
+    return RunRef(name, namespace=namespace, context=context, kubeconfig=kubeconfig, on=on)
+
+
+def cluster_options(f):
+    f = click.option("--kubeconfig", metavar="FILE", help="Kubeconfig file (default $KUBECONFIG, ~/.kube/config).")(f)
+    f = click.option("--context", metavar="NAME", help="Kubeconfig context to use (default: the current one).")(f)
+    f = click.option(
+        "-n", "--namespace", metavar="NS", help="Namespace (default: the context's, in a pod its own, else default)."
+    )(f)
+    return f
+
+
+# ------------------------------------------------------------------------------------------ status
+STATUS_EPILOG = """\b
+Examples:
+  kgen status llama-70b                 # one row per node rank, then the verdict
+  kgen status llama-70b -o wide         # ... with generation, pod IP and readiness
+  kgen status llama-70b -o json | jq .root_cause
+  kgen status llama-70b --watch         # follow until the run ends
+  kgen status llama-70b -n team-a --context prod
+  kgen status llama-70b --exit-code || echo "not done: $?"   # scripts: 3 running, 4 pending
+  kgen status my-ssh-run                # a kgen launch run: every host asked over ssh
+
+\b
+Exit codes: 0 unless the run failed (1); 2 bad input, cluster error or no such run.
+With --exit-code: 0 succeeded, 1 failed, 3 running (starting, running, degraded,
+restarting), 4 pending (unschedulable, image pull errors).
+"""
+
+
+@click.command("status", cls=KgenCommand, epilog=STATUS_EPILOG, context_settings=SETTINGS)
+@click.argument("name")
+@cluster_options
+@output_format_option(STATUS_FORMATS, "text", help="Output format (wide: also generation, pod IP, readiness).")
+@click.option(
+    "-w", "--watch", is_flag=True, help="Follow the run's pods and workload; print each change until it ends."
+)
+@click.option("--no-logs", is_flag=True, help="Do not read log tails (FAIL-STOP lines) for the root cause.")
+@click.option("--brief", is_flag=True, help="Only the verdict, no row per rank.")
+@click.option(
+    "--exit-code",
+    "state_codes",
+    is_flag=True,
+    help="Exit with the state's code: 0 succeeded, 1 failed or stopped, 3 running, 4 pending "
+    "(default: 0 unless it failed or was stopped).",
+)
+@on_option
+def status(name, namespace, context, kubeconfig, output_format, watch, no_logs, brief, state_codes, on):
+    """Show a run: one row per node rank and one verdict line (root cause of a failure).
+
+    NAME is the run name (kgen render --name, kgen launch --name): a bare-metal run of that name
+    (kgen launch's local record) is asked on its hosts; otherwise its Job or StatefulSet and its pods
+    are found on the cluster by kgen's labels.
+    """
+    from kgen import sdk
+    from kgen.runs import views
+    from kgen.runs.verdict import status_exit
+
+    check_format(output_format, STATUS_FORMATS, files=False)
+    ref = _ref(name, namespace, context, kubeconfig, on)
+    if not watch:
+        st = sdk.status(ref, read_logs=not no_logs)
+        if st.where:
+            st.verdict.details.append(st.where)
+        click.echo(views.status_view(st.verdict, output_format, rows=not brief), nl=False)
+        sys.exit(status_exit(st.verdict.state, state_codes))
+    v = show_watch(sdk.watch(ref, read_logs=not no_logs), output_format, brief)
+    sys.exit(status_exit(v.state, state_codes))
+
+
+def show_watch(updates, output_format: str, brief: bool):
+    """Print what `kgen status --watch` shows of each kgen.sdk.StatusUpdate; return the last verdict: the first
+    view in full, then a line per change (a document for json/yaml), the final view in full."""
+    from kgen.runs import views
+
+    v = None
+    for u in updates:
+        v = u.status.verdict
+        if u.kind == "first":
+            if u.status.where:
+                v.details.append(u.status.where)
+            click.echo(views.status_view(v, output_format, rows=not brief, document=True), nl=False)
+        elif u.kind == "change":
+            if output_format in ("text", "wide"):
+                click.echo(f"{time.strftime('%H:%M:%S', time.gmtime())}  {v.headline}")
+            else:
+                click.echo(views.status_view(v, output_format, document=True), nl=False)
+        elif u.kind == "final":  # re-read in full after the run ended
+            if output_format in ("text", "wide"):
+                click.echo("")
+            click.echo(views.status_view(v, output_format, rows=not brief, document=True), nl=False)
+        elif u.kind == "ended" and output_format in ("text", "wide"):  # the last change, in full
+            click.echo("")
+            click.echo(views.status_view(v, output_format, rows=not brief), nl=False)
+    assert v is not None  # a watch yields its first verdict at least
+    return v
+
+
+# ------------------------------------------------------------------------------------------ logs
+LOGS_EPILOG = """\b
+Examples:
+  kgen logs llama-70b                       # every rank, merged by time, "[rank] " prefixes
+  kgen logs llama-70b -f                    # follow all pods at once, and new pods of re-formed groups
+  kgen logs llama-70b --rank 0 --rank 17-19 --tail 100
+  kgen logs llama-70b --since 10m --timestamps
+  kgen logs llama-70b --previous            # the containers before their last restart
+  kgen logs my-ssh-run -f --rank 0          # a kgen launch run: every host's log over ssh
+"""
+
+
+def parse_ranks(values) -> set[int] | None:
+    if not values:
+        return None
+    out: set[int] = set()
+    for value in values:
+        for part in str(value).split(","):
+            part = part.strip()
+            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            if not m:
+                raise UsageError(f'expected N, N-M or a comma list, got "{value}"', option="--rank", hint="e.g. 0,3-5")
+            lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+            if hi < lo:
+                raise UsageError(f'empty range "{part}"', option="--rank", hint="write the lower rank first")
+            out.update(range(lo, hi + 1))
+    return out
+
+
+def parse_duration(value: str | None) -> int | None:
+    """--since in seconds; 0 (0s, 0m ...) means from now on: no line written before."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"(\d+)([smhd]?)", value.strip())
+    if not m:
+        raise UsageError(f'expected a duration like 30s, 10m or 2h (0s: from now on), got "{value}"', option="--since")
+    return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+@click.command("logs", cls=KgenCommand, epilog=LOGS_EPILOG, context_settings=SETTINGS)
+@click.argument("name")
+@cluster_options
+@click.option("-f", "--follow", is_flag=True, help="Follow every rank's log until the run ends.")
+@click.option("--rank", "ranks", multiple=True, metavar="N[-M][,..]", help="Only these node ranks (repeatable).")
+@click.option("--tail", type=int, metavar="N", help="The last N lines of each rank.")
+@click.option(
+    "--since", metavar="DURATION", help="Only lines newer than DURATION (30s, 10m, 2h; 0s: from now on, with -f)."
+)
+@click.option("--timestamps", is_flag=True, help="Show the API server's timestamp on every line.")
+@click.option("-p", "--previous", is_flag=True, help="The previous container of each rank (after a restart).")
+@click.option(
+    "--max-streams", default=128, show_default=True, metavar="N", type=int, help="Concurrent log streams at most."
+)
+@on_option
+def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, timestamps, previous, max_streams, on):
+    """Every rank's log, merged, each line prefixed with its node rank."""
+    from kgen import sdk
+
+    rank_set = parse_ranks(ranks)
+    since_s = parse_duration(since)
+    request = sdk.LogsRequest(
+        _ref(name, namespace, context, kubeconfig, on),
+        ranks=frozenset(rank_set) if rank_set is not None else None,
+        tail=tail,
+        since_s=since_s,
+        timestamps=timestamps,
+        previous=previous,
+        follow=follow,
+        max_streams=max_streams,
+    )
+    for line in sdk.logs(request, note=note):
+        click.echo(line)
+
+
+# ------------------------------------------------------------------------------------------ stop
+STOP_EPILOG = """\b
+Examples:
+  kgen stop llama-70b                 # delete the workload, Service, ConfigMap, Secret, NetworkPolicy, PDB, pods
+  kgen stop llama-70b --wait          # ... and wait (at most --timeout) until the pods are gone
+  kgen stop llama-70b -n team-a       # stopping a stopped run says so and succeeds
+  kgen stop my-ssh-run --rm           # a kgen launch run: every process on every host, then its files
+"""
+
+
+@click.command("stop", cls=KgenCommand, epilog=STOP_EPILOG, context_settings=SETTINGS)
+@click.argument("name")
+@cluster_options
+@click.option("--wait", is_flag=True, help="Wait until the run's pods are gone.")
+@click.option("--timeout", default=300.0, show_default=True, metavar="SECONDS", help="Bound for --wait.")
+@click.option(
+    "--grace",
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Bare metal: SIGKILL what is left this long after the stop began.",
+)
+@click.option("--rm", "remove", is_flag=True, help="Bare metal: then delete the run directories and the record.")
+@on_option
+def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, on):
+    """Stop a run: delete its workload, Service, ConfigMap, Secret, NetworkPolicy, PDB and pods (foreground);
+    a bare-metal run: end every process of it on every host (group stop, SIGTERM, SIGKILL after --grace)."""
+    from kgen import sdk
+
+    request = sdk.StopRequest(_ref(name, namespace, context, kubeconfig, on), wait, timeout, grace, remove)
+    result = sdk.stop(request, say=click.echo, note=note)
+    if result.on == "cluster":
+        if not result.deleted:
+            click.echo(f"run {name} is already stopped: nothing of it left in namespace {result.namespace}")
+        return
+    assert result.report is not None
+    for n in result.report.nodes:
+        click.echo(f"rank {n.node.rank} ({n.node.host}): {n.describe()}")
+    if not result.report.all_stopped:
+        left = ", ".join(f"rank {n.node.rank} on {n.node.host}" for n in result.report.nodes if not n.stopped)
+        note(f"run {name}: not confirmed stopped: {left}; `kgen stop {name}` again once the host answers")
+        sys.exit(1)
+    if result.removed:
+        note(f"run {name} stopped, but not removed: {'; '.join(result.removed)}")
+        sys.exit(1)
+    if remove:
+        click.echo(f"run {name} stopped and removed (run directories on every host and the local record)")
+        return
+    click.echo(f"run {name} stopped on every node in {result.report.took:.1f}s (logs kept: kgen logs {name})")
+
+
+# ------------------------------------------------------------------------------------------ submit
+def print_dry_run(docs: list[dict], outcome: str) -> None:
+    """The objects of a dry run as YAML on stdout (the API server's answers for --dry-run=server), one line
+    on stderr per object and what happened."""
+    from kgen.yamlio import dump_yaml
+
+    click.echo(dump_yaml(docs), nl=False)
+    names = ", ".join(f"{d.get('kind', '?').lower()}/{(d.get('metadata') or {}).get('name')}" for d in docs)
+    click.echo(f"kgen: dry run: {names} would be applied (server-side, field manager kgen); {outcome}", err=True)
+
+
+SUBMIT_EPILOG = """\b
+Examples:
+  kgen submit --preset 4x8 --name llama-70b --image ghcr.io/me/train:1.4 -- train.py --lr 3e-4
+  kgen submit --nodes 2 --gpus 0 --wait         # the smoke test; wait until every rank runs
+  kgen submit -f prod.yaml --name llama-70b --replace   # stop the old run of that name first
+  kgen submit --kind jobset --nodes 4 --gpus 8  # needs the JobSet CRD (checked before applying)
+  kgen submit --preset 4x8 --dry-run -- train.py          # print what would be applied, change nothing
+  kgen submit --preset 4x8 --dry-run=server -- train.py   # ... as the API server would take it
+
+\b
+Render options are those of `kgen render` (all but -o/--output and --output-file); the manifest is
+linted, then applied with server-side apply (field manager "kgen"): ConfigMap, Service, workload.
+If an apply fails, the objects this submit created are deleted again. A run of the same name must
+be stopped first (a Job's pod template is immutable): `kgen stop NAME`, another --name, or --replace.
+"""
+
+# Render's options that only say where render writes its text: submit applies instead.
+RENDER_OUTPUT_OPTIONS = ("output_file", "output_format")
+# RenderRequest's own fields; every other render option is a values flag (kgen.api.FLAG_NAMES).
+REQUEST_FIELDS = ("preset", "values_files", "sets", "env", "command", "kubernetes_version")
+
+
+def render_options(render_command: click.Command) -> list[click.Parameter]:
+    """Copies of `kgen render`'s options as `kgen submit` takes them: all of them (same names, metavars and
+    help, so the two cannot drift) except the output ones and --namespace (submit's -n/--namespace, from
+    cluster_options, takes its place), and without the COMMAND argument (submit's own, last)."""
+    import copy
+
+    return [
+        copy.copy(p)
+        for p in render_command.params
+        if isinstance(p, click.Option) and p.name not in (*RENDER_OUTPUT_OPTIONS, "namespace")
+    ]
+
+
+@click.command("submit", cls=KgenCommand, epilog=SUBMIT_EPILOG, context_settings=SETTINGS)
+@cluster_options
+@click.option("--replace", is_flag=True, help="Stop an existing run of the same name first (waits for its pods).")
+@click.option("--wait", is_flag=True, help="Show progress until every rank runs or the run ends.")
+@click.option("--timeout", default=600.0, show_default=True, metavar="SECONDS", help="Bound for --wait/--replace.")
+@click.option(
+    "--dry-run",
+    "dry_run",
+    is_flag=False,
+    flag_value="client",
+    default="none",
+    metavar="[client|server]",
+    help="Print what would be applied and change nothing: client (--dry-run alone) needs no cluster; "
+    "server sends it to the API server as a dry run (admission, defaults, conflicts).",
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS...]]")
+def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, command, **render_params):
+    """Render, lint and apply a run in one step, after checking no run of that name exists."""
+    from kgen import sdk
+    from kgen.cli.options import corrected_launcher, read_stdin_values
+
+    sdk.check_submit(timeout, dry_run, wait)
+    fields = {k: render_params.pop(k) for k in REQUEST_FIELDS if k != "command"}
+    stdin = read_stdin_values(fields.get("values_files") or ())  # `-f -`, as render
+    # every other render option is a values flag; submit's -n/--namespace is render's --namespace too
+    render = sdk.RenderRequest(**fields, **render_params, namespace=namespace, command=command, stdin=stdin)
+    request = sdk.SubmitRequest(render, namespace, context, kubeconfig, replace, timeout, dry_run)
+    with corrected_launcher("kgen submit"):
+        result = sdk.submit(request, say=click.echo, note=note)
+    if not result.applied:
+        print_dry_run(result.documents, result.outcome)
+        return
+    if wait:
+        name = result.checked.spec.name
+        ref = sdk.RunRef(name, namespace=result.namespace, context=context, kubeconfig=kubeconfig, on="cluster")
+        updates = sdk.watch(ref, first_logs=False, until_running=True, timeout=timeout)
+        v = show_watch(updates, "text", True)
+        sys.exit(0 if v.state in ("running", "succeeded") else v.state_code)  # else 3 or 4: still waiting
+
+
+# ------------------------------------------------------------------------------------------ list
+LIST_EPILOG = """\b
+Examples:
+  kgen list                 # kgen runs in the current namespace
+  kgen list -A              # in every namespace
+  kgen list -o json
+
+\b
+Bare-metal runs (kgen launch, from this machine's records) come first, each asked on its hosts;
+then the cluster's, when a cluster is configured.
+"""
+
+
+@click.command("list", cls=KgenCommand, epilog=LIST_EPILOG, context_settings=SETTINGS)
+@cluster_options
+@click.option("-A", "--all-namespaces", is_flag=True, help="Runs in every namespace.")
+@output_format_option(LIST_FORMATS, "text", help="Output format (wide: also ranks up and re-formations).")
+def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
+    """The kgen-managed runs: bare-metal runs (kgen launch) and the cluster's (found by kgen's labels):
+    shape, kind, state, age and verdict."""
+    import json
+
+    from kgen import sdk
+    from kgen.runs import views
+
+    check_format(output_format, LIST_FORMATS, files=False)
+    listed = sdk.list_runs(sdk.ListRequest(namespace, context, kubeconfig, all_namespaces), note=note)
+    runs = listed.runs
+    if output_format == "json":
+        click.echo(json.dumps(runs, indent=2))
+    elif output_format == "yaml":
+        click.echo(views.to_yaml(runs), nl=False)
+    elif not runs:
+        click.echo(f"no kgen runs in {listed.where}")
+    else:
+        for line in views.list_rows(runs, wide=output_format == "wide"):
+            click.echo(line)
+
+
+COMMANDS = (status, logs, stop, submit, list_runs)
+SUBMIT_OWN_PARAMS = list(submit.params)  # -n/--namespace, --context, --kubeconfig, --replace, --wait, --timeout
+
+
+def register(group: click.Group) -> None:
+    """Add the cluster verbs to ``group``; `kgen submit` takes `kgen render`'s options (``group``'s render)."""
+    render_command = group.commands.get("render")
+    if render_command is None:
+        raise RuntimeError("register the render command before the cluster verbs")
+    submit.params = render_options(render_command) + SUBMIT_OWN_PARAMS
+    for command in COMMANDS:
+        group.add_command(command)

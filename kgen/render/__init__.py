@@ -1,0 +1,1 @@
+"""The render pipeline (`kgen render`), one module per stage."""

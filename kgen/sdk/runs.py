@@ -1,0 +1,662 @@
+"""The run verbs as library functions: `kgen status`, `logs`, `stop` and `list` on a run wherever it runs (a
+bare-metal run's local record first, else the cluster), `kgen submit` (a cluster) and `kgen launch` (ssh hosts,
+or this machine).
+
+Each takes a request dataclass and returns data, or yields it as it comes (``watch``, ``logs``). Lines about
+the work in progress go to the caller's ``say`` (what the CLI prints on stdout) and ``note`` (stderr, after
+"kgen: "); both default to saying nothing. Errors are ``kgen.errors.KgenError`` (one line; the CLI's exit 2).
+The adapters (kgen.cluster, kgen.baremetal) are imported only by the function that uses them: `kgen launch`
+never loads the ``kubernetes`` client, `kgen status` of a cluster run no ssh code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kgen.errors import NestedLauncherError, UsageError
+
+if TYPE_CHECKING:
+    from kgen.baremetal.ops import StopReport
+    from kgen.baremetal.record import RunRecord
+    from kgen.render.pipeline import Checked, RenderRequest
+    from kgen.runs.verdict import Verdict
+
+Say = Callable[[str], None]
+ON_CHOICES = ("cluster", "bare-metal")
+CLUSTER_CHECK_S = 3.0  # a run found in the local record is also looked for on a configured cluster this long
+BARE_METAL_POLL_S = 2.0  # `kgen status --watch` of a bare-metal run asks every host this often
+
+
+def _quiet(text: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """Which run: its name, the cluster to ask (kubeconfig, context, namespace: kubectl's defaults when None)
+    and ``on``: "cluster", "bare-metal", or None (the local bare-metal record of that name first, else the
+    cluster; a name that is both is an error that asks to choose)."""
+
+    name: str
+    namespace: str | None = None
+    context: str | None = None
+    kubeconfig: str | None = None
+    on: str | None = None
+
+
+@dataclass
+class RunStatus:
+    """A run's verdict (kgen.runs.verdict.Verdict: state, headline, root cause, one row per rank) and where it
+    runs: ``on`` is "cluster" or "bare-metal"; ``where`` says which bare-metal run it is (None on a cluster)."""
+
+    verdict: Verdict
+    on: str
+    where: str | None = None
+
+
+@dataclass
+class StatusUpdate:
+    """One step of ``watch``: ``first``; ``change`` (the headline changed); at the end ``final`` (the run ended
+    and its verdict was re-read in full), ``ended`` (the run ended, as the last ``change`` already showed)
+    or ``last`` (the watch ended before the run did)."""
+
+    kind: str
+    status: RunStatus
+
+
+# ------------------------------------------------------------------------------------------ which run
+def cluster_configured(kubeconfig: str | None, context: str | None) -> bool:
+    if kubeconfig or context or os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    files = os.environ.get("KUBECONFIG")
+    paths = [p for p in files.split(os.pathsep) if p] if files else [os.path.expanduser("~/.kube/config")]
+    return any(os.path.isfile(p) for p in paths)
+
+
+def cluster_has(name: str, namespace, context, kubeconfig) -> str | None:
+    """The namespace where a cluster run ``name`` exists, when a cluster is configured and answers in time."""
+    if not cluster_configured(kubeconfig, context):
+        return None
+    found: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            from kgen.cluster.client import Cluster
+
+            cluster = Cluster.connect(kubeconfig=kubeconfig, context=context, namespace=namespace)
+            if cluster.workload(name) is not None or cluster.pods(name):
+                found.append(cluster.namespace)
+        except Exception:  # noqa: BLE001 - no client, no cluster, no answer: the bare-metal run is the one
+            pass
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(CLUSTER_CHECK_S)
+    return found[0] if found else None
+
+
+def _no_such_run(name: str, record: object, kubeconfig, context) -> None:
+    """No local record of ``name``: when no cluster can be asked either (no client, no kubeconfig), one
+    error says both, so a bare-metal user's typo does not read as a cluster setup problem."""
+    import importlib.util
+
+    from kgen.cluster.errors import INSTALL_HINT
+
+    here = f"no run {name}: no bare-metal run of that name (no local record {record})"
+    if importlib.util.find_spec("kubernetes") is None:
+        raise UsageError(f"{here}; cluster runs need the kubernetes package: {INSTALL_HINT}", option="NAME")
+    if not cluster_configured(kubeconfig, context):
+        raise UsageError(
+            f"{here}, and no kubeconfig found for a cluster run (not in a pod either)",
+            option="NAME",
+            hint="`kgen list` shows the runs kgen knows; a cluster run: pass --kubeconfig FILE or set KUBECONFIG",
+        )
+
+
+def bare_metal_run(name: str, on: str | None, namespace=None, context=None, kubeconfig=None):
+    """The bare-metal run ``name`` when the verb should act on it (else None: the cluster's turn)."""
+    from kgen.baremetal import record as R
+
+    if on == "cluster":
+        return None
+    rec = R.load(name) if R.NAME.fullmatch(name) and len(name) <= 63 else None
+    if rec is None:
+        if on == "bare-metal":
+            raise UsageError(
+                f"no bare-metal run {name} (no local record {R.path(name)})",
+                option="--on",
+                hint="`kgen list` shows the runs kgen knows",
+            )
+        if on is None:
+            _no_such_run(name, R.path(name), kubeconfig, context)
+        return None
+    if on is None:
+        ns = cluster_has(name, namespace, context, kubeconfig)
+        if ns is not None:
+            raise UsageError(
+                f"{name} is both a bare-metal run (local record {R.path(name)}) and a cluster run (namespace {ns})",
+                option="NAME",
+                hint="say which with --on bare-metal or --on cluster",
+            )
+    return rec
+
+
+def _bare_metal(ref: RunRef):
+    return bare_metal_run(ref.name, ref.on, ref.namespace, ref.context, ref.kubeconfig)
+
+
+def _connect(ref: RunRef, max_connections: int = 16):
+    from kgen.cluster.ops import connect
+
+    return connect(ref.namespace, ref.context, ref.kubeconfig, max_connections=max_connections)
+
+
+def _which(rec) -> str:
+    from kgen.baremetal import record as R
+
+    where = "this machine (--local)" if rec.mode == "local" else f"{len(rec.nodes)} host(s) over ssh"
+    return f"bare-metal run {rec.name} on {where}, local record {R.path(rec.name)}"
+
+
+# ------------------------------------------------------------------------------------------ status
+def status(ref: RunRef, *, read_logs: bool = True) -> RunStatus:
+    """`kgen status NAME`: the run's verdict, asked once (``read_logs``: a cluster run's log tails are read
+    for the root cause, as without --no-logs)."""
+    rec = _bare_metal(ref)
+    if rec is not None:
+        from kgen.baremetal import ops
+
+        return RunStatus(ops.status(rec, ops.transport_for(rec)), "bare-metal", _which(rec))
+    from kgen.cluster.ops import gather
+
+    v, _ = gather(_connect(ref), ref.name, with_logs=read_logs)
+    return RunStatus(v, "cluster")
+
+
+def watch(
+    ref: RunRef,
+    *,
+    read_logs: bool = True,
+    first_logs: bool | None = None,
+    until_running: bool = False,
+    timeout: float | None = None,
+) -> Iterator[StatusUpdate]:
+    """`kgen status NAME --watch`: the verdict first, then each change until the run ends (or runs, with
+    ``until_running``; or ``timeout`` seconds passed), then the last word. A cluster run is followed by its
+    pod and workload watches, a bare-metal run asked every 2 s. ``first_logs`` (default ``read_logs``):
+    whether the first look reads a cluster run's log tails."""
+    rec = _bare_metal(ref)
+    if rec is not None:
+        yield from _watch_bare_metal(rec)
+        return
+    from kgen.cluster import ops
+
+    cluster = _connect(ref)
+    _, raw = ops.gather(cluster, ref.name, with_logs=read_logs if first_logs is None else first_logs)
+    for u in ops.watch(cluster, ref.name, raw, not read_logs, until_running=until_running, timeout=timeout):
+        yield StatusUpdate(u.kind, RunStatus(u.verdict, "cluster"))
+
+
+def _watch_bare_metal(rec) -> Iterator[StatusUpdate]:
+    from kgen.baremetal import ops
+
+    transport = ops.transport_for(rec)
+    v = ops.status(rec, transport)
+    which = _which(rec)
+    yield StatusUpdate("first", RunStatus(v, "bare-metal", which))
+    last = v.headline
+    while v.state not in ("succeeded", "failed", "stopped"):
+        time.sleep(BARE_METAL_POLL_S)
+        v = ops.status(rec, transport)
+        if v.headline != last:
+            last = v.headline
+            yield StatusUpdate("change", RunStatus(v, "bare-metal", which))
+    yield StatusUpdate("ended", RunStatus(v, "bare-metal", which))
+
+
+# ------------------------------------------------------------------------------------------ logs
+@dataclass(frozen=True)
+class LogsRequest:
+    """`kgen logs NAME`: ``ranks`` (None: every rank), the last ``tail`` lines of each, only lines newer than
+    ``since_s`` seconds (0: from now on), ``timestamps`` shown, ``previous`` containers (cluster runs),
+    ``follow`` until the run ends, at most ``max_streams`` log streams at once (cluster runs)."""
+
+    run: RunRef
+    ranks: frozenset[int] | None = None
+    tail: int | None = None
+    since_s: int | None = None
+    timestamps: bool = False
+    previous: bool = False
+    follow: bool = False
+    max_streams: int = 128
+
+
+def logs(req: LogsRequest, note: Say = _quiet) -> Iterator[str]:
+    """Every rank's log line, merged by time, each after its ``[rank]`` prefix (a log that cannot be read is
+    ``note``'d and left out)."""
+    if req.tail is not None and req.tail < 0:
+        raise UsageError(f"must be 0 or more, got {req.tail}", option="--tail")
+    ranks = set(req.ranks) if req.ranks is not None else None
+    rec = _bare_metal(req.run)
+    if rec is not None:
+        yield from _logs_bare_metal(rec, req, ranks, note)
+        return
+    since_s, tail = req.since_s, req.tail
+    if since_s == 0:  # from now on: the API's sinceSeconds must be > 0, and no line is newer than now
+        since_s, tail = None, 0
+    if req.max_streams < 1:
+        raise UsageError(f"must be 1 or more, got {req.max_streams}", option="--max-streams")
+    if req.follow and req.previous:
+        raise UsageError("cannot follow a previous container", option="--previous", hint="drop -f or --previous")
+    from kgen.cluster import ops
+
+    cluster = _connect(req.run, max_connections=req.max_streams + 4)
+    yield from ops.logs(
+        cluster, req.run.name, ranks, tail, since_s, req.timestamps, req.previous, req.follow, req.max_streams, note
+    )
+
+
+def _logs_bare_metal(rec, req: LogsRequest, ranks: set[int] | None, note: Say) -> Iterator[str]:
+    from kgen.baremetal import ops
+
+    if req.previous:
+        raise UsageError("is for cluster runs (a bare-metal node's log goes on across restarts)", option="--previous")
+    transport = ops.transport_for(rec)
+    if ranks is not None:
+        unknown = sorted(ranks - {n.rank for n in rec.nodes})
+        if unknown:
+            raise UsageError(f"run {rec.name} has ranks 0..{len(rec.nodes) - 1}, not {unknown}", option="--rank")
+    if not req.follow:
+        lines, warnings = ops.logs(rec, transport, ranks, req.tail, req.since_s, req.timestamps)
+        for w in warnings:
+            note(w)
+        yield from lines
+        return
+    yield from ops.follow(rec, transport, ranks, req.tail, req.since_s, req.timestamps)
+
+
+# ------------------------------------------------------------------------------------------ stop
+@dataclass(frozen=True)
+class StopRequest:
+    """`kgen stop NAME`: ``wait`` (a cluster run: until its pods are gone, at most ``timeout`` s); a bare-metal
+    run: SIGKILL what is left ``grace`` s after the stop began, then ``remove`` its run directories and record."""
+
+    run: RunRef
+    wait: bool = False
+    timeout: float = 300.0
+    grace: float = 10.0
+    remove: bool = False
+
+
+@dataclass
+class StopResult:
+    """What was stopped: ``on`` "cluster" (``deleted``: how many objects; 0 = the run was already stopped, in
+    ``namespace``) or "bare-metal" (``report``: each node's stop; ``removed``: the problems of --rm)."""
+
+    on: str
+    deleted: int = 0
+    namespace: str = ""
+    report: StopReport | None = None
+    removed: list[str] | None = None
+
+    @property
+    def all_stopped(self) -> bool:
+        return self.report is None or self.report.all_stopped
+
+
+def check_timeout(timeout: float) -> None:
+    if not timeout >= 0:  # also NaN
+        raise UsageError(f"must be 0 or more seconds, got {timeout:g}", option="--timeout", hint="e.g. --timeout 600")
+
+
+def stop(req: StopRequest, say: Say = _quiet, note: Say = _quiet) -> StopResult:
+    """Stop a run: a cluster run's workload, Service, ConfigMap, Secret, NetworkPolicy, PDB and pods are deleted
+    (each ``say``'d); a bare-metal run's processes end on every host (group stop, SIGTERM, SIGKILL after
+    ``grace``)."""
+    check_timeout(req.timeout)
+    rec = _bare_metal(req.run)
+    if rec is not None:
+        from kgen.baremetal import ops
+
+        if not 0 <= req.grace <= 3600:
+            raise UsageError(f"must be between 0 and 3600 seconds, got {req.grace:g}", option="--grace")
+        transport = ops.transport_for(rec)
+        report = ops.stop(rec, transport, grace=req.grace)
+        removed = ops.remove(rec, transport) if req.remove and report.all_stopped else None
+        return StopResult("bare-metal", report=report, removed=removed)
+    if req.remove:
+        raise UsageError("is for bare-metal runs (kgen launch)", option="--rm")
+    from kgen.cluster.ops import stop_run
+
+    cluster = _connect(req.run)
+    deleted = stop_run(cluster, req.run.name, req.wait, req.timeout, say, note)
+    return StopResult("cluster", deleted=deleted, namespace=cluster.namespace)
+
+
+# ------------------------------------------------------------------------------------------ submit
+@dataclass(frozen=True)
+class SubmitRequest:
+    """`kgen submit`: ``render`` says what to run (as for `kgen render`; its namespace, else the cluster's),
+    ``context``/``kubeconfig`` which cluster, ``replace`` an existing run of that name (stopped first, at most
+    ``timeout`` s), ``dry_run`` "none", "client" (no cluster asked) or "server" (the API server's dry run)."""
+
+    render: RenderRequest
+    namespace: str | None = None
+    context: str | None = None
+    kubeconfig: str | None = None
+    replace: bool = False
+    timeout: float = 600.0
+    dry_run: str = "none"
+
+
+@dataclass
+class SubmitResult:
+    """The rendered run (``checked``: spec, documents, warnings and notes) and what was done with it:
+    ``applied`` (False for a dry run), ``documents`` (for a dry run: as the API server answered, or as
+    rendered), ``outcome`` (a dry run's one line), ``namespace`` where it was applied."""
+
+    checked: Checked
+    applied: bool
+    documents: list[dict] = field(default_factory=list)
+    outcome: str = ""
+    namespace: str = ""
+
+
+def check_submit(timeout: float, dry_run: str, wait: bool) -> None:
+    """`kgen submit`'s options that need no rendering: checked before anything is read or rendered."""
+    check_timeout(timeout)
+    if dry_run not in ("none", "client", "server"):
+        raise UsageError(
+            f'must be client or server, got "{dry_run}"', option="--dry-run", hint="--dry-run alone is client"
+        )
+    if dry_run != "none" and wait:
+        raise UsageError("a dry run starts nothing to wait for", option="--wait", hint="drop --wait or --dry-run")
+
+
+def submit(req: SubmitRequest, say: Say = _quiet, note: Say = _quiet) -> SubmitResult:
+    """Render, lint and apply a run (server-side apply, field manager "kgen": ConfigMap, Service, workload),
+    after checking that the cluster serves its kinds and no run of that name exists (``replace`` stops it
+    first). If an apply fails, what this submit created is deleted again. The manifest's notes and warnings
+    are ``note``'d once the run can be applied. `kgen submit --wait` then follows it with ``watch`` (with
+    ``until_running``)."""
+    from kgen.render.pipeline import render_checked, stderr_lines
+
+    check_submit(req.timeout, req.dry_run, False)
+    checked = render_checked(req.render)
+    spec, docs = checked.spec, checked.docs
+    if req.dry_run == "client":  # what would be applied, as kgen render prints it; no cluster is asked
+        for line in stderr_lines(checked):
+            note(line)
+        return SubmitResult(
+            checked, False, docs, "nothing was sent to a cluster (--dry-run=server asks the API server)"
+        )
+    from kgen.cluster import ops
+    from kgen.cluster.errors import ClusterError
+
+    cluster = ops.connect(spec.namespace or req.namespace, req.context, req.kubeconfig)
+    ops.preflight(cluster, docs)  # before anything is stopped or applied
+    for line in stderr_lines(checked):  # what `kgen render` says on stderr, once the run can be applied
+        note(line)
+    existing = cluster.workload(spec.name)
+    if existing is not None and req.dry_run == "server" and req.replace:
+        note(f"dry run: run {spec.name} exists; --replace would stop it first (not stopped)")
+        existing = None
+    secret = _run_secret(spec)  # a StatefulSet's <name>-auth: made here, fresh, before the pods can start
+    if req.dry_run == "server":
+        answers = []
+        for doc in [*([secret] if secret else []), *docs]:
+            doc.setdefault("metadata", {}).setdefault("namespace", cluster.namespace)
+            answer = cluster.apply(doc, dry_run=True)
+            if doc is not secret:  # its (random, never used) value is not shown
+                answers.append(answer)
+        outcome = "the API server accepted every object as a dry run; nothing was changed"
+        if secret:
+            outcome += f" (with secret/{spec.secret_name}, which kgen submit makes)"
+        return SubmitResult(checked, False, answers, outcome, cluster.namespace)
+    if existing is not None:
+        if not req.replace:
+            from kgen.cluster.verdict import decide
+
+            v = decide(spec.name, cluster.pods(spec.name), existing)
+            raise ClusterError(
+                f"run {spec.name} already exists in namespace {cluster.namespace} "
+                f"({existing.get('kind')}, {v.state}); a Job's pod template cannot be changed in place",
+                option="--name",
+                hint=f"`kgen stop {spec.name}` first, choose another --name, or pass --replace",
+            )
+        say(f"replacing run {spec.name}: stopping it first")
+        ops.stop_run(cluster, spec.name, True, req.timeout, say, note)
+    if secret:
+        ops.drop_immutable_secret(cluster, spec.secret_name, say)
+    applied = [*([secret] if secret else []), *docs]
+    answers = ops.apply_all(cluster, applied, say, forced=("Secret",))
+    if secret:
+        workload = next(a for a, d in zip(answers, applied, strict=True) if d["kind"] == "StatefulSet")
+        ops.own_run_secret(cluster, secret, workload, say, note)
+    return SubmitResult(checked, True, docs, "", cluster.namespace)
+
+
+def _run_secret(spec) -> dict | None:
+    """The run's Secret that `kgen submit` makes: a StatefulSet's pods carry no Job UID to derive the secret
+    from (kgen.render.runsecret); a fresh random value for every submit, never printed."""
+    if not spec.secret_optional:
+        return None
+    import secrets
+
+    from kgen.render.runsecret import secret_object
+
+    return secret_object(spec.secret_name, spec.object_labels, secrets.token_hex(32))
+
+
+# ------------------------------------------------------------------------------------------ list
+@dataclass(frozen=True)
+class ListRequest:
+    """`kgen list`: the cluster to ask (namespace, context, kubeconfig; ``all_namespaces``)."""
+
+    namespace: str | None = None
+    context: str | None = None
+    kubeconfig: str | None = None
+    all_namespaces: bool = False
+
+
+@dataclass
+class RunList:
+    """``runs``: one dict per run (namespace, name, kind, shape, state, age, headline, ranks_up,
+    ranks_expected, reformations; bare-metal runs also hosts), bare-metal runs first; ``where``: what was
+    looked at, for "no kgen runs in ..."."""
+
+    runs: list[dict[str, Any]]
+    where: str
+
+
+def list_runs(req: ListRequest | None = None, note: Say = _quiet) -> RunList:
+    """The kgen runs this machine knows (kgen launch's records, each asked on its hosts) and the cluster's
+    (found by kgen's labels), when a cluster is configured (a cluster that cannot be asked is ``note``'d
+    when there are bare-metal runs to show, an error otherwise)."""
+    from kgen.cluster.errors import ClusterError, MissingClient
+
+    req = req if req is not None else ListRequest()
+    runs = _bare_metal_entries()
+    where = "this machine's bare-metal records"
+    try:
+        from kgen.cluster import ops
+
+        cluster = ops.connect(req.namespace, req.context, req.kubeconfig)
+        runs += ops.cluster_runs(cluster, req.all_namespaces)
+        where = "any namespace" if req.all_namespaces else f"namespace {cluster.namespace}"
+    except (ClusterError, MissingClient) as exc:
+        configured = cluster_configured(req.kubeconfig, req.context)
+        if not runs and configured:
+            raise
+        if configured:
+            note(f"cluster runs not listed: {exc}")
+    return RunList(runs, where)
+
+
+def _bare_metal_entries() -> list[dict]:
+    """One `kgen list` row per bare-metal run (its verdict from every host, all runs at once)."""
+    from datetime import datetime, timezone
+
+    from kgen.baremetal import ops
+    from kgen.runs import views
+
+    now = datetime.now(timezone.utc)
+    return [
+        {
+            "namespace": "-",
+            "name": rec.name,
+            "kind": rec.kind,
+            "shape": f"{len(rec.nodes)}x{rec.nproc}",
+            "state": v.state,
+            "age": views.age(rec.created, now),
+            "headline": v.headline,
+            "ranks_up": v.ranks_up,
+            "ranks_expected": v.ranks_expected,
+            "reformations": v.reformations,
+            "hosts": rec.hosts,
+        }
+        for rec, v in ops.list_runs()
+    ]
+
+
+# ------------------------------------------------------------------------------------------ launch
+@dataclass(frozen=True)
+class LaunchRequest:
+    """`kgen launch`: run ``name`` of ``command`` (script and arguments) on ``hosts`` (ssh destinations in rank
+    order), the hosts of ``hostfile``, or ``local`` nodes on this machine: exactly one of the three."""
+
+    name: str
+    command: Sequence[str]
+    hosts: str | None = None  # "H1,H2,..." as --hosts takes it
+    hostfile: str | None = None
+    local: int | None = None
+    ssh_config: str | None = None
+    python: str | None = None  # the hosts' interpreter [python3; --local: this one]
+    nproc_per_node: int | None = None  # [the hostfile's slots, else 1]
+    workdir: str | None = None  # [the current directory]
+    env: Sequence[str] = ()  # K=V
+    port: int = 29500
+    master_addr: str | None = None
+    inject: Sequence[str] = ()  # --local only: kill:R@S, freeze:R@S[+T]
+    connect_timeout: int = 10
+
+
+def _resolve_hosts(hosts, hostfile, local_n):
+    from kgen.baremetal.hosts import parse_hosts, read_hostfile
+
+    given = [o for o, v in (("--hosts", hosts), ("--hostfile", hostfile), ("--local", local_n)) if v is not None]
+    if not given:
+        raise UsageError(
+            "where should the nodes run? give --hosts H1,H2,... or --hostfile FILE (ssh), or --local N",
+            option="--hosts",
+        )
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)} cannot be used together: choose one", option=given[1])
+    if local_n is not None:
+        if not 1 <= local_n <= 64:
+            raise UsageError(f"must be between 1 and 64 nodes, got {local_n}", option="--local")
+        return ["localhost"] * local_n, None
+    parsed = parse_hosts(hosts) if hosts is not None else read_hostfile(hostfile)
+    return list(parsed.hosts), parsed.slots
+
+
+def launch(req: LaunchRequest, say: Say = _quiet) -> RunRecord:
+    """Check every host (ssh, the interpreter has torch, the working directory and script exist, the run name
+    is new, node 0's ports are free), then start every node at once, detached; the run's local record.
+    Any problem: nothing starts anywhere, and the error names the host. A launcher as the command
+    (torchrun ...) is refused with the command to run instead (kgen.errors.NestedLauncherError)."""
+    from kgen.baremetal import launch as L
+    from kgen.baremetal.record import check_name
+    from kgen.baremetal.transport import LocalTransport, SshTransport
+
+    name, hosts, hostfile, local_n = req.name, req.hosts, req.hostfile, req.local
+    ssh_config, python, nproc_per_node, workdir = req.ssh_config, req.python, req.nproc_per_node, req.workdir
+    env, port, master_addr, inject, connect_timeout = (
+        req.env,
+        req.port,
+        req.master_addr,
+        req.inject,
+        req.connect_timeout,
+    )
+    command = req.command
+    check_name(name)
+    host_list, slots = _resolve_hosts(hosts, hostfile, local_n)
+    local = local_n is not None
+    if not command:
+        raise UsageError(
+            "no training command: put it after --, e.g. kgen launch --name NAME --hosts a,b -- train.py --lr 3e-4",
+            option="--",
+        )
+    nproc = nproc_per_node if nproc_per_node is not None else (slots or 1)
+    if nproc < 1:
+        raise UsageError(f"must be 1 or more, got {nproc}", option="--nproc-per-node")
+    _refuse_nested_launcher(list(command), nproc, nproc_per_node is not None or slots is not None, len(host_list))
+    from kgen.render.validate import command_problem
+
+    problem = command_problem(list(command))
+    if problem:  # what every node's entrypoint would refuse (exit 2) once started
+        raise UsageError(problem, option="--")
+    if not 1 <= port <= 65534:
+        raise UsageError(f"must be between 1 and 65534 (the liveness port is P+1), got {port}", option="--port")
+    if not 1 <= connect_timeout <= 600:
+        raise UsageError(f"must be between 1 and 600 seconds, got {connect_timeout}", option="--connect-timeout")
+    if inject and not local:
+        raise UsageError("fault injection is for --local runs (rehearsal on this machine)", option="--inject")
+    if ssh_config is not None:
+        if local:
+            raise UsageError("is for ssh hosts, not --local", option="--ssh-config")
+        if not os.path.isfile(ssh_config):
+            raise UsageError(f"{ssh_config} does not exist", option="--ssh-config")
+        ssh_config = os.path.abspath(ssh_config)
+    if master_addr is not None and (not master_addr or any(c.isspace() for c in master_addr) or "/" in master_addr):
+        raise UsageError(f"must be a host name or IP address, got {master_addr!r}", option="--master-addr")
+    if workdir is None:
+        workdir = os.getcwd()
+    elif "\x00" in workdir or not workdir:
+        raise UsageError("must be a directory path", option="--workdir")
+    elif local:
+        workdir = os.path.abspath(workdir)
+    py = python or (sys.executable if local else "python3")
+    plan = L.LaunchRequest(
+        name=name,
+        hosts=host_list,
+        command=list(command),
+        local=local,
+        python=py,
+        ssh_config=ssh_config,
+        nproc=nproc,
+        workdir=workdir,
+        env=L.parse_env(tuple(env)),
+        port=port,
+        master_addr=master_addr,
+        inject=L.parse_inject(tuple(inject), len(host_list)),
+    )
+    transport = LocalTransport(py) if local else SshTransport(py, ssh_config, connect_timeout)
+    return L.launch(plan, transport, say=say)
+
+
+def _refuse_nested_launcher(command: list[str], nproc: int, nproc_set: bool, nodes: int) -> None:
+    """A launcher as the command (torchrun, accelerate launch, ...; contract C5) is refused before any host
+    is asked, in render's words, with the launch command to run instead (its process count carried as
+    --nproc-per-node): every node's entrypoint would refuse it anyway, after the run had started."""
+    from kgen.launchers import correction, nested_launcher, problem
+
+    nested = nested_launcher(command)
+    if nested is None:
+        return
+    fix = correction(nested, gpus=0, nproc=nproc, nproc_set=nproc_set, nodes=nodes, nodes_set=True)
+    add = ["--nproc-per-node", str(fix.nproc)] if fix.nproc is not None else []
+    raise NestedLauncherError(
+        problem(nested),
+        option="-- COMMAND",
+        use="",
+        command=fix.command,
+        add=add,
+        notes=[n.replace("nprocPerNode", "--nproc-per-node") for n in fix.notes],
+    )

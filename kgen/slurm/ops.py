@@ -1,0 +1,277 @@
+"""The verbs on a Slurm run: submit, status, logs (merged, followed), stop, list. Returns data; only the CLI prints.
+
+The run's folder is on a file system the login node and every compute node share (kgen.slurm.record), so the
+nodes' logs and exit records are read as files; the job's state comes from the controller (scontrol, sacct
+where accounting exists). The decisions are pure (kgen.slurm.adapter -> kgen.runs.verdict.judge).
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from kgen.errors import UsageError
+from kgen.resources import entrypoint_path
+from kgen.runs.safetext import lines as text_lines
+from kgen.runs.verdict import Verdict, judge
+from kgen.runs.views import prefix, rank_width
+from kgen.slurm import commands
+from kgen.slurm import record as R
+from kgen.slurm.adapter import NodeFiles, split_ts, to_records
+from kgen.slurm.script import SbatchSpec, render
+
+STATE_TAIL = 20
+STATE_EVENTS = 400
+STOP_GRACE = 20.0  # kgen stop: how long the group stop (SIGINT) gets before scancel
+FOLLOW_POLL = 0.3
+TAIL_BYTES = 64 << 20  # logs --tail N reads at most this much of each log's end
+
+
+# ------------------------------------------------------------------------------------------ submit
+@dataclass
+class Submitted:
+    record: R.RunRecord
+    script: Path
+    secret: Path
+
+
+def submit(spec: SbatchSpec, workdir: str | None = None, env: Mapping[str, str] | None = None) -> Submitted:
+    """Make the run's folder (``spec.run_dir``, 0700: the entrypoint, a new secret in a 0600 file, the script),
+    sbatch the script from ``workdir`` and keep the local record. The run's name is ``spec.name``."""
+    name = R.check_name(spec.name)
+    if R.load(name) is not None:
+        raise UsageError(f'a Slurm run "{name}" exists already ({R.path(name)}): choose another name, or remove it')
+    run = Path(spec.run_dir)
+    render(spec)  # every field checked before anything is made
+    if run.exists() and any(run.iterdir()):
+        raise UsageError(f"{run} exists and is not empty: choose another run folder or name", option="run_dir")
+    workdir = os.path.abspath(workdir or os.getcwd())
+    made = not run.exists()
+    R.private_dir(run)
+    secret = run / "secret"
+    R.write_private(secret, secrets.token_hex(32) + "\n")
+    R.write_private(run / "kgen_entrypoint.py", entrypoint_path().read_text())
+    script = run / "job.sbatch"
+    R.write_private(script, render(spec))
+    try:
+        job = commands.sbatch(str(script), cwd=workdir, env=env)
+    except commands.SlurmError:
+        # nothing was submitted: the folder goes (the secret with it), so the same name can be submitted again
+        for p in (secret, run / "kgen_entrypoint.py", script):
+            p.unlink(missing_ok=True)
+        if made:
+            run.rmdir()
+        raise
+    rec = R.RunRecord(name=name, job_id=job, run_dir=str(run), nodes=spec.nodes, workdir=workdir,
+                      created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
+    R.save(rec)
+    return Submitted(rec, script, secret)
+
+
+# ------------------------------------------------------------------------------------------ status
+def _tail_lines(path: Path, lines: int, limit: int = 256 << 10) -> list[str]:
+    if lines <= 0:
+        return []
+    try:
+        with open(path, "rb") as fh:
+            end = fh.seek(0, os.SEEK_END)
+            start = max(0, end - limit)
+            fh.seek(start)
+            data = fh.read()
+    except OSError:
+        return []
+    text = text_lines(data.decode("utf-8", "replace"))  # split on "\n" only, escaped (kgen.runs.safetext)
+    if start > 0 and text:
+        text = text[1:]
+    return text[-lines:]
+
+
+def node_files(rec: R.RunRecord) -> list[NodeFiles]:
+    run = Path(rec.run_dir)
+    out = []
+    for rank in range(rec.nodes):
+        d = run / f"node{rank}"
+        out.append(
+            NodeFiles(
+                rank,
+                exit=R.read_json(d / "exit"),
+                pid=R.read_json(d / "pid"),
+                events=_tail_lines(d / "events", STATE_EVENTS),
+                tail=_tail_lines(d / "log", STATE_TAIL, 64 << 10),
+                attempts=R.read_jsonl(d / "attempts"),
+            )
+        )
+    return out
+
+
+def status(rec: R.RunRecord, env: Mapping[str, str] | None = None) -> Verdict:
+    job = commands.job_info(rec.job_id, env)
+    run = Path(rec.run_dir)
+    records = to_records(
+        rec,
+        job,
+        node_files(rec),
+        end=R.read_json(run / "end"),
+        stopping=(run / "stopping").exists(),
+    )
+    return judge(records)
+
+
+# ------------------------------------------------------------------------------------------ logs
+def _stamp(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _show(line: str, timestamps: bool) -> str:
+    ts, body = split_ts(line)
+    return f"{ts} {body}" if timestamps and ts else body
+
+
+def logs(
+    rec: R.RunRecord,
+    ranks: set[int] | None = None,
+    tail: int | None = None,
+    since_s: int | None = None,
+    timestamps: bool = False,
+) -> tuple[list[str], list[str]]:
+    """Every chosen rank's log (all attempts) merged in time order with ``[rank]`` prefixes; one warning per
+    rank whose log cannot be read."""
+    chosen = [r for r in range(rec.nodes) if ranks is None or r in ranks]
+    cut = _stamp(datetime.now(timezone.utc) - timedelta(seconds=since_s)) if since_s is not None else ""
+    texts: dict[int, list[str]] = {}
+    warnings = []
+    for rank in chosen:
+        path = Path(rec.run_dir) / f"node{rank}" / "log"
+        try:
+            if tail is not None:  # the last lines only: read from the end (a long run's log can be large)
+                if not path.exists():
+                    raise FileNotFoundError(path)
+                got = _tail_lines(path, tail, TAIL_BYTES)
+            else:
+                got = text_lines(path.read_bytes().decode("utf-8", "replace"))
+        except FileNotFoundError:
+            warnings.append(f"rank {rank}: no log yet ({path}): its task has not started")
+            continue
+        except OSError as exc:
+            warnings.append(f"rank {rank}: log unavailable: {path}: {exc.strerror}")
+            continue
+        texts[rank] = got
+    width = rank_width(texts or [0])
+    keyed = [
+        [(split_ts(line)[0], rank, i, line) for i, line in enumerate(got) if not cut or split_ts(line)[0] >= cut]
+        for rank, got in sorted(texts.items())
+    ]
+    return [prefix(rank, width) + _show(line, timestamps) for _, rank, _, line in heapq.merge(*keyed)], warnings
+
+
+def follow(
+    rec: R.RunRecord,
+    ranks: set[int] | None = None,
+    tail: int | None = None,
+    timestamps: bool = False,
+    env: Mapping[str, str] | None = None,
+    poll: float = FOLLOW_POLL,
+) -> Iterator[str]:
+    """The chosen ranks' logs as they grow (each poll's new lines merged in time order), from the last ``tail``
+    lines, until the job ended (requeues included: a requeued job goes on in the same files)."""
+    chosen = [r for r in range(rec.nodes) if ranks is None or r in ranks]
+    width = rank_width(chosen or [0])
+    first, _ = logs(rec, set(chosen), tail=tail if tail is not None else 10, timestamps=timestamps)
+    yield from first
+    pos: dict[int, int] = {}
+    partial: dict[int, bytes] = {}
+    for rank in chosen:
+        try:
+            pos[rank] = (Path(rec.run_dir) / f"node{rank}" / "log").stat().st_size
+        except OSError:
+            pos[rank] = 0
+    ended_polls = 0
+    while True:
+        fresh: list[tuple[str, int, int, str]] = []
+        for rank in chosen:
+            path = Path(rec.run_dir) / f"node{rank}" / "log"
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(pos[rank])
+                    data = fh.read(4 << 20)
+            except OSError:
+                continue
+            pos[rank] += len(data)
+            whole, _, rest = (partial.get(rank, b"") + data).rpartition(b"\n")
+            partial[rank] = rest
+            if whole:
+                text = text_lines(whole.decode("utf-8", "replace") + "\n")
+                fresh.extend((split_ts(ln)[0], rank, i, ln) for i, ln in enumerate(text))
+        for _, rank, _, line in sorted(fresh):
+            yield prefix(rank, width) + _show(line, timestamps)
+        if fresh:
+            ended_polls = 0
+        else:
+            job = commands.job_info(rec.job_id, env)
+            ended_polls = ended_polls + 1 if job is None or job.ended else 0
+            if ended_polls >= 2:  # ended, and nothing more came in the poll after
+                return
+        time.sleep(poll)
+
+
+# ------------------------------------------------------------------------------------------ stop
+@dataclass
+class StopReport:
+    job_id: str
+    steps: list[str] = field(default_factory=list)
+    state: str = ""  # the job's state at the end
+    took: float = 0.0
+
+    @property
+    def stopped(self) -> bool:
+        return self.state in commands.TERMINAL or self.state == ""
+
+    def summary(self) -> str:
+        steps = " then ".join(self.steps) or "nothing to do"
+        return f"Slurm job {self.job_id}: {self.state or 'gone'} after {self.took:.1f}s ({steps})"
+
+
+def _wait_ended(job: str, until: float, env: Mapping[str, str] | None) -> commands.JobInfo | None:
+    info = commands.job_info(job, env)
+    while info is not None and not info.ended and time.monotonic() < until:
+        time.sleep(0.3)
+        info = commands.job_info(job, env)
+    return info
+
+
+def stop(rec: R.RunRecord, grace: float = STOP_GRACE, env: Mapping[str, str] | None = None) -> StopReport:
+    """Stop the run on every node: mark the folder (nothing is requeued, a requeued attempt does not start),
+    then the group stop (SIGINT to every task of the step: each node's entrypoint ends torch and exits 6, "stopped
+    by user"), then `scancel` of whatever is left after ``grace`` seconds (Slurm: SIGTERM, SIGKILL after KillWait)."""
+    t0 = time.monotonic()
+    report = StopReport(rec.job_id)
+    run = Path(rec.run_dir)
+    if run.is_dir() and not (run / "stopping").exists():
+        R.write_private(run / "stopping", datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") + "\n")
+    info = commands.job_info(rec.job_id, env)
+    if info is None or info.ended:
+        report.state = info.state if info else ""
+        report.steps.append("already ended")
+        return replace(report, took=time.monotonic() - t0)
+    if info.state == "RUNNING":
+        commands.scancel(rec.job_id, signal="INT", env=env)
+        report.steps.append("SIGINT to every task (group stop)")
+        info = _wait_ended(rec.job_id, time.monotonic() + grace, env)
+    if info is not None and not info.ended:
+        commands.scancel(rec.job_id, env=env)
+        report.steps.append("scancel")
+        info = _wait_ended(rec.job_id, time.monotonic() + 120.0, env)
+    report.state = info.state if info else ""
+    report.took = time.monotonic() - t0
+    return report
+
+
+# ------------------------------------------------------------------------------------------ list
+def list_runs(env: Mapping[str, str] | None = None) -> list[tuple[R.RunRecord, Verdict]]:
+    return [(rec, status(rec, env)) for rec in R.all_records()]

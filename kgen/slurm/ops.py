@@ -23,7 +23,7 @@ from kgen.runs.views import prefix, rank_width
 from kgen.slurm import commands
 from kgen.slurm import record as R
 from kgen.slurm.adapter import NodeFiles, split_ts, to_records
-from kgen.slurm.script import SbatchSpec, render
+from kgen.render.sbatch import SbatchSpec, render
 
 STATE_TAIL = 20
 STATE_EVENTS = 400

@@ -13,7 +13,7 @@ from kgen.errors import UsageError
 from kgen.resources import entrypoint_path
 from kgen.slurm import commands, ops
 from kgen.slurm import record as R
-from kgen.slurm.script import SbatchSpec
+from kgen.render.sbatch import SbatchSpec
 
 
 def spec(name: str, **more) -> SbatchSpec:

@@ -15,7 +15,7 @@ import pytest
 
 from kgen.slurm import ops
 from kgen.slurm import record as R
-from kgen.slurm.script import SbatchSpec
+from kgen.render.sbatch import SbatchSpec
 
 REPO = Path(__file__).resolve().parents[2]
 CKPTLOOP = REPO / "tests" / "entrypoint" / "ckptloop.py"

@@ -1,4 +1,4 @@
-"""The sbatch script (kgen.slurm.script): its lines, one gate per kind of value, and real bash reading it."""
+"""The sbatch script (kgen.render.sbatch): its lines, one gate per kind of value, and real bash reading it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kgen.errors import UsageError
-from kgen.slurm.script import SbatchSpec, render
+from kgen.render.sbatch import SbatchSpec, render
 
 BASE = SbatchSpec(name="llama-8n", nodes=8, run_dir="/shared/kgen/llama-8n", command=["train.py", "--lr", "3e-4"])
 

@@ -7,22 +7,22 @@ where accounting exists). The decisions are pure (kgen.slurm.adapter -> kgen.run
 
 from __future__ import annotations
 
-import heapq
 import os
 import secrets
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from kgen.errors import UsageError
 from kgen.resources import entrypoint_path
+from kgen.runs import stamps
+from kgen.runs.stamps import record_stamp, show, split_ts
 from kgen.runs.verdict import Verdict, judge
 from kgen.runs.views import prefix, rank_width
 from kgen.slurm import commands
 from kgen.slurm import record as R
-from kgen.slurm.adapter import NodeFiles, split_ts, to_records
+from kgen.slurm.adapter import NodeFiles, to_records
 from kgen.render.sbatch import SbatchSpec, render
 
 STATE_TAIL = 20
@@ -68,7 +68,7 @@ def submit(spec: SbatchSpec, workdir: str | None = None, env: Mapping[str, str] 
             run.rmdir()
         raise
     rec = R.RunRecord(name=name, job_id=job, run_dir=str(run), nodes=spec.nodes, workdir=workdir,
-                      created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
+                      created=record_stamp())  # fmt: skip
     R.save(rec)
     return Submitted(rec, script, secret)
 
@@ -123,15 +123,6 @@ def status(rec: R.RunRecord, env: Mapping[str, str] | None = None) -> Verdict:
 
 
 # ------------------------------------------------------------------------------------------ logs
-def _stamp(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _show(line: str, timestamps: bool) -> str:
-    ts, body = split_ts(line)
-    return f"{ts} {body}" if timestamps and ts else body
-
-
 def logs(
     rec: R.RunRecord,
     ranks: set[int] | None = None,
@@ -142,7 +133,6 @@ def logs(
     """Every chosen rank's log (all attempts) merged in time order with ``[rank]`` prefixes; one warning per
     rank whose log cannot be read."""
     chosen = [r for r in range(rec.nodes) if ranks is None or r in ranks]
-    cut = _stamp(datetime.now(timezone.utc) - timedelta(seconds=since_s)) if since_s is not None else ""
     texts: dict[int, list[str]] = {}
     warnings = []
     for rank in chosen:
@@ -161,12 +151,7 @@ def logs(
             warnings.append(f"rank {rank}: log unavailable: {path}: {exc.strerror}")
             continue
         texts[rank] = lines
-    width = rank_width(texts or [0])
-    keyed = [
-        [(split_ts(line)[0], rank, i, line) for i, line in enumerate(lines) if not cut or split_ts(line)[0] >= cut]
-        for rank, lines in sorted(texts.items())
-    ]
-    return [prefix(rank, width) + _show(line, timestamps) for _, rank, _, line in heapq.merge(*keyed)], warnings
+    return stamps.merge(texts, since_s, timestamps), warnings
 
 
 def follow(
@@ -208,7 +193,7 @@ def follow(
                 text = whole.decode("utf-8", "replace").split("\n")
                 fresh.extend((split_ts(ln)[0], rank, i, ln) for i, ln in enumerate(text))
         for _, rank, _, line in sorted(fresh):
-            yield prefix(rank, width) + _show(line, timestamps)
+            yield prefix(rank, width) + show(line, timestamps)
         if fresh:
             ended_polls = 0
         else:
@@ -252,7 +237,7 @@ def stop(rec: R.RunRecord, grace: float = STOP_GRACE, env: Mapping[str, str] | N
     report = StopReport(rec.job_id)
     run = Path(rec.run_dir)
     if run.is_dir() and not (run / "stopping").exists():
-        R.write_private(run / "stopping", datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") + "\n")
+        R.write_private(run / "stopping", record_stamp() + "\n")
     info = commands.job_info(rec.job_id, env)
     if info is None or info.ended:
         report.state = info.state if info else ""

@@ -205,6 +205,7 @@ class _Run:
 
 
 def _lint_all(inputs: Iterable[tuple[str, str | InputError]], p: _Prepared, result: LintResult) -> LintResult:
+    from kgen.lint import sbatch
     from kgen.lint.files import Skip, content_skip_reason
     from kgen.lint.parse import Budget, parse_stream_partial
 
@@ -214,6 +215,12 @@ def _lint_all(inputs: Iterable[tuple[str, str | InputError]], p: _Prepared, resu
         if isinstance(text, InputError):
             result.files.append(name)
             _input_error(result, name, text)
+            continue
+        if sbatch.is_sbatch(name, text):  # an sbatch script, not YAML: kgen.lint.sbatch reads it
+            job, found = sbatch.lint_file(name, text, p.skip)
+            result.files.append(name)
+            result.documents.append(DocumentRef(name, 1, "sbatch", job))
+            result.findings.extend(found)
             continue
         parsed, errors = parse_stream_partial(text, name, budget)
         if name != "<stdin>":

@@ -157,7 +157,8 @@ class TrainingSpec(NamedTuple):
 
     @property
     def renders_secret(self) -> bool:
-        return self.needs_secret and not self.values["auth.secretName"]
+        # Slurm: kgen submit writes a new secret into the run's folder; the script holds only its path
+        return self.needs_secret and not self.values["auth.secretName"] and self.kind != "slurm"
 
     @property
     def secret_name(self) -> str:

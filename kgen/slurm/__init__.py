@@ -5,5 +5,6 @@
 - ``adapter``: the job's state and each node's files -> the per-rank records of the one verdict (pure);
 - ``ops``: submit, status, logs (merged, followed), stop, list.
 
-The sbatch script itself is kgen.render.sbatch's (pure: `kgen render --kind slurm` prints it). Nothing here imports the ``kubernetes`` client or ssh; `kgen render`/`lint` import none of it.
+The sbatch script itself is kgen.render.sbatch's (pure: `kgen render --kind slurm` prints it). Nothing here
+imports the ``kubernetes`` client or ssh; `kgen render`/`lint` import none of it.
 """

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kgen.errors import UsageError
+from kgen.render.sbatch import check_run_dir
 from kgen.resources import entrypoint_path
 from kgen.runs import stamps
 from kgen.runs.stamps import record_stamp, show, split_ts
@@ -23,7 +25,6 @@ from kgen.runs.views import prefix, rank_width
 from kgen.slurm import commands
 from kgen.slurm import record as R
 from kgen.slurm.adapter import NodeFiles, to_records
-from kgen.render.sbatch import SbatchSpec, render
 
 STATE_TAIL = 20
 STATE_EVENTS = 400
@@ -40,37 +41,82 @@ class Submitted:
     secret: Path
 
 
-def submit(spec: SbatchSpec, workdir: str | None = None, env: Mapping[str, str] | None = None) -> Submitted:
-    """Make the run's folder (``spec.run_dir``, 0700: the entrypoint, a new secret in a 0600 file, the script),
-    sbatch the script from ``workdir`` and keep the local record. The run's name is ``spec.name``."""
-    name = R.check_name(spec.name)
+def prepare(name: str, run_dir: str | None) -> Path:
+    """The run's folder for a new run ``name`` (checked, not made yet): ``run_dir``, else the default."""
+    R.check_name(name)
     if R.load(name) is not None:
-        raise UsageError(f'a Slurm run "{name}" exists already ({R.path(name)}): choose another name, or remove it')
-    run = Path(spec.run_dir)
-    render(spec)  # every field checked before anything is made
-    if run.exists() and any(run.iterdir()):
-        raise UsageError(f"{run} exists and is not empty: choose another run folder or name", option="run_dir")
+        raise UsageError(
+            f'a Slurm run "{name}" exists already ({R.path(name)})',
+            option="--name",
+            hint=f"choose another name, or `kgen stop {name} --rm` first (or --replace)",
+        )
+    run = Path(check_run_dir(run_dir) if run_dir is not None else str(R.default_run_dir(name)))
+    check_run_dir(str(run))
+    if run.exists() and (not run.is_dir() or any(run.iterdir())):
+        raise UsageError(
+            f"{run} exists and is not an empty folder: choose another run folder or name", option="--run-dir"
+        )
+    return run
+
+
+def submit(
+    script: str,
+    name: str,
+    nodes: int,
+    run_dir: str | None = None,
+    workdir: str | None = None,
+    env: Mapping[str, str] | None = None,
+    nproc: int = 0,
+    gpus: int = 0,
+) -> Submitted:
+    """Make the run's folder (``run_dir``, default ``$XDG_STATE_HOME/kgen/slurm/<name>``, 0700: the entrypoint, a
+    new secret in a 0600 file, the script as given), sbatch the script from ``workdir`` with the folder as its
+    argument and Slurm's output file in it, and keep the local record."""
+    run = prepare(name, run_dir)
     workdir = os.path.abspath(workdir or os.getcwd())
     made = not run.exists()
     R.private_dir(run)
     secret = run / "secret"
     R.write_private(secret, secrets.token_hex(32) + "\n")
     R.write_private(run / "kgen_entrypoint.py", entrypoint_path().read_text())
-    script = run / "job.sbatch"
-    R.write_private(script, render(spec))
+    path = run / "job.sbatch"
+    R.write_private(path, script)
     try:
-        job = commands.sbatch(str(script), cwd=workdir, env=env)
+        job = commands.sbatch(
+            str(path), cwd=workdir, env=env, options=[f"--output={run}/slurm-%j.out"], args=[str(run)]
+        )
     except commands.SlurmError:
         # nothing was submitted: the folder goes (the secret with it), so the same name can be submitted again
-        for p in (secret, run / "kgen_entrypoint.py", script):
+        for p in (secret, run / "kgen_entrypoint.py", path):
             p.unlink(missing_ok=True)
         if made:
             run.rmdir()
         raise
-    rec = R.RunRecord(name=name, job_id=job, run_dir=str(run), nodes=spec.nodes, workdir=workdir,
-                      created=record_stamp())  # fmt: skip
+    rec = R.RunRecord(name=name, job_id=job, run_dir=str(run), nodes=nodes, workdir=workdir,
+                      created=record_stamp(), nproc=nproc, gpus=gpus)  # fmt: skip
     R.save(rec)
-    return Submitted(rec, script, secret)
+    return Submitted(rec, path, secret)
+
+
+def test_only(script: str, workdir: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """`sbatch --test-only`: Slurm checks the script against the cluster (partition, account, QoS, limits) and
+    says when and where it would start; nothing is submitted. Its one line."""
+    return commands.sbatch_test_only(script, cwd=os.path.abspath(workdir or os.getcwd()), env=env)
+
+
+def remove(rec: R.RunRecord) -> list[str]:
+    """Delete the run's folder (what kgen submit made and the nodes wrote) and its local record: the problems,
+    if any (the record is kept then). Only for a job Slurm has ended."""
+    problems = []
+    run = Path(rec.run_dir)
+    if run.is_dir():
+        if (run / "job.sbatch").exists() or (run / "kgen_entrypoint.py").exists():
+            shutil.rmtree(run, ignore_errors=True)
+        if run.exists():
+            problems.append(f"cannot remove the run's folder {run}")
+    if not problems:
+        R.remove(rec.name)
+    return problems
 
 
 # ------------------------------------------------------------------------------------------ status
@@ -161,13 +207,18 @@ def follow(
     timestamps: bool = False,
     env: Mapping[str, str] | None = None,
     poll: float = FOLLOW_POLL,
+    since_s: int | None = None,
 ) -> Iterator[str]:
     """The chosen ranks' logs as they grow (each poll's new lines merged in time order), from the last ``tail``
-    lines, until the job ended (requeues included: a requeued job goes on in the same files)."""
+    lines (or those newer than ``since_s`` seconds; 0: from now on), until the job ended (requeues included: a
+    requeued job goes on in the same files)."""
     chosen = [r for r in range(rec.nodes) if ranks is None or r in ranks]
     width = rank_width(chosen or [0])
-    first, _ = logs(rec, set(chosen), tail=tail if tail is not None else 10, timestamps=timestamps)
-    yield from first
+    if since_s != 0:
+        default_tail = 10 if since_s is None else None
+        first, _ = logs(rec, set(chosen), tail=tail if tail is not None else default_tail, since_s=since_s,
+                        timestamps=timestamps)  # fmt: skip
+        yield from first
     pos: dict[int, int] = {}
     partial: dict[int, bytes] = {}
     for rank in chosen:

@@ -31,6 +31,8 @@ class RunRecord:
     nodes: int
     workdir: str = ""
     created: str = ""
+    nproc: int = 0  # processes per node (0: not recorded)
+    gpus: int = 0  # GPUs per node
 
     @property
     def kind(self) -> str:

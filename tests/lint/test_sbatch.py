@@ -2,7 +2,7 @@
 (public scripts, verbatim where the licence allows, else modelled; README.md there) give exactly the findings a
 reviewer expects (NAME.expected: `RULE LINE`, `# near miss KG...: why` for the rules a fixture must not trip);
 every rule has a failing fixture and a near miss; which files are sbatch scripts (by their shebang and #SBATCH
-lines, or their suffix), in folders and on stdin.
+lines, or their suffix), in folders and on stdin; and `kgen render --kind slurm` is clean under --strict.
 Regenerate the expected findings with KGEN_UPDATE_SBATCH=1 and read the diff."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from kgen.lint import sbatch
 from kgen.lint.api import LintOptions, lint_paths
 from kgen.lint.registry import load_rules
 from kgen.lint.sbatch import lint_script, read
+from tests.conftest import PRESETS
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "sbatch"
 FILES = sorted(p for p in CORPUS.iterdir() if p.suffix in (".sbatch", ".slurm"))
@@ -75,6 +76,22 @@ def test_the_fixtures_readme_names_every_fixture_and_its_licence():
         row = next((ln for ln in readme.splitlines() if ln.startswith(f"| {p.name} |")), None)
         assert row is not None, f"{p.name} is not in tests/lint/fixtures/sbatch/README.md"
         assert re.search(r"verbatim|modelled|kgen", row), row
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize(
+    "more", [[], ["--gpus", "0", "--set", "nprocPerNode=4"], ["--set", "reform.maxReformations=0"]]
+)
+def test_kgen_render_kind_slurm_is_clean_under_strict(preset, more):
+    from kgen import RenderRequest, render
+
+    sets = [more[i + 1] for i in range(len(more)) if more[i] == "--set"]
+    gpus = more[more.index("--gpus") + 1] if "--gpus" in more else None
+    text = render(RenderRequest(preset=preset, kind="slurm", gpus=gpus, sets=sets, command=["train.py"])).text
+    assert lint_script(text, "job.sbatch", ()) == []
+    model = read(text)
+    [step] = [x for x in model.steps if x.kind == "srun"]
+    assert [x.form for x in step.launches] == ["kgen"] and step.launches[0].child[-1] == "train.py"
 
 
 # ---------------------------------------------------------------------------------------------- reading

@@ -68,7 +68,9 @@ def test_render_lint_submit_status_logs_list_stop(slurm, tmp_path, monkeypatch):
     res = kgen("status", "loop", "-o", "json")
     assert res.exit_code == 0 and '"state": "succeeded"' in res.stdout
     res = kgen("logs", "loop", "--tail", "1")
-    assert res.exit_code == 0 and [ln[:4] for ln in res.stdout.splitlines()] == ["[0] ", "[1] ", "[2] "], res.stdout
+    assert res.exit_code == 0 and sorted(ln[:4] for ln in res.stdout.splitlines()) == ["[0] ", "[1] ", "[2] "], (
+        res.stdout
+    )
     res = kgen("logs", "loop", "-f", "--rank", "2")
     assert res.exit_code == 0 and res.stdout.splitlines()[-1] == "[2] kgen-entrypoint: stopped: succeeded", res.stdout
     res = kgen("list")

@@ -268,8 +268,14 @@ class StopReport:
         return self.state in commands.TERMINAL or self.state == ""
 
     def summary(self) -> str:
+        """One line: what was done and how the job ended (Slurm's word: a group stop ends the batch script with
+        kgen's exit 6, which Slurm calls FAILED; the verdict says "Stopped")."""
+        slurm = f"Slurm: {self.state}" if self.state else "Slurm no longer knows it"
+        if self.steps == ["already ended"]:
+            return f"Slurm job {self.job_id} had ended already ({slurm})"
         steps = " then ".join(self.steps) or "nothing to do"
-        return f"Slurm job {self.job_id}: {self.state or 'gone'} after {self.took:.1f}s ({steps})"
+        done = "ended" if self.stopped else "NOT ended"
+        return f"Slurm job {self.job_id} {done} after {self.took:.1f}s: {steps}; {slurm}"
 
 
 def _wait_ended(job: str, until: float, env: Mapping[str, str] | None) -> commands.JobInfo | None:

@@ -60,8 +60,10 @@ def test_render_lint_submit_status_logs_list_stop(slurm, tmp_path, monkeypatch):
     res = kgen("status", "loop", "--exit-code")
     assert res.exit_code in (0, 3), res.output
     assert f"Slurm run loop: job {job}, run folder {run}" in res.stdout
-    done = wait_for(lambda: (r := kgen("status", "loop", "--on", "slurm", "--exit-code")).exit_code == 0 and r, 180,
-                    "the run to succeed")  # fmt: skip
+    watched = kgen("status", "loop", "--on", "slurm", "--watch", "--exit-code")  # until it ends
+    assert watched.exit_code == 0, watched.output
+    assert watched.stdout.rstrip().splitlines()[-2:][0].startswith("Succeeded: 3/3 ranks completed"), watched.stdout
+    done = kgen("status", "loop")
     assert "Succeeded: 3/3 ranks completed, 0 re-formations" in done.stdout, done.stdout
     rows = [ln.split() for ln in done.stdout.splitlines()[1:4]]
     assert [r[0] for r in rows] == ["0", "1", "2"] and all("Succeeded" in r for r in rows), done.stdout
@@ -86,21 +88,21 @@ def test_render_lint_submit_status_logs_list_stop(slurm, tmp_path, monkeypatch):
         assert res.exit_code == 2 and res.stdout == "" and error in res.stderr, res.output
     res = kgen("stop", "loop", "--rm")
     assert res.exit_code == 0, res.output
-    assert res.stdout.splitlines() == [f"Slurm job {job}: COMPLETED after " + res.stdout.split(" after ")[1].split(
-        "\n")[0], "run loop stopped and removed (its run folder and the local record)"]  # fmt: skip
+    removed = "run loop stopped and removed (its run folder and the local record)"
+    assert res.stdout.splitlines() == [f"Slurm job {job} had ended already (Slurm: COMPLETED)", removed]
     assert not Path(run).exists() and R.load("loop") is None
 
 
 @pytest.mark.timeout(240)
 def test_stop_from_the_command_line(slurm, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    res = kgen("submit", "--kind", "slurm", "--name", "halt", *FLAGS, *command(tmp_path, "halt", 10000))
-    assert res.exit_code == 0, res.output
-    wait_for(lambda: kgen("status", "halt", "--exit-code").exit_code == 3 and "Running: 3/3" in
-             kgen("status", "halt").stdout, 120, "every rank running")  # fmt: skip
+    res = kgen("submit", "--kind", "slurm", "--name", "halt", "--wait", *FLAGS, *command(tmp_path, "halt", 10000))
+    assert res.exit_code == 0, res.output  # --wait: until every rank runs
+    assert res.stdout.splitlines()[-2].startswith("Running: 3/3 ranks up"), res.stdout
     res = kgen("stop", "halt", "--grace", "20")
     assert res.exit_code == 0, res.output
-    assert "(SIGINT to every task (group stop)" in res.stdout and " after " in res.stdout, res.stdout
+    assert re.fullmatch(r"Slurm job \d+ ended after [\d.]+s: SIGINT to every task \(group stop\); Slurm: \w+\n",
+                        res.stdout), res.stdout  # fmt: skip
     wait_for(lambda: not any(slurm.job_processes(n) for n in ("n0", "n1", "n2", "n3")), 30, "no job process left")
     res = kgen("status", "halt", "--exit-code")
     assert res.exit_code == 1 and "Stopped: " in res.stdout, res.output

@@ -242,6 +242,8 @@ def _blames_for_unseen(rows: list[Row], files: Sequence[NodeFiles], failures: li
                 if any(x.rank == blamed and x.source.startswith("logs") for x in failures):
                     continue
                 host = hosts.get(blamed, "")
+                if row.state == "Running":  # Slurm still counts its task; the other nodes lost it
+                    row.meaning = _short(f"lost by the group (rank {f.rank}'s log): {words}")
                 failures.append(Failure(blamed, "", host, None, "", f"rank {f.rank}'s log: {words}", "cause",
                                         parse_time(ts), f"logs of rank {f.rank}", host=host,
                                         key=f"node{blamed}@{host}" if host else f"node{blamed}"))  # fmt: skip

@@ -337,6 +337,7 @@ def render_options(render_command: click.Command) -> list[click.Parameter]:
 @click.option(
     "--run-dir",
     metavar="DIR",
+    type=click.Path(file_okay=False),  # completes folders
     help="Slurm: the run's folder, on a file system every node shares [$XDG_STATE_HOME/kgen/slurm/NAME].",
 )
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS...]]")

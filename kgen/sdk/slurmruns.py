@@ -114,6 +114,10 @@ def submit(
     from kgen.slurm import record as R
 
     spec = checked.spec
+    if run_dir is not None:
+        from kgen.render.sbatch import check_run_dir
+
+        check_run_dir(run_dir)  # before anything, a dry run too
     for line in stderr_lines(checked):
         note(line)
     if dry_run == "client":

@@ -51,8 +51,11 @@ def jobset_action(jobset: dict, exit_code: int) -> str:
 
 
 def readme_jobset_cell(row_start: str) -> str:
+    """The `jobset` column's cell of the README's kind table row that starts with ``row_start``."""
+    header = next(line for line in README.splitlines() if line.startswith("| | `job` (default) |"))
+    column = [c.strip() for c in header.strip().strip("|").split("|")].index("`jobset`")
     line = next(line for line in README.splitlines() if line.startswith(f"| {row_start}"))
-    return line.rstrip("|").split("|")[-1].strip()
+    return [c.strip() for c in line.strip().strip("|").split("|")][column]
 
 
 def test_a_script_error_restarts_a_jobset_and_every_doc_says_so():

@@ -136,7 +136,7 @@ BAD_INPUT = [
     (["--nodes", "two"], '--nodes: must be an integer, got "two"'),
     (["--nodes", "2.5"], '--nodes: must be an integer, got "2.5"'),
     (["--gpus", "-1"], '--gpus: must be an integer between 0 and 1024, got "-1"'),
-    (["--kind", "deployment"], '--kind: must be job, statefulset or jobset, got "deployment"'),
+    (["--kind", "deployment"], '--kind: must be job, statefulset, jobset or slurm, got "deployment"'),
     (["--name", "Train_Job"], "--name: must be a DNS label"),
     (["--name", "train.llama"], "--name: must be a DNS label"),
     (["--name", "7b-train"], "--name: must start with a letter"),

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from kgen.baremetal.record import NodeRecord, RunRecord
 from kgen.runs import exitcodes
 from kgen.runs.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
+from kgen.runs.stamps import split_ts
 
-TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 KGEN_PREFIX = re.compile(r"^\[kgen (?:node|supervisor) \d+ \d\d:\d\d:\d\d \+[\d.]+s\] ")
 # read where the entrypoint's (or the supervisor's) own line begins: words inside a line cannot pass for them
 GEN_START = re.compile(r"^generation (\d+): starting")
@@ -43,11 +43,6 @@ class NodeState:
     node: NodeRecord
     state: dict | None  # the entrypoint's --state answer
     unreachable: str = ""
-
-
-def split_ts(line: str) -> tuple[str, str]:
-    m = TS.match(line)
-    return (m.group(1), line[m.end() :]) if m else ("", line)
 
 
 def _short(text: str) -> str:

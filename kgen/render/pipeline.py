@@ -93,6 +93,9 @@ def build(request: RenderRequest) -> TrainingSpec:
 def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -> list[dict]:
     """The parsed documents; ``entrypoint_source`` overrides the pod copy of the bundled script (golden tests)."""
     from kgen.render.templating import render_text
+
+    if spec.kind == "slurm":
+        raise UsageError("renders an sbatch script, not Kubernetes objects (kgen.render.slurmkind)", option="--kind")
     from kgen.yamlio import parse_documents
 
     if entrypoint_source is None:
@@ -122,13 +125,15 @@ def render(request: RenderRequest) -> str:
 
 
 class Checked(NamedTuple):
-    """The rendered documents after the self-check, with what the CLI says about them on stderr."""
+    """The rendered documents (or, for kind slurm, the sbatch ``script``) after the self-check, with what the CLI
+    says about them on stderr."""
 
     spec: TrainingSpec
     docs: list[dict]
     warnings: list[Finding]
     notes: list[str]
     cautions: list[str]
+    script: str = ""  # kind slurm: the sbatch script (docs is empty)
 
 
 def stderr_lines(result: Checked | RenderResult) -> list[str]:
@@ -143,9 +148,43 @@ def stderr_lines(result: Checked | RenderResult) -> list[str]:
 def render_checked(request: RenderRequest) -> Checked:
     """Build, render and self-check (unless ``request.lint`` is off): the one path of render and submit."""
     spec = build(request)
+    if spec.kind == "slurm":
+        return _slurm_checked(request, spec)
     docs = render_documents(spec)
     warnings = check_rendered(docs, spec) if request.lint else []
     return Checked(spec, docs, warnings, render_notes(spec), render_cautions(spec))
+
+
+def _slurm_checked(request: RenderRequest, spec: TrainingSpec) -> Checked:
+    """Kind slurm: the sbatch script (kgen.render.slurmkind), self-checked by kgen lint's sbatch rules."""
+    from kgen.render import slurmkind
+
+    if request.kubernetes_version is not None:
+        raise UsageError(
+            "is for Kubernetes manifests; --kind slurm renders an sbatch script", option="--kubernetes-version"
+        )
+    if request.output_format == "json":
+        raise UsageError(
+            "--kind slurm prints an sbatch script, not Kubernetes objects", option="--format", hint="drop -o json"
+        )
+    script = slurmkind.render(spec)
+    warnings = check_script(script, spec) if request.lint else []
+    return Checked(spec, [], warnings, [], slurmkind.cautions(spec), script)
+
+
+def check_script(script: str, spec: TrainingSpec) -> list[Finding]:
+    """kgen lint's sbatch rules on the script render is about to print: an error stops it, warnings are shown."""
+    from kgen.lint.sbatch import lint_script
+
+    findings = lint_script(script, "<render>")
+    errors = [f for f in findings if f.severity.value == "error"]
+    if errors:
+        first = errors[0]
+        raise RenderError(
+            f"the rendered sbatch script fails {first.rule_id}: {first.message} (line {first.line})",
+            hint="check slurm.directives and the command",
+        )
+    return [f for f in findings if f.severity.value == "warning"]
 
 
 def render_with_warnings(request: RenderRequest) -> RenderResult:
@@ -155,6 +194,8 @@ def render_with_warnings(request: RenderRequest) -> RenderResult:
     if request.output_format not in ("yaml", "json"):
         raise UsageError(f'must be yaml or json, got "{request.output_format}"', option="--format")
     checked = render_checked(request)
+    if checked.spec.kind == "slurm":
+        return RenderResult(checked.script, checked.warnings, checked.notes, checked.cautions, [])
     docs = checked.docs
     text = dump_yaml(docs) if request.output_format == "yaml" else dump_json(docs)
     return RenderResult(text, checked.warnings, checked.notes, checked.cautions, docs)

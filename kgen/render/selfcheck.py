@@ -27,7 +27,11 @@ KIND_ONLY_KEYS = (
         ("job", "statefulset"),
         "a JobSet restarts its whole group instead, see jobset.maxRestarts",
     ),
-)
+    *(
+        (key, ("slurm",), "it is an sbatch option (--kind slurm)")
+        for key in ("slurm.partition", "slurm.account", "slurm.qos", "slurm.time", "slurm.stepWait", "slurm.directives")
+    ),
+)  # (--kind slurm's own cautions, for the Kubernetes keys it ignores: kgen.render.slurmkind)
 
 
 def render_cautions(spec: TrainingSpec) -> list[str]:

@@ -159,8 +159,9 @@ class TrainingSpec(NamedTuple):
 
     @property
     def mounts_secret(self) -> bool:
-        """A Secret holds the run's secret: auth.secretName, or a StatefulSet's <name>-auth."""
-        return self.needs_secret and not self.secret_from_job_uid
+        """A Secret holds the run's secret: auth.secretName, or a StatefulSet's <name>-auth (Slurm: kgen submit
+        writes a new secret into the run's folder; the script holds only its path)."""
+        return self.needs_secret and not self.secret_from_job_uid and self.kind != "slurm"
 
     @property
     def secret_optional(self) -> bool:

@@ -20,6 +20,7 @@ from kgen.baremetal import record as R
 from kgen.baremetal.adapter import NodeState, to_records
 from kgen.baremetal.transport import LocalTransport, SshTransport, Transport, parallel
 from kgen.runs import stamps
+from kgen.runs.safetext import lines, printable
 from kgen.runs.stamps import line_stamp, show, since_cut, split_ts
 from kgen.runs.verdict import Verdict, judge
 from kgen.runs.views import prefix, rank_width
@@ -48,10 +49,12 @@ def _json_line(out: bytes) -> dict | None:
 
 
 def _failed(host: str, result) -> str:
+    """Why a host did not answer, in one printable line (ssh's and the host's words are escaped)."""
     if result.unreachable:
-        return result.unreachable
+        return printable(result.unreachable)
     lines = [ln for ln in result.err.splitlines() if ln.strip()]
-    return f"{host}: the entrypoint on the host failed ({lines[-1].strip() if lines else f'exit {result.rc}'})"
+    last = lines[-1].strip() if lines else f"exit {result.rc}"
+    return printable(f"{host}: the entrypoint on the host failed ({last})")
 
 
 def _bound(transport: Transport) -> float:
@@ -98,7 +101,7 @@ def logs(
     warnings = []
     for node, res in parallel(nodes, one):
         if res.ok:
-            texts[node.rank] = res.out.decode("utf-8", "replace").splitlines()
+            texts[node.rank] = lines(res.out.decode("utf-8", "replace"))  # escaped: no control character passes
         else:
             warnings.append(f"rank {node.rank}: log unavailable: {_failed(node.host, res)}")
     return stamps.merge(texts, since_s, timestamps), warnings
@@ -125,7 +128,7 @@ class Merger:
 
     def ended(self, rank: int, why: str, now: datetime) -> None:
         if why:
-            self._push(line_stamp(now), rank, f"(kgen: log stream ended: {why})")
+            self._push(line_stamp(now), rank, f"(kgen: log stream ended: {printable(why)})")
 
     def ripe(self, now: datetime, flush: bool = False) -> list[tuple[int, str]]:
         """The lines older than ``now`` - REORDER_S (every line when ``flush``), oldest first."""
@@ -170,8 +173,8 @@ def follow(
             except OSError:
                 pass
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            q.put((node.rank, raw.decode("utf-8", "replace").rstrip("\n"), None))
+        for raw in proc.stdout:  # one "\n"-ended line each, escaped (kgen.runs.safetext)
+            q.put((node.rank, printable(raw.decode("utf-8", "replace").rstrip("\n").removesuffix("\r")), None))
         proc.wait()
         err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
         why = transport.classify(node.host, proc.returncode, err) if proc.returncode else ""

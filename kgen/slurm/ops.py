@@ -19,6 +19,7 @@ from kgen.errors import UsageError
 from kgen.render.sbatch import check_run_dir
 from kgen.resources import entrypoint_path
 from kgen.runs import stamps
+from kgen.runs.safetext import lines as text_lines
 from kgen.runs.stamps import record_stamp, show, split_ts
 from kgen.runs.verdict import Verdict, judge
 from kgen.runs.views import prefix, rank_width
@@ -131,7 +132,7 @@ def _tail_lines(path: Path, lines: int, limit: int = 256 << 10) -> list[str]:
             data = fh.read()
     except OSError:
         return []
-    text = data.decode("utf-8", "replace").splitlines()
+    text = text_lines(data.decode("utf-8", "replace"))  # split on "\n" only, escaped (kgen.runs.safetext)
     if start > 0 and text:
         text = text[1:]
     return text[-lines:]
@@ -187,16 +188,16 @@ def logs(
             if tail is not None:  # the last lines only: read from the end (a long run's log can be large)
                 if not path.exists():
                     raise FileNotFoundError(path)
-                lines = _tail_lines(path, tail, TAIL_BYTES)
+                got = _tail_lines(path, tail, TAIL_BYTES)
             else:
-                lines = path.read_bytes().decode("utf-8", "replace").splitlines()
+                got = text_lines(path.read_bytes().decode("utf-8", "replace"))
         except FileNotFoundError:
             warnings.append(f"rank {rank}: no log yet ({path}): its task has not started")
             continue
         except OSError as exc:
             warnings.append(f"rank {rank}: log unavailable: {path}: {exc.strerror}")
             continue
-        texts[rank] = lines
+        texts[rank] = got
     return stamps.merge(texts, since_s, timestamps), warnings
 
 
@@ -241,7 +242,7 @@ def follow(
             whole, _, rest = (partial.get(rank, b"") + data).rpartition(b"\n")
             partial[rank] = rest
             if whole:
-                text = whole.decode("utf-8", "replace").split("\n")
+                text = text_lines(whole.decode("utf-8", "replace") + "\n")
                 fresh.extend((split_ts(ln)[0], rank, i, ln) for i, ln in enumerate(text))
         for _, rank, _, line in sorted(fresh):
             yield prefix(rank, width) + show(line, timestamps)

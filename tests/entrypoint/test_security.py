@@ -30,6 +30,11 @@ ep = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ep)
 
 NODES, STEPS = 3, 40
+# issue 23: each of these one-line connections ended node 0's entrypoint (and so the run) before
+CRASHES = [
+    b"[" * 1023 + b"\n",  # RecursionError in json.loads
+    b'{"t":"auth","v":3,"n":"' + b"0" * 32 + b'","mac":"\\ud800"}\n',  # UnicodeEncodeError in the proof step
+]
 
 
 def expected_total(steps: int, world: int) -> float:
@@ -118,7 +123,7 @@ class Flood(threading.Thread):
         held: list[socket.socket] = []
         self.started_at = time.monotonic()
         wrong = b'{"t":"auth","v":3,"n":"' + b"0" * 32 + b'","mac":"' + b"f" * 64 + b'"}\n'
-        payloads = [b"", b"x" * 3000, b'{"t":"hello","rank":1,"nnodes":3}\n', wrong, b'{"t":"probe"}\n']
+        payloads = [b"", b"x" * 3000, b'{"t":"hello","rank":1,"nnodes":3}\n', wrong, b'{"t":"probe"}\n', *CRASHES]
         while not self.stop.is_set():
             sock = socket.socket()
             sock.settimeout(2)
@@ -249,7 +254,13 @@ def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster
     tried[src] = "replayed a recorded exchange"
     assert json.loads(rest) == {"t": "denied", "reason": "wrong secret"}
 
-    # 7. a real entrypoint with the run's environment but another Job's UID (a pod of another Job, or one
+    # 7. the two one-line crashes of issue 23 (node 0 logs at most 10 strangers one by one per 10 s: 9 here)
+    for line in CRASHES:
+        src, _, rest = send_lines(live, line)
+        tried[src] = "sent something that is not kgen's protocol"
+        assert rest == b""
+
+    # 8. a real entrypoint with the run's environment but another Job's UID (a pod of another Job, or one
     # re-created after `kubectl delete`): one line, exit 2, no retry
     env = c.host_env(1)
     env["KGEN_JOB_UID"] = str(uuid.uuid4())
@@ -269,6 +280,7 @@ def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster
     for src, what in tried.items():  # each stranger logged once, with its address and what it tried
         lines = [ln for ln in log0.splitlines() if f"127.0.0.1:{src}:" in ln]
         assert len(lines) == 1 and what in lines[0] and "refused a connection from" in lines[0], (src, lines)
+    assert "\x1b" not in log0 and "FAIL-STOP" not in log0 and "Traceback" not in log0
 
     # The last node joins through a flood of strangers, and the group trains through it.
     flood = Flood(live)

@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# What every run adapter shares (records, the one verdict, exit codes, views, local records, time stamps).
+# What every run adapter shares (records, the one verdict, exit codes, views, local records, time stamps,
+# text safe for a terminal).
 VERDICT_LEAVES = {"kgen.runs", "kgen.runs.records", "kgen.runs.verdict", "kgen.runs.exitcodes", "kgen.runs.views",
-                  "kgen.runs.store", "kgen.runs.stamps"}  # fmt: skip
+                  "kgen.runs.store", "kgen.runs.stamps", "kgen.runs.safetext"}  # fmt: skip
 LEAVES = {"kgen.errors", "kgen.resources"}
 RENDER = {"kgen.render.sbatch"}  # the sbatch script, pure (kgen render --kind slurm prints the same)
 

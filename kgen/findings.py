@@ -22,6 +22,7 @@ class Finding(NamedTuple):
     path: str = ""  # field path, e.g. spec.template.spec.containers[0].env[3].value
     kind: str = ""
     name: str = ""
+    unit: str = ""  # kgen lint: the apply unit it came from ("envs/prod/"; kgen.lint.units); not in text()
 
     def text(self) -> str:
         where = f"{self.file}:{self.line}:{self.column}" if self.line else self.file

@@ -55,7 +55,8 @@ def _plural(n: int, word: str) -> str:
 
 def summary_line(result: Any) -> str:
     """The text report's last line (kubeconform's -summary): documents, files, findings by severity,
-    and the files skipped as not manifests or left out by --exclude."""
+    the files skipped as not manifests or left out by --exclude and, when the run had several apply
+    units, how many; then each unit with findings has a line of its own before it."""
     files, docs = len(result.files), len(result.documents)
     line = (
         f"Summary: {_plural(docs, 'document')} in {_plural(files, 'file')} - "
@@ -67,7 +68,22 @@ def summary_line(result: Any) -> str:
         line += f" - {_plural(skipped, 'file')} skipped (not Kubernetes manifests)"
     if excluded:
         line += f" - {excluded} excluded"
-    return line
+    units = getattr(result, "units", ())
+    if len(units) <= 1:
+        return line
+    line += f" - {_plural(len(units), 'apply unit')}"
+    counts: dict[str, list[int]] = {}
+    for f in result.findings:
+        n = counts.setdefault(f.unit, [0, 0, 0])
+        n[(Severity.ERROR, Severity.WARNING, Severity.INFO).index(f.severity)] += 1
+    per_unit = [
+        f"Unit {u.name} ({u.kind}, {_plural(len(u.files), 'file')}): "
+        f"{_plural(n[0], 'error')}, {_plural(n[1], 'warning')}, {n[2]} info"
+        for u in units
+        for n in [counts.get(u.name)]
+        if n
+    ]
+    return "\n".join([*per_unit, line])
 
 
 def finding_dict(f: Finding) -> dict:
@@ -81,6 +97,7 @@ def finding_dict(f: Finding) -> dict:
         "path": f.path,
         "kind": f.kind,
         "name": f.name,
+        "unit": f.unit,
     }
 
 
@@ -95,6 +112,7 @@ def _json(result: Any, stream: IO[str]) -> None:
             "info": result.count(Severity.INFO),
             "skipped": len(getattr(result, "skipped", ())),
             "excluded": getattr(result, "excluded", 0),
+            "units": len(getattr(result, "units", ())),
             "strict": bool(getattr(result, "fail_on_warnings", False)),
             "exitCode": result.exit_code,
         },

@@ -22,12 +22,6 @@ from pathlib import Path
 
 KGEN = Path(__file__).resolve().parent.parent / "kgen"
 
-# The three lint circles issue 21 names. The lint branch removes them; then this set is emptied.
-KNOWN_LINT_CIRCLES = {
-    frozenset({"kgen.lint.api", "kgen.lint.kubeconform"}),
-    frozenset({"kgen.lint.document", "kgen.lint.parse"}),
-    frozenset({"kgen.lint.k8s", "kgen.lint.kinds", "kgen.lint.kinds.pytorchjob"}),
-}
 
 # kgen/__init__.py is __version__ (a leaf every room may import) and the lazy face of kgen.sdk (PEP 562
 # __getattr__): its own imports are the user's entry into the API, not an arrow between rooms.
@@ -161,15 +155,11 @@ def _in(module: str, room: str) -> bool:
     return module == room or module.startswith(room + ".")
 
 
-def test_no_import_circles_but_the_known_lint_ones():
-    found = set(circles(import_graph()))
-    unexpected = sorted(sorted(c) for c in found - KNOWN_LINT_CIRCLES)
-    assert not unexpected, f"import circles: {unexpected}"
-
-
-def test_the_known_lint_circles_are_still_there():
-    """When the lint branch has removed one, it leaves KNOWN_LINT_CIRCLES too (the list stays exact)."""
-    assert set(circles(import_graph())) >= KNOWN_LINT_CIRCLES
+def test_no_import_circles():
+    """None anywhere in kgen/ (the three lint circles issue 21 named are gone: lint/api <-> lint/kubeconform,
+    lint/document <-> lint/parse, lint/k8s -> lint/kinds -> lint/kinds/pytorchjob -> lint/k8s)."""
+    found = sorted(sorted(c) for c in circles(import_graph()))
+    assert not found, f"import circles: {found}"
 
 
 def test_the_rooms_import_one_way():

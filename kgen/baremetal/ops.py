@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from kgen.baremetal import record as R
-from kgen.baremetal.adapter import NodeState, split_ts, to_records
+from kgen.baremetal.adapter import NodeState, to_records
 from kgen.baremetal.transport import LocalTransport, SshTransport, Transport, parallel
-from kgen.runs.logtext import TAIL_SLACK, NodeLines, prefix, shown, wanted
+from kgen.runs import stamps
+from kgen.runs.logtext import TAIL_SLACK, NodeLines, prefix, wanted
+from kgen.runs.safetext import lines, printable
+from kgen.runs.stamps import line_stamp, since_cut, split_ts
 from kgen.runs.verdict import Verdict, judge
 from kgen.runs.views import rank_width
 
@@ -47,10 +50,12 @@ def _json_line(out: bytes) -> dict | None:
 
 
 def _failed(host: str, result) -> str:
+    """Why a host did not answer, in one printable line (ssh's and the host's words are escaped)."""
     if result.unreachable:
-        return result.unreachable
+        return printable(result.unreachable)
     lines = [ln for ln in result.err.splitlines() if ln.strip()]
-    return f"{host}: the entrypoint on the host failed ({lines[-1].strip() if lines else f'exit {result.rc}'})"
+    last = lines[-1].strip() if lines else f"exit {result.rc}"
+    return printable(f"{host}: the entrypoint on the host failed ({last})")
 
 
 def _bound(transport: Transport) -> float:
@@ -78,16 +83,6 @@ def status(rec: R.RunRecord, transport: Transport | None = None) -> Verdict:
 
 
 # ------------------------------------------------------------------------------------------ logs
-def _stamp(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _since_cut(since_s: int | None) -> str:
-    if since_s is None:
-        return ""
-    return _stamp(datetime.now(timezone.utc) - timedelta(seconds=since_s))
-
-
 def _nodes_of(rec: R.RunRecord, ranks: set[int] | None) -> list[R.NodeRecord]:
     """The nodes whose logs hold the chosen global ranks (``--rank``)."""
     return [
@@ -118,21 +113,16 @@ def logs(
         return node, transport.call(node.host, ["--run-dir", node.dir, "--log", *args], timeout=120.0)
 
     warnings = []
-    cut = _since_cut(since_s)
-    width = _width(rec)
-    keyed = []
+    texts: dict[int, list[str]] = {}
     for node, res in parallel(nodes, one):
-        if not res.ok:
+        if res.ok:
+            texts[node.rank] = lines(res.out.decode("utf-8", "replace"))  # escaped: no control character passes
+        else:
             warnings.append(f"node {node.rank}: log unavailable: {_failed(node.host, res)}")
-            continue
-        lines = [split_ts(line) for line in res.out.decode("utf-8", "replace").splitlines()]
-        out = [
-            (ts, node.rank, i, prefix(rank, node.rank, width) + (f"{ts} {text}" if timestamps and ts else text))
-            for i, (ts, rank, text) in enumerate(shown(lines, full))
-            if wanted(rank, node.rank, ranks, rec.nproc) and (not cut or ts >= cut)
-        ]
-        keyed.append(out[-tail:] if tail else out if tail is None else [])
-    return [line for _, _, _, line in heapq.merge(*keyed)], warnings
+    merged = stamps.merge(
+        texts, since_s, timestamps, nproc=rec.nproc, nnodes=len(rec.nodes), ranks=ranks, full=full, tail=tail
+    )
+    return merged, warnings
 
 
 class Merger:
@@ -156,11 +146,11 @@ class Merger:
 
     def ended(self, rank: int, why: str, now: datetime, head: str = "") -> None:
         if why:
-            self._push(_stamp(now), rank, f"{head}(kgen: log stream ended: {why})")
+            self._push(line_stamp(now), rank, f"{head}(kgen: log stream ended: {printable(why)})")
 
     def ripe(self, now: datetime, flush: bool = False) -> list[tuple[int, str]]:
         """The lines older than ``now`` - REORDER_S (every line when ``flush``), oldest first."""
-        cutoff = _stamp(now - timedelta(seconds=REORDER_S))
+        cutoff = line_stamp(now - timedelta(seconds=REORDER_S))
         out = []
         while self.held and (flush or self.held[0][0] <= cutoff or len(self.held) > 4096):
             _, rank, _, text = heapq.heappop(self.held)
@@ -185,7 +175,7 @@ def follow(
     args = ["--follow"] + (["--tail", str(tail)] if tail is not None else [])
     if since_s == 0:
         args = ["--follow", "--tail", "0"]
-    cut = _since_cut(since_s) if since_s else ""
+    cut = since_cut(since_s) if since_s else ""
     q: queue.Queue = queue.Queue(maxsize=8192)
     procs = []
 
@@ -202,8 +192,8 @@ def follow(
             except OSError:
                 pass
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            q.put((node.rank, raw.decode("utf-8", "replace").rstrip("\n"), None))
+        for raw in proc.stdout:  # one "\n"-ended line each, escaped (kgen.runs.safetext)
+            q.put((node.rank, printable(raw.decode("utf-8", "replace").rstrip("\n").removesuffix("\r")), None))
         proc.wait()
         err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
         why = transport.classify(node.host, proc.returncode, err) if proc.returncode else ""

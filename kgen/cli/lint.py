@@ -88,6 +88,15 @@ def _lint_versions() -> list[str]:
 @click.option(
     "--summary", is_flag=True, help="End the text report with a summary line (files, documents, findings by severity)."
 )
+@click.option(
+    "--unit",
+    default="dir",
+    show_default=True,
+    metavar="dir|file|tree",
+    shell_complete=completes(("dir", "file", "tree")),
+    help="What the cross-document rules see together: each folder's own files (and a kustomization's "
+    "resources), each file, or everything given.",
+)
 def lint(
     paths,
     filenames,
@@ -102,11 +111,13 @@ def lint(
     explain,
     exclude,
     summary,
+    unit,
 ) -> None:
     """Check manifests offline: Kubernetes JSON schemas plus the rules schemas miss.
 
-    All files, folders and stdin given together are one context (a Service in svc.yaml serves
-    the Job in job.yaml).
+    The cross-document rules see one apply unit at a time: a folder's own files (a Service in
+    svc.yaml serves the Job in job.yaml next to it), a kustomization folder with what it lists,
+    stdin (--unit file|tree: each file alone, or everything given together).
 
     \b
     Examples:
@@ -152,6 +163,7 @@ def lint(
         schema_location=schema_location,
         explain=explain,
         exclude=exclude,
+        unit=unit,
     )
     result = sdk.lint(request)
     for skipped in result.skipped:

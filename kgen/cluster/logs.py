@@ -5,7 +5,8 @@ training process R, ``[node N]`` for pod N's own lines).
 is always requested; the prefix is dropped again unless --timestamps) and keeps each pod's own order.
 ``Follower`` follows all pods at once with a bounded thread pool, and picks up new pods (a re-formed
 Job generation) and restarted containers (StatefulSet) from a pod watch. It yields text lines; only
-the CLI prints.
+the CLI prints. Lines are split on "\n" only and escaped (kgen.runs.safetext): a log never passes a
+control character to the terminal.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from kgen.cluster.kube_records import pod_rank, trainer_status
 from kgen.runs.logtext import NodeLines, nodes_of, prefix, shown, wanted
+from kgen.runs.safetext import lines, printable
 from kgen.runs.views import rank_width
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
@@ -65,7 +67,7 @@ def merge(
     for node, text in sorted(logs.items()):
         last = ""
         keyed = []
-        for line in text.splitlines():
+        for line in lines(text):  # split on "\n" only, escaped (kgen.runs.safetext)
             ts, body = split_ts(line)
             last = _norm(ts) if ts else last
             keyed.append(((last, ts or ""), body))
@@ -197,7 +199,7 @@ class Follower:
                 if self.stopping.is_set():
                     break
                 out: list[str] = []
-                for line in block.decode("utf-8", "replace").splitlines():
+                for line in lines(block.decode("utf-8", "replace")):  # escaped (kgen.runs.safetext)
                     ts, body = split_ts(line)
                     out.extend(show(fold.feed(ts or "", body)))
                 if out:
@@ -206,7 +208,9 @@ class Follower:
             if rest:
                 self.lines.put(rest)
         except Exception as exc:  # one broken stream must not end the others: report it inline
-            self.lines.put([f"{prefix(None, node, self.width)}(kgen: log of pod {source.pod} unavailable: {exc})"])
+            self.lines.put(
+                [f"{prefix(None, node, self.width)}(kgen: log of pod {source.pod} unavailable: {printable(str(exc))})"]
+            )
         finally:
             with self.lock:
                 self.active -= 1

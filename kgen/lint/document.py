@@ -3,60 +3,35 @@
 Free of any YAML library: ``kgen.lint.parse`` builds documents from files and stdin (with a
 ``Source``: the file's text and where the document sits in it), ``kgen.lint.api.lint_documents``
 from values already in memory (``kgen render``'s self-check), which have no source and so no line
-numbers. No node tree is kept: when a finding needs a line and column, ``locate`` reads the
-document's text again into a small position tree (``PosNode``s, see ``kgen.lint.parse.positions``),
-and the last few such trees are cached. So memory grows with the values only, and only documents
-with findings pay for positions.
+numbers. No node tree is kept: when a finding needs a line and column, ``locate`` has the source
+read the document's text again into a small position tree (``Source.positions``: ``PosNode``s, both
+defined by the parser, so this module imports no other lint module), and the last few such trees
+are cached. So memory grows with the values only, and only documents with findings pay for
+positions.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, NamedTuple
+from typing import Any
 
 from kgen.findings import Finding, Severity
 
-
-class Source(NamedTuple):
-    """Where a document's text is: the whole file's text (shared, not copied), the index, 0-based
-    line and column where its root value starts, and the index where it ends."""
-
-    text: str
-    start: int
-    line: int
-    column: int
-    end: int
-
-
-class PosNode(NamedTuple):
-    """A node of a position tree: ``id`` is "scalar", "mapping" or "sequence"; line and column are
-    1-based; ``value`` is the scalar's text, a mapping's {key text: (key line, key column, child)}
-    (scalar keys; the last of duplicates) or a sequence's [child]; ``style`` and ``tag`` describe
-    scalars ("" and "!kgen-plain" for an unquoted, untagged one)."""
-
-    id: str
-    line: int
-    column: int
-    value: Any
-    style: Any
-    tag: Any
-
-
 # A few recently read position trees, by (id(text), start, end); each entry keeps its text alive, so
 # an id cannot be reused while it is cached. ``forget_positions`` empties it at the end of a run.
-_TREES: dict[tuple, tuple[str, PosNode | None]] = {}
+_TREES: dict[tuple, tuple[str, Any]] = {}
 _TREES_KEPT = 16
 
 
-def _tree(source: Source) -> PosNode | None:
+def _tree(source: Any) -> Any:
+    """The position tree of the document at ``source`` (a ``kgen.lint.parse.Source``), from the cache
+    or read again."""
     key = (id(source.text), source.start, source.end)
     got = _TREES.get(key)
     if got is not None:
         return got[1]
-    from kgen.lint.parse import positions  # a source means the YAML library is loaded already
-
-    tree = positions(source)
+    tree = source.positions()
     if len(_TREES) >= _TREES_KEPT:
         _TREES.pop(next(iter(_TREES)))
     _TREES[key] = (source.text, tree)
@@ -99,7 +74,7 @@ class Document:
         node: Any,
         data: Any,
         *,
-        source: Source | None = None,
+        source: Any = None,  # kgen.lint.parse.Source
         line: int = 0,
         prefix: tuple = (),
         shown: tuple = (),
@@ -162,7 +137,7 @@ class Document:
         return self._line
 
     @property
-    def node(self) -> PosNode | None:
+    def node(self) -> Any:
         """The position tree of this document (read on demand), or None."""
         if self._node is not None:
             return self._node
@@ -210,7 +185,7 @@ class Document:
         return self._namespace
 
     @staticmethod
-    def _descend(node: PosNode, path: tuple) -> tuple[PosNode, tuple[int, int], bool]:
+    def _descend(node: Any, path: tuple) -> tuple[Any, tuple[int, int], bool]:
         """Follow ``path`` (keys and list indexes) down the position tree: the deepest node reached,
         the (line, column) that locates it (a mapping entry's key, a list item's start) and whether
         all of ``path`` exists. Duplicate keys: the last wins, like the decoded value."""
@@ -244,7 +219,7 @@ class Document:
             return src.line + 1, src.column + 1
         return self._descend(root, self._prefix + tuple(path))[1]
 
-    def scalar_at(self, path: tuple) -> PosNode | None:
+    def scalar_at(self, path: tuple) -> Any:
         """The scalar node at ``path`` (``.value``, ``.style``, ``.tag``), or None (also for documents
         without a source)."""
         node = self.node

@@ -241,29 +241,6 @@ def _pod_template(doc: Any) -> tuple[dict, tuple] | None:
     return (tpl, path) if isinstance(tpl, dict) else None
 
 
-def pod_templates(doc: Any) -> list[tuple[dict, tuple]]:
-    """Every pod template of ``doc`` with its path, for every kind lint has an adapter for
-    (kgen.lint.kinds: JobSet replicatedJobs, PyTorchJob replicas, Volcano tasks, LWS leader/worker ...);
-    a Pod is its own template at ()."""
-    from kgen.lint import kinds
-
-    return [(t.template, t.path) for t in kinds.templates(doc) if t.containers is None]
-
-
-def pod_specs(doc: Any) -> list[tuple[dict, tuple]]:
-    """(pod spec, its path) of every pod template of ``doc`` (once per document: every pod rule
-    asks; do not change the list)."""
-    memo = doc.memo
-    if "pod_specs" not in memo:
-        out = []
-        for tpl, path in pod_templates(doc):
-            spec = tpl.get("spec")
-            if isinstance(spec, dict):
-                out.append((spec, path + ("spec",)))
-        memo["pod_specs"] = out
-    return memo["pod_specs"]
-
-
 def pod_spec(doc: Any) -> tuple[dict, tuple] | None:
     memo = doc.memo
     if "pod_spec" not in memo:

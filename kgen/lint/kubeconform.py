@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -103,6 +104,16 @@ def parse_report(returncode: int, stdout: str, stderr: str) -> dict:
     return report
 
 
+_AT = re.compile(r"- at '(/[^']*)': (.*?)\s*(?=- at '/|\Z)")
+
+
+def _leaf_errors(msg: str) -> list[dict]:
+    """kubeconform 0.7.0 lists a nested error's parent as "validation failed" in ``validationErrors``
+    ({path: /spec}); its message has every level: "... - at '/spec': validation failed - at
+    '/spec/completions': got string, want null or integer". The leaves, as validationErrors entries."""
+    return [{"path": m.group(1), "msg": m.group(2)} for m in _AT.finditer(msg) if m.group(2) != "validation failed"]
+
+
 def pointer_to_path(pointer: str) -> tuple:
     out: list[Any] = []
     for part in pointer.strip("/").split("/") if pointer.strip("/") else []:
@@ -125,15 +136,19 @@ class Runner:
         if not has_schema:
             entry["skip"].add(f"{doc.api_version}/{doc.kind}")  # kubeconform's GVK form: apiVersion/Kind
 
-    def run(self, result: Any, prepared: Any) -> None:
-        from kgen.lint.api import _schema_findings
-
+    def run(self, check: Any) -> list:
+        """Run kubeconform once per file added since the last run; its findings, and ``check``'s
+        (a ``kgen.lint.schemas.SchemaCheck``) KG011/KG012 for the kinds it was told to skip."""
+        out: list = []
+        streams, self.streams = self.streams, {}
+        if not streams:
+            return out
         cache = seed_cache(self.version, self.strict)
-        for filename, entry in self.streams.items():
+        for filename, entry in streams.items():
             docs = entry["docs"]
             for doc in docs:  # KG011/KG012 for kinds kubeconform is told to skip
                 if f"{doc.api_version}/{doc.kind}" in entry["skip"]:
-                    result.findings.extend(_schema_findings(doc, prepared))
+                    out.extend(check.findings(doc))
             is_file = os.path.isfile(filename)
             cmd = build_command(
                 self.binary,
@@ -148,7 +163,8 @@ class Runner:
                 cmd, input=None if is_file else entry["text"], capture_output=True, text=True, timeout=300, check=False
             )
             report = parse_report(proc.returncode, proc.stdout, proc.stderr)
-            result.findings.extend(self.findings(report, docs))
+            out.extend(self.findings(report, docs))
+        return out
 
     @staticmethod
     def findings(report: dict, docs: list) -> list:
@@ -166,7 +182,7 @@ class Runner:
             msg = " ".join(str(res.get("msg", "")).split())
             if "already set in map" in msg:
                 continue  # duplicate keys: kgen's parser reports KG001 with the line
-            errors = res.get("validationErrors") or []
+            errors = _leaf_errors(msg) or res.get("validationErrors") or []
             if status == "statusSkipped":
                 out.append(doc.finding("KG010", Severity.ERROR, f"kubeconform skipped this object: {msg}"))
             elif errors:

@@ -28,10 +28,9 @@ every kind.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from kgen.lint import k8s, kinds
+from kgen.lint import k8s, kinds, scripts
 from kgen.lint.kinds.base import Facts, Template
 from kgen.lint.torchcmd import Launch, Scripted, host_of, read_container, resolve
 
@@ -139,11 +138,19 @@ def containers_of(tpl: Template) -> list[tuple[dict, tuple]]:
     return list(k8s.containers(tpl.spec, tpl.spec_path, init=False))
 
 
-def read(doc: Any, container: dict, path: tuple) -> Scripted:
-    memo = doc.memo.setdefault("kg_read", {})
-    got = memo.get(path)
+def read(doc: Any, container: dict, path: tuple, docs: list | None = None, tpl: Template | None = None) -> Scripted:
+    """What the container at ``path`` of ``doc`` runs (memoized per document). With the run's ``docs``
+    and the pod template, scripts from ConfigMaps of the linted set that the container mounts are read
+    too (``kgen.lint.scripts``)."""
+    cache = doc.memo.setdefault("kg_read", {})
+    got = cache.get(path)
     if got is None:
-        got = memo[path] = read_container(container)
+        files = None
+        if docs is not None and tpl is not None:
+            by_name = memo("configmaps", docs, scripts.configmaps_by_name)
+            if by_name:
+                files = scripts.files_of(tpl.spec, container, scripts.configmap_lookup(by_name, doc.namespace))
+        got = cache[path] = read_container(container, files)
     return got
 
 
@@ -219,7 +226,7 @@ def _workloads(docs: list) -> list[Workload]:
             w = Workload(doc, tpl, facts, primary=False)
             multi = None if facts.nodes is None else facts.nodes > 1
             for c, path in containers_of(tpl):
-                scripted = read(doc, c, path)
+                scripted = read(doc, c, path, docs, tpl)
                 why = _why_training(w, c, scripted, multi)
                 if why is None:
                     continue
@@ -235,18 +242,35 @@ def _workloads(docs: list) -> list[Workload]:
     return out
 
 
-# <pod>-0.<service>[.<namespace>...]: a pod-0 host name of a Job/StatefulSet wired by the user
-POD0_HOST = re.compile(r"^(?P<pod>[a-z0-9-]+)-0\.(?P<svc>[a-z0-9-]+)(\..*)?$")
+def explicit_hostname(w: Workload) -> str | None:
+    """The hostname the pod template gives its pods (``spec.hostname``) where it is the pods' DNS name: a
+    Job that is not Indexed (an Indexed Job's controller names the pods <job>-<index>), a Pod's template.
+    A StatefulSet's controller sets its own."""
+    if w.doc.kind != "Job" or w.facts.dns != "subdomain" or (w.tpl.job or {}).get("completionMode") == "Indexed":
+        return None
+    host = w.spec.get("hostname")
+    return host if isinstance(host, str) and host else None
+
+
+def pod0_label(w: Workload) -> str:
+    """The first DNS label of pod 0 of a user-wired workload: its explicit hostname, else <name>-0."""
+    return explicit_hostname(w) or f"{w.name}-0"
+
+
+def pod0_name(w: Workload, service: str | None) -> str:
+    """Pod 0's name under ``service`` (``<name>-0.<service>``, or ``<hostname>.<service>``)."""
+    return f"{pod0_label(w)}.{service or '<headless service>'}"
 
 
 class World:
     """One training world that spans several workloads of one namespace: the leader's pod 0 is
     everyone's master, and the world has the pods of all members."""
 
-    __slots__ = ("leader", "members", "nodes")
+    __slots__ = ("leader", "members", "nodes", "leader_host")
 
     def __init__(self, leader: Workload, members: list[Workload]) -> None:
         self.leader = leader.doc
+        self.leader_host = pod0_label(leader)
         self.members = {id(m.doc) for m in members}
         self.nodes = sum(m.nodes or 0 for m in members)
 
@@ -254,18 +278,19 @@ class World:
 def world(docs: list, w: Workload) -> World | None:
     """The world ``w`` shares with other workloads, or None (the usual case: a world of its own).
 
-    Several Indexed Jobs or StatefulSets form one world when they share a subdomain/serviceName,
-    one of them (the leader) names its own pod 0 as the master and every other names the leader's
-    pod 0 -- and no member states a node count other than the world's (nebius/ml-cookbook's KAI
-    layout: one Indexed Job per topology segment, a shared headless Service, MASTER_ADDR
-    <first-job>-0.<service> in every pod). A member that names another workload's pod 0 but states
+    Several workloads form one world when they share a subdomain/serviceName, one of them (the leader)
+    names its own pod 0 as the master and every other names the leader's pod 0 -- and no member states a
+    node count other than the world's. Two layouts do this: one Indexed Job (or StatefulSet) per topology
+    segment (nebius/ml-cookbook's KAI layout: MASTER_ADDR <first-job>-0.<service> in every pod), and one
+    single-pod Job per node with an explicit ``hostname`` (Helm charts: hostname <release>-<i>, subdomain
+    <release>, MASTER_ADDR <release>-0.<release>). A member that names another workload's pod 0 but states
     its own pod count as --nnodes is a copied master address, not a shared world."""
     return memo("worlds", docs, _worlds).get(id(w.doc))
 
 
 def literal_masters(w: Workload) -> set[tuple[str, str]]:
-    """(pod, service) of the literal pod-0 hosts ``w``'s training containers name (MASTER_ADDR,
-    --master-addr, --rdzv-endpoint)."""
+    """(first label, second label) of the literal master hosts ``w``'s training containers name
+    (MASTER_ADDR, --master-addr, --rdzv-endpoint): ``("llama-0", "llama")`` for llama-0.llama.ml.svc."""
     hosts = []
     for c, _cpath, scripted, _why in w.containers:
         ma = w.env(c).get("MASTER_ADDR")
@@ -274,26 +299,40 @@ def literal_masters(w: Workload) -> set[tuple[str, str]]:
         hosts += [host_of(raw) for launch in scripted.launches if launch.training for _, raw in launch.master_flags()]
     out = set()
     for host in hosts:
-        m = POD0_HOST.match(host.lower().rstrip(".")) if host and "$" not in host else None
-        if m:
-            out.add((m.group("pod"), m.group("svc")))
+        if not host or "$" in host:
+            continue
+        parts = host.lower().rstrip(".").split(".")
+        if len(parts) >= 2 and parts[0] and parts[1]:
+            out.add((parts[0], parts[1]))
     return out
+
+
+def replaced_hostname(w: Workload) -> str | None:
+    """An Indexed Job's ``spec.hostname``: its controller replaces it with <job>-<index>, so pods never
+    get that name (a Helm chart that adds completionMode: Indexed to one-Job-per-node)."""
+    if w.doc.kind != "Job" or (w.tpl.job or {}).get("completionMode") != "Indexed":
+        return None
+    host = w.spec.get("hostname")
+    return host if isinstance(host, str) and host else None
 
 
 def _worlds(docs: list) -> dict[int, World]:
     wired = [w for w in workloads(docs) if w.primary and w.user_wired and w.facts.dns_name]
-    by_name = {(w.doc.namespace, w.name): w for w in wired}
+    by_host = {(w.doc.namespace, pod0_label(w), w.facts.dns_name): w for w in wired}
+    for w in wired:  # the name meant for pod 0 (KG105 says it never resolves)
+        meant = replaced_hostname(w)
+        if meant:
+            by_host.setdefault((w.doc.namespace, meant, w.facts.dns_name), w)
     led: dict[int, list[Workload]] = {}
     for w in wired:
         sub = w.facts.dns_name
-        for pod, svc in literal_masters(w):
-            leader = by_name.get((w.doc.namespace, pod))
+        for host, svc in literal_masters(w):
+            leader = by_host.get((w.doc.namespace, host, svc))
             if (
                 leader is not None
                 and leader is not w
                 and svc == sub
-                and leader.facts.dns_name == sub
-                and literal_masters(leader) == {(leader.name, sub)}
+                and literal_masters(leader) in ({(pod0_label(leader), sub)}, {(replaced_hostname(leader), sub)})
             ):
                 led.setdefault(id(leader.doc), [leader]).append(w)
     out: dict[int, World] = {}

@@ -31,7 +31,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from yaml.events import (
@@ -48,7 +48,37 @@ from yaml.events import (
 
 from kgen.errors import InputError
 from kgen.findings import Finding, Severity
-from kgen.lint.document import Document, PosNode, Source, format_path
+from kgen.lint.document import Document, format_path
+
+
+class Source(NamedTuple):
+    """Where a document's text is: the whole file's text (shared, not copied), the index, 0-based
+    line and column where its root value starts, and the index where it ends. ``Document`` keeps it
+    and asks it for the position tree when a finding needs a line (``positions``)."""
+
+    text: str
+    start: int
+    line: int
+    column: int
+    end: int
+
+    def positions(self) -> PosNode | None:
+        return positions(self)
+
+
+class PosNode(NamedTuple):
+    """A node of a position tree: ``id`` is "scalar", "mapping" or "sequence"; line and column are
+    1-based; ``value`` is the scalar's text, a mapping's {key text: (key line, key column, child)}
+    (scalar keys; the last of duplicates) or a sequence's [child]; ``style`` and ``tag`` describe
+    scalars ("" and "!kgen-plain" for an unquoted, untagged one)."""
+
+    id: str
+    line: int
+    column: int
+    value: Any
+    style: Any
+    tag: Any
+
 
 _PLAIN = "!kgen-plain"  # our tag for untagged plain scalars; resolved by _plain() below
 
@@ -164,6 +194,10 @@ MAX_DUPLICATES = 100
 """KG001 findings listed per document; the rest are counted in one more finding."""
 
 _intern = sys.intern
+# Short plain scalars resolved by kubectl's rules (``_plain``: field names, "true", "8", "None" ...),
+# each once per process; values are immutable (str, int, float, bool, None). Bounded.
+_PLAINS: dict[str, Any] = {}
+_PLAINS_KEPT = 100_000
 _DOC_MARKER = re.compile(r"^(?:---|\.\.\.)(?=[ \t\r\n]|\Z)", re.M)  # libyaml ends any scalar at these
 
 
@@ -291,6 +325,7 @@ def _build(
     """Turn libyaml's events for ``text[base_index:]`` into Documents (appended to ``docs``)."""
     loader = _Base(text if base_index == 0 else _Chunks(text, base_index))
     get = loader.get_event
+    plains = _PLAINS
     stack: list[list] = []
     anchors: dict[str, Any] = {}
     dups: list[tuple] = []
@@ -309,12 +344,27 @@ def _build(
             if c is ScalarEvent:
                 tag = e.tag
                 v = e.value
-                if len(v) <= 24:
-                    v = _intern(v)  # field names and values repeat across documents: keep one copy
+                short = len(v) <= 24
                 if tag is None or tag == "!":
-                    if e.implicit[0]:
+                    if not e.implicit[0]:
+                        if short:
+                            v = _intern(v)  # field names and values repeat across documents: keep one copy
+                    elif short:  # the short plain scalars of a run are few: resolve each once
                         merge = v == "<<"
+                        got = plains.get(v, _NOROOT)
+                        if got is _NOROOT:
+                            got = _plain(_intern(v))
+                            if len(plains) < _PLAINS_KEPT:
+                                plains[v] = got
+                        v = got
+                    else:
                         v = _plain(v)
+                elif short:
+                    v = _intern(v)
+                    if tag in _EXPLICIT_NONSTR:
+                        v = _plain(v)
+                    elif tag == _MERGE:
+                        merge = True
                 elif tag in _EXPLICIT_NONSTR:
                     v = _plain(v)
                 elif tag == _MERGE:

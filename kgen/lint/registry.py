@@ -1,8 +1,8 @@
 """The rule registry: every rule is a small function registered with a stable id and severity.
 
-Document rules get one ``Document`` and yield ``(path, message)``; stream rules get all documents
-of one lint run (every file, folder and stdin given together, or one render) and yield
-``(document, path, message)``. Paths are tuples of
+Document rules get one ``Document`` and yield ``(path, message)``; stream rules get the objects of
+one apply unit (``kgen.lint.units``: one folder's files, a Kustomize directory and what it lists,
+one file, stdin, or one render) and yield ``(document, path, message)``. Paths are tuples of
 keys and list indexes; the registry turns them into Findings with file, line and column.
 Ids that are produced by the parser or the schema engine are registered as ``builtin`` rules
 (no function) so ``--skip``, the docs and the tests know about them.
@@ -22,6 +22,7 @@ from kgen.findings import Severity
 class Context(NamedTuple):
     kubernetes_version: str  # "1.37"
     explain: bool = False  # `kgen lint --explain`: report how lint reads each training workload (KG137)
+    unit: str = ""  # the apply unit a stream rule sees, named when a run has several (kgen.lint.units)
 
     @property
     def minor(self) -> int:
@@ -44,10 +45,10 @@ RULES: dict[str, Rule] = {}
 # Rule ids that were merged into the rules written once over the workload model (docs/lint.md,
 # "Renumbered rules"); --skip and the kgen.dev/lint-skip annotation still take them.
 RENUMBERED = {
-    "KG153": ("KG106", "KG107", "KG115", "KG116"),
+    "KG153": ("KG106", "KG107", "KG139", "KG115", "KG116"),
     "KG154": ("KG104", "KG105"),
     "KG155": ("KG102",),
-    "KG156": ("KG110",),
+    "KG156": ("KG110", "KG138"),
     "KG157": ("KG117",),
 }
 

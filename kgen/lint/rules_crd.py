@@ -48,9 +48,9 @@ def crd_structure(doc: Any, ctx: Context) -> Iterator:
 
 @rule(
     "KG132",
-    E,
-    "A Volcano Job's minAvailable below its training pods gang-schedules only part of the world: the "
-    "started pods wait in the rendezvous for pods that may never be scheduled (and hold their GPUs).",
+    W,
+    "A Volcano Job's minAvailable below its training pods gang-schedules only part of the world: on a busy "
+    "cluster the started pods wait in the rendezvous for pods that are not scheduled (and hold their GPUs).",
     "Delete minAvailable (Volcano defaults it to every pod) or set it to the sum of the tasks' replicas.",
     kinds=["Job"],
     scope="stream",

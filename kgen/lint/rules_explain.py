@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kgen.findings import Severity
-from kgen.lint.model import Workload, workloads
+from kgen.lint.model import Workload, explicit_hostname, workloads
 from kgen.lint.registry import Context, rule
+from kgen.lint.torchcmd import Launch
 
 
 @rule(
@@ -23,16 +24,23 @@ from kgen.lint.registry import Context, rule
 def explain(docs: list, ctx: Context) -> Iterator:
     if not ctx.explain:
         return
+    unit = f"; apply unit: {ctx.unit}" if ctx.unit else ""  # a run of several units names the one seen
     for w in workloads(docs):
-        yield w.doc, w.tpl.path or ("metadata", "name"), describe(w)
+        yield w.doc, w.tpl.path or ("metadata", "name"), describe(w) + unit
 
 
 def describe(w: Workload) -> str:
     role = f" {w.tpl.role!r}" if w.tpl.role else ""
     pods = "? pods" if w.nodes is None else f"{w.nodes} pod{'' if w.nodes == 1 else 's'}"
     parts = [f"training workload: {w.kind} {w.name!r}{role}, {pods} in the world"]
-    dns = {"subdomain": "subdomain + your headless Service", "serviceName": "serviceName + your headless Service"}
-    wiring = dns.get(w.facts.dns, "made by the controller" if w.facts.dns == "managed" else "none")
+    if w.user_wired and not w.facts.dns_name:
+        field = "subdomain" if w.facts.dns == "subdomain" else "serviceName"
+        wiring = f"none (no {field}: the pods get no DNS names)"
+    elif w.user_wired:
+        host = explicit_hostname(w)
+        wiring = (f"hostname {host} + " if host else "") + f"{w.facts.dns} {w.facts.dns_name} + your headless Service"
+    else:
+        wiring = "made by the controller" if w.facts.dns == "managed" else "none"
     if w.facts.master_hosts:
         wiring += f", pod 0 = {w.facts.master_hosts[0]}"
     parts.append(f"DNS: {wiring}")
@@ -44,7 +52,7 @@ def describe(w: Workload) -> str:
         launches = [launch for launch in scripted.launches if launch.training]
         if launches:
             text = "; ".join(
-                f"{launch.form}{' (in a shell script)' if launch.script else ''}"
+                f"{launch.form}{_where(launch)}"
                 + (
                     f" {', '.join(f'{k}={v}' for k, v in launch.flags.items() if v is not None)}"
                     if launch.flags
@@ -60,3 +68,9 @@ def describe(w: Workload) -> str:
             text = f"unknown launcher ({why})"
         parts.append(f"container {c.get('name')!r}: {text}")
     return "; ".join(parts)
+
+
+def _where(launch: Launch) -> str:
+    if launch.origin:
+        return f" (in {launch.origin})"
+    return " (in a shell script)" if launch.script else ""

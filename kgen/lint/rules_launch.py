@@ -77,11 +77,13 @@ def _elastic(w: Workload) -> bool:
     "KG117",
     W,
     "A multi-node training Job retries one pod alone (restartPolicy: OnFailure, or backoffLimit > 0 / the "
-    "default 6 / backoffLimitPerIndex without a podFailurePolicy; a JobSet's child Jobs need backoffLimit: 0 "
-    "and restartPolicy: Never, which JobSet defaults to OnFailure): the replacement cannot rejoin the world "
+    "default 6 / backoffLimitPerIndex with no podFailurePolicy rule that fails the Job on the trainer's exit "
+    "codes -- one that only Ignores disruptions leaves every other failure to backoffLimit; a JobSet's child "
+    "Jobs need backoffLimit: 0 and restartPolicy: Never, which JobSet defaults to OnFailure), whatever the "
+    "launcher (torchrun, deepspeed, accelerate, python with env://): the replacement cannot rejoin the world "
     "the others formed, and the retries run out at a rate that depends on the node count.",
-    "Set restartPolicy: Never and backoffLimit: 0, or a podFailurePolicy (FailJob on real errors, Ignore on "
-    "disruptions), or restart the whole group (kgen's entrypoint, JobSet).",
+    "Set restartPolicy: Never and backoffLimit: 0, or a podFailurePolicy (FailJob on the trainer's exit codes, "
+    "Ignore on disruptions), or restart the whole group (kgen's entrypoint, JobSet).",
     kinds=["Job", "JobSet"],
     scope="stream",
 )
@@ -93,7 +95,7 @@ def failure_retries_one_pod(docs: list, ctx: Context) -> Iterator:
         if w.facts.group_restart:
             yield from _child_fails_whole(w, job)
             continue
-        if not any(True for _ in _torchrun(w)):
+        if any(launch.form == "kgen" for _, _, launches in w.launches for launch in launches):
             continue  # kgen's entrypoint fail-stops every pod, so the Job re-forms the whole group
         jpath = w.tpl.job_path
         if w.spec.get("restartPolicy") == "OnFailure":
@@ -104,25 +106,57 @@ def failure_retries_one_pod(docs: list, ctx: Context) -> Iterator:
                 "world the other nodes formed; use restartPolicy: Never with backoffLimit: 0 or a podFailurePolicy",
             )
             continue
-        if "podFailurePolicy" in job:
+        pfp = job.get("podFailurePolicy")
+        if pfp is not None and _fails_on_exit_codes(pfp):
             continue
         per_index = _int(job.get("backoffLimitPerIndex"))
         limit = job.get("backoffLimit")
+        only = (
+            " whose rules do not fail the Job on the trainer's exit codes (only " + ", ".join(_actions(pfp)) + ")"
+            if isinstance(pfp, dict)
+            else ""
+        )
+        what = "with a podFailurePolicy" + only if only else "without a podFailurePolicy"
         if per_index:
             yield (
                 w.doc,
                 jpath + ("backoffLimitPerIndex",),
-                f"backoffLimitPerIndex: {per_index} retries one index alone; its new pod cannot rejoin the running "
-                "world. Use backoffLimit: 0 or a podFailurePolicy, or restart the whole group",
+                f"backoffLimitPerIndex: {per_index} {what} retries one index alone; its new pod cannot rejoin the "
+                "running world. Use backoffLimit: 0 or a podFailurePolicy FailJob rule, or restart the whole group",
             )
         elif limit is None or (_int(limit) or 0) > 0:
             shown = f"backoffLimit: {limit}" if limit is not None else "the default backoffLimit (6)"
+            fix = "add a FailJob rule on the trainer's exit codes" if only else "add a podFailurePolicy"
             yield (
                 w.doc,
                 jpath + ("backoffLimit",) if limit is not None else jpath,
-                f"{shown} without a podFailurePolicy replaces a failed pod alone; it cannot rejoin the world the "
-                "other nodes formed. Set backoffLimit: 0 or add a podFailurePolicy",
+                f"{shown} {what} replaces a failed pod alone; it cannot rejoin the world the other nodes formed. "
+                f"Set backoffLimit: 0 or {fix}",
             )
+
+
+def _fails_on_exit_codes(pfp: object) -> bool:
+    """A podFailurePolicy with a rule that fails the Job (or index) on exit codes: a crashed trainer ends
+    the Job instead of being replaced alone."""
+    rules = pfp.get("rules") if isinstance(pfp, dict) else None
+    return any(
+        isinstance(r, dict) and r.get("action") in ("FailJob", "FailIndex") and isinstance(r.get("onExitCodes"), dict)
+        for r in rules or []
+    )
+
+
+def _actions(pfp: dict) -> list[str]:
+    rules = pfp.get("rules")
+    got = []
+    for r in rules if isinstance(rules, list) else []:
+        if not isinstance(r, dict):
+            continue
+        on = "exit codes" if r.get("onExitCodes") is not None else "pod conditions"
+        conds = r.get("onPodConditions")
+        if isinstance(conds, list) and conds and isinstance(conds[0], dict) and conds[0].get("type"):
+            on = str(conds[0]["type"])
+        got.append(f"{r.get('action')} on {on}")
+    return got or ["no rules"]
 
 
 def _child_fails_whole(w: Workload, job: dict) -> Iterator:
@@ -164,8 +198,11 @@ _QOS_RESOURCES = ("cpu", "memory")
 )
 def best_effort_training_pod(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        if w.tpl.partial or w.facts.resources_elsewhere:
-            continue  # a TrainJob's trainer (its runtime may give the pod resources) or a runtime (its TrainJobs do)
+        if w.tpl.partial:
+            yield from _trainjob_best_effort(w, docs)
+            continue
+        if w.facts.resources_elsewhere:
+            continue  # a runtime: its TrainJobs give the trainer resourcesPerNode
         has_qos = False
         for c, _ in k8s.containers(w.spec, w.base):
             res = c.get("resources")
@@ -179,8 +216,59 @@ def best_effort_training_pod(docs: list, ctx: Context) -> Iterator:
                 w.doc,
                 cpath + ("resources",) if "resources" in c0 else cpath,
                 "no container requests cpu or memory, so the pod is BestEffort (GPUs do not count): first to be "
-                "evicted or OOM-killed; set resources.requests.cpu and .memory",
+                "evicted or OOM-killed (unless a mutating webhook adds requests); set resources.requests.cpu and "
+                ".memory",
             )
+
+
+# Kubeflow Trainer's own runtimes whose trainer step requests nothing (manifests/base/runtimes).
+_BARE_RUNTIMES = {"torch-distributed", "deepspeed-distributed", "mlx-distributed"}
+
+
+def _trainjob_best_effort(w: Workload, docs: list) -> Iterator:
+    """A TrainJob whose resourcesPerNode asks for GPUs only, on a runtime whose trainer step requests no cpu
+    or memory either (found among the linted files, or one of Kubeflow's bare runtimes): BestEffort pods."""
+    res = k8s.get(w.doc.data, "spec", "trainer", "resourcesPerNode")
+    if not isinstance(res, dict) or _has_qos(res):
+        return
+    ref = k8s.get(w.doc.data, "spec", "runtimeRef") or {}
+    name, kind = ref.get("name"), ref.get("kind") or "ClusterTrainingRuntime"
+    runtime = next(
+        (
+            d
+            for d in docs
+            if d.kind == kind
+            and d.name == name
+            and d.api_version.startswith("trainer.kubeflow.org/")
+            and (kind == "ClusterTrainingRuntime" or not d.namespace or d.namespace == w.doc.namespace)
+        ),
+        None,
+    )
+    if runtime is not None:
+        from kgen.lint import kinds
+
+        steps = [t for t in kinds.templates(runtime) if t.injected_env]  # the trainer step
+        if not steps or any(_has_qos(c.get("resources")) for t in steps for c, _ in k8s.containers(t.spec, ())):
+            return
+        where = f"runtime {name!r} requests none either"
+    elif name in _BARE_RUNTIMES:
+        where = f"Kubeflow's {name} runtime requests none either"
+    else:
+        return
+    yield (
+        w.doc,
+        ("spec", "trainer", "resourcesPerNode"),
+        f"resourcesPerNode requests no cpu or memory and {where}, so the trainer pods are BestEffort (GPUs do not "
+        "count): first to be evicted or OOM-killed; add requests.cpu and .memory",
+    )
+
+
+def _has_qos(res: object) -> bool:
+    for section in ("requests", "limits"):
+        values = k8s.get(res, section)
+        if isinstance(values, dict) and any(r in values for r in _QOS_RESOURCES):
+            return True
+    return False
 
 
 # --- launcher mode vs pod count ---------------------------------------------------------------------
@@ -207,6 +295,10 @@ def launcher_mode(docs: list, ctx: Context) -> Iterator:
             if not launch.child and not launch.opaque:
                 yield w.doc, _launch_path(cpath, launch), _no_script(launch, _scripted(w, c))
                 continue  # its flags are not torchrun's either: one finding says why
+            script = launch.child[1] if launch.child[:1] == ["python3"] and len(launch.child) > 1 else None
+            if script is not None and not script.strip():
+                yield w.doc, _launch_path(cpath, launch), _blank_script(script, _scripted(w, c))
+                continue
             backend = _backend(launch, env)
             if backend == "standalone":
                 yield (
@@ -241,7 +333,7 @@ def launcher_mode(docs: list, ctx: Context) -> Iterator:
                         f"static rendezvous without --node-rank makes every pod node 0, but {pods}; "
                         "pass the pod's index, e.g. --node-rank=$(NODE_RANK)",
                     )
-                elif value is not None and value.isdigit():
+                elif value is not None and value.isdigit() and not launch.branch:  # if/else: per pod
                     yield (
                         w.doc,
                         _launch_path(cpath, launch, "node_rank"),
@@ -259,6 +351,17 @@ def launcher_mode(docs: list, ctx: Context) -> Iterator:
 
 def _scripted(w: Workload, c: dict) -> Scripted | None:
     return next((scripted for x, _, scripted, _why in w.containers if x is c), None)
+
+
+def _blank_script(script: str, scripted: Scripted | None) -> str:
+    """``torchrun ... \\<space>  # comment``: the backslash escapes the space, so torchrun's script is a
+    lone blank and the comment ends the command; the next line runs as a command of its own."""
+    orphans = [argv[0] for argv, _ in (scripted.commands if scripted else []) if argv]
+    after = f"; the next line ({orphans[-1]!r}) runs as a command of its own" if len(orphans) > 1 else ""
+    return (
+        f"torchrun's training script is {script!r}: a backslash followed by a blank escapes the blank instead of "
+        f"continuing the line, and the comment after it ends the command{after}; put the backslash last on the line"
+    )
 
 
 def _no_script(launch: Launch, scripted: Scripted | None) -> str:
@@ -389,36 +492,23 @@ def _rank_not_a_number(w: Workload, c: dict, cpath: tuple, launches: list) -> It
 @rule(
     "KG121",
     E,
-    "Processes per node written twice in a container (--nproc-per-node, NPROC_PER_NODE, GPUS_PER_NODE ...) "
-    "must agree, and a literal CUDA_VISIBLE_DEVICES must list exactly that many devices and no more than the "
-    "pod's GPUs.",
-    "Write the number once (kgen render derives all of them from --gpus); delete CUDA_VISIBLE_DEVICES (the "
-    "device plugin sets the visible GPUs).",
+    "A literal CUDA_VISIBLE_DEVICES must list as many devices as processes per node and no more than the "
+    "pod's GPUs: ranks beyond the list get no GPU, and devices beyond the pod's do not exist in it.",
+    "Delete CUDA_VISIBLE_DEVICES (the device plugin sets the visible GPUs).",
     kinds=TRAINING_KINDS,
     scope="stream",
 )
-def nproc_written_twice(docs: list, ctx: Context) -> Iterator:
+def visible_devices(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         for c, cpath, launches in w.launches:
             env = w.env(c)
             gpus = k8s.gpu_limit(c)
-            nprocs: list[tuple[int, str, Launch]] = [
-                (v, where, la) for la in launches for v, where in _nproc_values(la, env)
-            ]
-            if not gpus and nprocs:  # GPU pods: KG107 compares each value with the GPU limit
-                first, where0, _ = nprocs[0]
-                for value, where, launch in nprocs[1:]:
-                    if value != first:
-                        yield (
-                            w.doc,
-                            _where_path(cpath, c, launch, "nproc_per_node", where),
-                            f"{where} but {where0}: processes per node are written twice and disagree",
-                        )
+            nprocs = [v for la in launches for v, _ in _nproc_values(la, env)]
             cvd = env.get("CUDA_VISIBLE_DEVICES")
             if not isinstance(cvd, str) or "$" in cvd:
                 continue
             devices = [d for d in cvd.split(",") if d.strip()]
-            want = nprocs[0][0] if nprocs else gpus
+            want = nprocs[0] if nprocs else gpus
             path = _env_path(cpath, c, "CUDA_VISIBLE_DEVICES")
             if gpus and len(devices) > gpus:
                 yield w.doc, path, f"CUDA_VISIBLE_DEVICES lists {len(devices)} devices but the pod gets {gpus} GPUs"
@@ -429,6 +519,36 @@ def nproc_written_twice(docs: list, ctx: Context) -> Iterator:
                     f"CUDA_VISIBLE_DEVICES lists {len(devices)} devices for {want} processes per node; ranks "
                     f"{len(devices)}..{want - 1} get no GPU. Delete it (the device plugin sets the visible GPUs)",
                 )
+
+
+@rule(
+    "KG141",
+    W,
+    "Processes per node written twice in a CPU container (--nproc-per-node and NPROC_PER_NODE, GPUS_PER_NODE "
+    "...) disagree: the launcher uses its flag, and whatever reads the other value (the script, the program) "
+    "gets a wrong count.",
+    "Write the number once (kgen render derives all of them from --gpus).",
+    kinds=TRAINING_KINDS,
+    scope="stream",
+)
+def nproc_written_twice(docs: list, ctx: Context) -> Iterator:
+    for w in workloads(docs):
+        for c, cpath, launches in w.launches:
+            env = w.env(c)
+            if k8s.gpu_limit(c):
+                continue  # GPU pods: KG107/KG139 compare each value with the GPU limit
+            nprocs: list[tuple[int, str, Launch]] = [
+                (v, where, la) for la in launches for v, where in _nproc_values(la, env)
+            ]
+            if nprocs:
+                first, where0, _ = nprocs[0]
+                for value, where, launch in nprocs[1:]:
+                    if value != first:
+                        yield (
+                            w.doc,
+                            _where_path(cpath, c, launch, "nproc_per_node", where),
+                            f"{where} but {where0}: processes per node are written twice and disagree",
+                        )
 
 
 # --- GPU pods that get no GPU ---------------------------------------------------------------------

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kgen.findings import Severity
-from kgen.lint import k8s
+from kgen.lint import k8s, kinds
 from kgen.lint.registry import Context, builtin, rule
 from kgen.schema import is_builtin_group
 
@@ -178,10 +178,10 @@ def label_sets(doc: Any) -> Iterator[tuple[Any, tuple, str]]:
             yield sel, ("spec", "selector"), "selector"
         elif isinstance(sel, dict):
             yield sel.get("matchLabels"), ("spec", "selector", "matchLabels"), "selector"
-    for tpl, base in k8s.pod_templates(doc):
+    for tpl, base in kinds.pod_templates(doc):
         if base:
             yield k8s.get(tpl, "metadata", "labels"), base + ("metadata", "labels"), "label"
-    for spec, base in k8s.pod_specs(doc):
+    for spec, base in kinds.pod_specs(doc):
         yield spec.get("nodeSelector"), base + ("nodeSelector",), "nodeSelector"
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any, TypeGuard
 
 from kgen.findings import Severity
-from kgen.lint import k8s
+from kgen.lint import k8s, kinds
 from kgen.lint.registry import Context, rule
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -17,7 +17,7 @@ _MEDIUMS = re.compile(r"^(|Memory|HugePages|HugePages-.+)$")
 
 def _pod(doc: Any) -> Iterator[tuple[dict, tuple]]:
     """Every pod spec of the object: one per pod template, for every kind (JobSet, PyTorchJob ...)."""
-    yield from k8s.pod_specs(doc)
+    yield from kinds.pod_specs(doc)
 
 
 @rule(
@@ -157,11 +157,13 @@ def field_ref(doc: Any, ctx: Context) -> Iterator:
 
 
 def _resources(doc: Any) -> Iterator[tuple[dict, tuple]]:
-    for spec, base in _pod(doc):
-        for c, path in k8s.containers(spec, base):
-            res = c.get("resources")
-            if isinstance(res, dict):
-                yield res, path + ("resources",)
+    containers = [cp for spec, base in _pod(doc) for cp in k8s.containers(spec, base)]
+    if doc.kind == "TrainJob":  # the trainer's resourcesPerNode
+        containers += [cp for t in kinds.templates(doc) if t.containers is not None for cp in t.containers]
+    for c, path in containers:
+        res = c.get("resources")
+        if isinstance(res, dict):
+            yield res, path + ("resourcesPerNode",) if path == ("spec", "trainer") else path + ("resources",)
 
 
 def _is_extended(name: str) -> bool:
@@ -310,12 +312,18 @@ def volume_names(doc: Any, ctx: Context) -> Iterator:
 @rule(
     "KG052",
     E,
-    "Every volumeMount names a volume of the pod, and mountPaths are unique per container.",
+    "Every volumeMount names a volume of the pod (or a StatefulSet's volumeClaimTemplate), and mountPaths are "
+    "unique per container.",
     "Add the volume, or fix the mount's name.",
 )
 def volume_mounts(doc: Any, ctx: Context) -> Iterator:
+    claims = set()
+    if doc.kind == "StatefulSet":  # each pod gets a PVC per volumeClaimTemplate, as a volume of that name
+        for t in k8s.get(doc.data, "spec", "volumeClaimTemplates") or []:
+            if isinstance(t, dict) and isinstance(k8s.get(t, "metadata", "name"), str):
+                claims.add(t["metadata"]["name"])
     for spec, base in _pod(doc):
-        vols = {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, dict)}
+        vols = {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, dict)} | claims
         for c, path in k8s.containers(spec, base):
             mounts = c.get("volumeMounts")
             if not isinstance(mounts, list):

@@ -15,14 +15,13 @@ from kgen.lint import k8s, kinds, shell
 from kgen.lint.model import containers_of, read, workloads
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _launch_path, _multi
-from kgen.lint.torchcmd import Launch
+from kgen.lint.torchcmd import Launch, _skip_wrappers
 
 E, W = Severity.ERROR, Severity.WARNING
 _DNS_TOOLS = {"getent", "nslookup", "dig", "host", "kubectl"}
 _PER_POD_FIELDS = {"metadata.name", "metadata.uid", "status.podIP", "status.podIPs", "spec.nodeName", "status.hostIP"}
 _PER_POD_VARS = {"HOSTNAME", "RANDOM", "SRANDOM", "BASHPID", "$"}
 _PER_POD_COMMANDS = {"date", "hostname", "uuidgen", "openssl", "od", "head", "cat", "shuf", "mktemp"}
-_HOLDS = re.compile(r"sleep\s+(inf|infinity|\d{5,})|tail\s+-f|while\s+(true|:)|sleep\s+365d")
 _SHELL_CODE = re.compile(r"\$\((?![A-Za-z_][A-Za-z0-9_]*\))[^)]*\)")
 
 
@@ -32,17 +31,27 @@ def _each_container(doc: Any) -> Iterator[tuple[Any, dict, tuple]]:
             yield tpl, c, path
 
 
+def _each_read(docs: list) -> Iterator[tuple[Any, tuple, Any]]:
+    """(document, container path, what the container runs) for every container of every pod template,
+    scripts from the linted set's ConfigMaps included."""
+    for doc in docs:
+        for tpl in kinds.templates(doc):
+            for c, path in containers_of(tpl):
+                yield doc, path, read(doc, c, path, docs, tpl)
+
+
 @rule(
     "KG125",
     E,
     "A container's shell script (sh -c / bash -c) is not valid shell syntax (an unclosed quote, $( or "
     "here-document, a missing fi/done): bash refuses to run it and the container exits at once.",
     "Fix the script at the line the message gives (bash -n -c '...' checks it).",
+    scope="stream",
 )
-def script_syntax(doc: Any, ctx: Context) -> Iterator:
-    for _tpl, c, path in _each_container(doc):
-        for where, problem in read(doc, c, path).errors:
-            yield path + where, f"the shell script does not parse: {problem}"
+def script_syntax(docs: list, ctx: Context) -> Iterator:
+    for doc, path, scripted in _each_read(docs):
+        for where, problem in scripted.errors:
+            yield doc, path + where, f"the shell script does not parse: {problem}"
 
 
 @rule(
@@ -207,29 +216,70 @@ def _dns_use(raw: str, counted: dict[str, str]) -> str | None:
 @rule(
     "KG129",
     W,
-    "A training command that ends in a kind that restarts its pods (StatefulSet, LeaderWorkerSet: "
-    "restartPolicy Always) trains again from the start every time it finishes, forever.",
-    "Run training as a Job, JobSet or Indexed Job; or keep the pod idle after training (kgen's entrypoint "
-    "does); or use a Job-like kind.",
+    "A training command whose pods are restarted when it ends (a StatefulSet or LeaderWorkerSet, restartPolicy "
+    "Always; a Volcano Job task or PyTorchJob replica with restartPolicy: Always) trains again from the start "
+    "every time it finishes, forever (a wait loop that breaks does not keep the pod idle).",
+    "Run training as a Job, JobSet or Indexed Job (restartPolicy Never/OnFailure for a Volcano task or "
+    "PyTorchJob replica); or keep the pod idle after training (kgen's entrypoint does, or `sleep infinity`).",
     scope="stream",
 )
 def restarted_forever(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
-        if w.facts.runs_to_completion:
+        explicit = w.tpl.restart_policy if w.tpl.restart_policy is not None else w.spec.get("restartPolicy")
+        if w.facts.runs_to_completion and explicit != "Always":
             continue
+        who = f"the {w.kind}'s restartPolicy Always" if not w.facts.runs_to_completion else "restartPolicy: Always"
         for _c, cpath, scripted, _why in w.containers:
             launches = [launch for launch in scripted.launches if launch.training]
-            if not launches or any(launch.form == "kgen" for launch in launches):
+            if any(launch.form == "kgen" for launch in launches):
                 continue  # kgen's entrypoint holds the pod idle after training
-            source = " ".join(script.source for script, _ in scripted.scripts)
-            if _HOLDS.search(source):
+            if not launches and not w.facts.runs_to_completion:
+                continue  # a StatefulSet/LWS without a known launcher may be a server
+            if _holds(scripted):
                 continue
+            what = _name(launches[0]) if launches else "the training command"
             yield (
                 w.doc,
-                _launch_path(cpath, launches[0]),
-                f"{_name(launches[0])} ends when training ends, and the {w.kind}'s restartPolicy Always starts it "
-                "again, forever; run training as a Job/JobSet, or keep the pod idle afterwards",
+                _launch_path(cpath, launches[0]) if launches else cpath,
+                f"{what} ends when training ends, and {who} starts it again, forever; run "
+                "training to completion (a Job/JobSet, restartPolicy Never), or keep the pod idle afterwards",
             )
+
+
+def _holds(scripted: Any) -> bool:
+    """The script keeps the pod alive after training: `sleep infinity` (or a day and more), `tail -f`,
+    or an endless loop (`while true`, `while :`, `until false`) without break, exit or return."""
+    for script, _where in scripted.scripts:
+        for cmd in script.simple_commands():
+            argv = cmd.argv[_skip_wrappers(cmd.argv) :] if cmd.words else []
+            if argv[:1] == ["sleep"] and any(_long_sleep(a) for a in argv[1:]):
+                return True
+            if argv[:1] == ["tail"] and any(a in ("-f", "-F", "--follow") for a in argv[1:]):
+                return True
+        for node in shell.compounds(script):
+            if node.kind in ("while", "until") and _endless(node) and not _leaves(node.bodies[1]):
+                return True
+    return False
+
+
+def _long_sleep(arg: str) -> bool:
+    m = re.fullmatch(r"(\d+)([smhd]?)", arg)
+    if arg in ("inf", "infinity"):
+        return True
+    if not m:
+        return False
+    seconds = int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    return seconds >= 10_000
+
+
+def _endless(loop: shell.Compound) -> bool:
+    cond = [c.argv for c in shell.walk_seq(loop.bodies[0])]
+    want = ("true", ":") if loop.kind == "while" else ("false",)
+    return len(cond) == 1 and len(cond[0]) == 1 and cond[0][0] in want
+
+
+def _leaves(body: shell.Sequence) -> bool:
+    return any(c.argv[:1] and c.argv[0] in ("break", "exit", "return") for c in shell.walk_seq(body))
 
 
 @rule(
@@ -262,14 +312,15 @@ def shell_in_env_value(doc: Any, ctx: Context) -> Iterator:
     "a world of its own inside the outer launcher's, so the job trains as independent one-node worlds.",
     "Give the outer launcher the training script itself (kgen's entrypoint: `-- train.py ARGS`, with "
     "--nproc-per-node as NPROC_PER_NODE / kgen render --gpus).",
+    scope="stream",
 )
-def nested_launchers(doc: Any, ctx: Context) -> Iterator:
-    for _tpl, c, path in _each_container(doc):
-        for launch in read(doc, c, path).launches:
+def nested_launchers(docs: list, ctx: Context) -> Iterator:
+    for doc, path, scripted in _each_read(docs):
+        for launch in scripted.launches:
             inner = launch.nested
             if inner is None:
                 continue
-            yield _launch_path(path, launch), _nested_message(launch, inner)
+            yield doc, _launch_path(path, launch), _nested_message(launch, inner)
 
 
 def _nested_message(outer: Launch, inner: Launch) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kgen.findings import Severity
-from kgen.lint import k8s
+from kgen.lint import k8s, kinds
 from kgen.lint.registry import Context, rule
 
 E = Severity.ERROR
@@ -74,7 +74,7 @@ def port_numbers(doc: Any, ctx: Context) -> Iterator:
     groups = []
     if doc.kind == "Service":
         groups.append((_ports(doc), ("spec", "ports"), "port"))
-    for ps in k8s.pod_specs(doc):
+    for ps in kinds.pod_specs(doc):
         for c, base in k8s.containers(*ps):
             if isinstance(c.get("ports"), list):
                 groups.append((c["ports"], base + ("ports",), "containerPort"))

@@ -19,6 +19,13 @@ from kgen.lint.torchcmd import _SHELLS, Launch, find_launches, resolve
 
 E, W = Severity.ERROR, Severity.WARNING
 _HAND_SET = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+# Launchers that set RANK, LOCAL_RANK and WORLD_SIZE for every worker they start.
+_SETS_RANKS = {
+    "torchrun": "torchrun",
+    "deepspeed": "deepspeed",
+    "accelerate": "accelerate (torchrun)",
+    "kgen": "torchrun",
+}
 _ENV_REF = re.compile(r"\$\((\w+)\)")
 
 
@@ -136,13 +143,32 @@ def nnodes_agree(docs: list, ctx: Context) -> Iterator:
 @rule(
     "KG107",
     E,
-    "Processes per node, wherever written (--nproc-per-node, NPROC_PER_NODE, GPUS_PER_NODE ...), must equal "
-    "the GPUs per pod (nvidia.com/gpu limit) for GPU pods.",
+    "Processes per node, wherever written (--nproc-per-node, NPROC_PER_NODE, GPUS_PER_NODE ...), must not exceed "
+    "the GPUs per pod (nvidia.com/gpu limit) for GPU pods: the extra ranks find no GPU of their own (invalid "
+    "device ordinal, or two ranks on one GPU, which NCCL refuses).",
     "Set it to the GPU limit, or to 'gpu'.",
     kinds=TRAINING_KINDS,
     scope="stream",
 )
 def nproc_agree(docs: list, ctx: Context) -> Iterator:
+    yield from _nproc_vs_gpus(docs, more=True)
+
+
+@rule(
+    "KG139",
+    W,
+    "Processes per node fewer than the GPUs per pod (nvidia.com/gpu limit): the pod holds GPUs no process "
+    "uses (the run trains, slower than the GPUs it reserved).",
+    "Set --nproc-per-node to the GPU limit (or 'gpu'), or request fewer GPUs.",
+    kinds=TRAINING_KINDS,
+    scope="stream",
+)
+def nproc_below_gpus(docs: list, ctx: Context) -> Iterator:
+    yield from _nproc_vs_gpus(docs, more=False)
+
+
+def _nproc_vs_gpus(docs: list, more: bool) -> Iterator:
+    """Processes per node stated for a GPU container that exceed (``more``) or fall short of its GPUs."""
     for w in workloads(docs):
         stated = w.facts.nproc_stated
         for c, cpath, launches in _each(w):
@@ -150,21 +176,24 @@ def nproc_agree(docs: list, ctx: Context) -> Iterator:
             if not gpus:
                 continue
             if stated is not None and stated[0].isdigit() and int(stated[0]) != gpus and w.primary:
-                yield w.doc, stated[1], f"{stated[2]}: {stated[0]} but the trainer has {gpus} GPUs; use {gpus}"
+                if (int(stated[0]) > gpus) == more:
+                    yield w.doc, stated[1], f"{stated[2]}: {stated[0]} but the trainer has {gpus} GPUs; use {gpus}"
                 stated = None
             env = w.env(c)
             for launch in launches:
                 for value, where in _nproc_values(launch, env):
-                    if value != gpus:
+                    if value != gpus and (value > gpus) == more:
                         path = _where_path(cpath, c, launch, "nproc_per_node", where)
-                        yield w.doc, path, f"{where} but the container has {gpus} GPUs; use {gpus}"
+                        why = "ranks without a GPU fail" if more else f"{gpus - value} GPU(s) stay idle"
+                        yield w.doc, path, f"{where} but the container has {gpus} GPUs ({why}); use {gpus}"
 
 
 @rule(
     "KG108",
     E,
-    "A literal WORLD_SIZE must equal nodes x processes per node.",
-    "Delete WORLD_SIZE (torchrun sets it) or fix it.",
+    "A literal WORLD_SIZE read by the program (env:// initialisation, an unknown launcher) must equal nodes x "
+    "processes per node: otherwise the rendezvous waits for ranks that never come.",
+    "Delete WORLD_SIZE (a launcher such as torchrun sets it) or fix it.",
     kinds=TRAINING_KINDS,
     scope="stream",
 )
@@ -173,6 +202,8 @@ def world_size_agree(docs: list, ctx: Context) -> Iterator:
         if w.nodes is None:
             continue
         for c, cpath, launches in _each(w):
+            if any(launch is not None and launch.form in _SETS_RANKS for launch in launches):
+                continue  # the launcher sets WORLD_SIZE for its workers: a hand-set one is KG109's
             env = w.env(c)
             ws = env.get("WORLD_SIZE")
             if not (isinstance(ws, str) and ws.isdigit()):
@@ -193,32 +224,35 @@ def world_size_agree(docs: list, ctx: Context) -> Iterator:
 @rule(
     "KG109",
     W,
-    "RANK, LOCAL_RANK and WORLD_SIZE are set by torchrun for every worker; hand-set values next "
-    "to torchrun are ignored and mislead.",
-    "Delete them; use NODE_RANK / --node-rank for the node.",
+    "RANK, LOCAL_RANK and WORLD_SIZE are set by the launcher (torchrun, deepspeed, accelerate) for every "
+    "worker; values set by hand next to it (in env, or exported by the script) are overridden and mislead.",
+    "Delete them; use NODE_RANK / --node-rank for the node (a variable that only feeds a launcher flag, such "
+    "as --node_rank=$RANK, is fine).",
     kinds=TRAINING_KINDS,
     scope="stream",
 )
 def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
     for w in workloads(docs):
         for c, cpath, launches in w.launches:
-            if all(launch.form == "kgen" for launch in launches):
+            setters = [launch for launch in launches if launch.form in _SETS_RANKS and launch.form != "kgen"]
+            if not setters:
                 continue
+            who = _SETS_RANKS[setters[0].form]
             env = {e.get("name"): i for i, e in enumerate(k8s.env_list(c)) if isinstance(e, dict)}
             for var in _HAND_SET:
                 if var in env and not _feeds_a_flag(var, launches):
                     yield (
                         w.doc,
                         cpath + ("env", env[var], "name"),
-                        f"{var} is set by hand but torchrun sets it per worker; delete it",
+                        f"{var} is set by hand but {who} sets it per worker; delete it",
                     )
-            exported = {v for launch in launches for v in launch.exports}
+            exported = {v for launch in setters for v in launch.exports}
             for var in _HAND_SET:
-                if var in exported:
+                if var in exported and not _feeds_a_flag(var, launches):
                     yield (
                         w.doc,
-                        _launch_path(cpath, launches[0]),
-                        f"the script exports {var}, which torchrun overrides per worker; delete it",
+                        _launch_path(cpath, setters[0]),
+                        f"the script exports {var}, which {who} overrides per worker; delete the export",
                     )
 
 
@@ -236,22 +270,52 @@ def _feeds_a_flag(var: str, launches: list[Launch]) -> bool:
 @rule(
     "KG110",
     E,
-    "GPU training pods need a memory-backed /dev/shm (emptyDir medium: Memory, a hostPath /dev/shm, or "
-    "hostIPC: true); the default 64 MiB makes NCCL and DataLoader workers crash.",
+    "GPU training pods with several GPUs need a memory-backed /dev/shm (emptyDir medium: Memory, a hostPath "
+    "/dev/shm, or hostIPC: true): NCCL's transport between the pod's GPUs lives there, and the default 64 MiB "
+    "makes it fail at start (and DataLoader workers with it).",
     "Mount an emptyDir {medium: Memory, sizeLimit: ...} at /dev/shm.",
     kinds=TRAINING_KINDS,
     scope="stream",
 )
 def dev_shm(docs: list, ctx: Context) -> Iterator:
-    for w in workloads(docs):
-        if w.tpl.partial:
-            continue  # a TrainJob's trainer: the pod's volumes are its runtime's
-        for cpath in shm_gaps(w.spec, [(c, p, None) for c, p, _, _ in w.containers]):
+    for w, cpath, gpus in _shm_gaps(docs):
+        if gpus > 1:
             yield (
                 w.doc,
                 cpath,
-                "GPU container has no memory-backed /dev/shm; mount an emptyDir with medium: Memory at /dev/shm",
+                f"container with {gpus} GPUs has no memory-backed /dev/shm (NCCL's transport between them needs "
+                "it); mount an emptyDir with medium: Memory at /dev/shm",
             )
+
+
+@rule(
+    "KG138",
+    W,
+    "A 1-GPU training pod without a memory-backed /dev/shm: no NCCL transport inside the pod needs it, but "
+    "DataLoader workers pass batches through /dev/shm and the default 64 MiB ends them with a bus error once "
+    "batches grow (fine with num_workers=0).",
+    "Mount an emptyDir {medium: Memory, sizeLimit: ...} at /dev/shm.",
+    kinds=TRAINING_KINDS,
+    scope="stream",
+)
+def dev_shm_one_gpu(docs: list, ctx: Context) -> Iterator:
+    for w, cpath, gpus in _shm_gaps(docs):
+        if gpus == 1:
+            yield (
+                w.doc,
+                cpath,
+                "1-GPU container has no memory-backed /dev/shm (64 MiB): DataLoader workers fail with a bus error "
+                "on large batches; mount an emptyDir with medium: Memory at /dev/shm",
+            )
+
+
+def _shm_gaps(docs: list) -> Iterator[tuple[Workload, tuple, int]]:
+    for w in workloads(docs):
+        if w.tpl.partial:
+            continue  # a TrainJob's trainer: the pod's volumes are its runtime's
+        by_path = {p: c for c, p, _, _ in w.containers}
+        for cpath in shm_gaps(w.spec, [(c, p, None) for c, p, _, _ in w.containers]):
+            yield w, cpath, k8s.gpu_limit(by_path[cpath])
 
 
 def shm_gaps(pod_spec: dict, launches: list) -> Iterator[tuple]:
@@ -301,10 +365,11 @@ def sleep_stagger(docs: list, ctx: Context) -> Iterator:
 
 @rule(
     "KG112",
-    E,
+    W,
     "Do not mix dynamic rendezvous (--rdzv-backend=c10d or etcd) with static flags (--master-addr, "
-    "--master-port, --node-rank): torchrun ignores one set and ranks are not what you expect (without "
-    "--rdzv-backend the backend is static, and --rdzv-endpoint with --node-rank is fine).",
+    "--master-port, --node-rank): torchrun ignores the static ones (the rendezvous assigns ranks), so they "
+    "mislead whoever reads the command (without --rdzv-backend the backend is static, and --rdzv-endpoint "
+    "with --node-rank is fine).",
     "Use either c10d (rdzv flags, no node rank) or static (master addr/port + node rank).",
     kinds=TRAINING_KINDS,
     scope="stream",
@@ -324,8 +389,8 @@ def mixed_rendezvous(docs: list, ctx: Context) -> Iterator:
                         w.doc,
                         _launch_path(cpath, launch, static_keys[0]),
                         (
-                            f"{backend} rendezvous mixed with static flags {', '.join(static)}; "
-                            "drop the static ones (or the rdzv ones)"
+                            f"{backend} rendezvous mixed with static flags {', '.join(static)}, which torchrun "
+                            "ignores; drop the static ones (or the rdzv ones)"
                         ),
                     )
 
@@ -433,7 +498,7 @@ def training_job_indexed(docs: list, ctx: Context) -> Iterator:
         if job is None or not _multi(w):
             continue
         mode = job.get("completionMode")
-        if w.doc.kind == "Job" and mode != "Indexed":
+        if w.doc.kind == "Job" and mode != "Indexed" and w.nodes != 1:  # one pod needs no index (a world of Jobs)
             yield w.doc, ("spec",), "multi-node training needs completionMode: Indexed (stable hostnames, node ranks)"
         elif mode is not None and mode != "Indexed":
             yield (

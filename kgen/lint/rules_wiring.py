@@ -17,7 +17,7 @@ from typing import Any
 
 from kgen.findings import Severity
 from kgen.lint import k8s, kinds
-from kgen.lint.model import POD0_HOST, TRAINING_KINDS, Workload, workloads, world
+from kgen.lint.model import TRAINING_KINDS, Workload, pod0_label, pod0_name, replaced_hostname, workloads, world
 from kgen.lint.model import memo as _memo
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _env_path, _launch_path, _multi
@@ -257,21 +257,49 @@ def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
             yield (
                 svc,
                 ("spec",),
-                (f"set publishNotReadyAddresses: true so {w.name}-N.{svc.name} resolves before the pods are Ready"),
+                (f"set publishNotReadyAddresses: true so {_pod_names(w, svc.name)} resolves before the pods are Ready"),
             )
 
 
 @rule(
     "KG103",
     E,
-    "The rendezvous Service's selector must match exactly the training pods: all of them (not "
-    "none, not a 'role: master' label every pod carries) and no pods of other workloads.",
+    "The Service a training workload's subdomain/serviceName names must select its pods: a selector that "
+    "matches none of them gives them no DNS names, so <name>-0.<service> never resolves and the rendezvous waits.",
     "Select the pods by their instance label (e.g. app.kubernetes.io/instance: <name>) and use "
     "<name>-0.<service> as MASTER_ADDR.",
     kinds=["Service"],
     scope="stream",
 )
 def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
+    for kind, svc, path, message in _selector_problems(docs):
+        if kind == "none":
+            yield svc, path, message
+
+
+@rule(
+    "KG140",
+    W,
+    "The rendezvous Service's selector should match exactly the training pods: a 'role: master' label every "
+    "pod carries, or a selector that also matches other workloads' pods, makes the Service resolve to any of "
+    "them (harmless for <name>-0.<service> names, wrong wherever the Service's own name is used); a headless "
+    "Service that selects none of the pods it shares labels with serves nothing.",
+    "Select the pods by their instance label (e.g. app.kubernetes.io/instance: <name>) and use "
+    "<name>-0.<service> as MASTER_ADDR.",
+    kinds=["Service"],
+    scope="stream",
+)
+def rendezvous_selector_broad(docs: list, ctx: Context) -> Iterator:
+    for kind, svc, path, message in _selector_problems(docs):
+        if kind != "none":
+            yield svc, path, message
+
+
+def _selector_problems(docs: list) -> list[tuple[str, Any, tuple, str]]:
+    return _memo("selector_problems", docs, lambda ds: list(_selector_problems_of(ds)))
+
+
+def _selector_problems_of(docs: list) -> Iterator[tuple[str, Any, tuple, str]]:
     by_label = workloads_by_label(docs)
     for w in _wired(docs):
         for svc in services_for(w, docs).values():
@@ -286,13 +314,14 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
                 for k, v in sel.items():
                     if isinstance(v, str) and (v.lower() in _MASTERISH or k.lower() in _MASTERISH) and w.nodes != 1:
                         yield (
+                            "master",
                             svc,
                             ("spec", "selector", k),
                             (
                                 f"selector {k}={v} looks like it picks the master, but every pod of {w.doc.kind} "
                                 f"{w.name!r} carries it (one pod template), so {svc.name!r} resolves to any pod; "
                                 "select the "
-                                f"job's pods and use {w.name}-0.{svc.name} for MASTER_ADDR"
+                                f"job's pods and use {pod0_name(w, svc.name)} for MASTER_ADDR"
                             ),
                         )
                 plain = [(k, v) for k, v in sel.items() if isinstance(v, str)]
@@ -308,6 +337,7 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
                 ]
                 for other in others:
                     yield (
+                        "others",
                         svc,
                         ("spec", "selector"),
                         (
@@ -316,8 +346,15 @@ def rendezvous_selector(docs: list, ctx: Context) -> Iterator:
                         ),
                     )
             elif named == svc.name:
-                yield svc, ("spec", "selector"), _selects_none(svc, w)
-    yield from _headless_selecting_nothing(docs)
+                yield "none", svc, ("spec", "selector"), _selects_none(svc, w)
+    for svc, path, message in _headless_selecting_nothing(docs):
+        yield "unused", svc, path, message
+
+
+def _pod_names(w: Workload, service: str) -> str:
+    """How the pods of ``w`` are named under ``service``: <name>-N.<service>, or <hostname>.<service>."""
+    host = pod0_label(w)
+    return f"{host}.{service}" if host != f"{w.name}-0" else f"{w.name}-N.{service}"
 
 
 def _selects_none(svc: Any, w: Workload) -> str:
@@ -441,18 +478,43 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                     if not raw.startswith("$"):
                         checks.append((launch.spelling(key), host_of(raw), _launch_path(cpath, launch, key)))
             yield from _self_master(w, c, cpath, launches, svc_name)
+            yield from _master_from_dns(w, cpath, scripted, launches, svc_name, partial(index.named, w=w))
             shared = world(docs, w)
-            leader = shared.leader.name if shared is not None else None
+            leader = shared.leader_host if shared is not None else None
             for what, value, path in checks:
                 if "$" in value or not value:
                     continue
-                m = POD0_HOST.match(value.lower().rstrip("."))
-                if leader and m and m.group("pod") == leader and m.group("svc") == named:
+                labels = value.lower().rstrip(".").split(".")
+                if leader and labels[0] == leader and labels[1:2] == [named]:
                     continue  # pod 0 of the workload that leads the world this one is part of
+                meant = _replaced(docs).get((w.doc.namespace, labels[0]))
+                if meant is not None and labels[1:2] == [named]:
+                    yield (
+                        w.doc,
+                        path,
+                        f"{what}={value} names {labels[0]}, the spec.hostname of Indexed Job {meant.name!r}, which "
+                        f"its controller replaces with {meant.name}-<index>: {labels[0]}.{named} never resolves; use "
+                        f"{pod0_name(meant, named)} (or drop completionMode: Indexed)",
+                    )
+                    continue
                 pod0 = {n for n, s in svcs.items() if k8s.selector_scope(_selector(s), w.doc) == "pod0"}
-                msg = _master_problem(value, w.name, svc_name, partial(index.named, w=w), pod0, w.doc.namespace)
+                msg = _master_problem(value, w, svc_name, partial(index.named, w=w), pod0)
                 if msg:
                     yield w.doc, path, f"{what}={value} {msg}"
+
+
+def _replaced(docs: list) -> dict[tuple[str, str], Workload]:
+    """Indexed Jobs by (namespace, the spec.hostname their controller replaces)."""
+
+    def build(ds: list) -> dict:
+        out: dict[tuple[str, str], Workload] = {}
+        for w in _wired(ds):
+            host = replaced_hostname(w)
+            if host:
+                out.setdefault((w.doc.namespace, host), w)
+        return out
+
+    return _memo("replaced_hostnames", docs, build)
 
 
 def _managed_master(docs: list) -> Iterator:
@@ -513,7 +575,7 @@ _VAR_REF = re.compile(r"^\$(?:\{(\w+)\}|\((\w+)\)|(\w+))")
 def _self_master(w: Workload, c: dict, cpath: tuple, launches: list, svc: str | None) -> Iterator:
     """MASTER_ADDR / --master-addr / --rdzv-endpoint taken from the pod's own address (fieldRef
     status.podIP, metadata.name, $HOSTNAME, $(hostname)): every pod is its own master."""
-    want = f"{w.name}-0.{svc}" if svc else f"{w.name}-0.<headless service>"
+    want = pod0_name(w, svc)
     own: dict[str, str] = {"HOSTNAME": "the pod's hostname"}
     for i, e in enumerate(k8s.env_list(c)):
         if not isinstance(e, dict) or not isinstance(e.get("name"), str):
@@ -546,24 +608,62 @@ def _self_master(w: Workload, c: dict, cpath: tuple, launches: list, svc: str | 
                 )
 
 
+_DNS_LOOKUP = {"getent", "nslookup", "dig", "host", "ping"}
+
+
+def _master_from_dns(
+    w: Workload, cpath: tuple, scripted: Any, launches: list, svc: str | None, is_service: Any
+) -> Iterator:
+    """MASTER_ADDR (or the variable --master-addr / --rdzv-endpoint reads) looked up in the headless
+    Service's DNS records (``$(getent hosts <service> | head -1 ...)``): the Service's name resolves to
+    every pod, in no fixed order, so each pod may pick another master."""
+    wanted = {"MASTER_ADDR"}
+    for launch in launches:
+        for _key, raw in launch.master_flags():
+            m = _VAR_REF.match(raw)
+            if m:
+                wanted.add(_var_name(raw))
+    for script, where in scripted.scripts:
+        for cmd in script.simple_commands():
+            for a in cmd.assigns:
+                name = a.raw.split("=", 1)[0]
+                if name not in wanted:
+                    continue
+                for part in a.parts:
+                    for inner in part.script.simple_commands() if part.script is not None else []:
+                        argv = inner.argv
+                        if not argv or argv[0].rsplit("/", 1)[-1] not in _DNS_LOOKUP:
+                            continue
+                        hosts = [x for x in argv[1:] if not x.startswith("-") and x not in ("hosts", "ahostsv4")]
+                        host = hosts[0].lower().rstrip(".") if hosts else ""
+                        first = host.split(".")[0]
+                        if first and "$" not in first and (first == svc or is_service(first)):
+                            yield (
+                                w.doc,
+                                cpath + where,
+                                f"{name} is looked up with `{' '.join(argv)}`: the Service's name resolves to "
+                                f"every pod in no fixed order, so pods may pick different masters; use pod 0's "
+                                f"name {pod0_name(w, svc)}",
+                            )
+
+
 def _var_name(text: str) -> str:
     m = _VAR_REF.match(text)
     return (m.group(1) or m.group(2) or m.group(3)) if m else ""
 
 
-def _master_problem(
-    value: str, name: str, svc: str | None, is_service: Any, pod0: set, namespace: str = ""
-) -> str | None:
-    want = f"{name}-0.{svc}" if svc else f"{name}-0.<headless service>"
+def _master_problem(value: str, w: Workload, svc: str | None, is_service: Any, pod0: set) -> str | None:
+    name, namespace = w.name, w.doc.namespace
+    want = pod0_name(w, svc)
+    own = pod0_label(w)
     host = value.lower().rstrip(".")
     first = host.split(".")[0]
     if first in pod0:
         return None  # a Service that selects only pod 0 (per-pod label) is a stable master address
     if first == svc or is_service(first):
         return f"names the Service, which resolves to any pod; use pod 0's name {want}"
-    m = POD0_HOST.match(host)
-    if m and m.group("pod") == name and (svc is None or m.group("svc") == svc):
-        parts = host.split(".")
+    parts = host.split(".")
+    if first == own and len(parts) >= 2 and (svc is None or parts[1] == svc):
         if len(parts) >= 3 and namespace and parts[2] != namespace:
             return f"names namespace {parts[2]!r}, but the pods run in {namespace!r}; use {want}.{namespace}.svc"
         if len(parts) >= 4 and parts[3] != "svc":

@@ -22,6 +22,7 @@ A container's ``command`` + ``args`` is read the way the kubelet and the shell r
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Any
 
@@ -106,12 +107,15 @@ class Launch:
         "shell_words",
         "config_file",
         "spelled",
+        "assigned",
+        "branch",
+        "origin",
     )
 
     def __init__(self, form: str, flags: dict[str, str | None] | None = None) -> None:
         self.form = form  # torchrun | deepspeed | accelerate | kgen | python
         self.flags: dict[str, str | None] = flags if flags is not None else {}  # torchrun's names: nnodes, ...
-        self.exports: list[str] = []  # variables assigned/exported in the same script
+        self.exports: list[str] = []  # variables the script exports (export, declare -x, A=1 cmd)
         self.sleeps: list[str] = []  # sleep commands of the script
         self.where: tuple = ()  # ("command"|"args", index) of the launcher (or of the shell script)
         self.flag_where: dict[str, tuple] = {}  # flag -> ("command"|"args", index) of the item holding it
@@ -124,6 +128,9 @@ class Launch:
         self.shell_words: dict[str, list[str]] = {}  # flag -> the shell source of its value (for $RANDOM ...)
         self.config_file = False  # accelerate --config_file / deepspeed config: flags may live there
         self.spelled: dict[str, str] = {}  # flag -> how the command line wrote it ("--main_process_ip")
+        self.assigned: list[str] = []  # plain shell variables the script sets (not exported)
+        self.branch = False  # in an if/case branch: it runs in some pods only
+        self.origin = ""  # the script file it is in (a ConfigMap key, a here-document), "" when inline
 
     def __repr__(self) -> str:
         return f"Launch({self.form!r}, {self.flags!r})"
@@ -162,7 +169,7 @@ class Launch:
 class Scripted:
     """What reading one container's command found, besides its launches."""
 
-    __slots__ = ("launches", "errors", "commands", "no_command", "scripts")
+    __slots__ = ("launches", "errors", "commands", "no_command", "scripts", "followed")
 
     def __init__(self) -> None:
         self.launches: list[Launch] = []
@@ -170,6 +177,7 @@ class Scripted:
         self.commands: list[tuple[list[str], tuple]] = []  # every simple command run (argv, where)
         self.no_command = False  # the image's ENTRYPOINT/CMD runs: unknown launcher
         self.scripts: list[tuple[shell.Script, tuple]] = []  # parsed shell scripts and where they are
+        self.followed: list[str] = []  # script files read (ConfigMap keys, here-documents), as described
 
 
 def _norm(flag: str) -> str:
@@ -183,9 +191,10 @@ def _base(word: str) -> str:
 # --- reading a container ------------------------------------------------------------------------
 
 
-def read_container(container: dict) -> Scripted:
+def read_container(container: dict, files: Any = None) -> Scripted:
     """Every launch, command and shell error of one container (memoized on the container dict's id
-    by the caller)."""
+    by the caller). ``files`` (``kgen.lint.scripts.Files``) holds the script files the linted set
+    gives the container (ConfigMap keys under its mounts): they are read like inline scripts."""
     out = Scripted()
     argv: list[str] = []
     src: list[tuple] = []
@@ -200,7 +209,8 @@ def read_container(container: dict) -> Scripted:
         out.no_command = True  # the image's ENTRYPOINT runs (args, if any, are its arguments)
     if not argv:
         return out
-    _Reader(out).run(argv, src, depth=0, in_script=None)
+    wd = container.get("workingDir")
+    _Reader(out, files, wd if isinstance(wd, str) and wd.startswith("/") else "").run(argv, src, 0, None)
     return out
 
 
@@ -210,12 +220,30 @@ def find_launches(container: dict) -> list[Launch]:
     return [launch for launch in read_container(container).launches if launch.training]
 
 
-class _Reader:
-    def __init__(self, out: Scripted) -> None:
-        self.out = out
+_Simple = shell.Simple  # (the reader's method `shell` hides the module inside the class)
+_EXPORTING = {"export"}
+_DECLARING = {"declare", "typeset", "local", "readonly"}
+_LOOPS = {"while", "until", "for"}
 
-    def run(self, argv: list[str], src: list[tuple], depth: int, in_script: tuple | None) -> Launch | None:
-        """Read one command (already split into words); returns the launch it is, if any."""
+
+class _Reader:
+    def __init__(self, out: Scripted, files: Any = None, working_dir: str = "") -> None:
+        self.out = out
+        self.files = files
+        self.working_dir = working_dir
+        self.written: dict[str, tuple[str, str]] = {}  # files a script writes from a here-document
+
+    def run(
+        self,
+        argv: list[str],
+        src: list[tuple],
+        depth: int,
+        in_script: tuple | None,
+        stdin: str | None = None,
+        cwd: str = "",
+    ) -> Launch | None:
+        """Read one command (already split into words); returns the launch it is, if any. ``stdin``: the
+        text a here-document feeds it; ``cwd``: the folder a script ``cd``-ed into."""
         if depth > _MAX_DEPTH or not argv:
             return None
         i = _skip_wrappers(argv)
@@ -225,68 +253,221 @@ class _Reader:
         self.out.commands.append((argv, src[0] if src else ()))
         head = _base(argv[0])
         if head in _SHELLS:
-            return self.shell(argv, src, depth, in_script)
+            return self.shell(argv, src, depth, in_script, stdin, cwd)
+        if "/" in argv[0]:
+            found = self.file(argv[0], cwd)
+            if found is not None and _shebang_shell(found[0]):
+                where = in_script if in_script is not None else src[0]
+                return self.script(found[0], where, argv, src, False, False, depth, found[1], cwd)
         launch = _launcher(argv, src, in_script)
         if launch is None:
             return None
         if launch.child and launch.form != "python":
-            inner = _Reader(Scripted())
+            inner = _Reader(Scripted(), self.files, self.working_dir)
+            inner.written = self.written
             child_src = src[len(argv) - len(launch.child) :]
-            found = inner.run(launch.child, child_src, depth + 1, in_script)
-            if found is not None and found.training:
-                launch.nested = found
+            found_launch = inner.run(launch.child, child_src, depth + 1, in_script, None, cwd)
+            if found_launch is not None and found_launch.training:
+                launch.nested = found_launch
         self.out.launches.append(launch)
         return launch
 
-    def shell(self, argv: list[str], src: list[tuple], depth: int, in_script: tuple | None) -> Launch | None:
+    def file(self, path: str, cwd: str) -> tuple[str, str] | None:
+        """(text, where it comes from) of a script file the manifest holds, or None."""
+        base = cwd or self.working_dir
+        full = (
+            posixpath.normpath(path if path.startswith("/") else posixpath.join(base, path))
+            if (path.startswith("/") or base)
+            else None
+        )
+        if full is None:
+            return None
+        if full in self.written:
+            return self.written[full]
+        if self.files:
+            return self.files.text(full)
+        return None
+
+    def shell(
+        self,
+        argv: list[str],
+        src: list[tuple],
+        depth: int,
+        in_script: tuple | None,
+        stdin: str | None = None,
+        cwd: str = "",
+    ) -> Launch | None:
         opts = _shell_options(argv)
-        if opts is None:
-            return None  # a script file or stdin: its text is not in the manifest
-        script_text, script_index, errexit, pipefail = opts
-        where = in_script if in_script is not None else src[script_index]
-        positional = argv[script_index + 1 :]
-        pos_src = src[script_index + 1 :]
-        if not positional:
-            positional, pos_src = [_base(argv[0])], [where]
+        if opts is not None:
+            script_text, script_index, errexit, pipefail = opts
+            where = in_script if in_script is not None else src[script_index]
+            positional = argv[script_index + 1 :]
+            pos_src = src[script_index + 1 :]
+            if not positional:
+                positional, pos_src = [_base(argv[0])], [where]
+            return self.script(script_text, where, positional, pos_src, errexit, pipefail, depth, "", cwd)
+        operand = _shell_operand(argv)
+        where = in_script if in_script is not None else (src[0] if src else ())
+        if operand is not None:
+            index, errexit, pipefail = operand
+            found = self.file(argv[index], cwd)
+            if found is None:
+                return None  # a script file the manifest does not hold: its text is not known
+            positional, pos_src = argv[index:], src[index:]
+            if in_script is None and index < len(src):
+                where = src[index]
+            return self.script(found[0], where, positional, pos_src, errexit, pipefail, depth, found[1], cwd)
+        if stdin is not None:
+            errexit, pipefail = _shell_flags(argv)
+            return self.script(
+                stdin, where, [_base(argv[0])], [where], errexit, pipefail, depth, "a here-document", cwd
+            )
+        return None  # the shell reads its stdin: not in the manifest
+
+    def script(
+        self,
+        text: str,
+        where: tuple,
+        positional: list[str],
+        pos_src: list[tuple],
+        errexit: bool,
+        pipefail: bool,
+        depth: int,
+        origin: str,
+        cwd: str,
+    ) -> Launch | None:
+        """Read a shell script: every simple command again, through the launch model."""
+        if depth > _MAX_DEPTH:
+            return None
         try:
-            script = shell.parse(script_text)
+            script = shell.parse(text)
         except shell.ShellSyntaxError as err:
-            self.out.errors.append((where, str(err)))
+            self.out.errors.append((where, f"{origin}: {err}" if origin else str(err)))
             return None
         except RecursionError:  # a hostile script the nesting bounds did not catch: never a crash
             self.out.errors.append((where, "the script is nested too deeply to read"))
             return None
+        if origin:
+            self.out.followed.append(origin)
         self.out.scripts.append((script, where))
+        context = shell.enclosing(script)
+        stdin_of = _heredoc_stdin(script)
         exports: list[str] = []
+        assigned: list[str] = []
         sleeps: list[str] = []
         found: list[Launch] = []
         for cmd in script.simple_commands():
-            for a in cmd.assigns:
-                exports.append(a.raw.split("=", 1)[0].split("[", 1)[0].rstrip("+"))
+            around = context.get(id(cmd), ())
+            names = [a.raw.split("=", 1)[0].split("[", 1)[0].rstrip("+") for a in cmd.assigns]
+            (exports if cmd.words else assigned).extend(names)
             words, wsrc = _expand_words(cmd.words, positional, pos_src, where)
+            self._record_written(cmd, words, cwd)
             if not words:
                 continue
-            if words[0] in ("export", "declare", "typeset", "local", "readonly"):
-                exports.extend(w.split("=", 1)[0] for w in words[1:] if "=" in w and not w.startswith("-"))
+            if words[0] in _EXPORTING or (words[0] in _DECLARING and any(_has_x(w) for w in words[1:])):
+                exports.extend(w.split("=", 1)[0] for w in words[1:] if not w.startswith(("-", "+")))
+                continue
+            if words[0] in _DECLARING:
+                assigned.extend(w.split("=", 1)[0] for w in words[1:] if "=" in w and not w.startswith("-"))
                 continue
             if words[0] == "sleep" and len(words) > 1:
-                sleeps.append(" ".join(w.raw for w in cmd.words))
+                if not _LOOPS & set(around):
+                    sleeps.append(" ".join(w.raw for w in cmd.words))  # a sleep in a loop polls: an active wait
+                continue
+            if words[0] == "cd" and len(words) > 1 and "cmdsub" not in around:
+                base = cwd or self.working_dir
+                target = words[1]
+                if target.startswith("/") or base:
+                    cwd = posixpath.normpath(posixpath.join(base, target))
                 continue
             before = len(self.out.launches)
-            launch = self.run(words, wsrc, depth + 1, where)
+            if words[0] in ("source", ".") and len(words) > 1:
+                got = self.file(words[1], cwd)
+                launch = None
+                if got is not None:
+                    launch = self.script(got[0], where, positional, pos_src, errexit, pipefail, depth + 1, got[1], cwd)
+            else:
+                launch = self.run(words, wsrc, depth + 1, where, stdin_of.get(id(cmd)), cwd)
             if launch is not None:
                 fate = exit_fate(script, cmd, errexit, pipefail)
                 for new in self.out.launches[before:]:
-                    new.sleeps = list(sleeps)  # a sleep before the launch staggers it; one after it does not
+                    new.sleeps = sleeps + new.sleeps  # a sleep before the launch staggers it; one after it does not
                     new.script = True
+                    new.branch = new.branch or bool({"if", "case"} & set(around))
+                    new.origin = new.origin or origin
                     if new.where == ():
                         new.where = where
                     if isinstance(fate, str) and new.swallowed is None:
                         new.swallowed = fate
                     found.append(new)
         for launch in found:
-            launch.exports = exports
+            launch.exports = exports + launch.exports  # an inner shell inherits what the outer one exports
+            launch.assigned = assigned + launch.assigned
         return found[-1] if found else None
+
+    def _record_written(self, cmd: _Simple, words: list[str], cwd: str) -> None:
+        """``cat > FILE <<EOF ... EOF`` (or ``tee FILE <<EOF``): the script writes FILE from a
+        here-document, so a later ``bash FILE`` runs that text."""
+        body = next((r for r in cmd.redirects if r.heredoc is not None), None)
+        if body is None or not words:
+            return
+        target = None
+        if words[0] == "cat" and len(words) == 1:
+            out = [r for r in cmd.redirects if r.op.lstrip("1") in (">", ">|") and r.target is not None]
+            target = out[-1].target.literal if out else None  # type: ignore[union-attr]
+        elif words[0] == "tee" and len(words) == 2:
+            target = words[1]
+        if not target:
+            return
+        base = cwd or self.working_dir
+        if target.startswith("/") or base:
+            full = posixpath.normpath(posixpath.join(base, target))
+            text = body.script_text()
+            if text is not None:
+                self.written[full] = (text, f"{full}, written by a here-document")
+
+
+def _has_x(word: str) -> bool:
+    return word.startswith("-") and "x" in word[1:]
+
+
+def _shebang_shell(text: str) -> bool:
+    """A script whose first line runs a shell (``#!/bin/bash``, ``#!/usr/bin/env bash``)."""
+    first = text.split("\n", 1)[0]
+    if not first.startswith("#!"):
+        return False
+    words = first[2:].split()
+    if words and _base(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-")]
+    return bool(words) and _base(words[0]) in _SHELLS
+
+
+def _heredoc_stdin(script: shell.Script) -> dict[int, str]:
+    """The simple commands whose stdin is a here-document or here-string (``bash <<EOF``, ``cat <<EOF |
+    bash``), by id, with the text they read."""
+    out: dict[int, str] = {}
+
+    def seq(body: shell.Sequence) -> None:
+        for ao in body.items:
+            for _, pipe in ao.items:
+                prev = None
+                for node in pipe.commands:
+                    if isinstance(node, shell.Simple):
+                        own = next((r.script_text() for r in node.redirects if r.script_text() is not None), None)
+                        if own is not None:
+                            out[id(node)] = own
+                        elif prev is not None:
+                            out[id(node)] = prev
+                        prev = None
+                        if node.argv[:1] == ["cat"] and len(node.argv) == 1 and own is not None:
+                            prev = own
+                    else:
+                        prev = None
+                        for body_ in node.bodies:
+                            seq(body_)
+
+    seq(script.body)
+    return out
 
 
 def _expand_words(
@@ -333,6 +514,35 @@ def _expand_words(
 def _shell_options(argv: list[str]) -> tuple[str, int, bool, bool] | None:
     """(script, index of the script in argv, errexit, pipefail) of ``sh [options] -c SCRIPT [args]``;
     None when the shell reads a file or stdin."""
+    got = _scan_shell(argv)
+    if got is None:
+        return None
+    i, has_c, errexit, pipefail = got
+    if not has_c or i >= len(argv):
+        return None
+    return argv[i], i, errexit, pipefail
+
+
+def _shell_operand(argv: list[str]) -> tuple[int, bool, bool] | None:
+    """(index of the script file, errexit, pipefail) of ``sh [options] FILE [args]``; None with -c or -s
+    or no operand (the shell reads stdin)."""
+    got = _scan_shell(argv)
+    if got is None:
+        return None
+    i, has_c, errexit, pipefail = got
+    if has_c or i >= len(argv):
+        return None
+    return i, errexit, pipefail
+
+
+def _shell_flags(argv: list[str]) -> tuple[bool, bool]:
+    got = _scan_shell(argv)
+    return (got[2], got[3]) if got is not None else (False, False)
+
+
+def _scan_shell(argv: list[str]) -> tuple[int, bool, bool, bool] | None:
+    """(index of the first operand, -c given, errexit, pipefail) of a shell's command line; None with
+    -s (the script is stdin whatever follows)."""
     has_c = errexit = pipefail = False
     i = 1
     while i < len(argv):
@@ -352,6 +562,8 @@ def _shell_options(argv: list[str]) -> tuple[str, int, bool, bool] | None:
             for ch in letters:
                 if ch == "c":
                     has_c = True
+                elif ch == "s" and a[0] == "-":
+                    return None
                 elif ch == "e" and a[0] == "-":
                     errexit = True
                 elif ch in "oO":
@@ -366,9 +578,7 @@ def _shell_options(argv: list[str]) -> tuple[str, int, bool, bool] | None:
             i += 1 + takes
             continue
         break
-    if not has_c or i >= len(argv):
-        return None
-    return argv[i], i, errexit, pipefail
+    return i, has_c, errexit, pipefail
 
 
 _WRAPPERS = {

@@ -16,8 +16,6 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from kgen.runs.errors import RANK_LINE
-
 SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 9: "SIGKILL", 15: "SIGTERM"}
 BLOCK_START = re.compile(
     r"Received \d+ death signal, shutting down workers|Sending process \d+ closing signal SIG\w+"

@@ -31,11 +31,12 @@ def render(request: RenderRequest | None = None) -> RenderResult:
 
 @dataclass(frozen=True)
 class LintRequest:
-    """`kgen lint`: ``paths`` (files, folders, "-" for stdin; all of them one context) checked against
+    """`kgen lint`: ``paths`` (files, folders, "-" for stdin) checked against
     ``kubernetes_version``'s schemas and kgen's rules. ``skip``: rule ids (comma lists allowed, any case);
     ``strict``: warnings fail too; ``engine``: builtin or kubeconform (on PATH); ``schema_location``:
     schemas for CRDs; ``explain``: how lint reads each training workload (KG137 info); ``exclude``:
-    .gitignore-like globs."""
+    .gitignore-like globs; ``unit``: what the cross-document rules see together (``dir``: each folder's own
+    files and a kustomization's resources; ``file``; ``tree``: everything given, docs/lint.md "Apply units")."""
 
     paths: Sequence[str]
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
@@ -45,6 +46,7 @@ class LintRequest:
     schema_location: str | None = None
     explain: bool = False
     exclude: Sequence[str] = ()
+    unit: str = "dir"
 
 
 def lint(request: LintRequest) -> LintResult:
@@ -63,6 +65,7 @@ def lint(request: LintRequest) -> LintResult:
         fail_on_warnings=request.strict,
         explain=request.explain,
         exclude=tuple(request.exclude),
+        unit=request.unit,
     )
     return lint_paths(list(request.paths), options)
 

@@ -64,10 +64,11 @@ def test_a_ci_folder_lints_the_manifests_and_skips_the_rest_with_info_lines(tmp_
     code, out, err = run(["--summary", str(root)])
     assert code == 1, (out, err)
     lines = out.splitlines()
-    assert [ln.split(": ")[0] for ln in lines[:-1]] == [f"{root}/charts/train/crds/crd-cm.yaml:3:12"]
-    assert (
-        lines[-1]
-        == "Summary: 5 documents in 3 files - 1 error, 0 warnings, 0 info - 15 files skipped (not Kubernetes manifests)"
+    assert [ln.split(": ")[0] for ln in lines[:-2]] == [f"{root}/charts/train/crds/crd-cm.yaml:3:12"]
+    assert lines[-2] == f"Unit {root}/charts/train/crds/ (directory, 1 file): 1 error, 0 warnings, 0 info"
+    assert lines[-1] == (
+        "Summary: 5 documents in 3 files - 1 error, 0 warnings, 0 info - 15 files skipped (not Kubernetes manifests)"
+        " - 3 apply units"
     )
     skipped = {ln.split(": ")[2].split(", ")[0][len(str(root)) + 1 :]: ln for ln in err.splitlines()}
     assert sorted(skipped) == sorted(
@@ -108,7 +109,11 @@ def test_json_lists_what_was_skipped_and_excluded(tmp_path):
 def test_summary_line_is_exact_and_only_for_text(tmp_path):
     (tmp_path / "bad.yaml").write_text(BAD_NAME)
     code, out, _ = run(["--summary", str(FIXTURES / "valid-job.yaml"), str(tmp_path / "bad.yaml")])
-    assert code == 1 and out.splitlines()[-1] == "Summary: 4 documents in 2 files - 1 error, 0 warnings, 0 info"
+    assert (
+        code == 1
+        and out.splitlines()[-1] == "Summary: 4 documents in 2 files - 1 error, 0 warnings, 0 info - 2 apply units"
+    )
+    assert out.splitlines()[-2] == f"Unit {tmp_path}/ (directory, 1 file): 1 error, 0 warnings, 0 info"
     code, out, _ = run(["--summary", str(FIXTURES / "valid-job.yaml")])
     assert (code, out) == (0, "Summary: 3 documents in 1 file - 0 errors, 0 warnings, 0 info\n")
     code, out, err = run(["--summary", "--format", "json", str(FIXTURES / "valid-job.yaml")])

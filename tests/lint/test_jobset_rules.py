@@ -15,7 +15,7 @@ from kgen import jobset as js
 from kgen.api import RenderRequest, build, render_documents
 from kgen.lint.registry import load_rules
 
-JS = (3,)  # ConfigMap, Secret, NetworkPolicy, JobSet
+JS = (2,)  # ConfigMap, NetworkPolicy, JobSet
 SPEC = JS + ("spec",)
 FP = SPEC + ("failurePolicy",)
 RJ = SPEC + ("replicatedJobs", 0)
@@ -68,7 +68,8 @@ FAILING = [
     ("KG152", "jobset", set_at(JS + ("metadata", "name"), "l" * 49)),  # 4 pods: 48 fit
     ("KG152", "jobset", set_at(SPEC + ("network", "subdomain"), "7b")),
     ("KG106", "jobset", set_at(ENV + (NNODES, "value"), "3")),  # was KG153
-    ("KG107", "jobset", set_at(ENV + (NPROC, "value"), "4")),  # was KG153
+    ("KG107", "jobset", set_at(ENV + (NPROC, "value"), "16")),  # was KG153
+    ("KG139", "jobset", set_at(ENV + (NPROC, "value"), "4")),  # fewer processes than GPUs: a warning
     ("KG116", "jobset", set_at(JOB + ("parallelism",), 2)),  # was KG153
     ("KG106", "jobset", set_at(RJ + ("replicas",), 2)),  # 8 pods, NNODES=4 (was KG153)
     ("KG105", "jobset", set_at(ENV + (MASTER, "value"), "kgen-train-0.kgen-train")),  # the Job's scheme (was KG154)

@@ -329,7 +329,8 @@ CASES += [
     ("KG132", [_volcano(2)], [_volcano(4)]),
     ("KG133", [_trainjob("template")], [_trainjob("metadata")]),
     ("KG133", [_trainjob("template")], [_trainjob("template", suspend=False)]),
-    ("KG107", [_pytorchjob(nproc="4")], [_pytorchjob(nproc="8")]),
+    ("KG107", [_pytorchjob(nproc="16")], [_pytorchjob(nproc="8")]),
+    ("KG139", [_pytorchjob(nproc="4")], [_pytorchjob(nproc="8")]),  # GPUs idle: a warning (issue 25)
     ("KG110", [_pytorchjob(shm=False)], [_pytorchjob()]),
     ("KG136", [{**_pytorchjob(), "spec": {"pytorchReplicaSpecs": {"Chief": {}}}}], [_pytorchjob()]),
     # lws docs examples: the leader Service's ports are no field of networkConfig (only subdomainPolicy)
@@ -443,7 +444,7 @@ def _segments(nnodes: tuple[int, int]) -> list:
 
 CASES += [
     ("KG105", _segments((4, 2)), _segments((4, 4))),  # a copied master address (own count) vs one world
-    ("KG103", _segments((2, 2)), _segments((4, 4))),  # two worlds under one Service vs one world
+    ("KG140", _segments((2, 2)), _segments((4, 4))),  # two worlds under one Service vs one world
     ("KG106", _segments((5, 5)), _segments((4, 4))),
 ]
 
@@ -483,6 +484,76 @@ def _runtime(gpu_step: str) -> list:
 
 # a runtime's initializer steps download once: they are not the trainer the operator wires
 CASES += [("KG110", _runtime("node"), _runtime("model-initializer"))]
+
+
+def _one_gpu_job(shm: bool) -> list:
+    docs = [service(), job(nodes=4, gpus=1), network_policy()]
+    pod = docs[1]["spec"]["template"]["spec"]
+    if not shm:
+        del pod["containers"][0]["volumeMounts"], pod["volumes"]
+    return docs
+
+
+def _cpu_job(nproc_env: str) -> list:
+    docs = [service(), job(), network_policy()]
+    c = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    c["resources"] = {"requests": {"cpu": "8", "memory": "16Gi"}}
+    c["args"][1] = "--nproc-per-node=4"
+    c["env"].append({"name": "NPROC_PER_NODE", "value": nproc_env})
+    return docs
+
+
+# the severity review of issue 25: a 1-GPU pod without /dev/shm, counts written twice in a CPU pod
+CASES += [
+    ("KG138", _one_gpu_job(shm=False), _one_gpu_job(shm=True)),
+    ("KG141", _cpu_job("2"), _cpu_job("4")),
+]
+
+
+def _env_job(**env: object) -> list:
+    docs = [service(), job(), network_policy()]
+    docs[1]["spec"]["template"]["spec"]["containers"][0]["env"].extend({"name": k, **v} for k, v in env.items())
+    return docs
+
+
+def _python_job(**env: object) -> list:
+    docs = _env_job(MASTER_ADDR={"value": "llama-0.llama"}, WORLD_SIZE={"value": "4"}, **env)
+    c = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    c["command"], c["args"] = ["python3", "train.py"], []
+    c["resources"] = {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}}
+    return docs
+
+
+def _patched(docs: list, path: tuple, value: object) -> list:
+    node = docs
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = value
+    return docs
+
+
+INDEX = {"valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}
+
+# issue 25's missed classes: what the container is given
+CASES += [
+    ("KG142", _env_job(POD_NAME={"value": "metadata.name"}), _env_job(POD_NAME={"value": "llama-pod"})),
+    ("KG143", _python_job(RANK=INDEX, LOCAL_RANK=INDEX), _python_job(RANK=INDEX, LOCAL_RANK={"value": "0"})),
+    (
+        "KG144",
+        _env_job(NVIDIA_VISIBLE_DEVICES={"value": "all"}),
+        _env_job(NVIDIA_DRIVER_CAPABILITIES={"value": "all"}),
+    ),
+    (
+        "KG145",
+        _patched(_env_job(), C0 + ("args", 6), '--lr="3e-4"'),
+        _patched(_env_job(), C0 + ("args", 6), "--lr=3e-4"),
+    ),
+    (
+        "KG146",
+        _patched(_env_job(), POD + ("serviceAccountName",), "V_KSA"),
+        _patched(_env_job(), POD + ("serviceAccountName",), "trainer-ksa"),
+    ),
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])

@@ -226,7 +226,7 @@ FAILING = [
     ("KG101", "job", set_at(SVC + ("spec", "clusterIP"), "10.0.0.9"), "1.37"),
     ("KG102", "job", delete_at(SVC + ("spec", "publishNotReadyAddresses")), "1.37"),
     (
-        "KG103",
+        "KG140",
         "job",
         all_of(
             set_at(SVC + ("spec", "selector", "role"), "master"),
@@ -240,8 +240,18 @@ FAILING = [
     ("KG105", "job", _append(ENV, {"name": "MASTER_ADDR", "value": "llama"}), "1.37"),
     ("KG106", "job", set_at(C0 + ("args", 0), "--nnodes=2"), "1.37"),
     ("KG106", "sts", set_at(J + ("spec", "replicas"), 8), "1.37"),
-    ("KG107", "job", set_at(C0 + ("args", 1), "--nproc_per_node=4"), "1.37"),
-    ("KG108", "job", _append(ENV, {"name": "WORLD_SIZE", "value": "16"}), "1.37"),
+    ("KG107", "job", set_at(C0 + ("args", 1), "--nproc_per_node=16"), "1.37"),
+    ("KG139", "job", set_at(C0 + ("args", 1), "--nproc_per_node=4"), "1.37"),
+    (
+        "KG108",
+        "job",
+        all_of(  # env:// initialisation reads WORLD_SIZE (under torchrun a hand-set one is KG109's)
+            set_at(C0 + ("command",), ["python3", "train.py"]),
+            set_at(C0 + ("args",), []),
+            _append(ENV, {"name": "WORLD_SIZE", "value": "16"}),
+        ),
+        "1.37",
+    ),
     ("KG109", "job", _append(ENV, {"name": "LOCAL_RANK", "value": "0"}), "1.37"),
     ("KG110", "job", set_at(POD + ("volumes", 0, "emptyDir"), {}), "1.37"),
     (
@@ -274,7 +284,8 @@ FAILING = [
     ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.cluster.local"), "1.37"),
     ("KG106", "job", _append(ENV, {"name": "NNODES", "value": "2"}), "1.37"),
     ("KG106", "sts", _append(ENV, {"name": "PET_NNODES", "value": "8"}), "1.37"),
-    ("KG107", "job", _append(ENV, {"name": "GPUS_PER_NODE", "value": "4"}), "1.37"),
+    ("KG107", "job", _append(ENV, {"name": "GPUS_PER_NODE", "value": "9"}), "1.37"),
+    ("KG139", "job", _append(ENV, {"name": "GPUS_PER_NODE", "value": "4"}), "1.37"),
     # failure policy that retries one pod alone
     ("KG117", "job", set_at(POD + ("restartPolicy",), "OnFailure"), "1.37"),
     ("KG117", "job", set_at(J + ("spec", "backoffLimit"), 3), "1.37"),
@@ -320,7 +331,7 @@ FAILING = [
     ("KG123", "sts", all_of(set_at(POD + ("hostNetwork",), True), set_at(POD + ("dnsPolicy",), "Default")), "1.37"),
     # processes per node written twice
     (
-        "KG121",
+        "KG141",
         "job",
         all_of(
             set_at(RES, {"requests": {"cpu": "8", "memory": "16Gi"}}),
@@ -597,6 +608,7 @@ def test_every_registered_rule_has_a_failing_case():
     }  # test_parse/schema/cli
     tested |= {r for r in load_rules() if "KG150" <= r <= "KG169"}  # tests/lint/test_jobset_rules.py
     tested |= {r for r in load_rules() if "KG125" <= r <= "KG149"}  # tests/lint/test_model_rules.py
+    tested |= {r for r in load_rules() if "KG170" <= r <= "KG189"}  # tests/lint/test_sbatch.py
     assert set(load_rules()) - tested == set()
 
 

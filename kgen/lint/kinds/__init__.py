@@ -71,4 +71,35 @@ def facts(doc: Any) -> Facts | None:
     return memo["kg_facts"]
 
 
-__all__ = ["Adapter", "Facts", "Template", "adapter_for", "facts", "group_of", "templates"]
+def pod_templates(doc: Any) -> list[tuple[dict, tuple]]:
+    """Every pod template of ``doc`` with its path, for every kind lint has an adapter for (JobSet
+    replicatedJobs, PyTorchJob replicas, Volcano tasks, LWS leader/worker ...); a Pod is its own
+    template at ()."""
+    return [(t.template, t.path) for t in templates(doc) if t.containers is None]
+
+
+def pod_specs(doc: Any) -> list[tuple[dict, tuple]]:
+    """(pod spec, its path) of every pod template of ``doc`` (once per document: every pod rule
+    asks; do not change the list)."""
+    memo = doc.memo
+    if "pod_specs" not in memo:
+        out = []
+        for tpl, path in pod_templates(doc):
+            spec = tpl.get("spec")
+            if isinstance(spec, dict):
+                out.append((spec, path + ("spec",)))
+        memo["pod_specs"] = out
+    return memo["pod_specs"]
+
+
+__all__ = [
+    "Adapter",
+    "Facts",
+    "Template",
+    "adapter_for",
+    "facts",
+    "group_of",
+    "pod_specs",
+    "pod_templates",
+    "templates",
+]

@@ -23,9 +23,14 @@ def job_pods(spec: dict) -> int | None:
 
 
 def _job_nodes(spec: dict) -> int | None:
-    """Pods of a training Job: completions (else parallelism); None when neither is an integer."""
+    """Pods of a training Job: completions (else parallelism; a Job with neither runs one pod); None when
+    a value is not an integer."""
     comp = as_int(spec.get("completions"))
-    return comp if comp is not None else as_int(spec.get("parallelism"))
+    if comp is not None:
+        return comp
+    if "completions" not in spec and "parallelism" not in spec:
+        return 1
+    return as_int(spec.get("parallelism"))
 
 
 def _sts_replicas(spec: dict) -> int | None:

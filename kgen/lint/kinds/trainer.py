@@ -115,6 +115,17 @@ class TrainJobAdapter(Adapter):
                 value = trainer.get(key)
                 if value is not None and (not isinstance(value, list) or not all(isinstance(x, str) for x in value)):
                     yield ("spec", "trainer", key), f"trainer.{key} must be a list of strings"
+        for key in ("podTemplateOverrides", "podSpecOverrides"):
+            items = spec.get(key)
+            for i, item in enumerate(items if isinstance(items, list) else []):
+                targets = item.get("targetJobs") if isinstance(item, dict) else None
+                for j, target in enumerate(targets if isinstance(targets, list) else []):
+                    if not isinstance(target, dict) or not isinstance(target.get("name"), str):
+                        yield (
+                            ("spec", key, i, "targetJobs", j),
+                            f"targetJobs items are objects {{name: <replicatedJob>}}, got {target!r}: the API server "
+                            f"rejects the TrainJob; write - name: {target if isinstance(target, str) else 'node'}",
+                        )
 
 
 class RuntimeAdapter(Adapter):
@@ -125,19 +136,21 @@ class RuntimeAdapter(Adapter):
 
     def templates(self, doc: Any) -> list[Template]:
         out = jobset_templates(doc.data, ("spec", "template", "spec"))
-        for t in out:
-            t.injected_env = INJECTED
-            t.rank_sources = t.rank_sources | {RANK_ENV}
-            t.operator_step = not _initializer(doc, t)
         nodes = as_int(get(doc.data, "spec", "mlPolicy", "numNodes"))
-        if nodes is not None:
-            for t in out:
-                if t.role == "node":
+        for t in out:
+            t.operator_step = not _initializer(doc, t)
+            if _step(doc, t) == "trainer":  # the torch plugin wires only the step labelled trainer
+                t.injected_env = INJECTED
+                t.rank_sources = t.rank_sources | {RANK_ENV}
+                if nodes is not None:
                     t.pods = nodes
         return out
 
     def facts(self, doc: Any) -> Facts:
         nodes = as_int(get(doc.data, "spec", "mlPolicy", "numNodes"))
+        tpls = jobset_templates(doc.data, ("spec", "template", "spec"))
+        if tpls and not any(_step(doc, t) == "trainer" for t in tpls):
+            nodes = sum(t.pods or 0 for t in tpls if not _initializer(doc, t))  # numNodes applies to no step
         facts = Facts(self.kind, nodes, "mlPolicy.numNodes")
         spec = get(doc.data, "spec", "template", "spec")
         network_facts("<trainjob>", spec if isinstance(spec, dict) else {}, ("spec", "template", "spec"), facts)
@@ -170,6 +183,37 @@ class RuntimeAdapter(Adapter):
         nn = get(spec, "mlPolicy", "numNodes")
         if nn is not None and (as_int(nn) is None or nn < 1):
             yield ("spec", "mlPolicy", "numNodes"), f"numNodes must be an integer >= 1, got {nn!r}"
+        yield from _trainer_step_label(doc)
+
+
+def _trainer_step_label(doc: Any) -> Iterator[tuple[tuple, str]]:
+    """A runtime's trainer step is the replicatedJob labelled trainjob-ancestor-step: trainer (the Trainer's
+    torch plugin and resourcesPerNode/numNodes look it up by that label): without it the TrainJob's trainer
+    settings and PET_* environment are never applied."""
+    tpls = jobset_templates(doc.data, ("spec", "template", "spec"))
+    if not tpls or any(_step(doc, t) == "trainer" for t in tpls):
+        return
+    node = next((t for t in tpls if t.role == "node"), None) or next(
+        (
+            t
+            for t in tpls
+            if any(isinstance(c, dict) and c.get("name") == "node" for c in t.spec.get("containers") or [])
+        ),
+        None,
+    )
+    if node is not None and not _initializer(doc, node):
+        yield (
+            node.job_path[:-1],
+            f"replicatedJob {node.role!r} has no label {ANCESTOR_STEP}: trainer on its Job template, so the "
+            "Trainer applies no TrainJob trainer settings (image, command, numNodes, resourcesPerNode) and no "
+            f"PET_* environment to it; add metadata.labels {{{ANCESTOR_STEP}: trainer}}",
+        )
+
+
+def _step(doc: Any, t: Template) -> str | None:
+    labels = get(doc.data, *t.job_path[:-1], "metadata", "labels")
+    step = labels.get(ANCESTOR_STEP) if isinstance(labels, dict) else None
+    return step if isinstance(step, str) else None
 
 
 ANCESTOR_STEP = "trainer.kubeflow.org/trainjob-ancestor-step"
@@ -187,4 +231,28 @@ def _initializer(doc: Any, t: Template) -> bool:
     return t.role.endswith("initializer")
 
 
-ADAPTERS = [TrainJobAdapter(), RuntimeAdapter("TrainingRuntime"), RuntimeAdapter("ClusterTrainingRuntime")]
+class RetiredAdapter(Adapter):
+    """Trainer v2's pre-release API group (kubeflow.org/v2alpha1 TrainJob and runtimes): no release serves
+    it; the API server rejects it (no such resource) once Kubeflow Trainer is installed."""
+
+    groups = ("kubeflow.org",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def structure(self, doc: Any, ctx: Any) -> Iterator[tuple[tuple, str]]:
+        yield (
+            ("apiVersion",),
+            f"{doc.api_version} {self.kind} is Kubeflow Trainer's retired pre-release API (no release serves it); "
+            "use apiVersion trainer.kubeflow.org/v1alpha1",
+        )
+
+
+ADAPTERS = [
+    TrainJobAdapter(),
+    RuntimeAdapter("TrainingRuntime"),
+    RuntimeAdapter("ClusterTrainingRuntime"),
+    RetiredAdapter("TrainJob"),
+    RetiredAdapter("TrainingRuntime"),
+    RetiredAdapter("ClusterTrainingRuntime"),
+]

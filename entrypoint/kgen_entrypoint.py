@@ -138,6 +138,11 @@ def shown(value, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _utc_stamp(t: float | None = None) -> str:
+    t = time.time() if t is None else t
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+
+
 def log(msg: str) -> None:
     stamp = time.strftime("%H:%M:%S", time.gmtime())
     emit(sys.stderr, f"[{_TAG} {stamp} +{time.monotonic() - _T0:.1f}s] {printable(msg)}\n")
@@ -3255,11 +3260,6 @@ STATE_EVENTS = 200  # kgen lines --state returns (generations, FAIL-STOP, stoppe
 STATE_TAIL = 20  # last log lines --state returns
 STATE_TAIL_FAILED = 200  # ... of a node that failed: kgen looks for a traceback in them (no failure record)
 ORDERLY_STOP = 3.0  # --stop-node: after SIGTERM to the entrypoint, this long before SIGTERM to everything left
-
-
-def _utc_stamp(t: float | None = None) -> str:
-    t = time.time() if t is None else t
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
 
 
 def state_home(env: dict | None = None) -> str:

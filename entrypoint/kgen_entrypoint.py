@@ -1745,6 +1745,7 @@ class Hub:
         self.last_beat = 0.0
         self.lost: str | None = None
         self.script_fail: tuple[int, int, float, str] | None = None  # (rank, rc, when, internal error)
+        self.script_fail_peer = False  # the blamed node's own workers failed of a lost peer (node 0 knows its own)
         self.stop_host: str | None = None  # a stop by the user was asked for, on this host
         self.told: set[int] = set()  # stopping: the ranks told to stop
         self.strangers = StrangerLog()
@@ -2040,8 +2041,20 @@ class Hub:
 
     def script_failed(self, rank: int, rc: int, internal: str = "") -> None:
         """A node's torchrun exited `rc` (or, `internal`, its kgen entrypoint failed): node 0 decides."""
-        if self.script_fail is None or (internal and not self.script_fail[3]):
+        first = self.script_fail
+        if first is None or (internal and not first[3]):
             self.script_fail = (rank, rc, time.monotonic(), internal)
+            self.script_fail_peer = False
+        elif self.script_fail_peer and not first[3] and rank != first[0]:
+            # the first report was a consequence (node 0's own workers failed of a lost peer, and node 0 reports
+            # without the network's delay): this node's failure may be the cause; the verdict wait runs on
+            self.script_fail = (rank, rc, first[2], internal)
+            self.script_fail_peer = False
+
+    def own_failure_was_a_peers(self) -> None:
+        """Node 0's failure record says its workers failed of a lost peer: a later report names the cause."""
+        if self.script_fail is not None and self.script_fail[0] == 0 and not self.script_fail[3]:
+            self.script_fail_peer = True
 
     # -- forming a generation -------------------------------------------------------------
     @property
@@ -2079,6 +2092,7 @@ class Hub:
         self.state = "training"
         self.lost = None
         self.script_fail = None
+        self.script_fail_peer = False
         for conn in self.peers.values():
             conn.done = False
             conn.send({"t": MSG_START, "gen": gen})
@@ -2650,8 +2664,10 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                     hub.finish()
                 else:
                     log(f"torchrun exited with code {own_rc}")
-                    hub.script_failed(0, own_rc)  # first: who reported first is who node 0 blames
-                    child.failure()
+                    hub.script_failed(0, own_rc)  # first: who reported first is who node 0 blames,
+                    said = child.failure()
+                    if said and said.get("peer"):  # unless node 0's own workers only lost a peer
+                        hub.own_failure_was_a_peers()
             hub.tick(now)
             if hub.state == "finishing":
                 if hub.lost is not None:

@@ -1030,7 +1030,8 @@ class Pump(threading.Thread):
                 rec.update(error=err[0], message=err[1][:400], where=err[2], time=_utc_stamp(err[3]))
                 rec["peer"] = bool(_PEER.search(f"{err[0]}: {err[1]}"))
             elif code is not None and code < 0:  # torchrun SIGTERMs the others once one failed
-                rec.update(error="", message=f"killed by {_signal_name(-code)}", where="", source="exit status")
+                said = f" (its last line: {scan.last[:300]})" if scan.last and code != -signal.SIGTERM else ""
+                rec.update(error="", message=f"killed by {_signal_name(-code)}{said}", where="", source="exit status")
                 rec["peer"] = code == -signal.SIGTERM
             else:
                 rec.update(

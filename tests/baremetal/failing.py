@@ -24,9 +24,16 @@ def main(a):
             sys.stdout.write(f"rank {rank}/{world} step {step} line {k} loss {t[0].item():.4f}")
             sys.stdout.write("\n")
         if rank == a.fail_rank and step == a.fail_step:
-            raise RuntimeError(f"deliberate failure on rank {rank} at step {step}")
+            raise RuntimeError(f"deliberate failure on rank {rank} at step {step}") if not a.abort else die(rank)
         time.sleep(a.sleep)
     dist.destroy_process_group()
+
+
+def die(rank: int) -> None:
+    """--abort: say why on stderr, then die of SIGABRT as a native library's abort does (no traceback)."""
+    sys.stderr.write(f"giving up on rank {rank}: shard index missing\n")
+    sys.stderr.flush()
+    os.abort()
 
 
 if __name__ == "__main__":
@@ -37,6 +44,7 @@ if __name__ == "__main__":
     ap.add_argument("--fail-step", type=int, default=2)
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--lines", type=int, default=1)
+    ap.add_argument("--abort", action="store_true", help="the failing rank dies of SIGABRT instead (see die)")
     args = ap.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     if args.record:

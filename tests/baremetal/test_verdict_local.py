@@ -126,6 +126,18 @@ def test_the_same_error_everywhere_is_one_cause_on_every_rank(kgen, tmp_path, mo
 
 
 @pytest.mark.timeout(300)
+def test_a_process_killed_by_a_signal_is_named_with_its_last_line(kgen, tmp_path, monkeypatch):
+    """No traceback (a native abort): the root cause is the signal, with what the process said last."""
+    res = launch(kgen, tmp_path, monkeypatch, "abrt", 2, 1, "failing.py", "--fail-rank", "1", "--abort")
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr
+    rc = status(kgen, "abrt")["root_cause"]
+    assert rc["ranks"] == [1], rc
+    assert rc["error"]["message"] == "killed by SIGABRT (its last line: giving up on rank 1: shard index missing)"
+    assert "killed by SIGABRT (its last line: giving up on rank 1" in kgen("status", "abrt").stdout
+    assert kgen("stop", "abrt", "--rm").returncode == 0
+
+
+@pytest.mark.timeout(300)
 def test_reformation_and_stop_fold_torchrun_shutdown_reports(kgen, tmp_path, monkeypatch):
     """A lost node (SIGKILL): node 0 stops torch (SIGTERM) and re-forms; then `kgen stop`: torchrun's report of
     each SIGTERM is one kgen line in `kgen logs` and its status shows the run stopped; --full shows them."""

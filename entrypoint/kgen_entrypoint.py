@@ -57,6 +57,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 EXIT_OK = 0
@@ -107,6 +108,18 @@ _TAG = "kgen"
 _T0 = time.monotonic()
 
 
+_OUT = threading.Lock()  # one writer at a time: every line this process writes is whole (the pump's too)
+
+
+def emit(stream, text: str) -> None:
+    with _OUT:
+        try:
+            stream.write(text)
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
 def printable(text: str, backslash: bool = False) -> str:
     """`text` with every character that is not printable (controls, line and paragraph separators,
     format characters, lone surrogates) written as repr writes it (\\x1b, \\n, \\u202e), and with
@@ -125,13 +138,14 @@ def shown(value, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _utc_stamp(t: float | None = None) -> str:
+    t = time.time() if t is None else t
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+
+
 def log(msg: str) -> None:
     stamp = time.strftime("%H:%M:%S", time.gmtime())
-    try:
-        sys.stderr.write(f"[{_TAG} {stamp} +{time.monotonic() - _T0:.1f}s] {printable(msg)}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    emit(sys.stderr, f"[{_TAG} {stamp} +{time.monotonic() - _T0:.1f}s] {printable(msg)}\n")
 
 
 class Stop(Exception):
@@ -656,17 +670,28 @@ def descendants(root: int | None = None) -> list[int]:
 
 def signal_tree(sig: int, extra_pgid: int | None = None) -> int:
     pids = descendants()
+    grouped: set[int] = set()
     if extra_pgid:
         try:
             os.killpg(extra_pgid, sig)
+            grouped = {p for p in pids if _pgid(p) == extra_pgid}  # signalled once, not twice
         except OSError:
             pass
     for pid in pids:
+        if pid in grouped:
+            continue
         try:
             os.kill(pid, sig)
         except OSError:
             pass
     return len(pids)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 class Running:
@@ -678,12 +703,18 @@ class Running:
 
 
 class Child:
-    """torchrun, started in its own session; reaped by us (we may be a subreaper or PID 1)."""
+    """torchrun, started in its own session; reaped by us (we may be a subreaper or PID 1). With `base_rank`
+    its output and its workers' (torchrun --redirects 3 into `log_dir`) go through a Pump: whole lines only,
+    a worker's after "[rank R] " (docs/entrypoint.md#logs)."""
 
-    def __init__(self, argv: list[str], env: dict | None = None) -> None:
-        self.proc = subprocess.Popen(argv, start_new_session=True, env=env)
+    def __init__(self, argv: list[str], env: dict | None = None, log_dir: str = "", base_rank: int = 0) -> None:
+        pipe = subprocess.PIPE if log_dir else None
+        self.proc = subprocess.Popen(argv, start_new_session=True, env=env, stdout=pipe, stderr=pipe)
         self.pid = self.proc.pid
         self.rc: int | None = None
+        self.pump = Pump(self.proc, log_dir, base_rank) if log_dir else None
+        self._failure: dict | None = None
+        self.termed = False  # the tree already got SIGTERM (the group stop): kill_tree waits, then SIGKILLs
         Running.child = self
 
     def reap(self) -> None:
@@ -699,10 +730,31 @@ class Child:
                 self.rc = 128 - code if code < 0 else code
                 self.proc.returncode = self.rc
 
+    def failure(self) -> dict | None:
+        """torchrun exited non-zero by itself: which worker of this node failed first and why (once)."""
+        if self._failure is None and self.rc and self.pump is not None:
+            self.pump.drained.wait(FAILURE_WAIT)  # short: node 0's event loop (heartbeats) waits meanwhile
+            self._failure = self.pump.failure() or {}
+            if self._failure:
+                log(f"worker failure: {failure_text(self._failure)}")
+                emit(sys.stderr, f"{FAILURE_MARK}{json.dumps(self._failure, sort_keys=True)}\n")
+        return self._failure or None
+
     def kill_tree(self, grace: float, first: int = signal.SIGTERM, sigs: Signals | None = None) -> None:
         """Signal everything below us, wait up to `grace` seconds (cut short by a signal in `sigs`:
         a second Ctrl-C), then SIGKILL what is left."""
-        if signal_tree(first, self.pid if self.rc is None else None) == 0 and (proc_is_ours() or self.rc is not None):
+        try:
+            self._kill_tree(grace, first, sigs)
+        finally:
+            if self.pump is not None:
+                self.pump.finish()
+
+    def _kill_tree(self, grace: float, first: int, sigs: Signals | None) -> None:
+        if first == signal.SIGTERM and self.termed:
+            sent = len(descendants())
+        else:
+            sent = signal_tree(first, self.pid if self.rc is None else None)
+        if sent == 0 and (proc_is_ours() or self.rc is not None):
             return
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
@@ -721,6 +773,290 @@ class Child:
             self.reap()
             time.sleep(0.05)
         self.reap()
+
+
+# --------------------------------------------------------------------------------------------
+# Worker output and failures (docs/entrypoint.md#logs). torchrun writes each worker's stdout and
+# stderr to files (--redirects 3 --log-dir); the Pump writes their lines and torchrun's own (pipes)
+# to our stdout/stderr, one whole line at a time, a worker's after "[rank R] " (its global rank). A
+# line without its newline yet is held (PARTIAL_HOLD s at most). From each worker's stderr it keeps
+# the last traceback; with torch elastic's error file (a script under @record) and torchrun's own
+# summary (exit codes, signals) that makes the failure record: one JSON line after FAILURE_MARK.
+# kgen/runs/errors.py reads the same things on the other side (one test table for both).
+# --------------------------------------------------------------------------------------------
+
+FAILURE_MARK = "kgen-entrypoint: worker failure: "
+FAILURE_WAIT = 1.0  # torchrun ended: its output is read to the end within this (normally ~0.2 s)
+PARTIAL_HOLD = 1.0
+LINE_CAP = 65536
+_RANK_TAG = re.compile(r"^\[rank\d+\]:\s?")  # torch's own excepthook prefix
+_FRAME = re.compile(r'^\s+File "(.*)", line (\d+)')
+_EXC = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
+_INTERPRETER = re.compile(r"^/\S*python[\d.]*: ")  # python3: No module named x (from `python -m x`)
+_PEER = re.compile(
+    r"closed by peer|reset by peer|remote worker|broken pipe|timed out|timeout|DistNetworkError|DistStoreError|"
+    r"communicator was aborted|connection refused|NCCL error",
+    re.I,
+)
+_SUMMARY_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
+_SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (-?\d+)")
+
+
+class ErrorScan:
+    """One process's stderr, line by line: its last traceback (type, message, innermost file:line) and last line."""
+
+    def __init__(self) -> None:
+        self.tb = False
+        self.frame = ""
+        self.error: tuple[str, str, str, float] | None = None  # type, message, where, when
+        self.last = ""
+
+    def feed(self, line: str) -> None:
+        line = _RANK_TAG.sub("", line.rstrip())
+        if not line.strip():
+            return
+        if line.startswith(("During handling of", "The above exception")):  # a chained exception follows
+            return
+        if line.startswith("Traceback (most recent call last):"):
+            self.tb, self.frame = True, ""
+            return
+        frame = _FRAME.match(line)
+        if frame and (self.tb or line.startswith("  File ")):  # a SyntaxError has no "Traceback" line
+            self.tb, self.frame = True, f"{frame.group(1)}:{frame.group(2)}"
+            return
+        if self.tb:
+            if line[:1] in " \t":
+                return
+            self.tb = False
+            exc = _EXC.match(line)
+            if exc:
+                self.error = (exc.group(1), (exc.group(2) or "").strip(), self.frame, time.time())
+                return
+        self.last = _INTERPRETER.sub("", line)
+
+
+def _error_file(path: str) -> tuple[str, str, str, float] | None:
+    """torch elastic's error file (ErrorHandler.record_exception): "Type: message" and the traceback."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+        when = os.stat(path).st_mtime
+    except (OSError, ValueError):
+        return None
+    msg = data.get("message") if isinstance(data, dict) else None
+    if isinstance(msg, dict):
+        text, stack = str(msg.get("message") or ""), str((msg.get("extraInfo") or {}).get("py_callstack") or "")
+    else:
+        text, stack = str(msg or ""), ""
+    kind, _, message = text.partition(": ")
+    frames = [m for m in (_FRAME.match(ln) for ln in stack.splitlines()) if m]
+    where = f"{frames[-1].group(1)}:{frames[-1].group(2)}" if frames else ""
+    return kind, message, where, when
+
+
+def failure_text(rec: dict) -> str:
+    what = ": ".join(x for x in (rec.get("error"), rec.get("message")) if x) or f"exit {rec.get('exit')}"
+    return f"rank {rec.get('rank')} (local rank {rec.get('local_rank')}): {what}" + (
+        f" ({rec['where']})" if rec.get("where") else ""
+    )
+
+
+class Pump(threading.Thread):
+    """Writes torchrun's output (its pipes) and its workers' (the files under `log_dir`) to our stdout and
+    stderr, whole lines only; keeps what the failure record needs."""
+
+    def __init__(self, proc: subprocess.Popen, log_dir: str, base_rank: int) -> None:
+        super().__init__(name="kgen-pump", daemon=True)
+        self.log_dir, self.base_rank = log_dir, base_rank
+        self.streams: dict[int, list] = {}  # fd -> [target stream, prefix, held bytes, held since, scan]
+        for pipe, target in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+            if pipe is not None:
+                fd = pipe.fileno()
+                os.set_blocking(fd, False)
+                self.streams[fd] = [target, "", b"", 0.0, None, True]
+        self.agent = ErrorScan()
+        self.files: dict[str, int] = {}
+        self.scans: dict[int, ErrorScan] = {}
+        self.exits: dict[int, int] = {}  # local rank -> worker exit code, from torchrun's summary
+        self._summary_rank: int | None = None
+        self.stopping = threading.Event()
+        self.drained = threading.Event()  # torchrun's pipes ended and every file was read after that
+        self.start()
+
+    def _write(self, fd: int, data: bytes, final: bool = False) -> None:
+        st = self.streams[fd]
+        *lines, rest = (st[2] + data).split(b"\n")
+        now = time.monotonic()
+        if rest and (lines or not st[2]):
+            st[3] = now  # a line without its newline yet: held from now on
+        if rest and (final or len(rest) > LINE_CAP or now - st[3] >= PARTIAL_HOLD):
+            lines.append(rest)
+            rest = b""
+        st[2] = rest
+        out = []
+        for raw in lines:
+            text = raw.decode("utf-8", "replace").rstrip("\r")
+            if "\r" in text:  # a progress bar: what a terminal would show
+                text = next((seg for seg in reversed(text.split("\r")) if seg), "")
+            if st[1]:
+                text = _RANK_TAG.sub("", text)  # torch's own "[rankN]: " (its excepthook): "[rank N] " says it
+                out.append((st[1] + text).rstrip(" ") + "\n")
+            else:
+                out.append(text + "\n")
+            if st[4] is not None:
+                st[4].feed(text)
+            elif st[0] is sys.stderr:
+                self._summary(text)
+        if out:
+            emit(st[0], "".join(out))
+
+    def _summary(self, line: str) -> None:
+        m = _SUMMARY_RANK.match(line)
+        if m:
+            self._summary_rank = int(m.group(2))
+            return
+        m = _SUMMARY_EXIT.match(line)
+        if m and self._summary_rank is not None:
+            self.exits[self._summary_rank] = int(m.group(1))
+            self._summary_rank = None
+
+    def _discover(self) -> None:
+        for root, _, names in os.walk(self.log_dir):
+            for name in names:
+                path = os.path.join(root, name)
+                if name not in ("stdout.log", "stderr.log") or path in self.files:
+                    continue
+                try:
+                    local = int(os.path.basename(root))
+                    fd = os.open(path, os.O_RDONLY)
+                except (ValueError, OSError):
+                    continue
+                self.files[path] = fd
+                err = name == "stderr.log"
+                scan = self.scans.setdefault(local, ErrorScan()) if err else None
+                self.streams[fd] = [
+                    sys.stderr if err else sys.stdout,
+                    f"[rank {self.base_rank + local}] ",
+                    b"",
+                    0.0,
+                    scan,
+                    False,
+                ]
+
+    def _read_files(self, final: bool = False) -> None:
+        for fd in list(self.files.values()):
+            for _ in range(64):  # at most 4 MiB per file and pass: the pipes get their turn
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:
+                    data = b""
+                if data:
+                    self._write(fd, data)
+                if len(data) < 65536:
+                    break
+            if final or self.streams[fd][2]:
+                self._write(fd, b"", final)
+
+    def run(self) -> None:
+        sel = selectors.DefaultSelector()
+        for fd in [fd for fd, st in self.streams.items() if st[5]]:
+            sel.register(fd, selectors.EVENT_READ)
+        open_pipes = len(sel.get_map())
+        next_scan = 0.0
+        try:
+            while True:
+                for key, _ in sel.select(0.1) if open_pipes else []:
+                    try:
+                        data = os.read(key.fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    if data:
+                        self._write(key.fd, data)
+                    else:
+                        self._write(key.fd, b"", final=True)
+                        sel.unregister(key.fd)
+                        open_pipes -= 1
+                if not open_pipes:
+                    time.sleep(0.1)
+                if time.monotonic() >= next_scan and len(self.files) < 2 * 4096:
+                    self._discover()
+                    next_scan = time.monotonic() + 0.5
+                self._read_files()
+                for fd, st in self.streams.items():
+                    if st[5] and st[2]:
+                        self._write(fd, b"")
+                if not open_pipes and not self.drained.is_set():
+                    self._discover()
+                    self._read_files(final=True)
+                    self.drained.set()
+                if self.stopping.is_set():
+                    break
+            self._discover()
+            self._read_files(final=True)
+        finally:
+            self.drained.set()
+            sel.close()
+            for fd in self.files.values():
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            import shutil
+
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+
+    def finish(self) -> None:
+        """The tree is gone: read what is left, then end (and remove the log folder)."""
+        self.stopping.set()
+        self.join(5.0)
+
+    def failure(self) -> dict | None:
+        """The first failed worker of this node (a reaction to another process's failure only when every
+        failure here is one), with the other failed workers of this node."""
+        found = []
+        locals_ = set(self.scans) | set(self.exits)
+        for local in sorted(locals_):
+            scan = self.scans.get(local) or ErrorScan()
+            code = self.exits.get(local)
+            paths = [p for p in self.files if p.endswith(f"{os.sep}{local}{os.sep}stderr.log")]
+            recorded = _error_file(os.path.join(os.path.dirname(paths[0]), "error.json")) if paths else None
+            err, source = (recorded, "error file") if recorded else (scan.error, "traceback")
+            if err is None and code in (None, 0):
+                continue
+            rec = {"rank": self.base_rank + local, "local_rank": local, "exit": code, "source": source}
+            if err is not None:
+                rec.update(error=err[0], message=err[1][:400], where=err[2], time=_utc_stamp(err[3]))
+                rec["peer"] = bool(_PEER.search(f"{err[0]}: {err[1]}"))
+            elif code is not None and code < 0:  # torchrun SIGTERMs the others once one failed
+                said = f" (its last line: {scan.last[:300]})" if scan.last and code != -signal.SIGTERM else ""
+                rec.update(error="", message=f"killed by {_signal_name(-code)}{said}", where="", source="exit status")
+                rec["peer"] = code == -signal.SIGTERM
+            else:
+                rec.update(
+                    error="", message=scan.last[:400], where="", source="last line" if scan.last else "exit status"
+                )
+                rec["peer"] = bool(_PEER.search(scan.last))
+            found.append(rec)
+        if not found:
+            return None
+        found.sort(key=lambda r: (r["peer"], r.get("time") or "9", r["rank"]))
+        first = dict(found[0])
+        same = (first.get("error"), first.get("message"))
+        first["others"] = [
+            dict({k: r[k] for k in ("rank", "exit", "error", "peer") if r.get(k) is not None},
+                 **({"same": True} if (r.get("error"), r.get("message")) == same and not r["peer"] else {}))
+            for r in found[1:16]
+        ]  # fmt: skip
+        return first
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -1410,6 +1746,7 @@ class Hub:
         self.last_beat = 0.0
         self.lost: str | None = None
         self.script_fail: tuple[int, int, float, str] | None = None  # (rank, rc, when, internal error)
+        self.script_fail_peer = False  # the blamed node's own workers failed of a lost peer (node 0 knows its own)
         self.stop_host: str | None = None  # a stop by the user was asked for, on this host
         self.told: set[int] = set()  # stopping: the ranks told to stop
         self.strangers = StrangerLog()
@@ -1705,8 +2042,20 @@ class Hub:
 
     def script_failed(self, rank: int, rc: int, internal: str = "") -> None:
         """A node's torchrun exited `rc` (or, `internal`, its kgen entrypoint failed): node 0 decides."""
-        if self.script_fail is None or (internal and not self.script_fail[3]):
+        first = self.script_fail
+        if first is None or (internal and not first[3]):
             self.script_fail = (rank, rc, time.monotonic(), internal)
+            self.script_fail_peer = False
+        elif self.script_fail_peer and not first[3] and rank != first[0]:
+            # the first report was a consequence (node 0's own workers failed of a lost peer, and node 0 reports
+            # without the network's delay): this node's failure may be the cause; the verdict wait runs on
+            self.script_fail = (rank, rc, first[2], internal)
+            self.script_fail_peer = False
+
+    def own_failure_was_a_peers(self) -> None:
+        """Node 0's failure record says its workers failed of a lost peer: a later report names the cause."""
+        if self.script_fail is not None and self.script_fail[0] == 0 and not self.script_fail[3]:
+            self.script_fail_peer = True
 
     # -- forming a generation -------------------------------------------------------------
     @property
@@ -1744,6 +2093,7 @@ class Hub:
         self.state = "training"
         self.lost = None
         self.script_fail = None
+        self.script_fail_peer = False
         for conn in self.peers.values():
             conn.done = False
             conn.send({"t": MSG_START, "gen": gen})
@@ -1931,7 +2281,7 @@ class Spoke:
 # --------------------------------------------------------------------------------------------
 
 
-def torchrun_argv(cfg: Config, command: list[str], gen: int = 0) -> list[str]:
+def torchrun_argv(cfg: Config, command: list[str], gen: int = 0, log_dir: str = "") -> list[str]:
     argv = [
         sys.executable,
         "-m",
@@ -1947,6 +2297,8 @@ def torchrun_argv(cfg: Config, command: list[str], gen: int = 0) -> list[str]:
         "--max-restarts=0",
         "--monitor-interval=0.1",
     ]
+    if log_dir:  # each worker's output into files the Pump reads (whole lines, "[rank R] ")
+        argv += ["--redirects=3", f"--log-dir={log_dir}"]
     if command[0] == "-m":
         return argv + ["-m"] + [torchrun_literal(a) for a in command[1:]]
     if command[0].endswith(".py"):
@@ -2118,12 +2470,19 @@ def check_command(command: list[str], env: dict | None = None) -> None:
 
 
 def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
-    argv = torchrun_argv(cfg, command, gen)
+    try:
+        import tempfile
+
+        log_dir = tempfile.mkdtemp(prefix=f"kgen-torchrun-g{gen}-")
+    except OSError as exc:
+        log(f"note: no temporary folder for the workers' output ({exc}): their lines go out unprefixed")
+        log_dir = ""
+    argv = torchrun_argv(cfg, command, gen, log_dir)
     restarts = str(cfg.restart_base + gen)
     env = dict(os.environ, KGEN_RESTART_COUNT=restarts, KGEN_RDZV_ID=f"{cfg.rdzv_id}-g{gen}")
     log(f"generation {gen}: starting: " + " ".join(argv[1:]))
     try:
-        return Child(argv, env)
+        return Child(argv, env, log_dir, cfg.node_rank * cfg.nproc)
     except OSError as exc:
         fatal(EXIT_CONFIG, f"cannot start torchrun with {sys.executable}: {exc}")
         raise AssertionError from exc  # unreachable
@@ -2198,6 +2557,7 @@ def run_single(cfg: Config, command: list[str], sigs: Signals) -> Stop:
             return stop_after_signal(sigs, child, sig)
         sigs.sleep(0.1)
         child.reap()
+    child.failure()
     child.kill_tree(2.0)
     if child.rc:
         return Stop(child.rc, f"torch failed with code {child.rc}")
@@ -2213,6 +2573,7 @@ def stop_group(cfg: Config, hub: Hub, sigs: Signals, child: Child | None, host: 
     hub.stop_all(host)
     if child is not None and child.rc is None:
         signal_tree(signal.SIGTERM, child.pid)  # torch ends while the last nodes are told
+        child.termed = True  # once: a second SIGTERM cuts torchrun's own shutdown report short
     deadline = time.monotonic() + STOP_LINGER
     while not hub.all_told() and time.monotonic() < deadline and not sigs.pending:
         poll(hub.sel, sigs, hub)
@@ -2304,7 +2665,10 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                     hub.finish()
                 else:
                     log(f"torchrun exited with code {own_rc}")
-                    hub.script_failed(0, own_rc)
+                    hub.script_failed(0, own_rc)  # first: who reported first is who node 0 blames,
+                    said = child.failure()
+                    if said and said.get("peer"):  # unless node 0's own workers only lost a peer
+                        hub.own_failure_was_a_peers()
             hub.tick(now)
             if hub.state == "finishing":
                 if hub.lost is not None:
@@ -2399,7 +2763,8 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
                     hold_if_statefulset(cfg, sigs)
                     return Stop(0, "succeeded")
                 log(f"torchrun exited with code {own_rc}; node 0 decides: a lost node (re-form) or a script error")
-                spoke.send({"t": MSG_FAIL, "rc": own_rc})
+                spoke.send({"t": MSG_FAIL, "rc": own_rc})  # first: node 0 blames whoever reports first
+                child.failure()
             spoke.tick(time.monotonic())
             if spoke.verdict is None:
                 continue
@@ -2910,12 +3275,8 @@ RUN_MARKER = "KGEN_RUN_DIR"
 RESTART_CODES = (EXIT_PEER_LOST, EXIT_DROPPED, 128 + 9, 128 + 15)  # as the Job's podFailurePolicy: replace the node
 STATE_EVENTS = 200  # kgen lines --state returns (generations, FAIL-STOP, stopped)
 STATE_TAIL = 20  # last log lines --state returns
+STATE_TAIL_FAILED = 200  # ... of a node that failed: kgen looks for a traceback in them (no failure record)
 ORDERLY_STOP = 3.0  # --stop-node: after SIGTERM to the entrypoint, this long before SIGTERM to everything left
-
-
-def _utc_stamp() -> str:
-    t = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
 
 
 def state_home(env: dict | None = None) -> str:
@@ -3291,6 +3652,44 @@ def detach(run_dir: str) -> dict:
     return rec or {}
 
 
+def _script_problems(path: str, shown: str) -> list[str]:
+    """The training script compiles with this host's interpreter (nothing of it runs)."""
+    try:
+        with open(path, "rb") as fh:
+            source = fh.read(16 << 20)
+        compile(source, shown, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        where = f"{exc.msg} (line {exc.lineno})"
+        return [f"training script {shown!r} does not compile with {sys.executable} on this host: {where}"]
+    except (OSError, ValueError) as exc:
+        return [f"training script {shown!r} cannot be read on this host: {exc}"]
+    return []
+
+
+def _module_problems(name: str, workdir: str, pythonpath: str) -> list[str]:
+    """`-m name` is importable as `python -m` would find it in `workdir` (nothing of it runs: the path
+    finder only looks, package by package)."""
+    from importlib.machinery import BuiltinImporter, PathFinder
+
+    here = os.path.dirname(os.path.abspath(globals().get("__file__") or "")) if globals().get("__file__") else None
+    search: list[str] | None = [workdir] + [p for p in pythonpath.split(os.pathsep) if p]
+    search += [p for p in sys.path if p and p != here and p not in search]
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        spec = PathFinder.find_spec(part, search) or (BuiltinImporter.find_spec(part) if i == 0 else None)
+        if spec is None:
+            return [
+                f"module {'.'.join(parts[: i + 1])!r} (of -m {name}) not found by {sys.executable} in {workdir} "
+                "on this host: sync your code there (--workdir), install it, or set --env PYTHONPATH=..."
+            ]
+        search = list(spec.submodule_search_locations or []) or None
+        if search is None and i < len(parts) - 1:
+            return [f"-m {name}: {'.'.join(parts[: i + 1])!r} is a module, not a package, on this host"]
+    if search is not None and PathFinder.find_spec("__main__", search) is None:
+        return [f"-m {name}: {name!r} is a package without __main__.py on this host: name the module to run"]
+    return []
+
+
 def _port_problem(port: int) -> str | None:
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -3352,9 +3751,15 @@ def launch_node(source: str | None = None) -> int:
             f"training script {command[0]!r} not found in {workdir} on this host: copy or sync it there "
             "(or set --workdir)"
         )
+    elif command and command[0].endswith(".py"):
+        problems.extend(_script_problems(os.path.join(workdir, command[0]), command[0]))
+    elif command[:1] == ["-m"] and len(command) > 1:
+        problems.extend(_module_problems(command[1], workdir, str(header.get("pythonpath") or "")))
     elif command and "/" in command[0] and not command[0].endswith(".py"):  # a program torchrun runs as is
         program = os.path.join(workdir, command[0])
-        if not os.path.isfile(program):
+        if os.path.isdir(program):
+            problems.append(f"program {command[0]!r} is a directory on this host, not a program to run")
+        elif not os.path.isfile(program):
             problems.append(
                 f"program {command[0]!r} not found in {workdir} on this host: copy or sync it there (or set --workdir)"
             )
@@ -3462,7 +3867,8 @@ def node_state(run_dir: str) -> dict:
         out["log_size"] = os.path.getsize(os.path.join(run_dir, "log"))
     except OSError:
         out["log_size"] = 0
-    out["tail"] = _tail_lines(os.path.join(run_dir, "log"), STATE_TAIL, 64 << 10)
+    failed = isinstance(out["exit"], dict) and out["exit"].get("code") not in (0, EXIT_STOPPED)
+    out["tail"] = _tail_lines(os.path.join(run_dir, "log"), STATE_TAIL_FAILED if failed else STATE_TAIL, 256 << 10)
     out["events"] = _tail_lines(os.path.join(run_dir, "events"), STATE_EVENTS, 256 << 10)
     return out
 

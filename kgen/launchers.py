@@ -280,7 +280,7 @@ def _value(options: dict[str, tuple[str, str | None]], name: str) -> str | None:
 
 
 def _int(value: str | None) -> int | None:
-    return int(value) if value is not None and re.fullmatch(r"\d+", value.strip()) else None
+    return int(value) if value is not None and re.fullmatch(r"[0-9]+", value.strip()) else None
 
 
 def _nproc(family: str, options: dict[str, tuple[str, str | None]]) -> tuple[int | None, str]:

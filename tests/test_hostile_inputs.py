@@ -68,7 +68,7 @@ def test_two_documents_say_where_the_second_starts(tmp_path, text, line):
     assert "give -f once per file" in said and "found another document" not in said
 
 
-@pytest.mark.parametrize("text,what", [("- a\n- b\n", "got a list"), ("hello\n", 'got the single value "hello"')])
+@pytest.mark.parametrize("text,what", [("- a\n- b\n", "got a list"), ("hello\n", "got one single value (not shown)")])
 def test_a_values_file_that_is_not_a_mapping_says_what_it_is(tmp_path, text, what):
     path = tmp_path / "v.yaml"
     path.write_text(text)

@@ -239,3 +239,27 @@ def test_a_traceback_in_the_pod_copy_shows_the_lines_of_the_whole_file(tmp_path)
     number = int(lines[at].split(", line ")[1].split(",")[0])
     shown = lines[at + 1].strip()
     assert shown and shown == source.split("\n")[number - 1].strip(), (shown, number)
+
+
+def test_every_name_the_pod_copy_uses_is_defined_in_it(tmp_path):
+    """A helper defined only inside a left-out section (a bare-metal or Slurm part) and used by the pod's own
+    code is a NameError in every pod, at the worst moment (found once: a failure record's time stamp). ruff's
+    undefined-name check on the pod copy, as pods run it. The verbs of the left-out sections (`--launch-node`,
+    `--run-dir`, `--slurm-node`, `--slurm-end`: bare-metal hosts and Slurm nodes run the whole file) are the
+    only names main() may reach that a pod lacks."""
+    import subprocess
+    import sys
+
+    copy = tmp_path / "kgen_entrypoint.py"
+    copy.write_text(pod_copy(entrypoint_path().read_text()))
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", "F821,F822,F823",
+         "--output-format", "concise", str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    verbs = {"launch_node", "run_dir_verb", "slurm_node", "slurm_end"}
+    found = [line for line in done.stdout.splitlines() if ": F8" in line]
+    assert done.returncode in (0, 1) and not done.stderr, done.stderr
+    assert [line for line in found if line.split("`")[-2:-1] and line.split("`")[-2] not in verbs] == [], found

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 from kgen.baremetal.record import NodeRecord, RunRecord
 from kgen.runs import exitcodes
+from kgen.runs.errors import FAILURE_MARK, node_error, parse_record
+from kgen.runs.logtext import last_line
 from kgen.runs.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
 from kgen.runs.stamps import split_ts
 
@@ -83,7 +85,7 @@ def _activity(events: Sequence[str]) -> tuple[str, bool]:
             return _short(body), False
         if latest or ("all" in body and "nodes connected" in body):
             continue  # node 0 says "all N nodes connected" right before "generation N: starting"
-        if body.startswith(("node ", "liveness channel", "waiting", "still waiting")) or "replacing it" in body:
+        if body.startswith(("node ", "liveness channel", "waiting", "still waiting")):  # (REPLACED's too)
             latest = _short(body)
     return latest or "starting", False
 
@@ -102,15 +104,20 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
     events = st.get("events") or []
     tail = st.get("tail") or []
     row.generation = max((int(m.group(1)) for e in events for m in [_gen_start(e)] if m), default=0)
-    row.last_line = _short(split_ts(tail[-1])[1]) if tail else ""
+    row.last_line = _short(last_line(split_ts(t)[1] for t in tail))  # as `kgen logs` shows it
     failures: list[Failure] = []
+
+    said = None  # the failure record of the attempt at hand (the entrypoint's FAILURE_MARK line)
 
     def failed(code: int | None, meaning: str, role: str, ts: str | None, source: str) -> None:
         failures.append(Failure(node.rank, "", row.node, code, "", meaning, role, parse_time(ts), source,
-                                host=node.host, key=key))  # fmt: skip
+                                host=node.host, key=key, error=said))  # fmt: skip
 
     for line in events:  # attempts the supervisor replaced (as a Job replaces a pod)
         ts, text = split_ts(line)
+        if text.startswith(FAILURE_MARK):
+            said = parse_record(text[len(FAILURE_MARK) :], node.rank)
+            continue
         m = REPLACED.match(KGEN_PREFIX.sub("", text, count=1))
         if m:
             row.restarts += 1
@@ -118,6 +125,7 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
             failed(
                 replaced.code, replaced.meaning, replaced.role, ts, "an earlier attempt (its supervisor replaced it)"
             )
+            said = None
     exit_rec = st.get("exit")
     child_state = (st.get("child") or {}).get("state")
     training = False
@@ -134,11 +142,13 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
             row.meaning = reason if code == EXIT_STOPPED else f"{reason} (kgen stop)"
         else:
             row.state = "Failed"
+            if said is None:  # no record (an older entrypoint, or it was killed first): a traceback in the tail
+                said = node_error("\n".join(split_ts(t)[1] for t in tail), node.rank)
             failed(code, meaning.meaning, meaning.role, exit_rec.get("time"), "exit status on the host")
     elif st.get("alive"):
         row.state = "Frozen" if child_state == "T" else "Running"
-        row.ready = row.state == "Running"
         activity, training = _activity(events)
+        row.ready = training  # running and training in the current generation (not waiting, not re-forming)
         row.meaning = "frozen (SIGSTOP): it cannot answer its peers" if row.state == "Frozen" else activity
     else:
         row.state = "Lost"
@@ -160,6 +170,7 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
         training[ns.node.rank] = trains
         events = (ns.state or {}).get("events") or []
         logs[f"node{ns.node.rank}@{ns.node.host}"] = "\n".join(split_ts(e)[1] for e in events)
+    unit = "node" if rec.nproc > 1 else "rank"  # a row is a node: with one process per node, that rank
     by_rank = {r.rank: r for r in rows if r.rank is not None}
     # a node the others lost but kgen cannot see (unreachable, frozen): their words are its failure
     for ns in states:
@@ -170,9 +181,11 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
             if any(f.rank == blamed and f.source.startswith("logs") for f in failures):
                 continue
             what = "unreachable over ssh" if seen.state == "Unreachable" else "frozen (SIGSTOP)"
+            said = f"{what}; {unit} {ns.node.rank}'s log: {words}"
             failures.append(
-                Failure(blamed, "", seen.node, None, "", f"{what}; rank {ns.node.rank}'s log: {words}", "cause",
-                        parse_time(ts), f"logs of rank {ns.node.rank}", host=seen.host, key=f"node{blamed}@{row.host}")
+                Failure(blamed, "", seen.node, None, "", said, "cause", parse_time(ts),
+                        f"logs of {unit} {ns.node.rank}",
+                        host=seen.host, key=f"node{blamed}@{row.host}")
             )  # fmt: skip
     expected = len(rec.nodes)
     out = RunRecords(
@@ -185,6 +198,7 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
         where_by_rank={n.rank: [n.host] for n in rec.nodes},
         # generations that started (a "re-forming (generation 1)" that never formed does not count)
         reformations=max((r.generation for r in rows), default=0),
+        nproc=rec.nproc,
     )
     states_now = [r.state for r in rows]
     alive = [s for s in states_now if s in ("Running", "Frozen")]  # an unreachable node may run: it only
@@ -199,7 +213,7 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
     running = [r for r in rows if r.state == "Running"]
     out.group_intact = bool(running) and all(training.get(r.rank or 0) for r in running)
     out.notes = [
-        f"rank {r.rank} ({r.host}): {'unreachable' if r.state == 'Unreachable' else r.state}: {r.meaning}"
+        f"{unit} {r.rank} ({r.host}): {'unreachable' if r.state == 'Unreachable' else r.state}: {r.meaning}"
         for r in rows
         if r.state in ("Unreachable", "NoRunDir")
     ]

@@ -60,7 +60,7 @@ def parse_hostfile(text: str, name: str) -> HostList:
         host, rest = words[0], words[1:]
         check_host(host, where)
         for word in rest:
-            m = re.fullmatch(r"slots=(\d+)", word)
+            m = re.fullmatch(r"slots=([0-9]+)", word)
             if not m or int(m.group(1)) < 1:
                 raise UsageError(
                     f'unexpected "{word}" after host {host}', option=where, hint="a line is: HOST [slots=N]"

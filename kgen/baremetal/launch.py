@@ -84,7 +84,7 @@ def parse_env(values: list[str] | tuple[str, ...]) -> dict[str, str]:
     return env
 
 
-INJECT = re.compile(r"(kill|freeze):(\d+)@(\d+(?:\.\d+)?)(?:\+(\d+(?:\.\d+)?))?")
+INJECT = re.compile(r"(kill|freeze):([0-9]+)@([0-9]+(?:\.[0-9]+)?)(?:\+([0-9]+(?:\.[0-9]+)?))?")
 
 
 def parse_inject(values: list[str] | tuple[str, ...], nodes: int) -> dict[int, list[dict]]:
@@ -238,6 +238,7 @@ def launch(req: LaunchRequest, transport: Transport, say: Callable[[str], None] 
                 "workdir": req.workdir,
                 "ports": [req.port, req.port + 1] if rank == 0 else [],
                 "check_torch": True,
+                "pythonpath": req.env.get("PYTHONPATH", ""),  # where `-m module` is looked for
             }
         )
         return d, d.receive(timeout)

@@ -20,10 +20,11 @@ from kgen.baremetal import record as R
 from kgen.baremetal.adapter import NodeState, to_records
 from kgen.baremetal.transport import LocalTransport, SshTransport, Transport, parallel
 from kgen.runs import stamps
+from kgen.runs.logtext import TAIL_SLACK, NodeLines, prefix, wanted
 from kgen.runs.safetext import lines, printable
-from kgen.runs.stamps import line_stamp, show, since_cut, split_ts
+from kgen.runs.stamps import line_stamp, since_cut, split_ts
 from kgen.runs.verdict import Verdict, judge
-from kgen.runs.views import prefix, rank_width
+from kgen.runs.views import rank_width
 
 STATE_TIMEOUT = 20.0
 GROUP_WAIT = 3.0  # kgen stop: how long the other nodes get to end by the group stop before SIGTERM
@@ -82,6 +83,17 @@ def status(rec: R.RunRecord, transport: Transport | None = None) -> Verdict:
 
 
 # ------------------------------------------------------------------------------------------ logs
+def _nodes_of(rec: R.RunRecord, ranks: set[int] | None) -> list[R.NodeRecord]:
+    """The nodes whose logs hold the chosen global ranks (``--rank``)."""
+    return [
+        n for n in rec.nodes if ranks is None or any(n.rank * rec.nproc <= r < (n.rank + 1) * rec.nproc for r in ranks)
+    ]
+
+
+def _width(rec: R.RunRecord) -> int:
+    return rank_width([len(rec.nodes) * max(rec.nproc, 1) - 1])
+
+
 def logs(
     rec: R.RunRecord,
     transport: Transport,
@@ -89,22 +101,28 @@ def logs(
     tail: int | None = None,
     since_s: int | None = None,
     timestamps: bool = False,
+    full: bool = False,
 ) -> tuple[list[str], list[str]]:
-    """Every chosen rank's log merged in time order, ``[rank]`` prefixes; and one warning per host that failed."""
-    nodes = [n for n in rec.nodes if ranks is None or n.rank in ranks]
-    args = ["--tail", str(tail)] if tail is not None else []
+    """The chosen ranks' lines merged in time order, each after its process's prefix (``[R]``, or ``[node N]``
+    for the node's own; kgen.runs.logtext); and one warning per host that failed. ``tail``: the last lines of
+    each node's log."""
+    nodes = _nodes_of(rec, ranks)
+    args = ["--tail", str(tail + TAIL_SLACK if tail and not full else tail)] if tail is not None else []
 
     def one(node: R.NodeRecord):
         return node, transport.call(node.host, ["--run-dir", node.dir, "--log", *args], timeout=120.0)
 
-    texts: dict[int, list[str]] = {}
     warnings = []
+    texts: dict[int, list[str]] = {}
     for node, res in parallel(nodes, one):
         if res.ok:
             texts[node.rank] = lines(res.out.decode("utf-8", "replace"))  # escaped: no control character passes
         else:
-            warnings.append(f"rank {node.rank}: log unavailable: {_failed(node.host, res)}")
-    return stamps.merge(texts, since_s, timestamps), warnings
+            warnings.append(f"node {node.rank}: log unavailable: {_failed(node.host, res)}")
+    merged = stamps.merge(
+        texts, since_s, timestamps, nproc=rec.nproc, nnodes=len(rec.nodes), ranks=ranks, full=full, tail=tail
+    )
+    return merged, warnings
 
 
 class Merger:
@@ -121,14 +139,14 @@ class Merger:
         self.seq += 1
         heapq.heappush(self.held, (ts, rank, self.seq, text))
 
-    def line(self, rank: int, line: str) -> None:
-        ts = split_ts(line)[0]
+    def line(self, rank: int, ts: str, text: str) -> None:
+        """One line to show (``text``, its prefix included) stamped ``ts`` by its host."""
         if not self.cut or ts >= self.cut:
-            self._push(ts, rank, line)
+            self._push(ts, rank, text)
 
-    def ended(self, rank: int, why: str, now: datetime) -> None:
+    def ended(self, rank: int, why: str, now: datetime, head: str = "") -> None:
         if why:
-            self._push(line_stamp(now), rank, f"(kgen: log stream ended: {printable(why)})")
+            self._push(line_stamp(now), rank, f"{head}(kgen: log stream ended: {printable(why)})")
 
     def ripe(self, now: datetime, flush: bool = False) -> list[tuple[int, str]]:
         """The lines older than ``now`` - REORDER_S (every line when ``flush``), oldest first."""
@@ -147,12 +165,13 @@ def follow(
     tail: int | None = None,
     since_s: int | None = None,
     timestamps: bool = False,
+    full: bool = False,
 ) -> Iterator[str]:
-    """Every chosen rank's log as it grows, until each node's run ended (or its host was lost), merged in
-    time order within a short window (``REORDER_S``); the entrypoint re-forms in place, so a node's log
-    goes on across re-formations and replacements."""
-    nodes = [n for n in rec.nodes if ranks is None or n.rank in ranks]
-    width = rank_width([n.rank for n in nodes] or [0])
+    """The chosen ranks' lines as they come, until each node's run ended (or its host was lost), merged in time
+    order within a short window (``REORDER_S``); the entrypoint re-forms in place, so a node's log goes on
+    across re-formations and replacements."""
+    nodes = _nodes_of(rec, ranks)
+    width = _width(rec)
     args = ["--follow"] + (["--tail", str(tail)] if tail is not None else [])
     if since_s == 0:
         args = ["--follow", "--tail", "0"]
@@ -185,21 +204,30 @@ def follow(
         t.start()
     open_streams = len(threads)
     merger = Merger(cut)
+    folds = {n.rank: NodeLines(full) for n in nodes}
+
+    def push(node: int, items) -> None:
+        for ts, rank, text in items:
+            if wanted(rank, node, ranks, rec.nproc):
+                merger.line(node, ts, prefix(rank, node, width) + (f"{ts} {text}" if timestamps and ts else text))
+
     try:
         while open_streams or merger.held:
             try:
-                rank, line, why = q.get(timeout=0.1)
+                node_rank, line, why = q.get(timeout=0.1)
             except queue.Empty:
-                rank = None
+                node_rank = None
             now = datetime.now(timezone.utc)
-            if rank is not None:
+            if node_rank is not None:
                 if line is None:
                     open_streams -= 1
-                    merger.ended(rank, why, now)
+                    push(node_rank, folds[node_rank].flush())
+                    merger.ended(node_rank, why, now, prefix(None, node_rank, width))
                 else:
-                    merger.line(rank, line)
-            for r, text in merger.ripe(now, flush=not open_streams):
-                yield prefix(r, width) + show(text, timestamps)
+                    ts, text = split_ts(line)
+                    push(node_rank, folds[node_rank].feed(ts, text))
+            for _, text in merger.ripe(now, flush=not open_streams):
+                yield text
     finally:
         for p in procs:
             try:
@@ -237,6 +265,10 @@ class NodeStop:
 class StopReport:
     nodes: list[NodeStop]
     took: float = 0.0
+    unit: str = "rank"  # what a node is called: "node" with several processes per node
+
+    def who(self, n: NodeStop) -> str:
+        return f"{self.unit} {n.node.rank} ({n.node.host})"
 
     @property
     def all_stopped(self) -> bool:
@@ -247,7 +279,7 @@ class StopReport:
         return [n for n in self.nodes if n.answer is None]
 
     def summary(self) -> str:
-        bad = [f"rank {n.node.rank} ({n.node.host}): {n.describe()}" for n in self.nodes if not n.stopped]
+        bad = [f"{self.who(n)}: {n.describe()}" for n in self.nodes if not n.stopped]
         return "; ".join(bad) if bad else "every node stopped"
 
 
@@ -276,7 +308,7 @@ def stop(
         return NodeStop(node, answer)
 
     nodes = parallel(rec.nodes, one)
-    return StopReport(nodes, time.monotonic() - t0)
+    return StopReport(nodes, time.monotonic() - t0, "node" if rec.nproc > 1 else "rank")
 
 
 def remove(rec: R.RunRecord, transport: Transport) -> list[str]:

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from kgen.cli.options import KgenCommand, corrected_launcher, note
+from kgen.cli.options import ASCII_INT, KgenCommand, corrected_launcher, note
 
 SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -38,15 +38,17 @@ exits with the run's result (0 succeeded, 1 failed or stopped; Ctrl-C leaves the
 @click.option("--name", required=True, metavar="RUN", help="Run name (a DNS label); new on every host.")
 @click.option("--hosts", metavar="H1,H2,...", help="ssh destinations in rank order (aliases, user@host).")
 @click.option("--hostfile", metavar="FILE", help="One host per line (# comments, optional slots=N).")
-@click.option("--local", "local_n", type=int, metavar="N", help="N nodes on this machine, on loopback.")
+@click.option("--local", "local_n", type=ASCII_INT, metavar="N", help="N nodes on this machine, on loopback.")
 @click.option("--ssh-config", metavar="FILE", help="ssh -F FILE instead of ~/.ssh/config.")
 @click.option(
     "--python", "python", metavar="PATH", help="Interpreter with torch on the hosts [python3; --local: this one]."
 )
-@click.option("--nproc-per-node", type=int, metavar="N", help="Processes per node (GPUs per node) [1].")
+@click.option("--nproc-per-node", type=ASCII_INT, metavar="N", help="Processes per node (GPUs per node) [1].")
 @click.option("--workdir", metavar="DIR", help="Working directory of the script on every host [current directory].")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for every node (repeatable).")
-@click.option("--port", default=29500, show_default=True, type=int, metavar="P", help="Master port (P+1: liveness).")
+@click.option(
+    "--port", default=29500, show_default=True, type=ASCII_INT, metavar="P", help="Master port (P+1: liveness)."
+)
 @click.option("--master-addr", metavar="ADDR", help="Node 0's address on the training fabric [as ssh reached it].")
 @click.option(
     "--inject",
@@ -54,7 +56,9 @@ exits with the run's result (0 succeeded, 1 failed or stopped; Ctrl-C leaves the
     metavar="kill:R@S|freeze:R@S[+T]",
     help="--local only: SIGKILL or SIGSTOP (for T s) node R's processes S s after launch.",
 )
-@click.option("--connect-timeout", default=10, show_default=True, type=int, metavar="S", help="ssh ConnectTimeout.")
+@click.option(
+    "--connect-timeout", default=10, show_default=True, type=ASCII_INT, metavar="S", help="ssh ConnectTimeout."
+)
 @click.option("-f", "--follow", is_flag=True, help="Stream the merged logs; exit with the run's result.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- SCRIPT [ARGS...]")
 def launch(
@@ -103,8 +107,10 @@ def launch(
     )
     from kgen.runs.views import table
 
-    rows = [[str(n.rank), n.host, n.hostname or "-", str(n.pid or "-"), n.dir] for n in rec.nodes]
-    for line in table(["RANK", "HOST", "NODE", "PID", "RUN DIRECTORY"], rows):
+    p = rec.nproc
+    ranks = [str(n.rank) if p == 1 else f"{n.rank * p}-{n.rank * p + p - 1}" for n in rec.nodes]
+    rows = [[r, n.host, n.hostname or "-", str(n.pid or "-"), n.dir] for r, n in zip(ranks, rec.nodes, strict=True)]
+    for line in table(["RANK" if p == 1 else "RANKS", "HOST", "NODE", "PID", "RUN DIRECTORY"], rows):
         click.echo(f"  {line}")
     if not follow:
         click.echo(f"next: kgen status {rec.name} · kgen logs {rec.name} -f · kgen stop {rec.name}")

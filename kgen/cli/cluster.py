@@ -18,7 +18,7 @@ import time
 
 import click
 
-from kgen.cli.options import KgenCommand, check_format, note, on_option, output_format_option
+from kgen.cli.options import ASCII_INT, KgenCommand, check_format, note, on_option, output_format_option
 from kgen.errors import UsageError
 
 STATUS_FORMATS = LIST_FORMATS = ("text", "wide", "json", "yaml")  # kgen.runs.views (not imported here: lazy)
@@ -96,7 +96,10 @@ def status(name, namespace, context, kubeconfig, output_format, watch, no_logs, 
             st.verdict.details.append(st.where)
         click.echo(views.status_view(st.verdict, output_format, rows=not brief), nl=False)
         sys.exit(status_exit(st.verdict.state, state_codes))
-    v = show_watch(sdk.watch(ref, read_logs=not no_logs), output_format, brief)
+    try:
+        v = show_watch(sdk.watch(ref, read_logs=not no_logs), output_format, brief)
+    except KeyboardInterrupt:  # Ctrl-C on `kgen status --watch`: quiet, 128 + SIGINT
+        sys.exit(130)
     sys.exit(status_exit(v.state, state_codes))
 
 
@@ -132,6 +135,7 @@ def show_watch(updates, output_format: str, brief: bool):
 LOGS_EPILOG = """\b
 Examples:
   kgen logs llama-70b                       # every rank, merged by time, "[rank] " prefixes
+  kgen logs llama-70b --full                # torchrun's shutdown tracebacks in full (one line each by default)
   kgen logs llama-70b -f                    # follow all pods at once, and new pods of re-formed groups
   kgen logs llama-70b --rank 0 --rank 17-19 --tail 100
   kgen logs llama-70b --since 10m --timestamps
@@ -148,7 +152,7 @@ def parse_ranks(values) -> set[int] | None:
     for value in values:
         for part in str(value).split(","):
             part = part.strip()
-            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            m = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part)
             if not m:
                 raise UsageError(f'expected N, N-M or a comma list, got "{value}"', option="--rank", hint="e.g. 0,3-5")
             lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
@@ -162,7 +166,7 @@ def parse_duration(value: str | None) -> int | None:
     """--since in seconds; 0 (0s, 0m ...) means from now on: no line written before."""
     if value is None:
         return None
-    m = re.fullmatch(r"(\d+)([smhd]?)", value.strip())
+    m = re.fullmatch(r"([0-9]+)([smhd]?)", value.strip())
     if not m:
         raise UsageError(f'expected a duration like 30s, 10m or 2h (0s: from now on), got "{value}"', option="--since")
     return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
@@ -172,19 +176,27 @@ def parse_duration(value: str | None) -> int | None:
 @click.argument("name")
 @cluster_options
 @click.option("-f", "--follow", is_flag=True, help="Follow every rank's log until the run ends.")
-@click.option("--rank", "ranks", multiple=True, metavar="N[-M][,..]", help="Only these node ranks (repeatable).")
-@click.option("--tail", type=int, metavar="N", help="The last N lines of each rank.")
+@click.option(
+    "--rank",
+    "ranks",
+    multiple=True,
+    metavar="N[-M][,..]",
+    help="Only these ranks (repeatable); a node's own lines come with all its ranks.",
+)
+@click.option("--tail", type=ASCII_INT, metavar="N", help="The last N lines of each node's log.")
 @click.option(
     "--since", metavar="DURATION", help="Only lines newer than DURATION (30s, 10m, 2h; 0s: from now on, with -f)."
 )
 @click.option("--timestamps", is_flag=True, help="Show the API server's timestamp on every line.")
 @click.option("-p", "--previous", is_flag=True, help="The previous container of each rank (after a restart).")
 @click.option(
-    "--max-streams", default=128, show_default=True, metavar="N", type=int, help="Concurrent log streams at most."
+    "--max-streams", default=128, show_default=True, metavar="N", type=ASCII_INT, help="Concurrent log streams at most."
 )
+@click.option("--full", is_flag=True, help="torchrun's shutdown tracebacks as written (default: one kgen line each).")
 @on_option
-def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, timestamps, previous, max_streams, on):
-    """Every rank's log, merged, each line prefixed with its node rank."""
+def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, timestamps, previous, max_streams, full, on):
+    """Every rank's log, merged by time: one whole line of one process each, after "[R] " (the training process
+    of global rank R) or "[node N] " (node N's own: kgen, torchrun)."""
     from kgen import sdk
 
     rank_set = parse_ranks(ranks)
@@ -198,9 +210,13 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
         previous=previous,
         follow=follow,
         max_streams=max_streams,
+        full=full,
     )
-    for line in sdk.logs(request, note=note):
-        click.echo(line)
+    try:
+        for line in sdk.logs(request, note=note):
+            click.echo(line)
+    except KeyboardInterrupt:  # Ctrl-C on `kgen logs -f`: quiet, 128 + SIGINT
+        sys.exit(130)
 
 
 # ------------------------------------------------------------------------------------------ stop
@@ -208,7 +224,7 @@ STOP_EPILOG = """\b
 Examples:
   kgen stop llama-70b                 # delete the workload, Service, ConfigMap, Secret, NetworkPolicy, PDB, pods
   kgen stop llama-70b --wait          # ... and wait (at most --timeout) until the pods are gone
-  kgen stop llama-70b -n team-a       # stopping a stopped run says so and succeeds
+  kgen stop llama-70b -n team-a       # a run with nothing left: an error (exit 2); --ignore-not-found: exit 0
   kgen stop my-ssh-run --rm           # a kgen launch run: every process on every host, then its files
   kgen stop llama --on slurm          # a Slurm run: the group stop (SIGINT to every node), then scancel
 """
@@ -229,18 +245,22 @@ Examples:
 @click.option(
     "--rm", "remove", is_flag=True, help="Bare metal and Slurm: then delete the run's folders and its record."
 )
+@click.option(
+    "--ignore-not-found", is_flag=True, help="A cluster run with nothing left is no error (exit 0), as in kubectl."
+)
 @on_option
-def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, on):
+def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, ignore_not_found, on):
     """Stop a run: delete its workload, Service, ConfigMap, Secret, NetworkPolicy, PDB and pods (foreground);
     a bare-metal run: end every process of it on every host (group stop, SIGTERM, SIGKILL after --grace);
     a Slurm run: the group stop on every node (exit 6, "stopped by user"), scancel after --grace."""
     from kgen import sdk
 
-    request = sdk.StopRequest(_ref(name, namespace, context, kubeconfig, on), wait, timeout, grace, remove)
+    ref = _ref(name, namespace, context, kubeconfig, on)
+    request = sdk.StopRequest(ref, wait, timeout, grace, remove, ignore_not_found)
     result = sdk.stop(request, say=click.echo, note=note)
     if result.on == "cluster":
-        if not result.deleted:
-            click.echo(f"run {name} is already stopped: nothing of it left in namespace {result.namespace}")
+        if not result.deleted:  # --ignore-not-found
+            click.echo(f"nothing of run {name} left in namespace {result.namespace}: nothing to stop")
         return
     if result.on == "slurm":
         click.echo(result.job.summary())
@@ -255,9 +275,10 @@ def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, on)
         return
     assert result.report is not None
     for n in result.report.nodes:
-        click.echo(f"rank {n.node.rank} ({n.node.host}): {n.describe()}")
+        click.echo(f"{result.report.who(n)}: {n.describe()}")
     if not result.report.all_stopped:
-        left = ", ".join(f"rank {n.node.rank} on {n.node.host}" for n in result.report.nodes if not n.stopped)
+        unit = result.report.unit
+        left = ", ".join(f"{unit} {n.node.rank} on {n.node.host}" for n in result.report.nodes if not n.stopped)
         note(f"run {name}: not confirmed stopped: {left}; `kgen stop {name}` again once the host answers")
         sys.exit(1)
     if result.removed:

@@ -23,6 +23,24 @@ from kgen.errors import KgenError, NestedLauncherError, UsageError
 OUTPUT_OPTION = "-o/--output"
 
 
+class AsciiInt(click.ParamType):
+    """An integer option: ASCII digits only (``int()`` would take "４" or "٣"; a value kgen shows back must read
+    as the user will see it everywhere else)."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if not text.isascii() or not text.lstrip("+-").isdigit() or text.count("-") + text.count("+") > 1:
+            self.fail(f'must be an integer, got "{value}"', param, ctx)
+        return int(text)
+
+
+ASCII_INT = AsciiInt()
+
+
 def completes(words: Callable[[], Any] | tuple[str, ...]) -> Callable:
     """A ``shell_complete`` for ``kgen completion``: the words (or what ``words()`` returns) that start
     with what was typed so far."""

@@ -34,6 +34,13 @@ def _render_versions() -> list[str]:
     return [f"1.{minor}" for minor in range(MIN_K8S, MAX_K8S + 1)]
 
 
+def _set_keys() -> list[str]:
+    """`--set` completes the values keys: KEY= for a value, KEY. for a mapping of your own keys (env, labels)."""
+    from kgen.render.values import VALUES
+
+    return [f"{k}." if kind in ("dict[str,str]", "env") else f"{k}=" for k, (kind, _, _) in VALUES.items()]
+
+
 def _kinds() -> tuple[str, ...]:
     from kgen.render.values import KINDS
 
@@ -94,7 +101,12 @@ Values reference (every key, its type, default and meaning): kgen values
     help="Values file (repeatable, later wins; - reads stdin).",
 )
 @click.option(
-    "--set", "sets", metavar="KEY=VALUE", multiple=True, help="Set one value, e.g. nccl.debug=INFO (repeatable)."
+    "--set",
+    "sets",
+    metavar="KEY=VALUE",
+    multiple=True,
+    shell_complete=completes(_set_keys),
+    help="Set one value, e.g. nccl.debug=INFO (repeatable).",
 )
 @click.option(
     "--kubernetes-version",

@@ -18,6 +18,15 @@ from kgen.cli.options import KgenCommand, KgenGroup, ReaderGone, check_format, o
 from kgen.errors import KgenError
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A Python warning (a library's, or kgen's own, such as a kubeconfig without TLS verification) as one
+    line on stderr, never the source line and location Python's own format adds."""
+    try:
+        click.echo(f"kgen: warning: {' '.join(str(message).split())}", err=True)
+    except OSError:
+        pass
+
+
 def _fail(message: str, code: int = 2) -> None:
     try:
         click.echo(f"kgen: error: {message}", err=True)
@@ -25,6 +34,8 @@ def _fail(message: str, code: int = 2) -> None:
         pass
     sys.exit(code)
 
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 # A write to stdout failed because the reader went away (EPIPE): kgen says nothing and ends as Unix tools
 # do, by SIGPIPE (kgen.__main__ re-raises the signal; in-process callers see this exit code, 128 + 13).
@@ -159,6 +170,8 @@ def _usage_message(exc: click.UsageError) -> str:
     if exc.message.startswith("Got unexpected extra argument"):
         extra = exc.message.split("(", 1)[-1].rstrip(")")
         return f'"{extra}": {cmd} takes no such argument (see `{cmd} --help`)'
+    if type(exc) is click.BadParameter and isinstance(exc.param, click.Option):  # an option's value (ASCII_INT)
+        return f"{max(exc.param.opts, key=len)}: {exc.message}"
     if isinstance(exc, click.MissingParameter) and isinstance(exc.param, click.Argument):
         meta = exc.param.metavar or (exc.param.name or "").upper()
         return f"{cmd}: missing {meta} (see `{cmd} --help`)"
@@ -176,6 +189,9 @@ class RootGroup(KgenGroup):
     as kubectl and helm do: nothing was asked for, so nothing failed."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        import warnings
+
+        warnings.showwarning = _one_line_warning
         try:
             rv = super().main(args=args, prog_name="kgen", complete_var=complete_var, standalone_mode=False, **extra)
         except KgenError as exc:
@@ -183,8 +199,8 @@ class RootGroup(KgenGroup):
         except click.exceptions.NoArgsIsHelpError as exc:
             click.echo(exc.ctx.get_help())
             sys.exit(0)
-        except click.exceptions.Abort:
-            _fail("aborted", 130)
+        except click.exceptions.Abort:  # Ctrl-C: quiet, as Unix tools end on SIGINT
+            sys.exit(EXIT_INTERRUPTED)
         except click.UsageError as exc:
             try:
                 message = _usage_message(exc)

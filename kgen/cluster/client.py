@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,44 @@ class Target:
     server: str
 
 
+class InsecureServer(UserWarning):
+    """The kubeconfig turns TLS verification off (``insecure-skip-tls-verify``)."""
+
+
+KUBECONFIG_MAX = 16 << 20
+
+
+def check_kubeconfig(path: str, source: str) -> None:
+    """The file is a kubeconfig (a YAML mapping), else one line naming where it came from; its content is
+    never quoted (it may be any file: KUBECONFIG=/etc/shadow)."""
+    import yaml
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(KUBECONFIG_MAX + 1)
+    except OSError as exc:
+        raise ClusterError(f"cannot read {path}: {exc.strerror}", option=source) from None
+    hint = "a kubeconfig is YAML with clusters, contexts and users (`kubectl config view`)"
+    if len(data) > KUBECONFIG_MAX:
+        raise ClusterError(f"{path} is larger than 16 MiB: not a kubeconfig", option=source, hint=hint)
+    try:
+        doc = yaml.safe_load(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ClusterError(f"{path} is not UTF-8 text: not a kubeconfig", option=source, hint=hint) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise ClusterError(f"{path} is not YAML{at}: not a kubeconfig", option=source, hint=hint) from None
+    except RecursionError:
+        raise ClusterError(f"{path} nests too deeply: not a kubeconfig", option=source, hint=hint) from None
+    if doc is not None and not isinstance(doc, dict):
+        raise ClusterError(
+            f"{path} is YAML but not a mapping ({type(doc).__name__}): not a kubeconfig", option=source, hint=hint
+        )
+    if isinstance(doc, dict) and not any(k in doc for k in ("clusters", "contexts", "users", "current-context")):
+        raise ClusterError(f"{path} has no clusters, contexts or users: not a kubeconfig", option=source, hint=hint)
+
+
 def _kubeconfig_files(kubeconfig: str | None) -> list[str]:
     if kubeconfig:
         return [kubeconfig]
@@ -86,8 +125,11 @@ class Cluster:
         files = _kubeconfig_files(kubeconfig)
         existing = [f for f in files if os.path.isfile(f)]
         ctx_name, ctx_ns = "", None
+        source = "--kubeconfig" if kubeconfig else "KUBECONFIG" if os.environ.get("KUBECONFIG") else "~/.kube/config"
         if kubeconfig and not existing:
             raise ClusterError(f"{kubeconfig} does not exist", option="--kubeconfig", hint="give a kubeconfig file")
+        for f in existing:
+            check_kubeconfig(f, source)
         if existing:
             try:
                 k8s_config.load_kube_config(
@@ -104,9 +146,11 @@ class Cluster:
                     option=opt,
                     hint="check `kubectl config get-contexts`",
                 ) from None
-            except (OSError, ValueError, TypeError, KeyError) as exc:
+            except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise ClusterError(
-                    f"cannot read {', '.join(existing)}: {exc}", option="--kubeconfig", hint="give a valid kubeconfig"
+                    f"cannot use {', '.join(existing)} as a kubeconfig ({type(exc).__name__})",
+                    option=source,
+                    hint="give a valid kubeconfig (`kubectl config view` reads it)",
                 ) from None
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             try:
@@ -119,6 +163,13 @@ class Cluster:
             raise ClusterError(
                 f"no kubeconfig found ({', '.join(files)} does not exist) and not running inside a pod",
                 hint="pass --kubeconfig FILE, set KUBECONFIG, or run `kubectl config view` to check your setup",
+            )
+        if not cfg.verify_ssl:  # one line, once, instead of urllib3's multi-line warning on every request
+            warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+            warnings.warn(
+                f"not verifying the TLS certificate of {cfg.host} (insecure-skip-tls-verify in the kubeconfig)",
+                InsecureServer,
+                stacklevel=2,
             )
         cfg.retries = False  # an unreachable server is reported at once, not after urllib3's retries
         cfg.connection_pool_maxsize = max(max_connections, 4)
@@ -187,8 +238,10 @@ class Cluster:
         path = self._path(kind, namespace=None if all_namespaces else "")
         try:
             body = self._json("GET", path, f"{RESOURCES[kind][1]}", query)
-        except NotFound:  # the kind itself is unknown (JobSet not installed): nothing of it exists
-            return [], None
+        except NotFound:
+            if kind not in CRD_KINDS:  # a Kubernetes API lists a built-in kind in any namespace, even an empty one
+                raise self.not_kubernetes("GET", path) from None
+            return [], None  # the kind itself is unknown (JobSet not installed): nothing of it exists
         items = body.get("items") or []
         for item in items:  # list items carry no kind/apiVersion
             item.setdefault("kind", kind)
@@ -264,6 +317,25 @@ class Cluster:
             if line.strip():
                 yield json.loads(line)
 
+    def answers_kubernetes(self) -> bool:
+        """Whether the server lists pods in the namespace as a Kubernetes API server does (200, or 401/403 without
+        the rights): a server that answers 404 to that is no Kubernetes API server."""
+        try:
+            resp = self._send("GET", self._path("Pod"), [("limit", "1")])
+            resp.read()
+        except ClusterError:
+            return False
+        return resp.status in (200, 401, 403)
+
+    def not_kubernetes(self, method: str, path: str) -> ClusterError:
+        """The error for a 404 where a Kubernetes API server never answers one (a list of a built-in kind, an
+        apply outside a missing namespace)."""
+        return ClusterError(
+            f"{self.target.server} is not a Kubernetes API server: it answered 404 to {method} {path}, which a "
+            "Kubernetes API serves in any namespace",
+            hint="check the server URL of the kubeconfig's cluster (`kubectl config view --minify`) and --context",
+        )
+
     # ---------------------------------------------------------------------------------- writes
     def delete(self, kind: str, name: str, propagation: str = "Foreground") -> bool:
         """Delete one object; False when it was already gone (404)."""
@@ -284,8 +356,17 @@ class Cluster:
         query = [("fieldManager", FIELD_MANAGER)] + ([("force", "true")] if force else [])
         if dry_run:
             query.append(("dryRun", "All"))
-        resp = self._send("PATCH", self._path(kind, name), query, dict(obj), "application/apply-patch+yaml")
+        path = self._path(kind, name)
+        resp = self._send("PATCH", path, query, dict(obj), "application/apply-patch+yaml")
         data = resp.read()
+        if resp.status == 404:  # an apply creates what is missing: only a missing namespace is a 404
+            if _status_kind(data) == "namespaces":
+                raise ClusterError(
+                    f"namespace {self.namespace} does not exist",
+                    option="--namespace",
+                    hint="create it, or choose another",
+                )
+            raise self.not_kubernetes("PATCH", path)
         if resp.status >= 400:
             raise status_error(resp.status, data, f"{kind} {name}", self.namespace)
         answer = json.loads(data) if data else {}
@@ -298,6 +379,8 @@ class Cluster:
         try:
             body = self._json("GET", group, f"API {group.split('/', 2)[-1]}")
         except NotFound:
+            if not self.answers_kubernetes():
+                raise self.not_kubernetes("GET", self._path("Pod")) from None
             return False
         return any(r.get("name") == resource for r in body.get("resources") or [])
 
@@ -351,6 +434,16 @@ def _lines(response) -> Iterator[bytes]:
         raise ClusterError(f"the stream broke: {exc}", hint="run the command again") from None
     finally:
         response.release_conn()
+
+
+def _status_kind(data: bytes) -> str:
+    """``details.kind`` of a Kubernetes Status body ("" when it is not one)."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return ""
+    details = body.get("details") if isinstance(body, dict) else None
+    return str(details.get("kind") or "") if isinstance(details, dict) else ""
 
 
 def status_error(status: int, data: bytes, what: str, namespace: str) -> ClusterError:

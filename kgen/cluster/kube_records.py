@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from kgen.runs import exitcodes
+from kgen.runs.errors import node_error
+from kgen.runs.errors import records as failure_records
 from kgen.runs.records import IDLE_AFTER_SUCCESS, Failure, Row, RunRecords, log_generation, parse_time
 
 CONTAINER = "trainer"
@@ -55,6 +57,18 @@ def rank_from_name(run: str, pod_name: str) -> int | None:
     """Rank of a pod known only by name (Events of a deleted pod): NAME-INDEX-xxxxx or NAME-INDEX."""
     m = re.fullmatch(re.escape(run) + r"-(\d+)(?:-[a-z0-9]{5})?", pod_name)
     return int(m.group(1)) if m else None
+
+
+def pod_nproc(pods: Iterable[Mapping]) -> int:
+    """Training processes per pod: the trainer's NPROC_PER_NODE (kgen render sets it), else 1."""
+    for pod in pods:
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            if c.get("name") != CONTAINER:
+                continue
+            for e in c.get("env") or []:
+                if e.get("name") == "NPROC_PER_NODE" and str(e.get("value") or "").isdigit():
+                    return max(int(e["value"]), 1)
+    return 1
 
 
 def trainer_status(pod: Mapping) -> Mapping | None:
@@ -128,8 +142,12 @@ def _failure_from_term(pod: Mapping, term: Mapping, source: str) -> Failure | No
     if code == 0:
         return None
     m = exitcodes.meaning(code, term.get("reason") or "")
+    rank = pod_rank(pod)
+    # the termination message: with FallbackToLogsOnError (kgen render) the end of the log, which holds the
+    # entrypoint's failure record when a training process failed
+    said = failure_records(str(term.get("message") or ""), rank)
     return Failure(
-        rank=pod_rank(pod),
+        rank=rank,
         pod=_meta(pod).get("name", "?"),
         node=(pod.get("spec") or {}).get("nodeName") or "",
         exit_code=code,
@@ -138,6 +156,7 @@ def _failure_from_term(pod: Mapping, term: Mapping, source: str) -> Failure | No
         role=m.role,
         time=parse_time(term.get("finishedAt")),
         source=source,
+        error=said[-1] if said else None,
     )
 
 
@@ -318,6 +337,9 @@ def records(
             row.meaning = "pod gone (deleted; its status and log with it)" if g else "no pod (yet)"
         rows.append(row)
     rows.sort(key=lambda row: -1 if row.rank is None else row.rank)
+    if kind == "StatefulSet":  # a rank's generations are its container's restarts in place (one pod)
+        for row in rows:
+            row.generation = row.restarts + 1
 
     # failures, with their roles settled against the Job controller's own decision
     failures: list[Failure] = []
@@ -326,6 +348,9 @@ def records(
     for p in deleted:
         failures.extend(pod_failures(p, "deleted pod (watch)") or [])
     failures.extend(gone)
+    for f in failures:  # no termination message: the failure record, or a traceback, in the log tail
+        if f.error is None and f.exit_code not in (None, 0) and logs.get(f.pod):
+            f.error = node_error(logs[f.pod], f.rank)
     wl_status = _status(workload or {})
     failure_target = condition(workload or {}, "FailureTarget") or condition(workload or {}, "Failed")
     ft_time = parse_time((failure_target or {}).get("lastTransitionTime"))
@@ -369,6 +394,7 @@ def records(
         logs=logs,
         where_by_rank=pods_by_rank,
         reformations=reformations,
+        nproc=pod_nproc(all_pods),
     )
     rec.complete = bool(
         condition(workload or {}, "Complete")

@@ -1,4 +1,5 @@
-"""`kgen logs`: every rank's log merged, each line prefixed with its node rank.
+"""`kgen logs`: every pod's log merged, each line after its process's prefix (kgen.runs.logtext: ``[R]`` for
+training process R, ``[node N]`` for pod N's own lines).
 
 ``merge`` (pure) orders the lines of several finished logs by their API timestamps (``timestamps=true``
 is always requested; the prefix is dropped again unless --timestamps) and keeps each pod's own order.
@@ -18,8 +19,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from kgen.cluster.kube_records import pod_rank, trainer_status
+from kgen.runs.logtext import NodeLines, nodes_of, prefix, shown, wanted
 from kgen.runs.safetext import lines, printable
-from kgen.runs.views import prefix, rank_width
+from kgen.runs.views import rank_width
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 
@@ -36,43 +38,56 @@ class Source:
 
 
 def split_ts(line: str) -> tuple[str | None, str]:
+    if len(line) < 21 or line[4] != "-" or line[10] != "T":  # cheap: most calls are on stamped lines
+        return None, line
     m = TS.match(line)
     return (m.group(1), line[m.end() :]) if m else (None, line)
 
 
-def _show(line: str, timestamps: bool) -> str:
-    ts, body = split_ts(line)
-    return f"{ts} {body}" if (timestamps and ts) else body
-
-
-def _keyed(rank: int, text: str, timestamps: bool) -> Iterator[tuple[str, int, int, str]]:
-    last = ""
-    for i, line in enumerate(lines(text)):
-        ts, body = split_ts(line)
-        last = _norm(ts) if ts else last
-        shown = f"{ts} {body}" if (timestamps and ts) else body
-        yield (last, rank, i, shown)
-
-
 def _norm(ts: str) -> str:
-    # 2026-11-22T15:04:37.123456789Z and ...:37Z sort right once the fraction is padded
+    # 2026-11-22T15:04:52.123456789Z and ...:37Z sort right once the fraction is padded
     head, _, frac = ts.rstrip("Z").partition(".")
     return f"{head}.{(frac + '000000000')[:9]}"
 
 
-def merge(logs: Mapping[int, str], timestamps: bool = False) -> list[str]:
-    """Lines of finished logs (rank -> text), ordered by time, each with its ``[rank]`` prefix."""
-    width = rank_width(logs)
-    streams = [_keyed(rank, text, timestamps) for rank, text in sorted(logs.items())]
-    return [prefix(rank, width) + shown for _, rank, _, shown in heapq.merge(*streams)]
+def merge(
+    logs: Mapping[int, str],
+    timestamps: bool = False,
+    *,
+    full: bool = False,
+    ranks: set[int] | None = None,
+    nproc: int = 1,
+    tail: int | None = None,
+    width: int | None = None,
+) -> list[str]:
+    """Lines of finished logs (node rank -> text), ordered by time, each after its process's prefix. ``tail``:
+    the last lines of each node's log as shown; ``ranks``: only those processes (and their nodes' own lines)."""
+    width = width if width is not None else rank_width([(max(logs, default=0) + 1) * nproc - 1])
+    streams = []
+    for node, text in sorted(logs.items()):
+        last = ""
+        keyed = []
+        for line in lines(text):  # split on "\n" only, escaped (kgen.runs.safetext)
+            ts, body = split_ts(line)
+            last = _norm(ts) if ts else last
+            keyed.append(((last, ts or ""), body))
+        out = [
+            (key[0], node, i, prefix(rank, node, width) + (f"{key[1]} {body}" if timestamps and key[1] else body))
+            for i, (key, rank, body) in enumerate(shown(keyed, full))
+            if wanted(rank, node, ranks, nproc)
+        ]
+        streams.append(out[-tail:] if tail else out if tail is None else [])
+    return [line for _, _, _, line in heapq.merge(*streams)]
 
 
-def select_sources(pods: Iterable[Mapping], ranks: set[int] | None, previous: bool) -> list[Source]:
-    """The newest pod per rank whose container has started (or, with --previous, restarted)."""
+def select_sources(pods: Iterable[Mapping], ranks: set[int] | None, previous: bool, nproc: int = 1) -> list[Source]:
+    """The newest pod per node rank whose container has started (or, with --previous, restarted); ``ranks``:
+    only the pods that hold those global ranks."""
     newest: dict[int, Mapping] = {}
     for p in pods:
         r = pod_rank(p)
-        if r is None or (ranks is not None and r not in ranks):
+        chosen = nodes_of(ranks, nproc)
+        if r is None or (chosen is not None and r not in chosen):
             continue
         key = ((p.get("metadata") or {}).get("creationTimestamp") or "", p["metadata"]["name"])
         cur = newest.get(r)
@@ -110,6 +125,8 @@ class Follower:
         max_streams: int = 128,
         width: int = 1,
         timestamps: bool = False,
+        full: bool = False,
+        nproc: int = 1,
     ):
         self.open_stream = open_stream
         self.watch_pods = watch_pods
@@ -117,6 +134,8 @@ class Follower:
         self.ranks = ranks
         self.width = width
         self.timestamps = timestamps
+        self.full = full
+        self.nproc = nproc
         # daemon workers (not a ThreadPoolExecutor: its threads are joined at exit, so Ctrl-C would
         # wait for every followed stream to end); at most max_streams streams are open at once
         self.max_streams = max(1, max_streams)
@@ -134,7 +153,8 @@ class Follower:
     def add(self, source: Source) -> None:
         key = (source.pod, source.restarts)
         with self.lock:
-            if key in self.seen or (self.ranks is not None and source.rank not in self.ranks):
+            chosen = nodes_of(self.ranks, self.nproc)
+            if key in self.seen or (chosen is not None and source.rank not in chosen):
                 return
             if source.created and source.created < self.newest.get(source.rank, ""):
                 return  # an older generation of a rank already followed
@@ -159,19 +179,38 @@ class Follower:
             self._pump(source)
 
     def _pump(self, source: Source) -> None:
-        head = prefix(source.rank, self.width)
+        node = source.rank
+        fold = NodeLines(self.full)
+        heads: dict[int | None, str] = {}
+
+        def show(items) -> list[str]:
+            out = []
+            for ts, rank, body in items:
+                if self.ranks is not None and not wanted(rank, node, self.ranks, self.nproc):
+                    continue
+                head = heads.get(rank)
+                if head is None:
+                    head = heads[rank] = prefix(rank, node, self.width)
+                out.append(head + (f"{ts} {body}" if self.timestamps and ts else body))
+            return out
+
         try:
             for block in self.open_stream(source):  # whole lines, one or many per block
                 if self.stopping.is_set():
                     break
-                text = block.decode("utf-8", "replace")
-                if self.timestamps or TS.match(text):
-                    shown = [head + _show(line, self.timestamps) for line in lines(text)]
-                else:
-                    shown = [head + line for line in lines(text)]
-                self.lines.put(shown)
+                out: list[str] = []
+                for line in lines(block.decode("utf-8", "replace")):  # escaped (kgen.runs.safetext)
+                    ts, body = split_ts(line)
+                    out.extend(show(fold.feed(ts or "", body)))
+                if out:
+                    self.lines.put(out)
+            rest = show(fold.flush())
+            if rest:
+                self.lines.put(rest)
         except Exception as exc:  # one broken stream must not end the others: report it inline
-            self.lines.put([f"{head}(kgen: log of pod {source.pod} unavailable: {printable(str(exc))})"])
+            self.lines.put(
+                [f"{prefix(None, node, self.width)}(kgen: log of pod {source.pod} unavailable: {printable(str(exc))})"]
+            )
         finally:
             with self.lock:
                 self.active -= 1

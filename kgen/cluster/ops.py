@@ -191,12 +191,15 @@ def stop_run(cluster, name: str, wait: bool, timeout: float, say: Say, note: Say
     is ``say``'d, the progress of --wait ``note``'d."""
     from kgen.cluster.labels import run_selector
 
+    found = [(kind, obj) for kind in STOP_KINDS for obj in cluster.list(kind, run_selector(name))]
+    pods = cluster.pods(name)
+    if not found and not pods:
+        return 0  # nothing of that name: the caller says so (never "stopped")
     deleted = 0
-    for kind in STOP_KINDS:
-        for obj in cluster.list(kind, run_selector(name)):
-            if cluster.delete(kind, obj["metadata"]["name"], propagation="Foreground"):
-                deleted += 1
-                say(f"{kind.lower()}/{obj['metadata']['name']} deleted")
+    for kind, obj in found:
+        if cluster.delete(kind, obj["metadata"]["name"], propagation="Foreground"):
+            deleted += 1
+            say(f"{kind.lower()}/{obj['metadata']['name']} deleted")
     pods = cluster.pods(name)
     for p in pods:
         if not (p.get("metadata") or {}).get("deletionTimestamp") and cluster.delete("Pod", p["metadata"]["name"]):
@@ -359,11 +362,14 @@ def logs(
     follow: bool,
     max_streams: int,
     note: Say,
+    full: bool = False,
 ) -> Iterator[str]:
-    """Every rank's log, merged by time with ``[rank]`` prefixes; with ``follow`` until the run ends (new pods
-    of a re-formed group too). A log that cannot be read is ``note``'d and left out."""
+    """Every pod's log, merged by time, each line after its process's prefix (kgen.runs.logtext); with ``follow``
+    until the run ends (new pods of a re-formed group too). A log that cannot be read is ``note``'d and left out."""
     from kgen.cluster import logs as L
+    from kgen.cluster.kube_records import pod_nproc
     from kgen.cluster.labels import pod_selector
+    from kgen.runs.logtext import TAIL_SLACK
     from kgen.runs.views import rank_width
 
     rank_set = ranks
@@ -373,17 +379,19 @@ def logs(
         raise ClusterError(
             f"no run {name} in namespace {cluster.namespace}", hint="see `kgen list -A` for the runs kgen finds"
         )
-    sources = L.select_sources(pods, rank_set, previous)
+    nproc = pod_nproc(pods)
+    sources = L.select_sources(pods, rank_set, previous, nproc)
     expected = [p for p in pods if L.started(p) or previous]  # an unstarted container has no log yet
     if rank_set is not None and not sources:
         raise UsageError(f"no pod of run {name} has rank {sorted(rank_set)}", option="--rank")
-    width = rank_width([s.rank for s in sources] or [0])
+    width = rank_width([(max((s.rank for s in sources), default=0) + 1) * nproc - 1])
+    asked = tail + TAIL_SLACK if tail and not full else tail  # a cut shutdown report still folds
     if not follow:
         ok_sources = [s for s in sources if any(p["metadata"]["name"] == s.pod for p in expected)]
 
         def one(s):
             try:
-                return s, cluster.log(s.pod, tail=tail, since=since_s, timestamps=True, previous=s.previous), None
+                return s, cluster.log(s.pod, tail=asked, since=since_s, timestamps=True, previous=s.previous), None
             except ClusterError as exc:
                 return s, "", exc
 
@@ -392,7 +400,8 @@ def logs(
         for s, _, exc in results:
             if exc is not None:
                 note(f"rank {s.rank} (pod {s.pod}): log unavailable: {exc}")
-        yield from L.merge({s.rank: text for s, text, exc in results if exc is None}, timestamps=timestamps)
+        texts = {s.rank: text for s, text, exc in results if exc is None}
+        yield from L.merge(texts, timestamps=timestamps, full=full, ranks=rank_set, nproc=nproc, tail=tail, width=width)
         return
     initial = {(s.pod, s.restarts) for s in sources}
 
@@ -419,6 +428,8 @@ def logs(
         max_streams=max_streams,
         width=width,
         timestamps=timestamps,
+        full=full,
+        nproc=nproc,
     )
     live = [s for s in sources if any(p["metadata"]["name"] == s.pod for p in expected)]
     if len(live) > max_streams:

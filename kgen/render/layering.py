@@ -53,7 +53,17 @@ def suggest(key: str) -> str | None:
     return match
 
 
+KEY_SHAPED = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,62}(?:\.[A-Za-z0-9_-]{1,63}){0,7}")
+
+
 def unknown_key(key: str, where: str) -> UsageError:
+    from_file = not where.startswith("--")  # --set shows what was typed; a file may be any file
+    if from_file and not KEY_SHAPED.fullmatch(str(key)):  # `-f /etc/shadow`: its first line would be the "key"
+        return UsageError(
+            "a key that is no values key and does not look like one (not shown: is this a values file?)",
+            option=where,
+            hint="a values file is a YAML mapping of keys such as nodes, gpus or command; `kgen values` lists them",
+        )
     near = suggest(key)
     hint = f'did you mean "{near}"?' if near else "`kgen values` lists every key"
     return UsageError(f'unknown key "{key}"', option=where, hint=hint)
@@ -88,16 +98,27 @@ def split_command(text: str, where: str) -> list[str]:
             option=where,
             hint='close the quote, or give a list: command: [train.py, --lr, "3e-4"]',
         ) from None
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    operators = [w for w in lexer if w in _SHELL_OPERATORS]
-    if operators:
+    operator = shell_operator(text)
+    if operator:
         raise UsageError(
-            f"{operators[0]!r} in {text!r} is a shell operator, but no shell runs the command",
+            f"{operator!r} in {text!r} is a shell operator, but no shell runs the command",
             option=where,
             hint="put the pipeline in a script and run that, or give a list of arguments",
         )
     return words
+
+
+def shell_operator(text: str) -> str | None:
+    """The first shell operator (``;``, ``&&``, ``|``, ``>`` ...) a POSIX shell would see in ``text``, or None
+    (quoted ones are words); None too for text a shell could not split (an open quote)."""
+    import shlex
+
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        return next((w for w in lexer if w in _SHELL_OPERATORS), None)
+    except ValueError:
+        return None
 
 
 def convert(key: str, raw: Any, typed: Any, where: str) -> Any:
@@ -110,7 +131,7 @@ def convert(key: str, raw: Any, typed: Any, where: str) -> Any:
     if kind in ("int", "int?"):
         if kind == "int?" and (raw is None or (isinstance(raw, str) and raw in _NULLS)):
             return None
-        if isinstance(raw, str) and re.fullmatch(r"[+-]?\d+", raw.strip()):
+        if isinstance(raw, str) and re.fullmatch(r"[+-]?[0-9]+", raw.strip()):
             return int(raw.strip())
         raise bad("an integer")
     if kind in ("bool", "bool?"):
@@ -279,10 +300,58 @@ def load_values_text(text: str, where: str) -> tuple[dict, dict]:
             f"{where}: holds an empty YAML document (only ---): no values in it",
             hint="write values such as nodes: 4 below the ---, or drop this -f",
         )
-    if not isinstance(raw, dict):
-        what = "a list" if isinstance(typed, list) else f'the single value "{raw}"'
+    if isinstance(raw, dict):
+        raw = resolve_merge_keys(raw, where)
+    if isinstance(raw, dict) and isinstance(typed, dict):  # x-...: anchors' home (`<<: *defaults`), not values
+        raw = {k: v for k, v in raw.items() if not str(k).startswith(EXTENSION)}
+        typed = {k: v for k, v in typed.items() if not str(k).startswith(EXTENSION)}
+    if not isinstance(raw, dict):  # its content is never shown: the file may be any file (a token, a key)
+        what = "a list" if isinstance(typed, list) else "one single value (not shown)"
         raise InputError(f"{where}: must be a mapping of values (key: value, e.g. nodes: 4), got {what}")
     return raw, typed
+
+
+EXTENSION = "x-"  # top-level keys a values file may hold for YAML anchors, as Compose files do (ignored)
+MERGE = "<<"
+
+
+def resolve_merge_keys(tree: Any, where: str) -> Any:
+    """YAML 1.1 merge keys (``<<: *defaults``, ``<<: [*a, *b]``) in a tree the "base" loader made (it keeps
+    ``<<`` as a key): as PyYAML and ruamel's safe loader resolve them, the mapping's own keys win over merged
+    ones and, in a list, an earlier mapping wins over a later one; key order is theirs too. Aliases share one
+    object: each is resolved once."""
+    done: dict[int, Any] = {}
+
+    def walk(node: Any) -> Any:
+        if id(node) in done:
+            return done[id(node)]
+        if isinstance(node, list):
+            done[id(node)] = node
+            node[:] = [walk(x) for x in node]
+            return node
+        if not isinstance(node, dict):
+            return node
+        done[id(node)] = node
+        for key in list(node):
+            node[key] = walk(node[key])
+        if MERGE not in node:
+            return node
+        merged = node[MERGE]
+        sources = merged if isinstance(merged, list) else [merged]
+        if not sources or not all(isinstance(m, dict) for m in sources):
+            raise InputError(
+                f"{where}: <<: a YAML merge key takes a mapping or a list of mappings (an alias such as *defaults)",
+                hint="write <<: *anchor, or <<: [*a, *b]",
+            )
+        pairs = [kv for m in reversed(sources) for kv in m.items()] + [kv for kv in node.items() if kv[0] != MERGE]
+        out: dict = {}
+        for key, value in pairs:
+            out[key] = value
+        node.clear()
+        node.update(out)
+        return node
+
+    return walk(tree)
 
 
 def flatten(raw: dict, typed: dict, where: str, prefix: str = "") -> dict[str, tuple[Any, Any]]:

@@ -141,6 +141,13 @@ def apply_patches(docs: list[dict], patches: Sequence[Patch]) -> list[dict]:
                     option=item.origin,
                     hint="a patch may change these fields, not delete them: null deletes a key in a merge patch",
                 )
+            raised = _privileged(patched)
+            if raised and not _privileged(docs[n]):
+                raise UsageError(
+                    f"patch: makes {raised} of {what} privileged; kgen never renders a privileged container",
+                    option=item.origin,
+                    hint="rdma: true adds the IPC_LOCK capability RDMA needs; a device plugin gives devices",
+                )
             changed = _changed_reserved_label(docs[n], patched)
             if changed:
                 raise UsageError(
@@ -150,6 +157,19 @@ def apply_patches(docs: list[dict], patches: Sequence[Patch]) -> list[dict]:
                 )
             docs[n] = patched
     return docs
+
+
+def _privileged(doc: dict) -> str:
+    """The first container (or init container) of the object's pod template that runs privileged, or ""."""
+    try:
+        spec = _at(doc, pod_template_path(doc)).get("spec") or {}
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return ""
+    for field in ("initContainers", "containers", "ephemeralContainers"):
+        for c in spec.get(field) or []:
+            if isinstance(c, dict) and ((c.get("securityContext") or {}).get("privileged") is True):
+                return f"{field[:-1]} {c.get('name')}"
+    return ""
 
 
 LABEL_PATHS = ("metadata", "spec.template.metadata")

@@ -85,7 +85,7 @@ def command_problem(command: list[str] | tuple[str, ...]) -> str | None:
 
 def parse_k8s_version(text: str, option: str = "--kubernetes-version") -> int:
     """'1.31', 'v1.31', '1.31.2' -> 31 (the minor version); 1.27 ... 1.37 supported."""
-    m = re.fullmatch(r"v?1\.(\d+)(\.\d+)?", str(text).strip())
+    m = re.fullmatch(r"v?1\.([0-9]+)(\.[0-9]+)?", str(text).strip())
     if not m:
         raise UsageError(f'must look like 1.31, got "{text}"', option=option)
     minor = int(m.group(1))
@@ -278,6 +278,7 @@ def check_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: int
     if v["ttlSecondsAfterFinished"] is not None:
         integer("ttlSecondsAfterFinished", 0)  # int32
     _check_labels(v, o)
+    _check_not_privileged(v, o)
     if text("auth.secretName") and not is_dns_subdomain(v["auth.secretName"]):
         raise _fail(o, "auth.secretName", f'must be a Secret name (a DNS subdomain), got "{v["auth.secretName"]}"')
 
@@ -390,6 +391,22 @@ def _check_labels(v: dict[str, Any], o: dict[str, str]) -> None:
             )
 
 
+def _check_not_privileged(v: dict[str, Any], o: dict[str, str]) -> None:
+    """kgen never renders a privileged container (README, Security): not through initContainers either."""
+    for c in v["initContainers"]:
+        if (
+            isinstance(c, dict)
+            and isinstance(c.get("securityContext"), dict)
+            and c["securityContext"].get("privileged") is True
+        ):
+            raise _fail(
+                o,
+                "initContainers",
+                f"{c.get('name')}: securityContext.privileged: true; kgen never renders a privileged container",
+                hint="drop it; rdma: true adds the IPC_LOCK capability RDMA needs",
+            )
+
+
 def _check_command(v: dict[str, Any], o: dict[str, str]) -> None:
     """The entrypoint's start-up checks (``command_problem``), made at render time instead of in every pod;
     and a script or module name with spaces is a command line given as one argument: torchrun would
@@ -408,6 +425,16 @@ def _check_command(v: dict[str, Any], o: dict[str, str]) -> None:
     if any(c.isspace() for c in head):
         import shlex
 
+        from kgen.render.layering import shell_operator
+
+        operator = shell_operator(head)
+        if operator:  # a shell command line: splitting it would make nonsense of it (`sleep '30;' python`)
+            raise _fail(
+                o,
+                "command",
+                f"{head!r} is a shell command line ({operator!r} is a shell operator), but no shell runs the command",
+                hint="put it in a script and run that (-- bash run.sh), or give the training command alone",
+            )
         try:
             words = [*command[:at], *shlex.split(head), *command[at + 1 :]]
         except ValueError:

@@ -13,6 +13,10 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kgen.runs.errors import ProcessError
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -64,12 +68,18 @@ class Failure:
     exit_code: int | None
     reason: str  # container reason (Error, OOMKilled) or an explanation
     meaning: str
-    role: str  # cause | victim | stopped | consequence (see kgen.runs.exitcodes)
+    role: str  # cause | victim | stopped | consequence | reaction (see kgen.runs.exitcodes)
     time: datetime | None
     source: str  # "pod", "previous container", "deleted pod (watch)", "events", "exit file", ...
     disruption: str = ""  # the DisruptionTarget condition: evicted, preempted, ...
     host: str = ""  # the ssh destination (bare metal)
     key: str = ""  # the key of this rank's log in ``RunRecords.logs`` when not the pod (bare metal: node R@host)
+    error: ProcessError | None = None  # what its first failed training process said (kgen.runs.errors)
+
+    @property
+    def when(self) -> datetime | None:
+        """When it went wrong: the error's own time (sub-second) when known, else the exit's."""
+        return self.error.time if self.error is not None and self.error.time else self.time
 
     @property
     def where(self) -> str:
@@ -171,3 +181,4 @@ class RunRecords:
     # bare metal only
     stopped: str = ""  # the run was stopped on purpose: by whom and how (the headline's words)
     group_intact: bool = False  # node 0's log: every node in the current generation, none lost since
+    nproc: int = 1  # training processes per node (global rank = node rank x nproc + local rank)

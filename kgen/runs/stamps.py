@@ -12,7 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 
-from kgen.runs.views import prefix, rank_width
+from kgen.runs.logtext import prefix, shown, wanted
+from kgen.runs.views import rank_width
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 
@@ -50,13 +51,30 @@ def show(line: str, timestamps: bool) -> str:
     return f"{ts} {body}" if timestamps and ts else body
 
 
-def merge(texts: Mapping[int, Sequence[str]], since_s: int | None = None, timestamps: bool = False) -> list[str]:
-    """Every rank's stamped lines merged in time order (a rank's own order kept), each after its ``[rank]``
-    prefix; lines older than ``since_s`` seconds left out."""
+def merge(
+    texts: Mapping[int, Sequence[str]],
+    since_s: int | None = None,
+    timestamps: bool = False,
+    *,
+    nproc: int = 1,
+    nnodes: int | None = None,
+    ranks: set[int] | None = None,
+    full: bool = False,
+    tail: int | None = None,
+) -> list[str]:
+    """Every node's stamped lines merged in time order (a node's own order kept), each as `kgen logs` shows it
+    (kgen.runs.logtext: ``[R] `` before training process R's lines, ``[node N] `` before the node's own,
+    torchrun's shutdown report as one line unless ``full``); ``ranks``: the chosen global ranks' lines only;
+    lines older than ``since_s`` seconds left out; ``tail``: the last ``tail`` lines of each node."""
     cut = since_cut(since_s)
-    width = rank_width(texts or [0])
-    keyed = [
-        [(split_ts(line)[0], rank, i, line) for i, line in enumerate(lines) if not cut or split_ts(line)[0] >= cut]
-        for rank, lines in sorted(texts.items())
-    ]
-    return [prefix(rank, width) + show(line, timestamps) for _, rank, _, line in heapq.merge(*keyed)]
+    nodes = nnodes if nnodes is not None else max(texts, default=0) + 1
+    width = rank_width([max(nodes, 1) * max(nproc, 1) - 1])
+    keyed = []
+    for node, lines in sorted(texts.items()):
+        out = [
+            (ts, node, i, prefix(rank, node, width) + (f"{ts} {text}" if timestamps and ts else text))
+            for i, (ts, rank, text) in enumerate(shown((split_ts(line) for line in lines), full))
+            if wanted(rank, node, ranks, max(nproc, 1)) and (not cut or ts >= cut)
+        ]
+        keyed.append(out[-tail:] if tail else out if tail is None else [])
+    return [line for _, _, _, line in heapq.merge(*keyed)]

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from datetime import datetime, timezone
 
+from kgen.runs.errors import describe
 from kgen.runs.records import (
     FAIL_STOP,
     GENERATION,
@@ -101,6 +102,11 @@ class RootCause:
     detail: str = ""  # the entrypoint's own words, when the logs have them
     followers: str = ""  # how the others followed
     hosts: list[str] = field(default_factory=list)  # bare metal: the ssh hosts
+    # what the first failed training process said (kgen.runs.errors.ProcessError.to_dict): rank, node,
+    # local_rank, exit, type, message, where (file:line), source, time, peer; None when no process error is known
+    error: dict | None = None
+    node_ranks: list[int] = field(default_factory=list)  # the node ranks of ``ranks`` (= ranks with 1 process per node)
+    consequences: list[int] = field(default_factory=list)  # global ranks that failed because of it
 
 
 @dataclass
@@ -118,6 +124,7 @@ class Verdict:
     job_message: str = ""
     rows: list[Row] = field(default_factory=list)
     incidents: list[str] = field(default_factory=list)
+    nproc: int = 1  # training processes per node: a row is a node, the ranks node*nproc .. node*nproc+nproc-1
 
     @property
     def exit_code(self) -> int:
@@ -136,14 +143,14 @@ class Verdict:
 
 
 def _incidents(failures: list[Failure]) -> list[list[Failure]]:
-    timed = sorted((f for f in failures if f.time), key=lambda f: (f.time, f.rank if f.rank is not None else -1))
+    timed = sorted((f for f in failures if f.when), key=lambda f: (f.when, f.rank if f.rank is not None else -1))
     groups: list[list[Failure]] = []
     for f in timed:
-        if groups and (f.time - groups[-1][0].time).total_seconds() <= INCIDENT_WINDOW_S:  # type: ignore[operator]
+        if groups and (f.when - groups[-1][0].when).total_seconds() <= INCIDENT_WINDOW_S:  # type: ignore[operator]
             groups[-1].append(f)
         else:
             groups.append([f])
-    untimed = [f for f in failures if not f.time]
+    untimed = [f for f in failures if not f.when]
     if untimed:
         if groups:
             groups[-1].extend(untimed)
@@ -160,11 +167,64 @@ def _blames_for(incident: list[Failure], logs: Mapping[str, str]) -> list[Blame]
     return out
 
 
-def _rank_list(ranks: Iterable[int | None]) -> str:
+def _rank_list(ranks: Iterable[int | None], unit: str = "rank") -> str:
     rs = sorted({r for r in ranks if r is not None})
     if not rs:
         return "?"
-    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(str(r) for r in rs)
+    return (unit if len(rs) == 1 else f"{unit}s") + " " + _spans(rs)
+
+
+def _spans(rs: list[int]) -> str:
+    """0, 1, 2, 5 -> "0-2, 5" (three or more in a row as a range)."""
+    out: list[str] = []
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.extend([f"{rs[i]}-{rs[j]}"] if j - i >= 2 else [str(r) for r in rs[i : j + 1]])
+        i = j + 1
+    return ", ".join(out)
+
+
+def _settle_errors(incident: list[Failure]) -> None:
+    """What the failed processes said decides between ranks whose exit codes look alike: a node that only
+    followed (exit 5) but whose own script failed on its own is a cause too; when some process failed on its
+    own, a node whose processes only reacted (connection closed by peer, timeouts) is a reaction, not a cause."""
+    real = any(f.error is not None and not f.error.peer for f in incident)
+    for f in incident:
+        if f.error is None:
+            continue
+        if not f.error.peer and f.role == "victim" and f.exit_code != 75:
+            f.role = "cause"
+        elif f.error.peer and real and f.role == "cause" and (f.exit_code or 0) < 128:
+            f.role = "reaction"
+
+
+def _consequences(incident: list[Failure], chosen: list[Failure]) -> list[int]:
+    """The global ranks that failed because of the chosen ones (their own processes' other failures, and
+    every process of the other nodes that reacted)."""
+    lead = {f.error.rank for f in chosen if f.error is not None}
+    out: set[int] = set()
+    for f in incident:
+        e = f.error
+        if e is None:
+            continue
+        if f not in chosen and e.rank is not None:
+            out.add(e.rank)
+        for o in e.others:
+            if isinstance(o.get("rank"), int) and not (o.get("same") and f in chosen):
+                out.add(o["rank"])
+    return sorted(out - lead)
+
+
+def _together(chosen: list[Failure]) -> list[int]:
+    """Global ranks that failed the same way as the lead, on its node too (the record's ``same`` others)."""
+    out = {f.error.rank for f in chosen if f.error is not None and f.error.rank is not None}
+    for f in chosen:
+        if f.error is not None:
+            out.update(o["rank"] for o in f.error.others if o.get("same") and isinstance(o.get("rank"), int))
+    return sorted(out)
 
 
 def _root_cause(
@@ -173,6 +233,7 @@ def _root_cause(
     expected: int,
     pods_by_rank: Mapping[int, list[str]],
     by_host: bool = False,
+    nproc: int = 1,
 ) -> RootCause:
     """The root cause of one incident. ``pods_by_rank``: the pods (``by_host``: the hosts) each rank has had."""
 
@@ -180,20 +241,30 @@ def _root_cause(
         found = [p for r in ranks for p in pods_by_rank.get(r, [])[:1]]
         return {"pods": [], "hosts": found} if by_host else {"pods": found}
 
+    unit = "node" if nproc > 1 else "rank"
+    _settle_errors(incident)
     victims = [f for f in incident if f.role == "victim"]
     candidates = [f for f in incident if f.role in ("cause", "stopped")]
     blames = _blames_for(incident, logs)
     blamed = Counter(r for b in blames for r in b.ranks)
     chosen: list[Failure] = []
-    if candidates and blamed:
+    said = [f for f in candidates if f.error is not None and not f.error.peer and f.when]
+    if said:  # the processes' own errors: the first one, and every rank that failed the same way
+        lead = min(said, key=lambda f: (f.when, f.rank if f.rank is not None else -1))
+        assert lead.error is not None
+        chosen = [lead] + [f for f in said if f is not lead and f.error is not None and f.error.same(lead.error)]
+    elif candidates and blamed:
         chosen = [f for f in candidates if f.rank in blamed]
     if not chosen and candidates:
         causes = [f for f in candidates if f.role == "cause"] or candidates
-        first = min(f.time for f in causes if f.time) if any(f.time for f in causes) else None
+        first = min(f.when for f in causes if f.when) if any(f.when for f in causes) else None
         # finishedAt has 1 s resolution: everything in the first second is "first" together
-        chosen = [f for f in causes if f.time == first] if first else causes[:1]
+        chosen = [f for f in causes if f.when == first] if first else causes[:1]
     others = [f for f in incident if f not in chosen]
     followers = ""
+    consequences = _consequences(incident, chosen) if chosen else []
+    if consequences:
+        followers = f"{_rank_list(consequences)} failed because of it"
     if victims:
         vt = [f.time for f in victims if f.time]
         t0 = min(f.time for f in chosen if f.time) if any(f.time for f in chosen) else (min(vt) if vt else None)
@@ -201,10 +272,11 @@ def _root_cause(
         n = len({f.rank for f in victims})
         when = f"within {span} s" if span > 0 else "in the same second"
         codes = ", ".join(str(c) for c in sorted({f.exit_code for f in victims if f.exit_code is not None}))
-        followers = f"{n} rank{'s' if n != 1 else ''} stopped by fail-stop{f' (exit {codes})' if codes else ''} {when}"
-    rest = [f for f in others if f.role != "victim"]
+        stopped = f"{n} {unit}{'s' if n != 1 else ''} stopped by fail-stop{f' (exit {codes})' if codes else ''} {when}"
+        followers = f"{followers}; {stopped}" if followers else stopped
+    rest = [f for f in others if f.role not in ("victim", "reaction")]
     if rest:
-        tail = "; ".join(f"{_rank_list([f.rank])} {f.describe()}" for f in rest)
+        tail = "; ".join(f"{_rank_list([f.rank], unit)} {f.describe()}" for f in rest)
         followers = f"{followers}; {tail}" if followers else tail
     detail = ""
     if chosen:
@@ -219,17 +291,23 @@ def _root_cause(
                 detail = f"rank {best[0].reporter}'s log: FAIL-STOP: {best[0].text}"
         lead = chosen[0]
         same_code = len({f.exit_code for f in chosen}) == 1
+        node_ranks = sorted({f.rank for f in chosen if f.rank is not None})
+        error = lead.error
+        ordered = sorted(chosen, key=lambda f: -1 if f.rank is None else f.rank)
         return RootCause(
-            ranks=sorted({f.rank for f in chosen if f.rank is not None}),
-            pods=[f.pod for f in chosen if f.pod],
-            hosts=[f.host for f in chosen if f.host],
-            nodes=[f.node for f in chosen],
+            ranks=_together(chosen) if error is not None and error.rank is not None else node_ranks,
+            pods=[f.pod for f in ordered if f.pod],
+            hosts=[f.host for f in ordered if f.host],
+            nodes=[f.node for f in ordered],
             exit_code=lead.exit_code if same_code else None,
             meaning=lead.describe() if same_code else "; ".join(f.describe() for f in chosen),
-            time=clock(lead.time),
+            time=clock(lead.when),
             evidence=_evidence(lead),
             detail=detail,
             followers=followers,
+            error=error.to_dict() if error is not None else None,
+            node_ranks=node_ranks,
+            consequences=consequences,
         )
     # Only victims: the rank that went first left no failure (frozen, cut off, or its pod is gone).
     t0 = min((f.time for f in incident if f.time), default=None)
@@ -243,9 +321,10 @@ def _root_cause(
             exit_code=None,
             meaning=b.text,
             time=b.at or clock(t0),
-            evidence=f"logs of {_rank_list(b.reporter for b in blames)} (FAIL-STOP lines)",
+            evidence=f"logs of {_rank_list((b.reporter for b in blames), unit)} (FAIL-STOP lines)",
             detail=f"rank {b.reporter}'s log: FAIL-STOP: {b.text}",
             followers=followers,
+            node_ranks=ranks,
         )
     failed_ranks = {f.rank for f in incident}
     suspects = [r for r in range(expected) if r not in failed_ranks]
@@ -259,6 +338,7 @@ def _root_cause(
         time=clock(t0),
         evidence="pods (the ranks that did not fail)",
         followers=followers,
+        node_ranks=suspects,
     )
 
 
@@ -268,9 +348,14 @@ def _evidence(f: Failure) -> str:
     return "pod status" if f.pod else f.source
 
 
-def _fmt_cause(rc: RootCause) -> str:
-    who = _rank_list(rc.ranks)
+def _fmt_cause(rc: RootCause, unit: str = "rank") -> str:
+    """``unit``: what a row is called, "rank" (one process per node) or "node"; a process's error names ranks."""
+    err = rc.error
+    who = _rank_list(rc.ranks, "rank" if err is not None else unit)
     where = []
+    if err is not None and rc.ranks != rc.node_ranks:  # several processes per node: say which node
+        local = f", local rank {err['local_rank']}" if err.get("local_rank") is not None and len(rc.ranks) == 1 else ""
+        where.append(f"{_rank_list(rc.node_ranks, 'node')}{local}")
     if rc.pods:
         where.append("pod " + ", ".join(rc.pods))
     if rc.hosts:
@@ -282,20 +367,27 @@ def _fmt_cause(rc: RootCause) -> str:
     code = f"exit {rc.exit_code}: " if rc.exit_code is not None and not rc.meaning.startswith("exit") else ""
     together = " together" if len(rc.ranks) > 1 else ""
     seen = f", seen in the {rc.evidence}" if rc.evidence.startswith("logs") else ""
-    return f"{who}{loc}{together}: {code}{rc.meaning} at {rc.time}{seen}"
+    what = rc.meaning
+    if err is not None:  # the process's own error instead of the exit code's meaning
+        what = describe(err)
+        code = f"exit {rc.exit_code}: " if rc.exit_code is not None else ""
+    return f"{who}{loc}{together}: {code}{what} at {rc.time}{seen}"
 
 
 def judge(rec: RunRecords) -> Verdict:
     """The verdict of a run from its per-rank records, whichever adapter made them."""
     by_host = any(r.host for r in rec.rows)
     incidents = _incidents(rec.failures)
-    causes = [_root_cause(inc, rec.logs, rec.expected, rec.where_by_rank, by_host) for inc in incidents]
+    causes = [_root_cause(inc, rec.logs, rec.expected, rec.where_by_rank, by_host, rec.nproc) for inc in incidents]
+    unit = "node" if rec.nproc > 1 else "rank"  # a row is a node: with one process per node, that rank
     incident_lines = [
-        f"{i + 1}. {_fmt_cause(rc)}" + (f"; {rc.followers}" if rc.followers else "") for i, rc in enumerate(causes)
+        f"{i + 1}. {_fmt_cause(rc, unit)}" + (f"; {rc.followers}" if rc.followers else "")
+        for i, rc in enumerate(causes)
     ]
     rows, expected = rec.rows, rec.expected
     v = Verdict(name=rec.name, kind=rec.kind, state="starting", headline="", rows=rows, ranks_expected=expected)
     v.reformations = rec.reformations
+    v.nproc = rec.nproc
     v.incidents = incident_lines
     v.root_cause = causes[0] if causes else None
     v.ranks_up = sum(1 for r in rows if r.state == "Running")
@@ -305,12 +397,12 @@ def judge(rec: RunRecords) -> Verdict:
         v.job_message = rec.job_message
     if rec.complete:
         v.state = "succeeded"
-        v.headline = f"Succeeded: {rec.succeeded}/{expected} ranks completed, {reform_text}"
+        v.headline = f"Succeeded: {rec.succeeded}/{expected} {unit}s completed, {reform_text}"
     elif rec.failed:
         v.state = "failed"
         rc = v.root_cause
         if rc:
-            v.headline = f"Failed: {_fmt_cause(rc)}" + (f"; {rc.followers}" if rc.followers else "")
+            v.headline = f"Failed: {_fmt_cause(rc, unit)}" + (f"; {rc.followers}" if rc.followers else "")
         else:
             v.headline = f"Failed: {v.job_reason}: {v.job_message}"
         if not rec.failed_final:
@@ -321,24 +413,24 @@ def judge(rec: RunRecords) -> Verdict:
     elif rec.stopped:
         v.state = "stopped"
         ended = sum(1 for r in rows if r.state in ("Stopped", "Succeeded", "Failed", "Lost"))
-        v.headline = f"Stopped: {rec.stopped}; {ended}/{expected} ranks ended, {reform_text}"
+        v.headline = f"Stopped: {rec.stopped}; {ended}/{expected} {unit}s ended, {reform_text}"
     elif rec.suspended:
         v.state = "pending"
         v.headline = (
-            f"Pending: the Job is suspended (spec.suspend), {v.ranks_up}/{expected} ranks up; "
+            f"Pending: the Job is suspended (spec.suspend), {v.ranks_up}/{expected} {unit}s up; "
             "a queue such as Kueue starts it when admitted, or `kubectl patch` it"
         )
     else:
-        _live_state(v, rec)
+        _live_state(v, rec, unit)
     # bare metal: a degraded headline that already names the only incident does not repeat it below
-    repeated = by_host and v.state == "degraded" and len(causes) == 1 and _fmt_cause(causes[0]) in v.headline
+    repeated = by_host and v.state == "degraded" and len(causes) == 1 and _fmt_cause(causes[0], unit) in v.headline
     if v.state != "failed" and causes and (v.reformations or v.state == "restarting") and not repeated:
         label = "restarting after" if v.state == "restarting" else "re-formed after"
         v.details.append(
-            f"{label}: {_fmt_cause(causes[-1])}" + (f"; {causes[-1].followers}" if causes[-1].followers else "")
+            f"{label}: {_fmt_cause(causes[-1], unit)}" + (f"; {causes[-1].followers}" if causes[-1].followers else "")
         )
         if len(causes) > 1:
-            v.details.append(f"first incident: {_fmt_cause(causes[0])}")
+            v.details.append(f"first incident: {_fmt_cause(causes[0], unit)}")
     if v.job_reason:
         msg = f"Job reason: {v.job_reason}" + (f": {v.job_message}" if v.job_message else "")
         named = re.search(r"for pod \S+/(\S+) failed", v.job_message)
@@ -370,7 +462,7 @@ def _printable(obj):
     return replace(obj, **changes)
 
 
-def _live_state(v: Verdict, rec: RunRecords) -> None:
+def _live_state(v: Verdict, rec: RunRecords, unit: str = "rank") -> None:
     rows, expected, kind, logs = rec.rows, rec.expected, rec.kind, rec.logs
     states = Counter(r.state for r in rows)
     up = states.get("Running", 0)
@@ -398,8 +490,8 @@ def _live_state(v: Verdict, rec: RunRecords) -> None:
     if crash:
         v.state = "restarting"
         v.headline = (
-            f"Restarting: {up}/{expected} ranks up; {len(crash)} in CrashLoopBackOff "
-            f"({_rank_list(r.rank for r in crash)}); re-formation {v.reformations + 1} pending"
+            f"Restarting: {up}/{expected} {unit}s up; {len(crash)} in CrashLoopBackOff "
+            f"({_rank_list((r.rank for r in crash), unit)}); re-formation {v.reformations + 1} pending"
         )
         return
     if up == expected and expected and rec.idle_after_success:
@@ -407,17 +499,26 @@ def _live_state(v: Verdict, rec: RunRecords) -> None:
         v.state = "succeeded"
         v.headline = (
             f"Succeeded: node 0's log says the run succeeded; its {expected} pods hold idle "
-            f"(restartPolicy Always would train again): `kgen stop {v.name}` removes them"
+            f"(restartPolicy Always would train again) and keep their GPUs: `kgen stop {v.name}` releases them"
         )
+        return
+    # bare metal: a node's process runs, but it waits or re-forms instead of training (its row says which)
+    busy = [r for r in rows if r.state == "Running" and r.host and not r.ready]
+    if up == expected and expected and busy:
+        reforming = [r for r in busy if r.meaning.startswith(("re-forming", "peer lost"))]
+        v.state = "restarting" if reforming else "starting"
+        what = "; ".join(f"{unit} {r.rank}: {r.meaning}" for r in (reforming or busy)[:3])
+        word = "Re-forming" if reforming else "Starting"
+        v.headline = f"{word}: {up}/{expected} {unit}s up, {len(busy)} not training yet ({what})"
         return
     if up == expected and expected:
         v.state = "running"
         joined = ""
         if any(f"all {expected} nodes connected" in text for text in logs.values()):
             joined = ", the group formed (node 0's log)"
-        v.headline = f"Running: {up}/{expected} ranks up{joined}" + (
-            f"; generation {v.reformations + 1} after {v.reformations} re-formation"
-            + ("s" if v.reformations != 1 else "")
+        gen = max((r.generation for r in rows), default=0)  # the GEN column's own number
+        v.headline = f"Running: {up}/{expected} {unit}s up{joined}" + (
+            f"; generation {gen} after {v.reformations} re-formation" + ("s" if v.reformations != 1 else "")
             if v.reformations
             else ""
         )
@@ -426,42 +527,42 @@ def _live_state(v: Verdict, rec: RunRecords) -> None:
     done = [r for r in rows if r.state == "Succeeded"]
     unseen = [r for r in rows if r.state in ("Unreachable", "Frozen")]  # bare metal: ssh cannot tell, or SIGSTOPped
     if unseen and up and not failed_rows:
-        which = ", ".join(f"rank {r.rank} ({r.host or r.pod}) {r.state.lower()}" for r in unseen)
+        which = ", ".join(f"{unit} {r.rank} ({r.host or r.pod}) {r.state.lower()}" for r in unseen)
         if rec.group_intact:
             v.state = "running"
             v.headline = (
-                f"Running: {up}/{expected} ranks up, {which}: node 0's log says the group still trains with "
+                f"Running: {up}/{expected} {unit}s up, {which}: node 0's log says the group still trains with "
                 "every node, so it runs but kgen cannot see it"
             )
         else:
             v.state = "degraded"
             first = v.root_cause
-            v.headline = f"Degraded: {up}/{expected} ranks up; " + (_fmt_cause(first) if first else which)
+            v.headline = f"Degraded: {up}/{expected} {unit}s up; " + (_fmt_cause(first, unit) if first else which)
         return
     if failed_rows and up:
         v.state = "degraded"
         first = v.root_cause
-        why = f": {_fmt_cause(first)}" if first else ""
-        v.headline = f"Degraded: {up}/{expected} ranks up, {len(failed_rows)} failed or stopping{why}"
+        why = f": {_fmt_cause(first, unit)}" if first else ""
+        v.headline = f"Degraded: {up}/{expected} {unit}s up, {len(failed_rows)} failed or stopping{why}"
         return
     if terminal and not up and failed_rows:
         v.state = "restarting"
         v.headline = (
-            f"Re-forming: 0/{expected} ranks up; the ranks ended and the Job controller has not replaced them "
+            f"Re-forming: 0/{expected} {unit}s up; the {unit}s ended and the Job controller has not replaced them "
             "yet (its pod failure back-off: no event explains the wait) or is failing the Job"
         )
         return
     if done and up + len(done) == expected:
         v.state = "running"
-        v.headline = f"Completing: {len(done)}/{expected} ranks done, {up} still running"
+        v.headline = f"Completing: {len(done)}/{expected} {unit}s done, {up} still running"
         return
     if done and len(done) == expected:
         v.state = "running"
-        v.headline = f"Completing: {expected}/{expected} ranks done, waiting for the Job's Complete condition"
+        v.headline = f"Completing: {expected}/{expected} {unit}s done, waiting for the Job's Complete condition"
         return
     v.state = "starting"
     pending = states.get("Pending", 0) + states.get("ContainerCreating", 0) + states.get("NoPod", 0) + missing
-    v.headline = f"Starting: {up}/{expected} ranks up" + (f", {pending} not started yet" if pending else "")
+    v.headline = f"Starting: {up}/{expected} {unit}s up" + (f", {pending} not started yet" if pending else "")
     if unseen or states.get("NoRunDir"):  # bare metal
         v.headline += f", {len(unseen)} unreachable" if unseen else ""
         v.headline += f", {states['NoRunDir']} without a run directory" if states.get("NoRunDir") else ""

@@ -10,11 +10,6 @@ from datetime import datetime
 from kgen.runs.verdict import Verdict, parse_time
 
 
-def prefix(rank: int, width: int) -> str:
-    """The ``[rank] `` before each line of a merged log (kgen logs, cluster and bare metal alike)."""
-    return f"[{rank:>{width}}] "
-
-
 def rank_width(ranks: Iterable[int]) -> int:
     return len(str(max(ranks, default=0)))
 
@@ -43,6 +38,13 @@ def to_yaml(data: dict | list) -> str:
     return dump_yaml([data])  # type: ignore[list-item]  # one document: a mapping, or a list of runs
 
 
+def _ranks(row_rank: int | None, nproc: int) -> str:
+    """The RANK(S) cell of a node's row: its rank, or with several processes per node its global ranks."""
+    if row_rank is None:
+        return "?"
+    return str(row_rank) if nproc <= 1 else f"{row_rank * nproc}-{row_rank * nproc + nproc - 1}"
+
+
 def _clip(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -51,13 +53,13 @@ def _clip(text: str, width: int) -> str:
 def host_rows(v: Verdict, wide: bool = False) -> list[str]:
     """Bare metal: one row per rank with its ssh host, state, generation, exit code and last log line
     (``wide``: the meaning and the last line unclipped)."""
-    header = ["RANK", "HOST", "STATE", "GEN", "RESTARTS", "EXIT", "MEANING", "LAST LINE"]
+    header = ["RANK" if v.nproc <= 1 else "RANKS", "HOST", "STATE", "GEN", "RESTARTS", "EXIT", "MEANING", "LAST LINE"]
     body = []
     for r in v.rows:
         host = r.host if not r.node or r.node == r.host else f"{r.host} ({r.node})"
         body.append(
             [
-                "?" if r.rank is None else str(r.rank),
+                _ranks(r.rank, v.nproc),
                 host,
                 r.state,
                 str(r.generation),
@@ -78,7 +80,7 @@ def status_text(v: Verdict, rows: bool = True, wide: bool = False) -> str:
         out.append("")
     elif rows and v.rows:
         show_gen = wide or any(r.generation > 1 for r in v.rows)
-        header = ["RANK", "POD", "NODE", "STATE", "RESTARTS", "EXIT", "MEANING"]
+        header = ["RANK" if v.nproc <= 1 else "RANKS", "POD", "NODE", "STATE", "RESTARTS", "EXIT", "MEANING"]
         if wide:
             header[3:3] = ["IP"]
             header[5:5] = ["READY"]
@@ -87,7 +89,7 @@ def status_text(v: Verdict, rows: bool = True, wide: bool = False) -> str:
         body = []
         for r in v.rows:
             line = [
-                "?" if r.rank is None else str(r.rank),
+                _ranks(r.rank, v.nproc),
                 r.pod,
                 r.node or "-",
                 r.state,

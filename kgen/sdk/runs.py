@@ -177,6 +177,11 @@ def local_run(name: str, on: str | None, namespace=None, context=None, kubeconfi
 
 
 def _local(ref: RunRef) -> LocalRun | None:
+    from kgen.runs.store import check_name
+
+    if not ref.name:
+        raise UsageError("is empty: give the run's name", option="NAME", hint="`kgen list` shows the runs kgen knows")
+    check_name(ref.name, "NAME")  # a name, never a path: nothing is looked up with it before this
     return local_run(ref.name, ref.on, ref.namespace, ref.context, ref.kubeconfig)
 
 
@@ -252,6 +257,9 @@ def _watch_bare_metal(rec) -> Iterator[StatusUpdate]:
     v = ops.status(rec, transport)
     which = _which(rec)
     yield StatusUpdate("first", RunStatus(v, "bare-metal", which))
+    if v.state in ("succeeded", "failed", "stopped"):  # over already: the first view was the last word
+        yield StatusUpdate("last", RunStatus(v, "bare-metal", which))
+        return
     last = v.headline
     while v.state not in ("succeeded", "failed", "stopped"):
         time.sleep(BARE_METAL_POLL_S)
@@ -265,9 +273,10 @@ def _watch_bare_metal(rec) -> Iterator[StatusUpdate]:
 # ------------------------------------------------------------------------------------------ logs
 @dataclass(frozen=True)
 class LogsRequest:
-    """`kgen logs NAME`: ``ranks`` (None: every rank), the last ``tail`` lines of each, only lines newer than
-    ``since_s`` seconds (0: from now on), ``timestamps`` shown, ``previous`` containers (cluster runs),
-    ``follow`` until the run ends, at most ``max_streams`` log streams at once (cluster runs)."""
+    """`kgen logs NAME`: ``ranks`` (global ranks; None: every rank), the last ``tail`` lines of each node's log,
+    only lines newer than ``since_s`` seconds (0: from now on), ``timestamps`` shown, ``previous`` containers
+    (cluster runs), ``follow`` until the run ends, at most ``max_streams`` log streams at once (cluster runs),
+    ``full``: torchrun's shutdown tracebacks as written (by default one line each)."""
 
     run: RunRef
     ranks: frozenset[int] | None = None
@@ -277,11 +286,13 @@ class LogsRequest:
     previous: bool = False
     follow: bool = False
     max_streams: int = 128
+    full: bool = False
 
 
 def logs(req: LogsRequest, note: Say = _quiet) -> Iterator[str]:
-    """Every rank's log line, merged by time, each after its ``[rank]`` prefix (a log that cannot be read is
-    ``note``'d and left out)."""
+    """Every line of the run's logs, merged by time, each whole and after its process's prefix: ``[R]`` for
+    training process R (its global rank), ``[node N]`` for node N's own (kgen, torchrun); a log that cannot be
+    read is ``note``'d and left out."""
     if req.tail is not None and req.tail < 0:
         raise UsageError(f"must be 0 or more, got {req.tail}", option="--tail")
     ranks = set(req.ranks) if req.ranks is not None else None
@@ -290,7 +301,7 @@ def logs(req: LogsRequest, note: Say = _quiet) -> Iterator[str]:
         from kgen.sdk import slurmruns
 
         yield from slurmruns.logs(local.record, ranks, req.tail, req.since_s, req.timestamps, req.previous,
-                                  req.follow, note)  # fmt: skip
+                                  req.follow, note, req.full)  # fmt: skip
         return
     rec = local.record if local is not None else None
     if rec is not None:
@@ -307,7 +318,17 @@ def logs(req: LogsRequest, note: Say = _quiet) -> Iterator[str]:
 
     cluster = _connect(req.run, max_connections=req.max_streams + 4)
     yield from ops.logs(
-        cluster, req.run.name, ranks, tail, since_s, req.timestamps, req.previous, req.follow, req.max_streams, note
+        cluster,
+        req.run.name,
+        ranks,
+        tail,
+        since_s,
+        req.timestamps,
+        req.previous,
+        req.follow,
+        req.max_streams,
+        note,
+        full=req.full,
     )
 
 
@@ -318,16 +339,17 @@ def _logs_bare_metal(rec, req: LogsRequest, ranks: set[int] | None, note: Say) -
         raise UsageError("is for cluster runs (a bare-metal node's log goes on across restarts)", option="--previous")
     transport = ops.transport_for(rec)
     if ranks is not None:
-        unknown = sorted(ranks - {n.rank for n in rec.nodes})
+        world = len(rec.nodes) * max(rec.nproc, 1)
+        unknown = sorted(r for r in ranks if r >= world)
         if unknown:
-            raise UsageError(f"run {rec.name} has ranks 0..{len(rec.nodes) - 1}, not {unknown}", option="--rank")
+            raise UsageError(f"run {rec.name} has ranks 0..{world - 1}, not {unknown}", option="--rank")
     if not req.follow:
-        lines, warnings = ops.logs(rec, transport, ranks, req.tail, req.since_s, req.timestamps)
+        lines, warnings = ops.logs(rec, transport, ranks, req.tail, req.since_s, req.timestamps, req.full)
         for w in warnings:
             note(w)
         yield from lines
         return
-    yield from ops.follow(rec, transport, ranks, req.tail, req.since_s, req.timestamps)
+    yield from ops.follow(rec, transport, ranks, req.tail, req.since_s, req.timestamps, req.full)
 
 
 # ------------------------------------------------------------------------------------------ stop
@@ -335,18 +357,20 @@ def _logs_bare_metal(rec, req: LogsRequest, ranks: set[int] | None, note: Say) -
 class StopRequest:
     """`kgen stop NAME`: ``wait`` (a cluster run: until its pods are gone, at most ``timeout`` s); a bare-metal
     run: SIGKILL what is left ``grace`` s after the stop began, then ``remove`` its run directories and record; a
-    Slurm run: ``scancel`` what is left ``grace`` s after the group stop, then ``remove`` its folder and record."""
+    Slurm run: ``scancel`` what is left ``grace`` s after the group stop, then ``remove`` its folder and record.
+    A cluster run of which nothing is left is an error unless ``ignore_not_found``."""
 
     run: RunRef
     wait: bool = False
     timeout: float = 300.0
     grace: float = 10.0
     remove: bool = False
+    ignore_not_found: bool = False  # a cluster run with nothing left: 0 objects deleted, no error (kubectl's flag)
 
 
 @dataclass
 class StopResult:
-    """What was stopped: ``on`` "cluster" (``deleted``: how many objects; 0 = the run was already stopped, in
+    """What was stopped: ``on`` "cluster" (``deleted``: how many objects; 0 only with ``ignore_not_found``, in
     ``namespace``), "bare-metal" (``report``: each node's stop) or "slurm" (``job``: kgen.slurm.ops.StopReport,
     the job's stop); ``removed``: the problems of --rm (None: not done)."""
 
@@ -392,10 +416,19 @@ def stop(req: StopRequest, say: Say = _quiet, note: Say = _quiet) -> StopResult:
         return StopResult("bare-metal", report=report, removed=removed)
     if req.remove:
         raise UsageError("is for bare-metal and Slurm runs (kgen launch, kgen submit --kind slurm)", option="--rm")
+    from kgen.cluster.errors import ClusterError
+    from kgen.cluster.labels import run_selector
     from kgen.cluster.ops import stop_run
 
     cluster = _connect(req.run)
     deleted = stop_run(cluster, req.run.name, req.wait, req.timeout, say, note)
+    if not deleted and not req.ignore_not_found:
+        raise ClusterError(
+            f"no run {req.run.name} in namespace {cluster.namespace}: nothing labelled {run_selector(req.run.name)} "
+            "(stopped already, or never there); nothing was stopped",
+            option="NAME",
+            hint="`kgen list -A` shows the runs kgen finds; --ignore-not-found makes this exit 0",
+        )
     return StopResult("cluster", deleted=deleted, namespace=cluster.namespace)
 
 

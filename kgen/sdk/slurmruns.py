@@ -67,19 +67,21 @@ def logs(
     previous: bool,
     follow: bool,
     note: Say,
+    full: bool = False,
 ) -> Iterator[str]:
     from kgen.slurm import ops
 
     if previous:
         raise UsageError("is for cluster runs (a Slurm node's log goes on across requeues)", option="--previous")
     if ranks is not None:
-        unknown = sorted(ranks - set(range(rec.nodes)))
+        world = rec.nodes * max(rec.nproc, 1)
+        unknown = sorted(r for r in ranks if r >= world)
         if unknown:
-            raise UsageError(f"run {rec.name} has ranks 0..{rec.nodes - 1}, not {unknown}", option="--rank")
+            raise UsageError(f"run {rec.name} has ranks 0..{world - 1}, not {unknown}", option="--rank")
     if follow:
-        yield from ops.follow(rec, ranks, tail, timestamps, since_s=since_s)
+        yield from ops.follow(rec, ranks, tail, timestamps, since_s=since_s, full=full)
         return
-    lines, warnings = ops.logs(rec, ranks, tail, since_s, timestamps)
+    lines, warnings = ops.logs(rec, ranks, tail, since_s, timestamps, full)
     for w in warnings:
         note(w)
     yield from lines

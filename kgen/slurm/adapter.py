@@ -20,7 +20,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kgen.runs.errors import node_error
 from kgen.runs.exitcodes import meaning as exit_meaning
+from kgen.runs.logtext import last_line
 from kgen.runs.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
 from kgen.runs.stamps import split_ts
 from kgen.slurm.commands import JobInfo
@@ -150,7 +152,7 @@ def to_records(
         key = f"node{f.rank}@{host}" if host else f"node{f.rank}"
         logs[key] = "\n".join(split_ts(e)[1] for e in f.events)
         row = Row(f.rank, "", host, "", False, attempt, None, "", attempt, host=host)
-        row.last_line = _short(split_ts(f.tail[-1])[1]) if f.tail else ""
+        row.last_line = _short(last_line(split_ts(t)[1] for t in f.tail))  # as `kgen logs` shows it
         ex = _this(f.exit, attempt, rec.job_id)
         if ex is not None and isinstance(ex.get("code"), int):
             code = ex["code"]
@@ -163,9 +165,10 @@ def to_records(
                 row.state = "Stopped"
             else:
                 row.state = "Failed"
+                said = node_error("\n".join(split_ts(t)[1] for t in f.tail), f.rank)  # its failure record
                 failures.append(Failure(f.rank, "", host, code, "", meaning.meaning, meaning.role,
                                         parse_time(ex.get("time")), "exit record in the run folder", host=host,
-                                        key=key))  # fmt: skip
+                                        key=key, error=said))  # fmt: skip
         elif state == "PENDING" or (not state and not pid):
             row.state = "Pending"
             row.meaning = PENDING_MEANING.get(job.reason if job else "", f"queued ({job.reason})" if job else "")
@@ -194,6 +197,7 @@ def to_records(
         logs=logs,
         where_by_rank={r: [h] for r, h in hosts.items() if h},
         reformations=attempt,
+        nproc=max(rec.nproc, 1),
     )
     out.succeeded = sum(1 for r in rows if r.state == "Succeeded")
     decision = (end_now or {}).get("decision")

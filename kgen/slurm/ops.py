@@ -19,10 +19,11 @@ from kgen.errors import UsageError
 from kgen.render.sbatch import check_run_dir
 from kgen.resources import entrypoint_path
 from kgen.runs import stamps
+from kgen.runs.logtext import TAIL_SLACK, NodeLines, nodes_of, prefix, wanted
 from kgen.runs.safetext import lines as text_lines
-from kgen.runs.stamps import record_stamp, show, split_ts
+from kgen.runs.stamps import record_stamp, split_ts
 from kgen.runs.verdict import Verdict, judge
-from kgen.runs.views import prefix, rank_width
+from kgen.runs.views import rank_width
 from kgen.slurm import commands
 from kgen.slurm import record as R
 from kgen.slurm.adapter import NodeFiles, to_records
@@ -176,29 +177,40 @@ def logs(
     tail: int | None = None,
     since_s: int | None = None,
     timestamps: bool = False,
+    full: bool = False,
 ) -> tuple[list[str], list[str]]:
-    """Every chosen rank's log (all attempts) merged in time order with ``[rank]`` prefixes; one warning per
-    rank whose log cannot be read."""
-    chosen = [r for r in range(rec.nodes) if ranks is None or r in ranks]
+    """The chosen global ranks' lines (all attempts) merged in time order, each after its process's prefix
+    (``[R]``, or ``[node N]`` for the node's own; kgen.runs.logtext); one warning per node whose log cannot be
+    read. ``tail``: the last lines of each node's log."""
+    chosen = _chosen_nodes(rec, ranks)
     texts: dict[int, list[str]] = {}
     warnings = []
-    for rank in chosen:
-        path = Path(rec.run_dir) / f"node{rank}" / "log"
+    for node in chosen:
+        path = Path(rec.run_dir) / f"node{node}" / "log"
         try:
             if tail is not None:  # the last lines only: read from the end (a long run's log can be large)
                 if not path.exists():
                     raise FileNotFoundError(path)
-                got = _tail_lines(path, tail, TAIL_BYTES)
+                got = _tail_lines(path, tail + TAIL_SLACK if tail and not full else tail, TAIL_BYTES)
             else:
                 got = text_lines(path.read_bytes().decode("utf-8", "replace"))
         except FileNotFoundError:
-            warnings.append(f"rank {rank}: no log yet ({path}): its task has not started")
+            warnings.append(f"node {node}: no log yet ({path}): its task has not started")
             continue
         except OSError as exc:
-            warnings.append(f"rank {rank}: log unavailable: {path}: {exc.strerror}")
+            warnings.append(f"node {node}: log unavailable: {path}: {exc.strerror}")
             continue
-        texts[rank] = got
-    return stamps.merge(texts, since_s, timestamps), warnings
+        texts[node] = got
+    merged = stamps.merge(
+        texts, since_s, timestamps, nproc=max(rec.nproc, 1), nnodes=rec.nodes, ranks=ranks, full=full, tail=tail
+    )
+    return merged, warnings
+
+
+def _chosen_nodes(rec: R.RunRecord, ranks: set[int] | None) -> list[int]:
+    """The nodes whose logs hold the chosen global ranks (``--rank``; every node without)."""
+    picked = nodes_of(ranks, max(rec.nproc, 1))
+    return [n for n in range(rec.nodes) if picked is None or n in picked]
 
 
 def follow(
@@ -209,49 +221,65 @@ def follow(
     env: Mapping[str, str] | None = None,
     poll: float = FOLLOW_POLL,
     since_s: int | None = None,
+    full: bool = False,
 ) -> Iterator[str]:
-    """The chosen ranks' logs as they grow (each poll's new lines merged in time order), from the last ``tail``
+    """The chosen ranks' lines as they grow (each poll's new lines merged in time order), from the last ``tail``
     lines (or those newer than ``since_s`` seconds; 0: from now on), until the job ended (requeues included: a
     requeued job goes on in the same files)."""
-    chosen = [r for r in range(rec.nodes) if ranks is None or r in ranks]
-    width = rank_width(chosen or [0])
+    chosen = _chosen_nodes(rec, ranks)
+    nproc = max(rec.nproc, 1)
+    width = rank_width([max(rec.nodes, 1) * nproc - 1])
     if since_s != 0:
         default_tail = 10 if since_s is None else None
-        first, _ = logs(rec, set(chosen), tail=tail if tail is not None else default_tail, since_s=since_s,
-                        timestamps=timestamps)  # fmt: skip
+        first, _ = logs(rec, ranks, tail=tail if tail is not None else default_tail, since_s=since_s,
+                        timestamps=timestamps, full=full)  # fmt: skip
         yield from first
     pos: dict[int, int] = {}
     partial: dict[int, bytes] = {}
-    for rank in chosen:
+    folds = {node: NodeLines(full) for node in chosen}
+    for node in chosen:
         try:
-            pos[rank] = (Path(rec.run_dir) / f"node{rank}" / "log").stat().st_size
+            pos[node] = (Path(rec.run_dir) / f"node{node}" / "log").stat().st_size
         except OSError:
-            pos[rank] = 0
+            pos[node] = 0
+
+    def shown(node: int, items) -> list[tuple[str, int, str]]:
+        return [
+            (ts, node, prefix(rank, node, width) + (f"{ts} {text}" if timestamps and ts else text))
+            for ts, rank, text in items
+            if wanted(rank, node, ranks, nproc)
+        ]
+
     ended_polls = 0
     while True:
         fresh: list[tuple[str, int, int, str]] = []
-        for rank in chosen:
-            path = Path(rec.run_dir) / f"node{rank}" / "log"
+        for node in chosen:
+            path = Path(rec.run_dir) / f"node{node}" / "log"
             try:
                 with open(path, "rb") as fh:
-                    fh.seek(pos[rank])
+                    fh.seek(pos[node])
                     data = fh.read(4 << 20)
             except OSError:
                 continue
-            pos[rank] += len(data)
-            whole, _, rest = (partial.get(rank, b"") + data).rpartition(b"\n")
-            partial[rank] = rest
+            pos[node] += len(data)
+            whole, _, rest = (partial.get(node, b"") + data).rpartition(b"\n")
+            partial[node] = rest
             if whole:
-                text = text_lines(whole.decode("utf-8", "replace") + "\n")
-                fresh.extend((split_ts(ln)[0], rank, i, ln) for i, ln in enumerate(text))
-        for _, rank, _, line in sorted(fresh):
-            yield prefix(rank, width) + show(line, timestamps)
+                items = []
+                for ln in text_lines(whole.decode("utf-8", "replace") + "\n"):
+                    items.extend(folds[node].feed(*split_ts(ln)))
+                base = len(fresh)
+                fresh.extend((ts, n, base + i, text) for i, (ts, n, text) in enumerate(shown(node, items)))
+        for _, _, _, line in sorted(fresh):
+            yield line
         if fresh:
             ended_polls = 0
         else:
             job = commands.job_info(rec.job_id, env)
             ended_polls = ended_polls + 1 if job is None or job.ended else 0
             if ended_polls >= 2:  # ended, and nothing more came in the poll after
+                for node in chosen:
+                    yield from (line for _, _, line in shown(node, folds[node].flush()))
                 return
         time.sleep(poll)
 

@@ -194,7 +194,8 @@ def test_replaced_node_counts_a_reformation():
     ]
     v = verdict(running(0, [*formed(0), *formed(0, gen=1, t=12)]), running(1, events1), running(2, formed(2, 1, 12)))
     assert v.state == "running" and v.reformations == 1 and v.rows[1].restarts == 1
-    assert "generation 2 after 1 re-formation" in v.headline
+    # the headline's generation is the GEN column's (issue 24: they disagreed, 2 vs 1)
+    assert "generation 1 after 1 re-formation" in v.headline and max(r.generation for r in v.rows) == 1
     assert any(d.startswith("re-formed after: rank 1 (host b): exit 137: killed (SIGKILL)") for d in v.details)
 
 
@@ -216,6 +217,84 @@ def test_json_shape_is_the_cluster_verdicts():
 def test_no_run_directory(missing):
     v = verdict(running(0, formed(0)), missing, running(2, formed(2)))
     assert v.rows[1].state == "NoRunDir" and "without a run directory" in v.headline
+
+
+def record(t: int, **fields) -> str:
+    """The entrypoint's failure record line (kgen_entrypoint.FAILURE_MARK), in a node's events."""
+    import json
+
+    return f"{ts(t)} kgen-entrypoint: worker failure: {json.dumps(fields)}"
+
+
+def test_a_reforming_node_makes_the_headline_say_re_forming():
+    """Issue 24: every process runs, but one node re-forms: the headline says so, as its row does (it said
+    "Running: 3/3 ranks up, the group formed" while the row said "re-forming")."""
+    reform = ev(20, 1, "re-forming: node 0 lost: node 0 silent for 5.0s; stopping torch (generation 0)")
+    v = verdict(running(0, formed(0)), running(1, [*formed(1), reform]), running(2, formed(2)))
+    assert v.state == "restarting", v.headline
+    assert v.headline.startswith("Re-forming: 3/3 ranks up, 1 not training yet (rank 1: re-forming: node 0 lost")
+    assert [r.ready for r in v.rows] == [True, False, True]
+    assert v.rows[1].meaning.startswith("re-forming")
+
+
+def test_the_failure_record_names_the_process_its_error_and_the_consequences():
+    """Node 1's record: its worker of global rank 3 raised; node 0's workers failed because of it (peer
+    errors) and node 0 exited 5: the root cause is rank 3's exception, ranks 0-2 its consequences."""
+    err0 = record(11, rank=0, local_rank=0, exit=1, error="RuntimeError", message="Connection closed by peer",
+                  where="c10d.py:9", source="traceback", time=ts(11), peer=True,
+                  others=[{"rank": 1, "exit": -15, "peer": True}])  # fmt: skip
+    err1 = record(10, rank=3, local_rank=1, exit=1, error="RuntimeError", message="boom at step 3",
+                  where="/w/train.py:12", source="traceback", time="2026-01-01T12:00:09.500000Z", peer=False,
+                  others=[{"rank": 2, "exit": -15, "peer": True}])  # fmt: skip
+    rec = RunRecord(
+        name="demo", mode="ssh", nproc=2, nodes=[NodeRecord(i, h, f"/s/node{i}") for i, h in enumerate(HOSTS[:2])]
+    )
+    states = [
+        ended(0, 5, "script failed (node 1's torchrun exited with code 1)", 12, [*formed(0), err0]),
+        ended(1, 1, "torch failed with code 1", 12, [*formed(1), err1]),
+    ]
+    v = judge(to_records(rec, [NodeState(n, st) for n, st in zip(rec.nodes, states, strict=True)]))
+    rc = v.root_cause
+    assert rc.ranks == [3] and rc.node_ranks == [1] and rc.consequences == [0, 1, 2]
+    assert rc.error["type"] == "RuntimeError" and rc.error["where"] == "/w/train.py:12"
+    assert rc.time == "12:00:09"  # the exception's own time, not the exit's
+    assert v.headline.startswith(
+        "Failed: rank 3 (node 1, local rank 1; host b): exit 1: RuntimeError: boom at step 3 (/w/train.py:12) at "
+        "12:00:09; ranks 0-2 failed because of it; 1 node stopped by fail-stop (exit 5)"
+    ), v.headline
+    assert v.to_dict()["root_cause"]["error"]["message"] == "boom at step 3"  # -o json carries it
+
+
+def test_the_same_error_on_every_node_is_one_cause_together():
+    """`-m` of a module whose import fails: node 1 reported first, node 0 exited 5, but node 0's own record
+    says its worker failed the same way (not a peer error): both are the cause, together."""
+    same = dict(exit=1, error="ModuleNotFoundError", message="No module named 'dep'", where="m.py:2",
+                source="traceback", peer=False)  # fmt: skip
+    states = [
+        ended(0, 5, "script failed (node 1's torchrun exited with code 1)", 12,
+              [*formed(0), record(10, rank=0, local_rank=0, time=ts(10), **same)]),
+        ended(1, 1, "torch failed with code 1", 12, [*formed(1), record(10, rank=1, local_rank=0, time=ts(9), **same)]),
+        ended(2, 5, "node 0 ended the run", 12, [*formed(2), record(10, rank=2, local_rank=0, time=ts(10), **same)]),
+    ]  # fmt: skip
+    v = verdict(*states)
+    assert v.root_cause.ranks == [0, 1, 2] and v.root_cause.consequences == []
+    assert v.headline == (
+        "Failed: ranks 0-2 (host a, b, c) together: ModuleNotFoundError: No module named 'dep' (m.py:2) at 12:00:09"
+    ), v.headline
+    assert "fail-stop" not in v.headline
+
+
+def test_a_traceback_in_the_tail_when_there_is_no_record():
+    """An older entrypoint (no record): the last traceback in the failed node's log tail is its error."""
+    tail = [f"{ts(9)} Traceback (most recent call last):", f'{ts(9)}   File "/w/t.py", line 4, in <module>',
+            f"{ts(9)}     f()", f"{ts(9)} ValueError: bad shard 7",
+            stopped(10, "torch failed with code 1")]  # fmt: skip
+    st = ended(1, 1, "torch failed with code 1", 10, formed(1))
+    st["tail"] = tail
+    v = verdict(ended(0, 5, "script failed (node 1's torchrun exited with code 1)", 12, formed(0)), st,
+                ended(2, 5, "node 0 ended the run", 12, formed(2)))  # fmt: skip
+    assert v.root_cause.error["type"] == "ValueError" and v.root_cause.error["source"] == "log"
+    assert "ValueError: bad shard 7 (/w/t.py:4)" in v.headline
 
 
 def test_an_internal_error_is_kgens_own_fault_not_the_scripts():

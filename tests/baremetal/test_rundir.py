@@ -112,9 +112,9 @@ def test_follow_merge_keeps_a_streams_end_after_its_last_lines():
         return (t0 + timedelta(seconds=dt)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     m = Merger()
-    m.line(1, f"{at(0.2)} rank 1 step 9")
-    m.line(2, f"{at(0.1)} rank 2 step 9")
-    m.line(2, f"{at(0.3)} rank 2 step 10")
+    m.line(1, at(0.2), "rank 1 step 9")
+    m.line(2, at(0.1), "rank 2 step 9")
+    m.line(2, at(0.3), "rank 2 step 10")
     m.ended(2, "h2: the ssh connection ended without a message", t0 + timedelta(seconds=0.35))
     assert m.ripe(t0 + timedelta(seconds=0.35)) == []  # held: newer than REORDER_S
     out = m.ripe(t0 + timedelta(seconds=0.4 + REORDER_S))
@@ -122,6 +122,6 @@ def test_follow_merge_keeps_a_streams_end_after_its_last_lines():
     assert out[-1][1] == "(kgen: log stream ended: h2: the ssh connection ended without a message)"
     # --since: older lines are dropped; flush releases everything at the end
     m = Merger(cut=at(1))
-    m.line(0, f"{at(0.5)} old")
-    m.line(0, f"{at(2)} new")
-    assert [t for _, t in m.ripe(t0, flush=True)] == [f"{at(2)} new"]
+    m.line(0, at(0.5), "old")
+    m.line(0, at(2), "new")
+    assert [t for _, t in m.ripe(t0, flush=True)] == ["new"]

@@ -36,10 +36,12 @@ def test_lines_split_on_newline_only():
 def test_kgen_logs_merge_and_follow_pass_no_control_character():
     merged = merge({0: f"2026-11-22T15:04:52Z {HOSTILE}\n", 1: "2026-11-22T15:04:53Z ok\n"})
     assert len(merged) == 2 and not any(UNSAFE.search(m) for m in merged)
-    assert merged[0].startswith("[0] a\\x1b[2J") and merged[1] == "[1] ok"
+    assert merged[0].startswith("[node 0] a\\x1b[2J") and merged[1] == "[node 1] ok"  # a node's own lines
     follower = Follower(lambda s: [HOSTILE.encode() + b"\n", b"\x1b[31mred\x1b[0m\r\n"], None, lambda: True)
     got = list(follower.run([Source(0, "p")]))
-    assert got == [f"[0] {printable(HOSTILE)}", "[0] \\x1b[31mred\\x1b[0m"]
+    assert got == [f"[node 0] {printable(HOSTILE)}", "[node 0] \\x1b[31mred\\x1b[0m"]
+    worker = Follower(lambda s: [b"[rank 0] \x1b[31mred\r\n"], None, lambda: True)  # a training process's line
+    assert list(worker.run([Source(0, "p")])) == ["[0] \\x1b[31mred"]
 
 
 def test_only_the_entrypoints_own_lines_count():

@@ -392,3 +392,71 @@ def test_statefulset_holding_idle_after_success_is_succeeded():
     v = decide(d["name"], d["pods"], d["workload"], d["events"], logs)
     assert v.state == "succeeded"
     assert v.headline.startswith("Succeeded:") and f"kgen stop {d['name']}" in v.headline
+
+
+# ------------------------------------------------------------------------------------------ issue 24
+RECORD = (
+    'kgen-entrypoint: worker failure: {"error": "RuntimeError", "exit": 1, "local_rank": 0, "message": '
+    '"deliberate failure on rank 1 at step 5", "others": [], "peer": false, "rank": 1, "source": "traceback", '
+    '"time": "2026-11-22T15:04:52.412000Z", "where": "/app/train_loop.py:31"}'
+)
+
+
+def _script_error(d: dict) -> list[dict]:
+    """job-worker-killed as if rank 1's script had raised (exit 1) instead of being killed: what its pod's
+    status says with FallbackToLogsOnError (the end of its log, with the entrypoint's failure record)."""
+    pods = copy.deepcopy(d["pods"])
+    rank1 = next(p for p in pods if p["metadata"]["name"].startswith("rec-worker-killed-1-"))
+    term = rank1["status"]["containerStatuses"][0]["state"]["terminated"]
+    term["exitCode"], term["reason"] = 1, "Error"
+    term["message"] = f"[rank 1] RuntimeError: deliberate failure on rank 1 at step 5\n{RECORD}\n" + (
+        "kgen-entrypoint: stopped: torch failed with code 1\n"
+    )
+    return pods
+
+
+def test_the_termination_message_names_the_error_without_logs():
+    """`kgen status --no-logs`: the pod's termination message (FallbackToLogsOnError) holds the failure
+    record: the root cause is rank 1's exception, its message and file:line; -o json carries them."""
+    d = load("job-worker-killed")
+    v = decide(d["name"], _script_error(d), d["workload"], d["events"])
+    assert v.root_cause.ranks == [1] and v.root_cause.exit_code == 1
+    assert v.root_cause.error["type"] == "RuntimeError"
+    assert v.root_cause.error["where"] == "/app/train_loop.py:31"
+    assert v.headline.startswith(
+        "Failed: rank 1 (pod rec-worker-killed-1-9wdcf; node sim-node-1): exit 1: RuntimeError: deliberate failure "
+        "on rank 1 at step 5 (/app/train_loop.py:31) at 15:04:52"
+    ), v.headline
+    assert (
+        json.loads(json.dumps(v.to_dict()))["root_cause"]["error"]["message"]
+        == "deliberate failure on rank 1 at step 5"
+    )
+
+
+def test_a_traceback_in_the_log_tail_when_the_pod_has_no_message():
+    """An older entrypoint (no record, no message): the traceback in the failed pod's log tail."""
+    d = load("job-worker-killed")
+    pods = _script_error(d)
+    for p in pods:
+        p["status"]["containerStatuses"][0]["state"]["terminated"].pop("message", None)
+    logs = dict(d["logs"])
+    name = "rec-worker-killed-1-9wdcf"
+    logs[name] = logs[name] + (
+        "Traceback (most recent call last):\n"
+        '  File "/app/train_loop.py", line 31, in <module>\n'
+        "    raise ValueError(bad)\n"
+        "ValueError: bad shard 7\n"
+    )
+    v = decide(d["name"], pods, d["workload"], d["events"], logs)
+    assert v.root_cause.error["type"] == "ValueError" and v.root_cause.error["source"] == "log"
+    assert "ValueError: bad shard 7 (/app/train_loop.py:31)" in v.headline
+
+
+def test_recorded_logs_hold_no_process_error():
+    """The recordings (kgen 0.1) have torchrun's SignalException tracebacks after each fail-stop: those are the
+    launcher's, never a process error; every recorded verdict keeps its README root cause."""
+    from kgen.runs.errors import node_error
+
+    for capture in captures():
+        for text in load(capture)["logs"].values():
+            assert node_error(text) is None, capture

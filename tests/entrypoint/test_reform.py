@@ -210,9 +210,15 @@ def test_five_nodes_worker_killed(cluster, tmp_path):
 def test_script_error_fails_the_run_fast_by_default(cluster, tmp_path):
     c, _ = start_run(cluster, tmp_path, "rse", 3, 400, extra=("--fail-at", "6", "--fail-rank", "1"))
     codes = c.wait_all(150)
-    assert codes == [5, 1, 5], c.logs()  # node 1 (the bug) exits its own code: FailJob
-    assert c.pods[1].log().rstrip().endswith("kgen-entrypoint: stopped: torch failed with code 1")
-    assert "node 1's torchrun exited with code 1" in c.pods[0].log().rstrip().splitlines()[-1]
+    # Node 1 has the bug; node 2's torchrun fails too, a moment later, of the lost peer (gloo: "Connection
+    # closed by peer"). Node 0 names the node whose report came first (within the 0.1 s of torchrun's monitor:
+    # either), and that node exits its own code 1 (FailJob); what each worker said is in its node's failure
+    # record, from which `kgen status` names rank 1 as the cause and rank 2 as a consequence (tests/test_errors.py).
+    blamed = codes.index(1) if codes.count(1) == 1 else None
+    assert blamed in (1, 2) and codes[0] == 5 and codes.count(5) == 2, (codes, c.logs())
+    assert c.pods[blamed].log().rstrip().endswith("kgen-entrypoint: stopped: torch failed with code 1")
+    assert f"node {blamed}'s torchrun exited with code 1" in c.pods[0].log().rstrip().splitlines()[-1]
+    assert '"peer": false, "rank": 1' in c.pods[1].log()  # node 1's record: its own exit, no peer error
     assert "gen=1" not in c.logs()  # never retried
 
 
@@ -230,7 +236,8 @@ def test_script_error_reforms_when_values_say_so(cluster, tmp_path):
         extra=("--fail-at", "6", "--fail-rank", "2", "--fail-once"),
     )
     finish_and_check(c, ckpt, steps, nodes, timeout=200)
-    assert "script failed: node 2's torchrun exited with code 1" in c.pods[0].log()
+    # node 2 has the bug, node 1 fails of the lost peer a moment later: node 0 names the first report (either)
+    assert re.search(r"script failed: node [12]'s torchrun exited with code 1", c.pods[0].log()), c.pods[0].log()
     assert all(p.incarnation == 0 for p in c.pods)  # nobody was replaced: the group re-formed in place
 
 

@@ -70,11 +70,12 @@ def test_render_lint_submit_status_logs_list_stop(slurm, tmp_path, monkeypatch):
     res = kgen("status", "loop", "-o", "json")
     assert res.exit_code == 0 and '"state": "succeeded"' in res.stdout
     res = kgen("logs", "loop", "--tail", "1")
-    assert res.exit_code == 0 and sorted(ln[:4] for ln in res.stdout.splitlines()) == ["[0] ", "[1] ", "[2] "], (
-        res.stdout
-    )
-    res = kgen("logs", "loop", "-f", "--rank", "2")
-    assert res.exit_code == 0 and res.stdout.splitlines()[-1] == "[2] kgen-entrypoint: stopped: succeeded", res.stdout
+    heads = sorted(ln[:9] for ln in res.stdout.splitlines())  # each node's last line: its own "stopped"
+    assert res.exit_code == 0 and heads == ["[node 0] ", "[node 1] ", "[node 2] "], res.stdout
+    res = kgen("logs", "loop", "-f", "--rank", "2")  # one process per node: rank 2's lines and node 2's own
+    lines = res.stdout.splitlines()
+    assert res.exit_code == 0 and lines[-1] == "[node 2] kgen-entrypoint: stopped: succeeded", res.stdout
+    assert any(ln.startswith("[2] KGEN_EVT") for ln in lines) and not any(ln.startswith(("[0]", "[1]")) for ln in lines)
     res = kgen("list")
     assert res.exit_code == 0
     row = next(ln for ln in res.stdout.splitlines() if ln.split()[1:2] == ["loop"])

@@ -12,9 +12,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # What every run adapter shares (records, the one verdict, exit codes, views, local records, time stamps,
-# text safe for a terminal).
+# text safe for a terminal, a failed process's error, a node's log as `kgen logs` shows it).
 VERDICT_LEAVES = {"kgen.runs", "kgen.runs.records", "kgen.runs.verdict", "kgen.runs.exitcodes", "kgen.runs.views",
-                  "kgen.runs.store", "kgen.runs.stamps", "kgen.runs.safetext"}  # fmt: skip
+                  "kgen.runs.store", "kgen.runs.stamps", "kgen.runs.safetext", "kgen.runs.errors",
+                  "kgen.runs.logtext"}  # fmt: skip
 LEAVES = {"kgen.errors", "kgen.resources"}
 RENDER = {"kgen.render.sbatch"}  # the sbatch script, pure (kgen render --kind slurm prints the same)
 

@@ -115,13 +115,13 @@ def test_logs_merge_every_rank_in_time_order(tmp_path):
     run = tmp_path / "run"
     for rank, stamps in ((0, ["08:00:01", "08:00:03"]), (1, ["08:00:02", "08:00:04"])):
         (run / f"node{rank}").mkdir(parents=True)
-        text = "".join(f"2026-11-26T{s}.000000Z line {s} of {rank}\n" for s in stamps)
-        (run / f"node{rank}" / "log").write_text(text)
+        text = "".join(f"2026-11-26T{s}.000000Z [rank {rank}] line {s} of {rank}\n" for s in stamps)
+        (run / f"node{rank}" / "log").write_text(f"2026-11-26T08:00:00.000000Z [kgen node {rank}] up\n{text}")
     rec = RunRecord(name="m", job_id="1", run_dir=str(run), nodes=3)
     lines, warnings = ops.logs(rec)
-    assert lines == ["[0] line 08:00:01 of 0", "[1] line 08:00:02 of 1", "[0] line 08:00:03 of 0",
-                     "[1] line 08:00:04 of 1"]  # fmt: skip
-    assert warnings == [f"rank 2: no log yet ({run}/node2/log): its task has not started"]
+    assert lines == ["[node 0] [kgen node 0] up", "[node 1] [kgen node 1] up", "[0] line 08:00:01 of 0",
+                     "[1] line 08:00:02 of 1", "[0] line 08:00:03 of 0", "[1] line 08:00:04 of 1"]  # fmt: skip
+    assert warnings == [f"node 2: no log yet ({run}/node2/log): its task has not started"]
     lines, _ = ops.logs(rec, ranks={1}, tail=1, timestamps=True)
     assert lines == ["[1] 2026-11-26T08:00:04.000000Z line 08:00:04 of 1"]
     assert ops.logs(rec, tail=0)[0] == []

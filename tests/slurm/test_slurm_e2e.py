@@ -68,7 +68,8 @@ def test_training_on_three_nodes(slurm, tmp_path):
     assert oct(sub.secret.stat().st_mode & 0o777) == "0o600"
     followed = list(ops.follow(rec, tail=100000, poll=0.2))  # from the first lines until the job ended
     for rank in range(3):
-        assert f"[{rank}] kgen-entrypoint: stopped: succeeded" in followed, followed[-10:]
+        assert f"[node {rank}] kgen-entrypoint: stopped: succeeded" in followed, followed[-10:]
+        assert any(ln.startswith(f"[{rank}] KGEN_EVT") for ln in followed)  # the training process's own lines
     assert sum("resume gen=0 step=0" in ln for ln in followed) == 3
     v = wait_for(lambda: (v := ops.status(rec)).state in ("succeeded", "failed", "stopped") and v, 180, "the end")
     assert v.state == "succeeded", (v.headline, v.details)
@@ -78,8 +79,9 @@ def test_training_on_three_nodes(slurm, tmp_path):
     assert total(tmp_path / "train3.ckpt.json") == {"step": 10, "total": undisturbed_total(3, 10)}
     lines, warnings = ops.logs(rec)
     assert not warnings
-    assert {ln[:4] for ln in lines} == {"[0] ", "[1] ", "[2] "}
-    assert any("rank from SLURM_NODEID=2" in ln for ln in lines if ln.startswith("[2] "))
+    assert {ln[:4] for ln in lines if not ln.startswith("[node ")} == {"[0] ", "[1] ", "[2] "}  # the processes'
+    assert {ln[:9] for ln in lines if ln.startswith("[node ")} == {"[node 0] ", "[node 1] ", "[node 2] "}  # kgen's
+    assert any("rank from SLURM_NODEID=2" in ln for ln in lines if ln.startswith("[node 2] "))
     assert any("MASTER_ADDR n0 (first host of n[0-2])" in ln for ln in lines)
     # the per-run output file has every node's lines, labelled by srun
     out = (Path(rec.run_dir) / f"slurm-{rec.job_id}.out").read_text()

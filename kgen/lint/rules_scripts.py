@@ -288,6 +288,7 @@ def _leaves(body: shell.Sequence) -> bool:
     "An env value holds a shell command substitution ($(command ...)): Kubernetes expands only $(VAR) "
     "references in env values and runs no shell, so the program receives the text as it is written.",
     "Compute the value in the container's command (a shell script), or use valueFrom (fieldRef, configMapKeyRef).",
+    templates_only=True,
 )
 def shell_in_env_value(doc: Any, ctx: Context) -> Iterator:
     for _tpl, c, path in _each_container(doc):

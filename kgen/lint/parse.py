@@ -82,10 +82,11 @@ class PosNode(NamedTuple):
 
 _PLAIN = "!kgen-plain"  # our tag for untagged plain scalars; resolved by _plain() below
 
-try:  # libyaml; PyYAML wheels ship it, the pure-Python fallback is ~8x slower
-    _Base: type = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - depends on the PyYAML build
-    _Base = yaml.SafeLoader
+try:  # libyaml's parser alone (events only: no constructor or resolver to set up per file); PyYAML
+    # wheels ship it, the pure-Python fallback is ~8x slower
+    from yaml.cyaml import CParser as _Base
+except ImportError:  # pragma: no cover - depends on the PyYAML build
+    _Base = yaml.SafeLoader  # type: ignore[misc,assignment]
 
 try:  # PyYAML >= 6.0.4 bundles libyaml 0.2.6, which has a nesting limit of its own (a process global)
     from yaml._yaml import _get_max_nest_level, _set_max_nest_level  # type: ignore[attr-defined]
@@ -334,32 +335,29 @@ def _build(
     root_mark: Any = None
     root_end = 0
     item_lines: list | None = None
+    check_size = size_limit <= MAX_DOCUMENT_CHARS
     try:
-        while True:
-            e = get()
-            if e is None:
-                return
+        for e in iter(get, None):
             c = e.__class__
-            merge = False
-            if c is ScalarEvent:
+            if c is ScalarEvent:  # most events: resolved and placed here, without the shared tail below
                 tag = e.tag
                 v = e.value
-                short = len(v) <= 24
+                merge = False
                 if tag is None or tag == "!":
                     if not e.implicit[0]:
-                        if short:
+                        if len(v) <= 24:
                             v = _intern(v)  # field names and values repeat across documents: keep one copy
-                    elif short:  # the short plain scalars of a run are few: resolve each once
-                        merge = v == "<<"
+                    elif len(v) <= 24:  # the short plain scalars of a run are few: resolve each once
                         got = plains.get(v, _NOROOT)
                         if got is _NOROOT:
                             got = _plain(_intern(v))
                             if len(plains) < _PLAINS_KEPT:
                                 plains[v] = got
+                        merge = v == "<<"
                         v = got
                     else:
                         v = _plain(v)
-                elif short:
+                elif len(v) <= 24:
                     v = _intern(v)
                     if tag in _EXPLICIT_NONSTR:
                         v = _plain(v)
@@ -369,13 +367,42 @@ def _build(
                     v = _plain(v)
                 elif tag == _MERGE:
                     merge = True
-                mark = e.start_mark
-                if size_limit <= MAX_DOCUMENT_CHARS and e.end_mark.index - doc_start > size_limit:
-                    raise _DocError(mark, _too_long(), e.end_mark.index)
+                if check_size and e.end_mark.index - doc_start > size_limit:
+                    raise _DocError(e.start_mark, _too_long(), e.end_mark.index)
                 nodes += 1
-                h = 0
                 if e.anchor is not None:
                     anchors[e.anchor] = (v, 1, 0)
+                if not stack:
+                    root, root_mark, root_end = v, e.start_mark, e.end_mark.index
+                    continue
+                top = stack[-1]
+                if top[_ISMAP]:
+                    key = top[_KEY]
+                    if key is _NOKEY:
+                        if merge:
+                            top[_KEY] = _MERGEKEY
+                            continue
+                        if v.__class__ is str:
+                            if len(v) > 24:
+                                v = _intern(v)
+                        else:
+                            v = _key_string(v)
+                        if v in top[_VAL]:
+                            # the first ones with their paths; past MAX_DUPLICATES only counted (a path
+                            # costs the nesting depth)
+                            dups.append((_frame_path(stack) if len(dups) < MAX_DUPLICATES else None, v, e.start_mark))
+                        top[_KEY] = v
+                        continue
+                    if key is _MERGEKEY:
+                        _merge(top[_VAL], v)
+                    else:
+                        top[_VAL][key] = v
+                    top[_KEY] = _NOKEY
+                else:
+                    top[_VAL].append(v)
+                    if top[_LINES] is not None:
+                        top[_LINES].append(e.start_mark.line)
+                continue  # a scalar's height (0) never raises its parent's
             elif c is MappingStartEvent or c is SequenceStartEvent:
                 mark = e.start_mark
                 if len(stack) >= MAX_DEPTH:
@@ -458,15 +485,10 @@ def _build(
                             "kubectl cannot decode it (invalid map key)",
                             e.end_mark.index,
                         )
-                    if merge:
-                        top[_KEY] = _MERGEKEY
-                    else:
-                        v = _intern(v) if vc is str else _key_string(v)
-                        if v in top[_VAL]:
-                            # the first ones with their paths; past MAX_DUPLICATES only counted (a path
-                            # costs the nesting depth)
-                            dups.append((_frame_path(stack) if len(dups) < MAX_DUPLICATES else None, v, mark))
-                        top[_KEY] = v
+                    v = _intern(v) if vc is str else _key_string(v)  # an alias of a scalar
+                    if v in top[_VAL]:
+                        dups.append((_frame_path(stack) if len(dups) < MAX_DUPLICATES else None, v, mark))
+                    top[_KEY] = v
                     continue
                 if key is _MERGEKEY:
                     _merge(top[_VAL], v)

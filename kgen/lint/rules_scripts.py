@@ -199,7 +199,13 @@ def _dns_tool(word: shell.Word) -> str | None:
     return None
 
 
+# A value of one plain word (4, 2:8, $-free): the shell runs no command and expands no variable in it.
+_ONE_WORD = re.compile(r"[A-Za-z0-9_.:,/+=@%-]*\Z")
+
+
 def _dns_use(raw: str, counted: dict[str, str]) -> str | None:
+    if _ONE_WORD.match(raw):
+        return None
     try:
         script = shell.parse("x " + raw)
     except shell.ShellSyntaxError:

@@ -134,3 +134,15 @@ def test_a_workload_gets_every_templates_only_rule_and_other_kinds_none():
     assert ids <= {rule_id for _, rule_id, _ in p.rules_for(Document("a", 0, None, job))}
     assert not ids & {rule_id for _, rule_id, _ in p.rules_for(Document("a", 0, None, cm))}
     assert "KG020" in {rule_id for _, rule_id, _ in p.rules_for(Document("a", 0, None, cm))}
+
+
+@pytest.mark.parametrize(
+    "raw", ["4", "2:8", "", "a=b", "/usr/bin/getent", "1,2", "x@y%z+w", "$(getent hosts x | wc -l)"]
+)
+def test_a_plain_nnodes_value_is_not_parsed_as_a_script_and_the_answer_is_the_same(raw, monkeypatch):
+    from kgen.lint import rules_scripts
+
+    fast = rules_scripts._dns_use(raw, {"N": "getent"})
+    monkeypatch.setattr(rules_scripts, "_ONE_WORD", rules_scripts.re.compile(r"(?!)"))  # never the early exit
+    assert fast == rules_scripts._dns_use(raw, {"N": "getent"})
+    assert (fast is None) == ("$" not in raw)

@@ -15,21 +15,26 @@ Usage (what `kgen render` puts in the pod; also works by hand on bare metal):
 Environment (docs/design.md is the contract): NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT,
 node rank from NODE_RANK > JOB_COMPLETION_INDEX > KGEN_POD_INDEX > HOSTNAME ordinal (inside a Slurm
 job step: NNODES, the node rank, MASTER_ADDR and MASTER_PORT come from the allocation), optional
-KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT,
-KGEN_MASTER_WAIT_TIMEOUT, KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT,
-KGEN_MAX_RESTARTS, KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, and for
-NNODES > 1 KGEN_SECRET_FILE (a file holding the run's secret, the same on every node; the liveness
-channel authenticates every connection with it). Set for the training processes: KGEN_RESTART_COUNT
-(the generation, 0 first), KGEN_RDZV_ID.
+KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_LIVENESS_BIND (where node 0 listens: IPs or *),
+KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT, KGEN_MASTER_WAIT_TIMEOUT,
+KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT, KGEN_MAX_RESTARTS,
+KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, and for NNODES > 1 the run's
+secret, the same on every node (the liveness channel authenticates every connection with it):
+KGEN_SECRET_FILE (a file holding it), or KGEN_JOB_UID (Kubernetes Job and JobSet pods: the UID of the
+pod's Job, from its batch.kubernetes.io/controller-uid label; the secret is derived from it with
+KGEN_NAMESPACE and KGEN_JOB_NAME). Set for the training processes: KGEN_RESTART_COUNT (the
+generation, 0 first), KGEN_RDZV_ID.
 
 Exit codes: 0 success; 2 bad environment, usage or no torch; 3 node 0 not reachable (within
 KGEN_MASTER_WAIT_TIMEOUT, or KGEN_REPLACEMENT_TIMEOUT after a loss); 4 the group could not form
 (nodes missing after KGEN_RDZV_TIMEOUT, or a lost node's replacement after KGEN_REPLACEMENT_TIMEOUT);
-5 the run failed as a whole (re-formation limit, another node's script error); 6 stopped by user
-(Ctrl-C / SIGINT on any node, or --stop): every node of the group exits 6; 75 a peer was lost
-and re-formation is off (KGEN_MAX_REFORMATIONS=0); 76 this node was dropped from the group (it froze
-or was cut off): replace it; otherwise torchrun's exit code; 128+N after signal N. The last log
-line says why: "kgen-entrypoint: stopped: <reason>".
+5 the run failed as a whole (re-formation limit, another node's script error or internal error); 6
+stopped by user (Ctrl-C / SIGINT on any node, or --stop): every node of the group exits 6; 70 kgen's
+own entrypoint failed on this node (an internal error, a bug in kgen, not in the training script: the
+traceback is in the log; report it); 75 a peer was lost and re-formation is off
+(KGEN_MAX_REFORMATIONS=0); 76 this node was dropped from the group (it froze or was cut off): replace
+it; otherwise torchrun's exit code; 128+N after signal N. The last log line says why:
+"kgen-entrypoint: stopped: <reason>".
 
 Standard library only in the supervising parent; torch is imported by the smoke-test worker and
 by the GPU check of --diagnose. How it works and what was measured: docs/entrypoint.md.
@@ -60,6 +65,7 @@ EXIT_MASTER_UNREACHABLE = 3
 EXIT_PEERS_MISSING = 4  # distinct from 75: a pod that never starts is not a disruption to retry
 EXIT_RUN_FAILED = 5  # the run failed as a whole: re-formation limit, or another node's script error
 EXIT_STOPPED = 6  # stopped by user: Ctrl-C (SIGINT) on any node or --stop; the whole group exits 6
+EXIT_INTERNAL = 70  # kgen's own code failed on this node (sysexits EX_SOFTWARE): a bug to report, not the script's
 EXIT_PEER_LOST = 75  # re-formation off (KGEN_MAX_REFORMATIONS=0): a peer was lost, the group is replaced
 EXIT_DROPPED = 76  # this node froze or was cut off and the group moved on without it: replace this pod
 
@@ -81,6 +87,8 @@ AUTH_TIMEOUT = 3.0  # a connection must prove membership within this many second
 MAX_UNPROVEN = 128  # connections waiting to prove membership at once; beyond, the oldest is dropped
 PREAUTH_LINE_MAX = 1024  # bytes of a line before membership is proven
 LINE_MAX = 65536  # bytes of a line on an authenticated connection
+MAX_DEPTH = 8  # nesting of a line's JSON, checked before it is parsed (protocol 3 needs 2)
+TEXT_MAX = 4096  # characters of a text field (a reason, a host name)
 STRANGER_LOG_BURST, STRANGER_LOG_WINDOW = 10, 10.0  # refused connections logged one by one, then counted
 
 DEFAULTS = {
@@ -99,10 +107,28 @@ _TAG = "kgen"
 _T0 = time.monotonic()
 
 
+def printable(text: str, backslash: bool = False) -> str:
+    """`text` with every character that is not printable (controls, line and paragraph separators,
+    format characters, lone surrogates) written as repr writes it (\\x1b, \\n, \\u202e), and with
+    `backslash` backslashes too: nothing written to a log or a terminal can move the cursor or forge a line."""
+    if text.isprintable() and not (backslash and "\\" in text):
+        return text
+    return "".join(c if c.isprintable() and (c != "\\" or not backslash) else repr(c)[1:-1] for c in text)
+
+
+def shown(value, limit: int = 200) -> str:
+    """A value a peer sent, as a log line may show it: escaped (repr-style) and at most `limit` characters."""
+    if not isinstance(value, str):
+        scalar = value is None or isinstance(value, (bool, float)) or (isinstance(value, int) and abs(value) < 1 << 64)
+        value = repr(value) if scalar else f"<{type(value).__name__}>"
+    text = printable(value, backslash=True)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def log(msg: str) -> None:
     stamp = time.strftime("%H:%M:%S", time.gmtime())
     try:
-        sys.stderr.write(f"[{_TAG} {stamp} +{time.monotonic() - _T0:.1f}s] {msg}\n")
+        sys.stderr.write(f"[{_TAG} {stamp} +{time.monotonic() - _T0:.1f}s] {printable(msg)}\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
@@ -116,10 +142,31 @@ class Stop(Exception):
         self.code, self.reason = code, reason
 
 
+def internal_error(exc: BaseException, doing: str = "") -> str:
+    """An exception escaped kgen's own code: its traceback into the log, one line saying so (`doing`: it
+    was contained there, and the run goes on), and the reason: `kgen entrypoint internal error on node N:
+    RecursionError: ... (report it)`, never "the training script failed"."""
+    import traceback
+
+    try:
+        for line in "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines():
+            sys.stderr.write(printable(line) + "\n")
+    except Exception:  # noqa: BLE001 - the traceback is a courtesy; the reason below is what counts
+        pass
+    reason = internal_reason(_TAG[5:] if _TAG.startswith("kgen node") else "this host", exc)
+    log(f"{reason} while {doing}: contained there, the run goes on" if doing else reason)
+    return reason
+
+
+def internal_reason(where: str, exc: BaseException | str) -> str:
+    what = exc if isinstance(exc, str) else f"{type(exc).__name__}: {shown(str(exc), 300)}"
+    return f"kgen entrypoint internal error on {where}: {what} (report it)"
+
+
 def fatal(code: int, lines: list[str] | str) -> None:
     lines = [lines] if isinstance(lines, str) else lines
     for line in lines:
-        sys.stderr.write(f"kgen-entrypoint: error: {line}\n")
+        sys.stderr.write(f"kgen-entrypoint: error: {printable(line)}\n")
     sys.stderr.flush()
     raise Stop(code, "configuration error" if code == EXIT_CONFIG else lines[0])
 
@@ -145,9 +192,12 @@ class Config:
         self.rdzv_timeout = self.max_restarts = self.max_reformations = 0
         self.replacement_timeout = 0.0
         self.on_script_error = "fail"
-        self.secret: bytes | None = None  # the run's secret (KGEN_SECRET_FILE); None for NNODES=1
+        self.secret: bytes | None = None  # the run's secret (KGEN_SECRET_FILE or KGEN_JOB_UID); None for NNODES=1
         self.secret_file = ""
+        self.secret_source = ""  # where the secret comes from, for messages: "KGEN_SECRET_FILE=<path>", ...
+        self.secret_from_uid = False  # derived from the Job's UID: the rendezvous id must not carry that UID
         self.secret_problem = ""  # also in `problems`; --diagnose reports it as its own check
+        self.liveness_bind: list[str] = []  # KGEN_LIVENESS_BIND: the addresses node 0 listens on ([]: derived)
         self.notes: list[str] = []  # logged after the summary (e.g. a secret file others can read)
         self.slurm: dict | None = None  # inside a Slurm job step: what came from the allocation (slurm_environment)
         self.restart_base = 0  # KGEN_RESTART_COUNT of generation 0 (Slurm: SLURM_RESTART_COUNT, the requeues)
@@ -158,7 +208,10 @@ class Config:
 
     @property
     def rdzv_id(self) -> str:
-        base = f"{self.job_name or 'kgen'}-{self.run_id or 'local'}"
+        run = self.run_id or "local"
+        if self.secret_from_uid and self.run_id:  # the store's keys (readable by anyone who reaches
+            run = hmac.new(b"kgen rendezvous id", run.encode(), "sha256").hexdigest()[:16]  # it) hold this
+        base = f"{self.job_name or 'kgen'}-{run}"
         return f"{base}-attempt{self.restart_attempt}" if self.restart_attempt else base
 
     @property
@@ -179,7 +232,7 @@ class Config:
                 else f"a lost node ends the step, requeues up to {self.max_reformations}"
             )
             + f", on script error: {self.on_script_error}"
-            + (f"; run secret from {self.secret_file}" if self.secret is not None else "")
+            + (f"; run secret from {self.secret_source}" if self.secret is not None else "")
         )
 
 
@@ -261,20 +314,60 @@ SECRET_HOWTO = (
 )
 
 
+UUID4 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\Z")
+
+
+def secret_from_job_uid(uid: str, namespace: str, job: str) -> bytes:
+    """The run's secret of a Kubernetes Job's pods: HMAC-SHA256 keyed with the Job's UID (random, made by
+    the API server for every Job it creates), over kgen's label and the run's namespace/name; 64 hex."""
+    return hmac.new(uid.encode(), f"kgen run secret v2\0{namespace}/{job}".encode(), "sha256").hexdigest().encode()
+
+
 def read_secret(env: dict, cfg: Config) -> None:
-    """The run's secret from the file named by KGEN_SECRET_FILE (contract: text, surrounding
-    whitespace stripped). Only regular files are read, and at most SECRET_MAX bytes of them."""
+    """The run's secret: from the file named by KGEN_SECRET_FILE (contract: text, surrounding whitespace
+    stripped; only regular files are read, and at most SECRET_MAX bytes of them), or derived from the
+    Job's UID in KGEN_JOB_UID (Kubernetes Job and JobSet pods, docs/entrypoint.md "Security")."""
     path = _raw(env, "KGEN_SECRET_FILE")
+    uid = env.get("KGEN_JOB_UID")
     problem = ""
-    if path is None:
+    if path is not None and uid is not None:
+        problem = "KGEN_SECRET_FILE and KGEN_JOB_UID are both set: the run's secret comes from one of them; unset one"
+    elif uid is not None:
+        uid = uid.strip()
+        cfg.secret_source = "the Job's UID (KGEN_JOB_UID)"
+        if not uid:
+            problem = (
+                "KGEN_JOB_UID is empty: this pod has no batch.kubernetes.io/controller-uid label, which the Job "
+                "controller (Kubernetes 1.27+) puts on every pod of a Job; run it as a Job or JobSet, or give "
+                "the run a Secret of your own (values auth.secretName)"
+            )
+        elif not UUID4.match(uid):
+            problem = (
+                f"KGEN_JOB_UID={uid[:40]!r} is not a random (version 4) UUID as the API server makes for every Job: "
+                f"the run's secret is derived from it; give the run a Secret of your own (values auth.secretName)"
+            )
+        else:
+            cfg.secret = secret_from_job_uid(uid, (env.get("KGEN_NAMESPACE") or "").strip(), cfg.job_name)
+            cfg.secret_from_uid = True
+    elif path is None:
         problem = f"KGEN_SECRET_FILE is not set: a multi-node run needs the run's secret; {SECRET_HOWTO}"
     else:
         cfg.secret_file = path
+        cfg.secret_source = f"KGEN_SECRET_FILE={path}"
         data = b""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
             problem = f"KGEN_SECRET_FILE={path!r}: cannot read it ({exc.strerror or exc}); {SECRET_HOWTO}"
+            secret_name = (env.get("KGEN_AUTH_NAME") or "").strip()
+            if exc.errno == errno.ENOENT and secret_name:  # Kubernetes: the (optional) Secret is not there
+                ns = (env.get("KGEN_NAMESPACE") or "").strip()
+                problem = (
+                    f"the run's secret is missing: Secret {secret_name} (key `secret`, mounted at "
+                    f"{os.path.dirname(path)}) does not exist{' in namespace ' + ns if ns else ''}; create it: "
+                    f"{create_secret_line(secret_name, ns, cfg.job_name)} (kgen submit creates it for you); the "
+                    f"pod starts over once it exists"
+                )
         else:
             try:
                 info = os.fstat(fd)
@@ -286,11 +379,7 @@ def read_secret(env: dict, cfg: Config) -> None:
                         if not chunk:
                             break
                         data += chunk
-                    if info.st_mode & 0o077 and not (env.get("KGEN_KIND") or "").strip():
-                        cfg.notes.append(
-                            f"KGEN_SECRET_FILE={path} can be read by other users of this host (mode "
-                            f"{stat.S_IMODE(info.st_mode):04o}): chmod 600 it"
-                        )
+                    problem = secret_mode_problem(path, info.st_mode, env, cfg)
             except OSError as exc:
                 problem = f"KGEN_SECRET_FILE={path!r}: cannot read it ({exc.strerror or exc}); {SECRET_HOWTO}"
             finally:
@@ -310,6 +399,34 @@ def read_secret(env: dict, cfg: Config) -> None:
     if problem:
         cfg.secret_problem = problem
         cfg.problems.append(problem)
+
+
+def secret_mode_problem(path: str, mode: int, env: dict, cfg: Config) -> str:
+    """A bare-metal secret file others can use is refused (any user of the host can read or change it:
+    they could join, fail or stop the run), one a group can read is noted; both with the chmod to run.
+    A pod's Secret volume is render's (read-only, this pod's containers only)."""
+    if (env.get("KGEN_KIND") or "").strip() or not mode & 0o066:
+        return ""
+    fix = f"run: chmod 600 {shlex.quote(path)}"
+    what = f"KGEN_SECRET_FILE={path} (mode {stat.S_IMODE(mode):04o})"
+    if mode & 0o026:
+        who = "any user of this host" if mode & 0o006 else "its group"
+        return f"{what} can be read or changed by {who}, who could then join, fail or stop the run: {fix}"
+    cfg.notes.append(f"{what} can be read by its group, whose users could join, fail or stop the run: {fix}")
+    return ""
+
+
+def create_secret_line(name: str, namespace: str, run: str) -> str:
+    """The command that creates a run's Secret on Kubernetes, labelled as the run's (kgen render prints the same)."""
+    ns = f" -n {shlex.quote(namespace)}" if namespace else ""
+    labels = " ".join(
+        shlex.quote(f"{k}={v}")
+        for k, v in (("app.kubernetes.io/instance", run), ("app.kubernetes.io/managed-by", "kgen"))
+    )
+    return (
+        f'kubectl create secret generic {name}{ns} --from-literal=secret="$(python3 -c '
+        f"'import secrets; print(secrets.token_hex(32))')\" && kubectl label secret {name}{ns} {labels}"
+    )
 
 
 def load_config(env: dict, with_rank: bool = True) -> Config:
@@ -364,6 +481,18 @@ def load_config(env: dict, with_rank: bool = True) -> Config:
             f"KGEN_LIVENESS_PORT={cfg.liveness_port} equals MASTER_PORT: the liveness channel "
             f"needs its own port, e.g. MASTER_PORT+1"
         )
+    bind = _raw(env, "KGEN_LIVENESS_BIND")
+    if bind is not None:
+        items = [b.strip() for b in bind.split(",") if b.strip()]
+        if items == ["*"]:
+            cfg.liveness_bind = EVERY_INTERFACE
+        elif items and all(is_ip(b) for b in items):
+            cfg.liveness_bind = items
+        else:
+            p.append(
+                f"KGEN_LIVENESS_BIND={bind!r} is not '*' or IP addresses: set it to the address(es) of node 0 that "
+                f"the other nodes reach it at (comma-separated), or * for every interface"
+            )
     cfg.job_name = (env.get("KGEN_JOB_NAME") or "").strip()
     cfg.run_id = (env.get("KGEN_RUN_ID") or "").strip()
     cfg.restart_attempt = (env.get("KGEN_RESTART_ATTEMPT") or "").strip()
@@ -540,6 +669,14 @@ def signal_tree(sig: int, extra_pgid: int | None = None) -> int:
     return len(pids)
 
 
+class Running:
+    """What this node runs now: its torchrun and its link to the group (a Hub or a Spoke). Read only when
+    kgen's own code failed (internal_stop): the group is told and no torch process is left behind."""
+
+    child: Child | None = None
+    link: Hub | Spoke | None = None
+
+
 class Child:
     """torchrun, started in its own session; reaped by us (we may be a subreaper or PID 1)."""
 
@@ -547,6 +684,7 @@ class Child:
         self.proc = subprocess.Popen(argv, start_new_session=True, env=env)
         self.pid = self.proc.pid
         self.rc: int | None = None
+        Running.child = self
 
     def reap(self) -> None:
         while True:
@@ -616,10 +754,6 @@ def membership_proof(secret: bytes, ns: str, nc: str) -> str:
     return _mac(secret, f"kgen/{PROTOCOL} auth {ns} {nc}")
 
 
-def _is_nonce(value) -> bool:
-    return isinstance(value, str) and len(value) == 32 and all(c in "0123456789abcdef" for c in value)
-
-
 def new_nonce() -> str:
     return secrets.token_hex(16)
 
@@ -650,22 +784,54 @@ class Session:
         if not hmac.compare_digest(tag, expected):
             raise ProtocolError("a message failed verification (injected, replayed, reordered or corrupted)")
         self.rx_seq += 1
-        return _decode(body, "an authenticated line is not a message")
+        return _decode(body, "an authenticated line is not a message of the protocol")
 
 
 def _encode(msg: dict) -> str:
     return json.dumps(msg, separators=(",", ":"))
 
 
+def _too_deep(body: bytes) -> bool:
+    """Does the JSON in `body` nest deeper than MAX_DEPTH? (Brackets inside strings do not count.)"""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return False
+    depth, in_str, esc = 0, False, False
+    for c in body:
+        if in_str:
+            esc, in_str = (False, True) if esc else (c == 0x5C, c != 0x22)
+        elif c == 0x22:
+            in_str = True
+        elif c in b"[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif c in b"]}":
+            depth -= 1
+    return False
+
+
 def _decode(body: bytes, problem: str) -> dict:
-    """A message (a JSON object) from one line, or ProtocolError(problem)."""
+    """The one gate every line passes before anything reads it, on both sides and before and after the
+    proof: bounded nesting, then JSON, then an object whose `t` is a message of the protocol and whose
+    fields have that message's types and alphabets (FIELDS). Returns only those fields, absent optional
+    ones filled in; anything else raises ProtocolError(problem), which ends that connection only."""
     try:
-        msg = json.loads(body)
-    except ValueError:
+        msg = None if _too_deep(body) else json.loads(body)
+    except (ValueError, RecursionError):
         msg = None
-    if not isinstance(msg, dict):
+    t = msg.get("t") if isinstance(msg, dict) else None
+    fields = FIELDS.get(t) if isinstance(t, str) else None
+    if fields is None or msg is None:
         raise ProtocolError(problem)
-    return msg
+    out = {"t": t}
+    for name, (check, default) in fields.items():
+        if name not in msg and default is not REQUIRED:
+            out[name] = default
+        elif not check(msg.get(name, REQUIRED)):
+            raise ProtocolError(f"{problem} (field {name!r} of {t!r})")
+        else:
+            out[name] = msg[name]
+    return out
 
 
 def plain_line(msg: dict) -> bytes:
@@ -763,6 +929,56 @@ def resolve(host: str, port: int) -> list[tuple]:
     return [info[4] for info in infos]
 
 
+def is_ip(text: str) -> bool:
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, text)
+            return True
+        except (OSError, ValueError):
+            pass
+    return False
+
+
+def is_local(addr: str) -> bool:
+    """Is `addr` an address of this host (can a socket be bound to it)?"""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((addr, 0))
+        return True
+    except OSError:
+        return False
+
+
+EVERY_INTERFACE = ["0.0.0.0", "::"]
+
+
+def bind_addresses(cfg: Config) -> tuple[list[str], str]:
+    """Where node 0's liveness channel listens, and why. KGEN_LIVENESS_BIND when set (`*`: every
+    interface); a pod: every interface of the pod (its network namespace; the NetworkPolicy fences it);
+    elsewhere the addresses of this host that MASTER_ADDR names, where the other nodes reach node 0
+    (loopback for `kgen launch --local`); every interface, said in the log, when it names none of them or a
+    host name that resolves to loopback here only (as Debian's 127.0.1.1 entry does: the others reach it
+    elsewhere)."""
+    if cfg.liveness_bind:
+        every = cfg.liveness_bind == EVERY_INTERFACE
+        return cfg.liveness_bind, "every interface: KGEN_LIVENESS_BIND=*" if every else "KGEN_LIVENESS_BIND"
+    if cfg.kind:
+        return EVERY_INTERFACE, "every interface of the pod; the run's NetworkPolicy admits only its own pods"
+    try:
+        named = sorted({a[0] for a in resolve(cfg.master_addr, 0)})
+    except (OSError, UnicodeError):
+        named = []
+    local = [a for a in named if is_local(a)]
+    loopback = all(a.startswith("127.") or a == "::1" for a in local)
+    if local and (not loopback or is_ip(cfg.master_addr) or cfg.master_addr == "localhost"):
+        return local, f"where MASTER_ADDR={cfg.master_addr} reaches this host; KGEN_LIVENESS_BIND=* widens it"
+    said = f"names {', '.join(local)} here only" if local else f"is {', '.join(named) or 'unresolved'} here"
+    return EVERY_INTERFACE, (
+        f"every interface: MASTER_ADDR={cfg.master_addr} {said}, not an address the other nodes reach this host "
+        f"at; set KGEN_LIVENESS_BIND to that address"
+    )
+
+
 class Rejected(Exception):
     def __init__(self, reason: str, code: int) -> None:
         super().__init__(reason)
@@ -799,10 +1015,10 @@ def handshake(cfg: Config, sock: socket.socket, first: dict) -> tuple[Session, d
     deadline = time.monotonic() + HANDSHAKE_TIMEOUT
     line, rest = _read_line(sock, b"", deadline, PREAUTH_LINE_MAX)
     challenge = parse_plain(line)
-    if challenge.get("t") != MSG_CHALLENGE or not _is_nonce(challenge.get("n")):
+    if challenge["t"] != MSG_CHALLENGE:
         raise ProtocolError("the process on that port is not a kgen node 0 (no challenge)")
-    if challenge.get("v") != PROTOCOL:
-        raise ProtocolError(f"node 0 speaks liveness protocol {challenge.get('v')!r}, this node {PROTOCOL}")
+    if challenge["v"] != PROTOCOL:
+        raise ProtocolError(f"node 0 speaks liveness protocol {challenge['v']}, this node {PROTOCOL}")
     ns, nc = challenge["n"], new_nonce()
     session = Session(cfg.secret, ns, nc, "client")
     auth = {"t": MSG_AUTH, "v": PROTOCOL, "n": nc, "mac": membership_proof(cfg.secret, ns, nc)}
@@ -811,8 +1027,8 @@ def handshake(cfg: Config, sock: socket.socket, first: dict) -> tuple[Session, d
     line, rest = _read_line(sock, rest, deadline, LINE_MAX)
     if line.startswith(b"{"):
         plain = parse_plain(line)
-        if plain.get("t") == MSG_DENIED:
-            raise Denied(str(plain.get("reason", "refused")))
+        if plain["t"] == MSG_DENIED:
+            raise Denied(shown(plain["reason"]))
         raise ProtocolError("node 0's answer is not authenticated")
     return session, session.open(line), rest
 
@@ -845,11 +1061,12 @@ def connect_once(cfg: Config, hello: dict, timeout: float) -> tuple[socket.socke
     """One attempt to join: open a session with a hello. Raises socket.gaierror / OSError /
     ProtocolError / Denied / Rejected."""
     sock, session, answer, rest = open_session(cfg, hello, timeout)
-    if answer.get("t") == "welcome":
+    if answer["t"] == MSG_WELCOME:
         return sock, session, rest
     sock.close()
-    code = answer.get("code", EXIT_CONFIG if answer.get("fatal") else 0)
-    raise Rejected(str(answer.get("reason", answer)), code if isinstance(code, int) else EXIT_CONFIG)
+    if answer["t"] != MSG_REJECT:
+        raise ProtocolError(f"node 0 answered a hello with {answer['t']!r}")
+    raise Rejected(shown(answer["reason"], 1000), answer["code"])
 
 
 class Signals:
@@ -908,10 +1125,53 @@ MSG_START = "start"  # node 0 -> nodes: every node is there; start torchrun for 
 MSG_ABORT = "abort"  # node 0 -> nodes: a node was lost; stop torch, join again for the next generation
 MSG_END = "end"  # node 0 -> nodes: the run failed as a whole; stop torch, exit with `code` (`blame`: the node at fault)
 MSG_DONE = "done"  # either way: my torchrun finished successfully
-MSG_FAIL = "fail"  # node -> node 0: my torchrun exited non-zero (node 0 decides: lost node or script error)
+MSG_FAIL = "fail"  # node -> node 0: my torchrun exited non-zero (node 0 decides), or `internal`: my entrypoint failed
 MSG_LEAVE = "leave"  # node -> node 0: I am going away (SIGTERM: pod deleted; the group re-forms)
 MSG_STOP = "stop"  # either way: stopped by user on `host` (Ctrl-C, --stop): every node ends torch and exits 6
 MSG_STOPPING = "stopping"  # node 0 -> --stop: the stop is under way (`nodes`: the ranks told)
+
+# Every message's fields: (check of type and alphabet, default; REQUIRED: must be there). _decode lets
+# through nothing else, so the code that reads a message can trust what it reads.
+REQUIRED = object()
+_BIG = (1 << 31) - 1
+_int = lambda lo, hi=_BIG: lambda v: type(v) is int and lo <= v <= hi  # `type(v) is int`: true and false are no ints
+_hex = lambda n: lambda v: type(v) is str and len(v) == n and not v.strip("0123456789abcdef")
+_TEXT = lambda v: type(v) is str and len(v) <= TEXT_MAX and v.isprintable()  # no control character, no surrogate
+_VERSION, _RANK, _COUNT, _GEN, _CODE = _int(-_BIG), _int(0), _int(1), _int(-1), _int(1, 255)
+_RANKS = lambda v: type(v) is list and len(v) <= 1 << 16 and all(map(_RANK, v))
+FIELDS: dict[str, dict] = {
+    MSG_CHALLENGE: {"v": (_VERSION, REQUIRED), "n": (_hex(32), REQUIRED)},
+    MSG_AUTH: {"v": (_VERSION, REQUIRED), "n": (_hex(32), REQUIRED), "mac": (_hex(64), REQUIRED)},
+    MSG_DENIED: {"reason": (_TEXT, "refused")},
+    MSG_HELLO: {
+        "v": (_VERSION, REQUIRED),
+        "rank": (_RANK, REQUIRED),
+        "id": (_TEXT, REQUIRED),
+        "nnodes": (_COUNT, REQUIRED),
+        "nproc": (_COUNT, REQUIRED),
+        "host": (_TEXT, "?"),
+        "last": (_GEN, -1),
+    },
+    MSG_WELCOME: {"v": (_VERSION, REQUIRED), "hb": (lambda v: type(v) in (int, float) and 0 < v <= 3600, 1.0)},
+    MSG_REJECT: {"reason": (_TEXT, REQUIRED), "code": (lambda v: type(v) is int and v in (0, 2, 76), REQUIRED)},
+    MSG_PROBE: {},
+    MSG_STATUS: {
+        "joined": (_RANKS, REQUIRED),
+        "nnodes": (_COUNT, REQUIRED),
+        "id": (_TEXT, REQUIRED),
+        "gen": (_GEN, -1),
+        "state": (_TEXT, "?"),
+    },
+    MSG_HB: {},
+    MSG_START: {"gen": (_RANK, REQUIRED)},
+    MSG_ABORT: {"gen": (_GEN, -1), "reason": (_TEXT, "unknown")},
+    MSG_END: {"code": (_CODE, REQUIRED), "reason": (_TEXT, "?"), "blame": (lambda b: b is None or _RANK(b), None)},
+    MSG_DONE: {},
+    MSG_FAIL: {"rc": (_CODE, REQUIRED), "internal": (_TEXT, "")},
+    MSG_LEAVE: {"reason": (_TEXT, "unknown")},
+    MSG_STOP: {"host": (_TEXT, "?")},
+    MSG_STOPPING: {"nodes": (_RANKS, REQUIRED)},
+}
 
 REFORM = "reform"
 FAIL = "fail"
@@ -920,10 +1180,13 @@ FAIL = "fail"
 def decide(cfg: Config, fault: str, gen: int) -> tuple[str, int, str]:
     """What a fault in generation `gen` leads to: (REFORM, 0, "") or (FAIL, exit code, why).
 
-    fault: "lost" (a node died, was deleted, evicted, frozen or cut off) or "script" (a node's
-    torchrun exited non-zero while no node was lost: the training script's own error).
+    fault: "lost" (a node died, was deleted, evicted, frozen or cut off), "script" (a node's
+    torchrun exited non-zero while no node was lost: the training script's own error) or "internal"
+    (a node's kgen entrypoint failed: a bug in kgen, which a new generation would not cure).
     Not decided here: a group that never forms (4), a node that learns it was dropped (76), a stop
     by the user (6)."""
+    if fault == "internal":
+        return FAIL, EXIT_RUN_FAILED, "a kgen entrypoint failed (an internal error: report it)"
     if cfg.slurm is not None:  # Slurm: no node comes back inside a step; the step ends, the job is requeued
         return slurm_decide(cfg, fault)
     if cfg.max_reformations == 0:  # re-formation off: fail-stop, the controller replaces the group
@@ -952,11 +1215,15 @@ def check_torch() -> None:
 
 
 def wrong_secret(cfg: Config, target: str, reason: str) -> None:
+    fix = (
+        "the Job's pods derive it from the Job's UID, so node 0 there is a pod of another Job (one deleted or "
+        "replaced under the same name?)"
+        if cfg.secret_from_uid
+        else f"every node needs the same secret in KGEN_SECRET_FILE (here {cfg.secret_file}); on Kubernetes "
+        f"every pod mounts the run's Secret: re-render and re-apply the whole run"
+    )
     fatal(
-        EXIT_CONFIG,
-        f"wrong secret: node 0 at {target} refused this node's proof of the run secret ({reason}): every node "
-        f"needs the same secret in KGEN_SECRET_FILE (here {cfg.secret_file}); on Kubernetes every pod mounts "
-        f"the run's Secret: re-render and re-apply the whole run",
+        EXIT_CONFIG, f"wrong secret: node 0 at {target} refused this node's proof of the run secret ({reason}): {fix}"
     )
 
 
@@ -983,10 +1250,10 @@ def tell_node0_stop(cfg: Config, host: str, budget: float) -> tuple[bool, str]:
             why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         else:
             sock.close()
-            if answer.get("t") == MSG_STOPPING:
-                nodes = answer.get("nodes") if isinstance(answer.get("nodes"), list) else []
-                return True, f"node 0 is stopping the group ({len(nodes)} other node(s) connected: {nodes})"
-            why = f"node 0 answered {answer.get('t')!r}"
+            if answer["t"] == MSG_STOPPING:
+                nodes = answer["nodes"]
+                return True, f"node 0 is stopping the group ({len(nodes)} other node(s) connected: {nodes[:64]})"
+            why = f"node 0 answered {answer['t']!r}"
         now = time.monotonic()
         if now >= deadline:
             return False, why
@@ -1018,7 +1285,7 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
         "id": cfg.rdzv_id,
         "nnodes": cfg.nnodes,
         "nproc": cfg.nproc,
-        "host": os.environ.get("HOSTNAME") or socket.gethostname(),
+        "host": printable(os.environ.get("HOSTNAME") or socket.gethostname())[:255],
         "last": last,
     }
     if last < 0:
@@ -1142,18 +1409,23 @@ class Hub:
         self.why_forming = ""
         self.last_beat = 0.0
         self.lost: str | None = None
-        self.script_fail: tuple[int, int, float] | None = None  # (rank, rc, when)
+        self.script_fail: tuple[int, int, float, str] | None = None  # (rank, rc, when, internal error)
         self.stop_host: str | None = None  # a stop by the user was asked for, on this host
         self.told: set[int] = set()  # stopping: the ranks told to stop
         self.strangers = StrangerLog()
         self.seen_nonces: dict[str, None] = {}  # recent client nonces: a replayed proof is named as such
+        Running.link = self
 
-    def listen(self) -> None:
+    def listen(self) -> str:
+        """Listen where bind_addresses() says; returns where, and why, for the log."""
+        hosts, why = bind_addresses(self.cfg)
         errors = []
-        for family, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        for host in hosts:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
             try:
                 sock = socket.socket(family, socket.SOCK_STREAM)
-            except OSError:
+            except OSError as exc:
+                errors.append((host, exc))
                 continue
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -1164,17 +1436,19 @@ class Hub:
                 sock.setblocking(False)
             except OSError as exc:
                 sock.close()
-                errors.append((family, exc))
+                errors.append((host, exc))
                 continue
             self.listeners.append(sock)
             self.sel.register(sock, selectors.EVENT_READ, ("listen", sock))
-        if not self.listeners or any(f == socket.AF_INET for f, _ in errors):
-            exc = errors[0][1] if errors else OSError("no socket")
+        if not self.listeners or any(h != "::" for h, _ in errors):  # IPv6 may be off: its wildcard is optional
+            host, exc = errors[0] if errors else ("?", OSError("no socket"))
             fatal(
                 EXIT_CONFIG,
-                f"KGEN_LIVENESS_PORT={self.cfg.liveness_port}: cannot listen ({exc}): pick a free "
-                f"port (values livenessPort) that differs from MASTER_PORT",
+                f"KGEN_LIVENESS_PORT={self.cfg.liveness_port}: cannot listen on {host} ({exc}): pick a free port "
+                f"(values livenessPort) that differs from MASTER_PORT"
+                + ("" if host in ("0.0.0.0", "::") else ", or set KGEN_LIVENESS_BIND to an address of node 0"),
             )
+        return f"{', '.join(hosts)} ({why})"
 
     def close_listeners(self) -> None:
         for sock in self.listeners:
@@ -1188,10 +1462,16 @@ class Hub:
     # -- connections and the membership proof ---------------------------------------------
     def on_event(self, data) -> None:
         kind, obj = data
-        if kind == "listen":
-            self._accept(obj)
-            return
-        conn: Conn = obj
+        try:
+            self._accept(obj) if kind == "listen" else self.read(obj)
+        except Exception as exc:  # noqa: BLE001 - a bug of kgen's, never a peer's doing: that connection only
+            internal_error(exc, f"handling a connection from {show_addr(getattr(obj, 'addr', None))}")
+            if kind == "conn" and not obj.closed:
+                self._bad(obj, f"kgen failed handling its line ({type(exc).__name__}: an internal error)")
+
+    def read(self, conn: Conn) -> None:
+        """What arrived on one connection. Raises nothing but a bug: whatever the peer sent is at most a
+        protocol error, which ends that connection only (a joined node's: that node is lost)."""
         if conn.closed:
             return
         alive = conn.fill()
@@ -1239,22 +1519,19 @@ class Hub:
         self._drop(conn)
 
     def _prove(self, conn: Conn, msg: dict) -> None:
-        """The first line of a connection: its membership proof, or it is a stranger's."""
-        t = msg.get("t")
-        if t != MSG_AUTH:
-            tried = f"sent {t!r}" if isinstance(t, str) else "sent something that is not kgen's protocol"
-            return self._stranger(conn, f"{tried[:80]} without proving membership")
-        if msg.get("v") != PROTOCOL:
-            v = str(msg.get("v"))[:20]
+        """The first line of a connection (a message _decode let through): its membership proof, or it is
+        a stranger's."""
+        if msg["t"] != MSG_AUTH:
+            return self._stranger(conn, f"sent {msg['t']!r} without proving membership")
+        if msg["v"] != PROTOCOL:
+            v = msg["v"]
             return self._stranger(
                 conn,
                 f"speaks liveness protocol {v}",
                 deny=f"liveness protocol {v} vs node 0's {PROTOCOL}: every node must run the same kgen entrypoint",
             )
-        nc, mac = msg.get("n"), msg.get("mac")
-        if not _is_nonce(nc) or not isinstance(mac, str):
-            return self._stranger(conn, "sent a malformed proof")
-        if not hmac.compare_digest(mac.encode(), membership_proof(self.cfg.secret or b"", conn.nonce, nc).encode()):
+        nc, mac = msg["n"], msg["mac"]
+        if not hmac.compare_digest(mac, membership_proof(self.cfg.secret or b"", conn.nonce, nc)):
             if nc in self.seen_nonces:
                 what = "replayed a recorded exchange (its nonce was used before)"
             else:
@@ -1295,7 +1572,7 @@ class Hub:
 
     # -- messages on proven connections --------------------------------------------------------
     def _message(self, conn: Conn, msg: dict) -> None:
-        t = msg.get("t")
+        t = msg["t"]
         if conn.rank is None:
             if t == MSG_PROBE:
                 conn.send(
@@ -1318,49 +1595,52 @@ class Hub:
                 conn.flush(0.5)
                 self._drop(conn)
             else:
-                log(f"dropped a member connection from {show_addr(conn.addr)}: it sent {str(t)[:40]!r} before hello")
+                log(f"dropped a member connection from {show_addr(conn.addr)}: it sent {t!r} before hello")
                 self._drop(conn)
             return
         if t == MSG_DONE:
             conn.done = True
             log(f"node {conn.rank} finished successfully")
+        elif t == MSG_FAIL and msg["internal"]:
+            reason = internal_reason(f"node {conn.rank}", shown(msg["internal"], 400))
+            log(f"node {conn.rank} says: {reason}")
+            self.script_failed(conn.rank, msg["rc"], reason)
         elif t == MSG_FAIL:
-            log(f"node {conn.rank}'s torchrun exited with code {msg.get('rc')}")
-            rc = msg.get("rc")
-            self.script_failed(conn.rank, rc if isinstance(rc, int) and rc else 1)
+            log(f"node {conn.rank}'s torchrun exited with code {msg['rc']}")
+            self.script_failed(conn.rank, msg["rc"])
         elif t == MSG_LEAVE:
-            reason = str(msg.get("reason", "unknown"))[:200]
-            self._gone(conn, f"left: {reason}")
+            self._gone(conn, f"left: {shown(msg['reason'])}")
         elif t == MSG_STOP:
             conn.done = True  # its departure is not a loss
             self._stop_asked(conn, msg)
+        elif t != MSG_HB:
+            self._bad(conn, f"sent {t!r}, which no node sends to node 0 once joined")
 
     def _stop_asked(self, conn: Conn, msg: dict) -> None:
-        host = str(msg.get("host") or "?")[:200]
+        host = shown(msg["host"])
         via = f"node {conn.rank}" if conn.rank is not None else f"kgen_entrypoint.py --stop from {show_addr(conn.addr)}"
         log(f"stop requested by user on {host} ({via})")
         if self.stop_host is None:
             self.stop_host = host
 
     def _reject(self, conn: Conn, msg: dict, reason: str, code: int) -> None:
-        log(f"refused node {msg.get('rank')!r} (host {msg.get('host')}): {reason}")
-        conn.send({"t": MSG_REJECT, "reason": reason, "fatal": code == EXIT_CONFIG, "code": code})
+        log(f"refused node {msg['rank']} (host {shown(msg['host'])}): {reason}")
+        conn.send({"t": MSG_REJECT, "reason": reason, "code": code})
         conn.flush(0.5)
         self._drop(conn)
 
     def _hello(self, conn: Conn, msg: dict) -> None:
-        rank, last = msg.get("rank"), msg.get("last", -1)
+        rank, last = msg["rank"], msg["last"]
         cfg = self.cfg
-        if not isinstance(last, int):
-            last = -1
-        if msg.get("id") != cfg.rdzv_id:
+        if msg["id"] != cfg.rdzv_id:
             return self._reject(
                 conn,
                 msg,
-                f"rendezvous id {msg.get('id')!r} differs from node 0's {cfg.rdzv_id!r} (pods of two different runs?)",
+                f"rendezvous id '{shown(msg['id'])}' differs from node 0's {cfg.rdzv_id!r} (pods of two different "
+                "runs?)",
                 0,
             )
-        if self.state == "stopping" and isinstance(rank, int):  # between generations when the stop came
+        if self.state == "stopping":  # between generations when the stop came
             conn.send({"t": MSG_STOP, "host": self.stop_host})
             conn.flush(0.5)
             self.told.add(rank)
@@ -1368,16 +1648,16 @@ class Hub:
             return
         if self.state == "finishing":
             return self._reject(conn, msg, "node 0 has finished this run", 0)
-        if msg.get("nnodes") != cfg.nnodes or msg.get("nproc") != cfg.nproc:
+        if msg["nnodes"] != cfg.nnodes or msg["nproc"] != cfg.nproc:
             return self._reject(
                 conn,
                 msg,
-                f"NNODES {msg.get('nnodes')} vs {cfg.nnodes} / NPROC_PER_NODE {msg.get('nproc')} vs {cfg.nproc} "
+                f"NNODES {msg['nnodes']} vs {cfg.nnodes} / NPROC_PER_NODE {msg['nproc']} vs {cfg.nproc} "
                 f"(that node vs node 0): render every pod from the same manifest",
                 EXIT_CONFIG,
             )
-        if not isinstance(rank, int) or rank not in self.expected:
-            return self._reject(conn, msg, f"node rank {rank!r} is not in 1..{cfg.nnodes - 1}", EXIT_CONFIG)
+        if rank not in self.expected:
+            return self._reject(conn, msg, f"node rank {rank} is not in 1..{cfg.nnodes - 1}", EXIT_CONFIG)
         if rank in self.dropped and 0 <= last <= self.dropped[rank][0]:
             gen, why = self.dropped[rank]
             return self._reject(
@@ -1397,7 +1677,7 @@ class Hub:
         if self.state != "joining":
             return self._reject(conn, msg, f"node 0 is training generation {self.gen}; try again", 0)
         del self.members[conn]
-        conn.rank, conn.host = rank, str(msg.get("host"))[:200]
+        conn.rank, conn.host = rank, shown(msg["host"])
         self.peers[rank] = conn
         self.lasts[rank] = last
         if last < 0:
@@ -1423,9 +1703,10 @@ class Hub:
         if self.lost is None:
             self.lost = reason
 
-    def script_failed(self, rank: int, rc: int) -> None:
-        if self.script_fail is None:
-            self.script_fail = (rank, rc, time.monotonic())
+    def script_failed(self, rank: int, rc: int, internal: str = "") -> None:
+        """A node's torchrun exited `rc` (or, `internal`, its kgen entrypoint failed): node 0 decides."""
+        if self.script_fail is None or (internal and not self.script_fail[3]):
+            self.script_fail = (rank, rc, time.monotonic(), internal)
 
     # -- forming a generation -------------------------------------------------------------
     @property
@@ -1561,6 +1842,7 @@ class Spoke:
         # ("stop", host) | ("lost", reason)
         self.verdict: tuple | None = None
         sel.register(conn.sock, selectors.EVENT_READ, ("conn", conn))
+        Running.link = self
         self._drain(True)
 
     def on_event(self, data) -> None:
@@ -1570,13 +1852,15 @@ class Spoke:
         while not self.conn.closed:
             try:
                 msg = self.conn.pop()
-            except ProtocolError as exc:
+                if msg is None:
+                    break
+                self._handle(msg)
+            except Exception as exc:  # noqa: BLE001 - a ProtocolError, or a bug: either way the link is broken
+                if not isinstance(exc, ProtocolError):
+                    internal_error(exc, "handling a line from node 0")
                 self.close()
-                self._set(("lost", f"the liveness connection to node 0 broke: {exc}"))
+                self._set(("lost", f"the liveness connection to node 0 broke: {shown(str(exc))}"))
                 return
-            if msg is None:
-                break
-            self._handle(msg)
         if not alive and not self.conn.closed:
             self.close()
             if not self.master_done:
@@ -1589,21 +1873,22 @@ class Spoke:
                 )
 
     def _handle(self, msg: dict) -> None:
-        t = msg.get("t")
+        """One message node 0 sent (already through _decode's gate). Raises ProtocolError for a message node
+        0 never sends to a joined node."""
+        t = msg["t"]
         if t == MSG_START:
-            gen = msg.get("gen", 0)
-            self.start_gen = gen if isinstance(gen, int) and gen >= 0 else 0
+            self.start_gen = msg["gen"]
         elif t == MSG_ABORT:
-            self._set(("abort", str(msg.get("reason", "unknown"))))
+            self._set(("abort", shown(msg["reason"], 1000)))
         elif t == MSG_END:
-            code = msg.get("code", EXIT_RUN_FAILED)
-            code = code if isinstance(code, int) and 0 < code < 256 else EXIT_RUN_FAILED
-            self._set(("end", code, msg.get("blame"), str(msg.get("reason", "unknown"))))
+            self._set(("end", msg["code"], msg["blame"], shown(msg["reason"], 1000)))
         elif t == MSG_STOP:
-            self._set(("stop", str(msg.get("host") or "?")))
+            self._set(("stop", shown(msg["host"])))
         elif t == MSG_DONE:
             self.master_done = True
             log("node 0 finished successfully")
+        elif t != MSG_HB:
+            raise ProtocolError(f"node 0 sent {t!r} to a joined node")
 
     def _set(self, verdict: tuple) -> None:
         if self.verdict is None:
@@ -1942,10 +2227,10 @@ def stop_group(cfg: Config, hub: Hub, sigs: Signals, child: Child | None, host: 
 
 def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseSelector) -> Stop:
     hub = Hub(cfg, sel)
-    hub.listen()
+    where = hub.listen()
     log(
-        f"liveness channel listening on port {cfg.liveness_port} (connections prove membership with the run "
-        f"secret); waiting for {cfg.nnodes - 1} node(s), bound KGEN_RDZV_TIMEOUT={cfg.rdzv_timeout}s"
+        f"liveness channel listening on port {cfg.liveness_port} at {where}; connections prove membership with "
+        f"the run secret; waiting for {cfg.nnodes - 1} node(s), bound KGEN_RDZV_TIMEOUT={cfg.rdzv_timeout}s"
     )
     while True:
         # joining / re-forming: every node must (re)join with a hello
@@ -1962,6 +2247,11 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
             now = time.monotonic()
             hub.tick(now)
             reason = hub.form_deadline_passed(now)
+            if hub.script_fail is not None and hub.script_fail[3]:  # a node's entrypoint failed meanwhile
+                blame, _, _, reason = hub.script_fail
+                log(f"FAIL-STOP: {reason}")
+                hub.end(EXIT_RUN_FAILED, reason, blame)
+                return Stop(EXIT_RUN_FAILED, f"the run failed ({reason})")
             if reason is not None:
                 log(f"FAIL-STOP: {reason}")
                 hub.end(EXIT_PEERS_MISSING if cfg.max_reformations else EXIT_PEER_LOST, reason)
@@ -2029,10 +2319,13 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                     return Stop(0, "succeeded")
                 continue
             fault, blame = None, None
-            if hub.lost is not None:
+            if hub.script_fail is not None and hub.script_fail[3]:  # a lost connection follows it: not the cause
+                blame, _, _, reason = hub.script_fail
+                fault, what = "internal", "the run failed"
+            elif hub.lost is not None:
                 fault, reason, what = "lost", hub.lost, "peer lost"
             elif hub.script_fail is not None and now - hub.script_fail[2] >= FAIL_VERDICT_WAIT:
-                blame, rc, _ = hub.script_fail
+                blame, rc, _, _ = hub.script_fail
                 fault, reason, what = "script", f"node {blame}'s torchrun exited with code {rc}", "script failed"
             if fault is None:
                 continue
@@ -2144,13 +2437,43 @@ def run(cfg: Config, command: list[str]) -> int:
     sel.register(sigs.rfd, selectors.EVENT_READ, ("signal", None))
     set_child_subreaper()
     check_torch()
-    if cfg.nnodes == 1:
-        stop = run_single(cfg, command, sigs)
-    elif cfg.is_master:
-        stop = run_hub(cfg, command, sigs, sel)
-    else:
-        stop = run_spoke(cfg, command, sigs, sel)
+    try:
+        if cfg.nnodes == 1:
+            stop = run_single(cfg, command, sigs)
+        elif cfg.is_master:
+            stop = run_hub(cfg, command, sigs, sel)
+        else:
+            stop = run_spoke(cfg, command, sigs, sel)
+    except Stop:
+        raise
+    except Exception as exc:  # noqa: BLE001 - kgen's own fault: said so, never "the script failed"
+        stop = internal_stop(exc)
     raise stop
+
+
+def internal_stop(exc: BaseException) -> Stop:
+    """kgen's own code failed on this node (a bug): the traceback and the reason into the log, the group
+    told (node 0 ends the run, every other node exits 5; a node tells node 0, which does the same), this
+    node's torch processes ended, exit EXIT_INTERNAL."""
+    reason = internal_error(exc)
+    link, child = Running.link, Running.child
+    try:
+        if isinstance(link, Hub):
+            link.end(EXIT_RUN_FAILED, reason, 0)
+            link.close()
+        elif isinstance(link, Spoke) and not link.conn.closed:
+            what = f"{type(exc).__name__}: {shown(str(exc), 300)}"
+            link.send({"t": MSG_FAIL, "rc": EXIT_INTERNAL, "internal": what}, then_close=True)
+    except Exception:  # noqa: BLE001 - best effort: the others notice the closed connection anyway
+        pass
+    try:
+        if child is not None:
+            child.kill_tree(ABORT_GRACE)
+        else:
+            signal_tree(signal.SIGKILL)
+    except Exception:  # noqa: BLE001
+        signal_tree(signal.SIGKILL, child.pid if child is not None else None)
+    return Stop(EXIT_INTERNAL, reason)
 
 
 def request_stop(env: dict) -> int:
@@ -2292,35 +2615,34 @@ def probe_node0(cfg: Config, host: str) -> tuple[bool, str]:
             line, _ = _read_line(sock, b"", time.monotonic() + 3, PREAUTH_LINE_MAX)
             hello = parse_plain(line)
         except (OSError, ProtocolError):
-            hello = {}
+            hello = {"t": None}
         finally:
             sock.close()
-        if hello.get("t") != MSG_CHALLENGE:
+        if hello["t"] != MSG_CHALLENGE:
             return False, "accepts, but what answers is not a kgen entrypoint (no challenge)"
         return True, (
-            f"accepts (kgen liveness protocol {hello.get('v')}); without the run's secret node 0 tells nothing "
+            f"accepts (kgen liveness protocol {hello['v']}); without the run's secret node 0 tells nothing "
             f"more: set KGEN_SECRET_FILE to see which nodes joined"
         )
     try:
         sock, _, answer, _ = open_session(cfg, {"t": MSG_PROBE}, timeout=3, host=host)
     except Denied as exc:
         return False, (
-            f"accepts, but node 0 refused this host's proof of the run secret ({exc}): KGEN_SECRET_FILE "
-            f"({cfg.secret_file}) holds another secret than node 0's"
+            f"accepts, but node 0 refused this host's proof of the run secret ({exc}): {cfg.secret_source} "
+            f"gives another secret than node 0's"
         )
     except ProtocolError as exc:
         return False, f"accepts, but did not prove it is this run's node 0 ({exc})"
     except OSError as exc:
         return False, f"does not accept ({getattr(exc, 'strerror', None) or exc})"
     sock.close()
-    if answer.get("t") != MSG_STATUS:
-        return False, f"accepts, but node 0 answered {answer.get('t')!r}"
-    joined = answer.get("joined", [])
-    nnodes = answer.get("nnodes") if isinstance(answer.get("nnodes"), int) else 1
-    missing = sorted(set(range(1, nnodes)) - set(joined))
+    if answer["t"] != MSG_STATUS:
+        return False, f"accepts, but node 0 answered {answer['t']!r}"
+    joined, nnodes = set(answer["joined"]), answer["nnodes"]
+    missing = [r for r in range(1, min(nnodes, 1 << 16)) if r not in joined]
     return True, (
-        f"accepts; node 0's entrypoint (run {answer.get('id')}) has {len(joined)} of {nnodes - 1} peers"
-        + (f", missing {missing}" if missing else "")
+        f"accepts; node 0's entrypoint (run {shown(answer['id'])}) has {len(joined)} of {nnodes - 1} peers"
+        + (f", missing {missing[:64]}" if missing else "")
     )
 
 
@@ -2328,14 +2650,15 @@ def running_job_status(cfg: Config) -> str:
     """Inside a running job: node 0's own entrypoint answers an authenticated probe on the liveness port."""
     if cfg.secret is None:
         return ""
-    try:
-        sock, _, answer, _ = open_session(cfg, {"t": MSG_PROBE}, timeout=2, host="127.0.0.1")
-    except (OSError, ProtocolError, Denied):
-        return ""
-    sock.close()
-    if answer.get("t") != MSG_STATUS or answer.get("id") != cfg.rdzv_id:
-        return ""
-    return f"node 0's entrypoint (run {answer.get('id')}) is running with {len(answer.get('joined', []))} peer(s)"
+    for host in dict.fromkeys({"0.0.0.0": "127.0.0.1", "::": "::1"}.get(h, h) for h in bind_addresses(cfg)[0]):
+        try:
+            sock, _, answer, _ = open_session(cfg, {"t": MSG_PROBE}, timeout=2, host=host)
+        except (OSError, ProtocolError, Denied):
+            continue
+        sock.close()
+        if answer["t"] == MSG_STATUS and answer["id"] == cfg.rdzv_id:
+            return f"node 0's entrypoint (run {cfg.rdzv_id}) is running with {len(answer['joined'])} peer(s)"
+    return ""
 
 
 def _proc_net_addr(text: str, v6: bool) -> str:
@@ -2398,14 +2721,16 @@ def exposure(port: int, authenticated: bool, env: dict) -> str:
     bound = listening_addresses(port)
     if bound is None:
         return f"{port}: cannot tell (/proc/net/tcp is not readable)"
-    if not bound:
-        return f"{port}: nothing listens on it yet (the run is not running on this node): cannot tell"
     guard = (
         "kgen's liveness channel authenticates every connection"
         if authenticated
-        else "torch's store does not authenticate: fence this port (a NetworkPolicy on Kubernetes, a host "
-        "firewall or a fabric-only bind on bare metal; README, Security)"
+        else "torch's store does not authenticate, and torch 2.13 cannot bind it to one address (torchrun's static "
+        "rendezvous gives its TCPStore no address or socket: it listens on every interface): fence this port (a "
+        "NetworkPolicy on Kubernetes, a host firewall on bare metal; README, Security)"
     )
+    if not bound:
+        later = "" if authenticated else f"; once it runs: {guard}"
+        return f"{port}: nothing listens on it yet (the run is not running on this node): cannot tell{later}"
     if any(a in ("0.0.0.0", "::") for a in bound):
         addrs = [(name, ip) for name, ip in interface_addresses() if not ip.startswith("127.")]
         fabric = [v for v in (env.get("GLOO_SOCKET_IFNAME"), env.get("NCCL_SOCKET_IFNAME")) if v]
@@ -2446,7 +2771,7 @@ def diagnose(env: dict) -> int:
     if cfg.secret_problem:
         check(False, "run secret", cfg.secret_problem)
     elif cfg.secret is not None:
-        check(True, "run secret", f"KGEN_SECRET_FILE={cfg.secret_file} ({len(cfg.secret)} characters)")
+        check(True, "run secret", f"{cfg.secret_source} ({len(cfg.secret)} characters)")
     if rank_problems:
         for p in rank_problems:
             check(False, "node rank", p)
@@ -2553,6 +2878,7 @@ def diagnose(env: dict) -> int:
     return 1 if failed else 0
 
 
+# >>> not in pods: kgen render leaves the bare-metal section out of the ConfigMap (kgen/render/podcopy.py)
 # --------------------------------------------------------------------------------------------
 # Bare metal: one node's run directory (`kgen launch`, docs/baremetal.md)
 #
@@ -2744,6 +3070,32 @@ class Supervisor:
     def stop_requested(self) -> bool:
         return self.stopping or os.path.exists(os.path.join(self.dir, "stopping"))
 
+    def guarded_run(self) -> int:
+        """run(); when kgen's own code fails here: the traceback into the node's log, every process of the
+        node ended (no torch worker left without its supervisor), DIR/exit with EXIT_INTERNAL and the reason."""
+        try:
+            return self.run()
+        except Exception as exc:  # noqa: BLE001 - a bug of kgen's: reported as one, never as the script's
+            import traceback
+
+            reason = f"kgen supervisor internal error on node {self.rank}: {type(exc).__name__}: {shown(str(exc), 300)}"
+            try:
+                for line in "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines():
+                    self.write_line(printable(line))
+                self.write_line(f"kgen-entrypoint: stopped: {reason} (report it)")
+            except Exception:  # noqa: BLE001 - the log may be what failed; the exit record still tells
+                pass
+            left = [p for p in run_processes(self.dir) if p != os.getpid()]
+            _signal_all(left, signal.SIGTERM)  # the entrypoint tells the group it leaves, then stops torch
+            deadline = time.monotonic() + ORDERLY_STOP
+            while left and time.monotonic() < deadline:
+                time.sleep(0.1)
+                left = [p for p in run_processes(self.dir) if p != os.getpid()]
+            _signal_all(left, signal.SIGKILL)
+            rec = {"code": EXIT_INTERNAL, "reason": f"{reason} (report it)", "time": _utc_stamp(), "restarts": None}
+            _write_private(os.path.join(self.dir, "exit"), json.dumps(rec))
+            return EXIT_INTERNAL
+
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
             signal.signal(sig, self._on_signal)
@@ -2926,7 +3278,7 @@ def detach(run_dir: str) -> dict:
             sup.write_pid()
             os.write(w, b"ok")
             os.close(w)
-            code = sup.run()
+            code = sup.guarded_run()
         finally:
             os._exit(code if isinstance(code, int) and 0 <= code < 256 else 1)
     os.close(w)
@@ -3315,6 +3667,7 @@ def run_dir_verb(args: list[str]) -> int:
     return EXIT_CONFIG
 
 
+# <<< not in pods
 # --------------------------------------------------------------------------------------------
 # Slurm: one task per node of a job step (docs/slurm.md)
 #
@@ -3492,6 +3845,7 @@ def slurm_decide(cfg: Config, fault: str) -> tuple[str, int, str]:
     return FAIL, EXIT_PEER_LOST, "the Slurm step ends; the job is requeued and resumes from the checkpoint"
 
 
+# >>> not in pods: the Slurm task's supervisor and the batch script's decision (kgen/render/podcopy.py)
 def _slurm_int(name: str, default: int = 0) -> int:
     raw = (os.environ.get(name) or "").strip()
     return int(raw) if raw.isdigit() else default
@@ -3658,6 +4012,7 @@ def slurm_end(args: list[str]) -> int:
     return code
 
 
+# <<< not in pods
 # --------------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------------
@@ -3686,9 +4041,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except Stop as stop:
-        sys.stderr.write(f"kgen-entrypoint: stopped: {stop.reason}\n")
+        sys.stderr.write(f"kgen-entrypoint: stopped: {printable(stop.reason)}\n")
         sys.stderr.flush()
         return stop.code
+    except Exception as exc:  # noqa: BLE001 - kgen's own fault outside a run (--diagnose, --stop, a verb)
+        sys.stderr.write(f"kgen-entrypoint: stopped: {internal_error(exc)}\n")
+        sys.stderr.flush()
+        return EXIT_INTERNAL
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -3696,6 +4055,14 @@ def _main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--smoke-worker"]:
         return smoke_worker()
+    verbs = {"--launch-node": "launch_node", "--run-dir": "run_dir_verb", "--slurm-node": "slurm_node"}
+    verbs["--slurm-end"] = "slurm_end"
+    if args and args[0] in verbs and verbs[args[0]] not in globals():
+        fatal(
+            EXIT_CONFIG,
+            f"{args[0]} is for bare metal or Slurm: this is the pod copy kgen render ships, without that "
+            "section; `kgen entrypoint` prints the whole file",
+        )
     if args[:1] == ["--launch-node"]:  # kgen launch, over ssh (bare metal, docs/baremetal.md)
         return launch_node(globals().get("KGEN_SOURCE"))
     if args[:1] == ["--run-dir"]:

@@ -44,15 +44,21 @@ def entrypoint_path() -> Path:
 
 
 def cache_dir() -> Path | None:
-    """kgen's cache folder (compiled schemas and templates); None when caching is switched off."""
+    """kgen's cache folder (compiled schemas and templates: speed only, never a different output); None when
+    caching is switched off or there is no home to put it in (no $HOME and no passwd entry: a container's
+    arbitrary uid). A relative $XDG_CACHE_HOME is ignored, as the XDG spec says."""
     if os.environ.get("KGEN_NO_CACHE"):
         return None
     explicit = os.environ.get("KGEN_CACHE_DIR")
     if explicit:
         return Path(explicit)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "kgen"
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "kgen"
+    home = os.path.expanduser("~")  # $HOME, else the passwd entry; "~" itself when neither exists
+    if not os.path.isabs(home) or not os.path.isdir(home):  # never made up: a missing home stays missing
+        return None
+    return Path(home) / ".cache" / "kgen"
 
 
 MAX_SYMLINKS = 40  # as the kernel's path walk (ELOOP beyond)

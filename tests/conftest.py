@@ -44,21 +44,13 @@ def kgen_cmd():
     return [str(script)] if script.exists() else [sys.executable, "-m", "kgen"]
 
 
-RUN_KEY = ROOT / "tests" / "run-key"  # the fixed test key: rendered Secrets (and goldens) derive from it
-
-
 @pytest.fixture(autouse=True, scope="session")
 def _private_kgen_cache(tmp_path_factory):
-    """No test writes kgen's cache into the real home (~/.cache/kgen): one private folder per session.
-    Likewise the run key (~/.config/kgen/run-key): every render uses the fixed test key."""
-    real_key = os.path.expanduser("~/.config/kgen/run-key")
-    existed = os.path.exists(real_key)
+    """No test writes kgen's cache into the real home (~/.cache/kgen): one private folder per session."""
     mp = pytest.MonkeyPatch()
     mp.setenv("KGEN_CACHE_DIR", str(tmp_path_factory.mktemp("kgen-cache")))
-    mp.setenv("KGEN_KEY_FILE", str(RUN_KEY))
     yield
     mp.undo()
-    assert os.path.exists(real_key) == existed, "a test created the run key in the real home"
 
 
 # System paths no test may create on the host (the brief: never /opt/kgen). The pod harness makes

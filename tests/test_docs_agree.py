@@ -51,8 +51,11 @@ def jobset_action(jobset: dict, exit_code: int) -> str:
 
 
 def readme_jobset_cell(row_start: str) -> str:
+    """The `jobset` column's cell of the README's kind table row that starts with ``row_start``."""
+    header = next(line for line in README.splitlines() if line.startswith("| | `job` (default) |"))
+    column = [c.strip() for c in header.strip().strip("|").split("|")].index("`jobset`")
     line = next(line for line in README.splitlines() if line.startswith(f"| {row_start}"))
-    return line.rstrip("|").split("|")[-1].strip()
+    return [c.strip() for c in line.strip().strip("|").split("|")][column]
 
 
 def test_a_script_error_restarts_a_jobset_and_every_doc_says_so():
@@ -149,3 +152,16 @@ def test_every_status_example_shows_the_exit_code_kgen_status_gives():
             expected = status_exit(state, "--exit-code" in command.split("#")[0])
             assert claimed[0] == expected, f"{path.name}: {command}: shows exit {claimed[0]} for a {state} run"
     assert seen >= 5
+
+
+def test_kgens_own_failure_is_named_in_the_policies_and_the_docs():
+    """Issue 23.3: exit 70 (kgen's internal error) restarts a JobSet group (counted), fails a Job by a rule of
+    its own, and every exit-code table says so."""
+    assert jobset_action(rendered_jobset(), 70) == "RestartJobSet"
+    restart_row = next(line for line in JOBSET_MD.splitlines() if "another node's script error 5" in line)
+    assert "internal error 70" in restart_row
+    entrypoint_md = (ROOT / "docs" / "entrypoint.md").read_text()
+    design_md = (ROOT / "docs" / "design.md").read_text()
+    assert "| 70 | kgen's own entrypoint failed on this node" in entrypoint_md
+    assert "70 kgen's own entrypoint failed on this node" in design_md
+    assert "70 kgen's own entrypoint failed" in CLUSTER_MD and "exit 70" in README

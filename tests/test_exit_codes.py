@@ -41,7 +41,11 @@ def test_the_jobs_failure_policy_replaces_exactly_the_lost_dropped_killed_and_de
     ignored = {v for r in rules if r["action"] == "Ignore" and "onExitCodes" in r for v in r["onExitCodes"]["values"]}
     assert ignored == {codes["EXIT_PEER_LOST"], codes["EXIT_DROPPED"], 128 + 9, 128 + 15}
     # a user's stop (6) is not a lost node: the Job fails at once (FailJob), the JobSet does not restart
-    [fail] = [r for r in rules if r["action"] == "FailJob"]
+    internal, fail = [r for r in rules if r["action"] == "FailJob"]
     assert fail["onExitCodes"] == {"containerName": "trainer", "operator": "NotIn", "values": [0]}
     assert codes["EXIT_STOPPED"] not in ignored
+    # kgen's own failure (issue 23.3) has its own rule, before the catch-all: the Job's message names it
+    assert internal["onExitCodes"] == {"containerName": "trainer", "operator": "In", "values": [codes["EXIT_INTERNAL"]]}
+    assert rules.index(internal) == rules.index(fail) - 1
+    assert TABLE[codes["EXIT_INTERNAL"]].role == "cause" and "internal error" in TABLE[codes["EXIT_INTERNAL"]].meaning
     assert jobset.NOT_RETRIABLE_EXIT_CODES == (codes["EXIT_CONFIG"], codes["EXIT_PEERS_MISSING"], codes["EXIT_STOPPED"])

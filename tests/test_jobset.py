@@ -80,7 +80,7 @@ def test_golden(preset, queue, update_goldens):
 def test_one_replicated_job_of_n_indexed_pods_and_no_service(preset):
     docs = rendered(preset=preset)
     # JobSet creates the Service; the run's secret and NetworkPolicy are kgen's (the pods carry kgen's labels)
-    assert [d["kind"] for d in docs] == ["ConfigMap", "Secret", "NetworkPolicy", "JobSet"]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "NetworkPolicy", "JobSet"]
     selector = the(docs, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"]
     assert selector.items() <= pod(docs)["metadata"]["labels"].items()
     jobset = the(docs, "JobSet")

@@ -164,6 +164,7 @@ ask kgen status x -o ''
 ask kgen render --kind ''
 ask kgen lint --engine ''
 ask kgen render --kubernetes-version 1.3
+ask kgen logs x --on ''
 """
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
     done = subprocess.run([bash, "-c", script], capture_output=True, text=True, env=env, timeout=120)
@@ -171,15 +172,16 @@ ask kgen render --kubernetes-version 1.3
     lines = done.stdout.splitlines()
     assert lines[0] == "complete -o nosort -F _kgen_completion kgen"
     assert lines[1:6] == ["render", "--preset", "2node-test 4x1 4x8 64x8", "bash zsh fish", "status stop"]
-    # the values of -o, --kind, --engine, --kubernetes-version and presets show's NAME (they completed nothing)
+    # the values of -o, --kind, --engine, --kubernetes-version, --on and presets show's NAME (they completed nothing)
     assert lines[6:] == [
         "2node-test 4x1 4x8 64x8",
         "yaml json",
         "json junit",
         "text wide json yaml",
-        "job statefulset jobset",
+        "job statefulset jobset slurm",
         "builtin kubeconform",
         "1.30 1.31 1.32 1.33 1.34 1.35 1.36 1.37",
+        "cluster bare-metal slurm",
     ]
 
 

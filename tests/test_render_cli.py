@@ -23,7 +23,7 @@ def test_render_without_arguments_is_the_2node_test_smoke_test():
     res = run("render")
     assert res.exit_code == 0, res.stderr
     docs = docs_of(res.stdout)
-    assert [d["kind"] for d in docs] == ["ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
     job = docs[-1]
     assert job["spec"]["completions"] == 2
     trainer = job["spec"]["template"]["spec"]["containers"][0]
@@ -110,7 +110,7 @@ def test_json_output_is_a_kubectl_list():
     assert res.exit_code == 0
     data = json.loads(res.stdout)
     assert data["kind"] == "List"
-    assert [i["kind"] for i in data["items"]] == ["ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"]
+    assert [i["kind"] for i in data["items"]] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
 
 
 def test_output_file_written_whole(tmp_path):
@@ -136,7 +136,7 @@ BAD_INPUT = [
     (["--nodes", "two"], '--nodes: must be an integer, got "two"'),
     (["--nodes", "2.5"], '--nodes: must be an integer, got "2.5"'),
     (["--gpus", "-1"], '--gpus: must be an integer between 0 and 1024, got "-1"'),
-    (["--kind", "deployment"], '--kind: must be job, statefulset or jobset, got "deployment"'),
+    (["--kind", "deployment"], '--kind: must be job, statefulset, jobset or slurm, got "deployment"'),
     (["--name", "Train_Job"], "--name: must be a DNS label"),
     (["--name", "train.llama"], "--name: must be a DNS label"),
     (["--name", "7b-train"], "--name: must start with a letter"),

@@ -150,7 +150,7 @@ def test_hostile_label_value_is_rejected_or_exact(tmp_path):
 def test_newline_in_a_value_cannot_add_a_key():
     text = render(RenderRequest(preset="4x8", env=["X=a\nprivileged: true\nkind: Pod"]))
     docs = parsed(text)
-    assert set(docs) == {"ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"}
+    assert set(docs) == {"ConfigMap", "Service", "NetworkPolicy", "Job"}
     assert container(docs)["securityContext"]["privileged"] is False
     assert "privileged: true\nkind: Pod" in [e.get("value", "") for e in container(docs)["env"]][-1]
 

@@ -1,11 +1,7 @@
-"""Issue 17.2-17.3 in the manifests: the run's Secret (derived, deterministic, mounted read-only) and
-the NetworkPolicy that admits only the run's own pods, for every kind."""
+"""Issue 17.2-17.3 and 22.2 in the manifests: where each kind's pods get the run's secret (never from the
+rendered output) and the NetworkPolicy that admits only the run's own pods, for every kind."""
 
 from __future__ import annotations
-
-import base64
-import os
-import stat
 
 import pytest
 import yaml
@@ -14,8 +10,9 @@ from click.testing import CliRunner
 from kgen.api import RenderRequest, render
 from kgen.cli import cli
 from kgen.errors import UsageError
-from kgen.render import runsecret
-from tests.conftest import RUN_KEY
+
+UID_REF = {"fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}
+NAMESPACE_REF = {"fieldRef": {"fieldPath": "metadata.namespace"}}
 
 
 def docs_of(text: str) -> list[dict]:
@@ -40,23 +37,64 @@ def pod_labels(docs: list[dict]) -> dict:
     return wl["spec"]["template"]["metadata"]["labels"]
 
 
-@pytest.mark.parametrize("kind", ["job", "statefulset", "jobset"])
-def test_every_kind_mounts_the_runs_secret_read_only_and_is_fenced(kind):
+def env_of(docs: list[dict]) -> dict[str, dict]:
+    return {e["name"]: e for e in pod_spec(docs)["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize("kind", ["job", "jobset"])
+def test_job_pods_derive_the_secret_from_their_jobs_uid_and_nothing_is_rendered(kind):
     docs = docs_of(render(RenderRequest(preset="4x8", flags={"kind": kind, "name": "llm", "namespace": "ml"})))
-    objs = by_kind(docs)
-    secret = objs["Secret"]
-    assert secret["metadata"]["name"] == "llm-auth" and secret["immutable"] is True
-    value = base64.b64decode(secret["data"]["secret"]).decode()
-    assert value == runsecret.derive(RUN_KEY.read_bytes().strip(), "ml", "llm") and len(value) == 64
+    assert "Secret" not in by_kind(docs)
+    env = env_of(docs)
+    assert env["KGEN_JOB_UID"] == {"name": "KGEN_JOB_UID", "valueFrom": UID_REF}
+    assert env["KGEN_NAMESPACE"] == {"name": "KGEN_NAMESPACE", "valueFrom": NAMESPACE_REF}
+    assert "KGEN_SECRET_FILE" not in env and "KGEN_AUTH_NAME" not in env
+    spec = pod_spec(docs)
+    assert all(v["name"] != "kgen-secret" for v in spec["volumes"])
+    assert all(m["name"] != "kgen-secret" for m in spec["containers"][0]["volumeMounts"])
+
+
+def test_a_statefulsets_pods_mount_its_secret_optionally_and_render_says_how_to_make_it():
+    res = CliRunner().invoke(cli, ["render", "--preset", "4x8", "--kind", "statefulset", "--name", "llm", "-n", "ml"])
+    assert res.exit_code == 0, res.output
+    docs = docs_of(res.stdout)
+    assert "Secret" not in by_kind(docs)
     spec = pod_spec(docs)
     [vol] = [v for v in spec["volumes"] if v["name"] == "kgen-secret"]
-    assert vol["secret"]["secretName"] == "llm-auth"
+    assert vol["secret"] == {"secretName": "llm-auth", "defaultMode": 0o444, "optional": True}
     [mount] = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "kgen-secret"]
     assert mount == {"name": "kgen-secret", "mountPath": "/var/run/secrets/kgen", "readOnly": True}
-    env = {e["name"]: e for e in spec["containers"][0]["env"]}
+    env = env_of(docs)
     assert env["KGEN_SECRET_FILE"] == {"name": "KGEN_SECRET_FILE", "value": "/var/run/secrets/kgen/secret"}
-    assert value not in yaml.safe_dump(spec)  # the secret itself never in the pod spec or the environment
-    policy = objs["NetworkPolicy"]["spec"]
+    assert env["KGEN_AUTH_NAME"] == {"name": "KGEN_AUTH_NAME", "value": "llm-auth"}
+    assert "KGEN_JOB_UID" not in env
+    note = [ln for ln in res.stderr.splitlines() if "Secret llm-auth" in ln]
+    assert len(note) == 1 and note[0].startswith("kgen: note: kind statefulset: its pods carry no Job UID")
+    assert note[0].endswith(
+        "kubectl create secret generic llm-auth -n ml --from-literal=secret=\"$(python3 -c 'import secrets; "
+        "print(secrets.token_hex(32))')\" && kubectl label secret llm-auth -n ml app.kubernetes.io/instance=llm "
+        "app.kubernetes.io/managed-by=kgen"
+    )
+    assert "warning" not in res.stderr
+
+
+def test_render_and_the_entrypoint_give_the_same_command():
+    import importlib.util
+
+    from kgen.render.runsecret import create_secret_line
+    from kgen.resources import entrypoint_path
+
+    spec = importlib.util.spec_from_file_location("kgen_entrypoint_secret_line", entrypoint_path())
+    ep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ep)
+    for ns in ("ml", "", "team-a"):
+        assert create_secret_line("llm-auth", ns, "llm") == ep.create_secret_line("llm-auth", ns, "llm")
+
+
+@pytest.mark.parametrize("kind", ["job", "statefulset", "jobset"])
+def test_every_kind_is_fenced(kind):
+    docs = docs_of(render(RenderRequest(preset="4x8", flags={"kind": kind, "name": "llm", "namespace": "ml"})))
+    policy = by_kind(docs)["NetworkPolicy"]["spec"]
     selector = {"app.kubernetes.io/instance": "llm", "kgen.dev/role": "trainer"}
     assert policy["podSelector"] == {"matchLabels": selector}
     assert selector.items() <= pod_labels(docs).items()  # the run's pods (JobSet: through its template)
@@ -64,48 +102,14 @@ def test_every_kind_mounts_the_runs_secret_read_only_and_is_fenced(kind):
     assert policy["ingress"] == [{"from": [{"podSelector": {"matchLabels": selector}}]}]  # every port
 
 
-def test_rendering_again_gives_the_same_secret_and_another_run_another():
-    def secret(**flags):
-        return by_kind(docs_of(render(RenderRequest(preset="4x8", flags=flags))))["Secret"]["data"]["secret"]
-
-    assert secret(name="a") == secret(name="a") != secret(name="b")
-    assert secret(name="a", namespace="x") != secret(name="a", namespace="y")
-
-
-def test_the_key_is_created_0600_on_first_use_under_xdg_config(tmp_path, monkeypatch):
-    monkeypatch.delenv("KGEN_KEY_FILE")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
-    first = render(RenderRequest(preset="4x8"))
-    key = tmp_path / "cfg" / "kgen" / "run-key"
-    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and stat.S_IMODE(key.parent.stat().st_mode) == 0o700
-    assert len(key.read_text().strip()) == 64
-    assert render(RenderRequest(preset="4x8")) == first  # the same key from then on
-    key.write_text("0" * 64 + "\n")
-    assert render(RenderRequest(preset="4x8")) != first
-
-
-@pytest.mark.parametrize(
-    "content, message",
-    [(None, "cannot read the run key"), ("short\n", "must hold 32 to 4096 characters, it holds 5")],
-)
-def test_a_bad_key_file_is_one_line_exit_2(tmp_path, monkeypatch, content, message):
-    path = tmp_path / "key"
-    if content is not None:
-        path.write_text(content)
-    monkeypatch.setenv("KGEN_KEY_FILE", str(path))
-    res = CliRunner().invoke(cli, ["render", "--preset", "4x8"])
-    assert res.exit_code == 2 and res.stdout == ""
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kgen: error: KGEN_KEY_FILE: ") and message in lines[0]
-    assert "auth.secretName" in lines[0]
-
-
-def test_a_named_secret_is_mounted_and_none_rendered(monkeypatch):
-    monkeypatch.setenv("KGEN_KEY_FILE", "/nonexistent/key")  # not needed at all then
-    docs = docs_of(render(RenderRequest(preset="4x8", sets=["auth.secretName=team-run-secret"])))
+@pytest.mark.parametrize("kind", ["job", "statefulset", "jobset"])
+def test_a_named_secret_is_mounted_for_every_kind_waited_for_and_none_rendered(kind):
+    docs = docs_of(render(RenderRequest(preset="4x8", flags={"kind": kind}, sets=["auth.secretName=team-run"])))
     assert "Secret" not in by_kind(docs)
     [vol] = [v for v in pod_spec(docs)["volumes"] if v["name"] == "kgen-secret"]
-    assert vol["secret"]["secretName"] == "team-run-secret"
+    assert vol["secret"] == {"secretName": "team-run", "defaultMode": 0o444}  # not optional: the kubelet waits
+    env = env_of(docs)
+    assert env["KGEN_SECRET_FILE"]["value"] == "/var/run/secrets/kgen/secret" and "KGEN_JOB_UID" not in env
     with pytest.raises(UsageError, match="auth.secretName: must be a Secret name"):
         render(RenderRequest(preset="4x8", sets=["auth.secretName=Bad_Name"]))
 
@@ -115,7 +119,16 @@ def test_one_node_needs_no_secret():
     assert "Secret" not in by_kind(docs) and "NetworkPolicy" in by_kind(docs)  # torch's store is still fenced
     spec = pod_spec(docs)
     assert all(v["name"] != "kgen-secret" for v in spec["volumes"])
-    assert "KGEN_SECRET_FILE" not in {e["name"] for e in spec["containers"][0]["env"]}
+    assert not {"KGEN_SECRET_FILE", "KGEN_JOB_UID", "KGEN_AUTH_NAME"} & set(env_of(docs))
+
+
+def test_nothing_kgen_renders_is_immutable():
+    """Re-applying a run's manifest, rendered anywhere, or after `kubectl delete <workload>`, never meets an
+    immutable object of a fixed name (issue 22.3)."""
+    for kind in ("job", "statefulset", "jobset"):
+        request = RenderRequest(preset="64x8", flags={"kind": kind}, sets=["podDisruptionBudget=true"])
+        for doc in docs_of(render(request)):
+            assert "immutable" not in doc, doc["kind"]
 
 
 def test_more_ingress_or_none():
@@ -141,7 +154,3 @@ def test_host_network_pods_get_no_policy_and_a_note():
     assert res.exit_code == 0
     assert "NetworkPolicy" not in by_kind(docs_of(res.stdout))
     assert "kgen: note: hostNetwork: NetworkPolicies do not apply to host-network pods" in res.stderr
-
-
-def test_the_real_home_is_not_touched():
-    assert os.environ["KGEN_KEY_FILE"] == str(RUN_KEY)  # tests/conftest.py: every test renders with it

@@ -44,3 +44,19 @@ def test_the_host_has_no_opt_kgen_from_this_suite():
     assert HOST_PATHS == ("/opt/kgen",)
     # the guard runs around this very test too; here the state it starts from, for the report
     print(f"/opt/kgen on this host: {'present (not made by this test)' if os.path.lexists('/opt/kgen') else 'absent'}")
+
+
+def test_no_two_test_modules_share_a_name():
+    """tests/ has no packages (pytest's default rootdir-relative 'prepend' import): two test files of one
+    basename in different folders stop the whole suite at collection ("import file mismatch"), which a run
+    of one folder never shows. tests/slurm/test_adapter.py beside tests/baremetal/test_adapter.py did."""
+    seen: dict[str, str] = {}
+    clashes = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path.name == "conftest.py" or "fixtures" in path.parts:
+            continue
+        rel = str(path.relative_to(ROOT))
+        if path.name in seen:
+            clashes.append(f"{seen[path.name]} and {rel}")
+        seen.setdefault(path.name, rel)
+    assert not clashes, clashes

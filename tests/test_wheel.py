@@ -31,7 +31,7 @@ def wheel(tmp_path_factory):
 
 def test_wheel_contains_bundled_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for tpl in ("configmap", "secret", "service", "networkpolicy", "job", "statefulset"):
+    for tpl in ("configmap", "service", "networkpolicy", "job", "statefulset", "jobset", "pdb"):
         assert f"kgen/_bundled/templates/{tpl}.yaml.j2" in names
     for preset in ("2node-test", "4x8", "64x8", "4x1"):
         assert f"kgen/_bundled/presets/{preset}.yaml" in names
@@ -59,9 +59,11 @@ def test_fresh_venv_outside_the_repo_renders_and_lints(wheel, tmp_path):
     work.mkdir()
     out = sh([str(bindir / "kgen"), "render", "--preset", "4x8"], cwd=work)
     docs = [d for d in yaml.safe_load_all(out) if d]
-    assert [d["kind"] for d in docs] == ["ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
+    from kgen.render.podcopy import pod_copy
+
     shipped = (ROOT / "entrypoint" / "kgen_entrypoint.py").read_text()
-    assert docs[0]["data"]["kgen_entrypoint.py"] == shipped
+    assert docs[0]["data"]["kgen_entrypoint.py"] == pod_copy(shipped)  # the pod copy, from the wheel's own file
     assert "kgen_entrypoint" not in str(work)  # nothing was read from the repository
     listing = sh([str(bindir / "kgen"), "presets", "list"], cwd=work)
     assert "64x8" in listing

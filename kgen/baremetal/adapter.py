@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from kgen.baremetal.record import NodeRecord, RunRecord
 from kgen.runs import exitcodes
 from kgen.runs.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
+from kgen.runs.stamps import split_ts
 
-TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 KGEN_PREFIX = re.compile(r"^\[kgen (?:node|supervisor) \d+ \d\d:\d\d:\d\d \+[\d.]+s\] ")
-GEN_START = re.compile(r"generation (\d+): starting")
-REPLACED = re.compile(r"entrypoint ended with code (\d+): replacing it")
-LOST = re.compile(r"(?:peer lost|FAIL-STOP): (.*)|re-forming: (node 0 lost: .*)")
+# read where the entrypoint's (or the supervisor's) own line begins: words inside a line cannot pass for them
+GEN_START = re.compile(r"^generation (\d+): starting")
+REPLACED = re.compile(r"^node \d+'s entrypoint ended with code (\d+): replacing it")
+LOST = re.compile(r"^(?:(?:peer lost|FAIL-STOP): (.*)|re-forming: (node 0 lost: .*))")
 STOPPED_BY = re.compile(r"stopped (by user on \S+)")  # the entrypoint's "stopped: stopped by user on HOST"
 EXIT_STOPPED = 6
 SHOW = 110  # characters of a log line in a row
@@ -44,14 +45,13 @@ class NodeState:
     unreachable: str = ""
 
 
-def split_ts(line: str) -> tuple[str, str]:
-    m = TS.match(line)
-    return (m.group(1), line[m.end() :]) if m else ("", line)
-
-
 def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= SHOW else text[: SHOW - 3] + "..."
+
+
+def _gen_start(line: str) -> re.Match | None:
+    return GEN_START.match(KGEN_PREFIX.sub("", split_ts(line)[1], count=1))
 
 
 def _lost_blames(rank: int, events: Sequence[str]) -> list[tuple[int, str, str]]:
@@ -59,7 +59,7 @@ def _lost_blames(rank: int, events: Sequence[str]) -> list[tuple[int, str, str]]
     out: list[tuple[int, str, str]] = []
     for line in events:
         ts, text = split_ts(line)
-        m = LOST.search(text)
+        m = LOST.match(KGEN_PREFIX.sub("", text, count=1))
         if not m:
             continue
         words = RELAYED.sub("", (m.group(1) or m.group(2) or "").strip())
@@ -76,7 +76,7 @@ def _activity(events: Sequence[str]) -> tuple[str, bool]:
     for line in reversed(events):
         _, text = split_ts(line)
         body = KGEN_PREFIX.sub("", text)
-        m = GEN_START.search(body)
+        m = GEN_START.match(body)
         if m:
             return (latest, False) if latest else (f"training, generation {m.group(1)}", True)
         if body.startswith(("re-forming", "peer lost")):
@@ -101,7 +101,7 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
         return row, [], False
     events = st.get("events") or []
     tail = st.get("tail") or []
-    row.generation = max((int(m.group(1)) for e in events for m in [GEN_START.search(e)] if m), default=0)
+    row.generation = max((int(m.group(1)) for e in events for m in [_gen_start(e)] if m), default=0)
     row.last_line = _short(split_ts(tail[-1])[1]) if tail else ""
     failures: list[Failure] = []
 
@@ -111,7 +111,7 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
 
     for line in events:  # attempts the supervisor replaced (as a Job replaces a pod)
         ts, text = split_ts(line)
-        m = REPLACED.search(text)
+        m = REPLACED.match(KGEN_PREFIX.sub("", text, count=1))
         if m:
             row.restarts += 1
             replaced = exitcodes.meaning(int(m.group(1)))

@@ -28,11 +28,11 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 from kgen.baremetal import record as R
 from kgen.baremetal.transport import Transport, parallel
 from kgen.errors import KgenError, UsageError
+from kgen.runs.stamps import record_stamp
 
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # set by kgen launch itself: --env cannot change them (the option that does is named)
@@ -278,7 +278,7 @@ def launch(req: LaunchRequest, transport: Transport, say: Callable[[str], None] 
         workdir=req.workdir,
         command=list(req.command),
         env_keys=sorted(req.env),
-        created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        created=record_stamp(),
         launch_id=launch_id,
     )
     R.save(rec)  # before anything starts: a launcher killed from here on leaves a run `kgen stop` finds

@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from kgen.baremetal import record as R
-from kgen.baremetal.adapter import NodeState, split_ts, to_records
+from kgen.baremetal.adapter import NodeState, to_records
 from kgen.baremetal.transport import LocalTransport, SshTransport, Transport, parallel
+from kgen.runs import stamps
+from kgen.runs.safetext import lines, printable
+from kgen.runs.stamps import line_stamp, show, since_cut, split_ts
 from kgen.runs.verdict import Verdict, judge
 from kgen.runs.views import prefix, rank_width
 
@@ -46,10 +49,12 @@ def _json_line(out: bytes) -> dict | None:
 
 
 def _failed(host: str, result) -> str:
+    """Why a host did not answer, in one printable line (ssh's and the host's words are escaped)."""
     if result.unreachable:
-        return result.unreachable
+        return printable(result.unreachable)
     lines = [ln for ln in result.err.splitlines() if ln.strip()]
-    return f"{host}: the entrypoint on the host failed ({lines[-1].strip() if lines else f'exit {result.rc}'})"
+    last = lines[-1].strip() if lines else f"exit {result.rc}"
+    return printable(f"{host}: the entrypoint on the host failed ({last})")
 
 
 def _bound(transport: Transport) -> float:
@@ -77,21 +82,6 @@ def status(rec: R.RunRecord, transport: Transport | None = None) -> Verdict:
 
 
 # ------------------------------------------------------------------------------------------ logs
-def _stamp(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _since_cut(since_s: int | None) -> str:
-    if since_s is None:
-        return ""
-    return _stamp(datetime.now(timezone.utc) - timedelta(seconds=since_s))
-
-
-def _show(line: str, timestamps: bool) -> str:
-    ts, body = split_ts(line)
-    return f"{ts} {body}" if timestamps and ts else body
-
-
 def logs(
     rec: R.RunRecord,
     transport: Transport,
@@ -111,16 +101,10 @@ def logs(
     warnings = []
     for node, res in parallel(nodes, one):
         if res.ok:
-            texts[node.rank] = res.out.decode("utf-8", "replace").splitlines()
+            texts[node.rank] = lines(res.out.decode("utf-8", "replace"))  # escaped: no control character passes
         else:
             warnings.append(f"rank {node.rank}: log unavailable: {_failed(node.host, res)}")
-    cut = _since_cut(since_s)
-    width = rank_width(texts or [0])
-    keyed = [
-        [(split_ts(line)[0], rank, i, line) for i, line in enumerate(lines) if not cut or split_ts(line)[0] >= cut]
-        for rank, lines in sorted(texts.items())
-    ]
-    return [prefix(rank, width) + _show(line, timestamps) for _, rank, _, line in heapq.merge(*keyed)], warnings
+    return stamps.merge(texts, since_s, timestamps), warnings
 
 
 class Merger:
@@ -144,11 +128,11 @@ class Merger:
 
     def ended(self, rank: int, why: str, now: datetime) -> None:
         if why:
-            self._push(_stamp(now), rank, f"(kgen: log stream ended: {why})")
+            self._push(line_stamp(now), rank, f"(kgen: log stream ended: {printable(why)})")
 
     def ripe(self, now: datetime, flush: bool = False) -> list[tuple[int, str]]:
         """The lines older than ``now`` - REORDER_S (every line when ``flush``), oldest first."""
-        cutoff = _stamp(now - timedelta(seconds=REORDER_S))
+        cutoff = line_stamp(now - timedelta(seconds=REORDER_S))
         out = []
         while self.held and (flush or self.held[0][0] <= cutoff or len(self.held) > 4096):
             _, rank, _, text = heapq.heappop(self.held)
@@ -172,7 +156,7 @@ def follow(
     args = ["--follow"] + (["--tail", str(tail)] if tail is not None else [])
     if since_s == 0:
         args = ["--follow", "--tail", "0"]
-    cut = _since_cut(since_s) if since_s else ""
+    cut = since_cut(since_s) if since_s else ""
     q: queue.Queue = queue.Queue(maxsize=8192)
     procs = []
 
@@ -189,8 +173,8 @@ def follow(
             except OSError:
                 pass
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            q.put((node.rank, raw.decode("utf-8", "replace").rstrip("\n"), None))
+        for raw in proc.stdout:  # one "\n"-ended line each, escaped (kgen.runs.safetext)
+            q.put((node.rank, printable(raw.decode("utf-8", "replace").rstrip("\n").removesuffix("\r")), None))
         proc.wait()
         err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
         why = transport.classify(node.host, proc.returncode, err) if proc.returncode else ""
@@ -215,7 +199,7 @@ def follow(
                 else:
                     merger.line(rank, line)
             for r, text in merger.ripe(now, flush=not open_streams):
-                yield prefix(r, width) + _show(text, timestamps)
+                yield prefix(r, width) + show(text, timestamps)
     finally:
         for p in procs:
             try:

@@ -9,25 +9,15 @@ environment value is kept here (only the variable names).
 from __future__ import annotations
 
 import json
-import os
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kgen.errors import UsageError
+from kgen.runs import store
+from kgen.runs.store import NAME, check_name, state_home
 
-NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+__all__ = ["NAME", "NodeRecord", "RunRecord", "all_records", "check_name", "load", "path", "remove", "runs_dir",
+           "save", "state_home"]  # fmt: skip
 VERSION = 1
-
-
-def check_name(name: str, option: str = "--name") -> str:
-    if len(name) > 63:
-        raise UsageError(f"is {len(name)} characters: a run name is a DNS label of at most 63", option=option)
-    if not NAME.fullmatch(name):
-        raise UsageError(
-            f'must be a DNS label (lower-case letters, digits, "-"), got "{name}"', option=option, hint="e.g. llama-8n"
-        )
-    return name
 
 
 @dataclass
@@ -67,7 +57,7 @@ class RunRecord:
         return "local" if self.mode == "local" else "bare-metal"
 
     def to_json(self) -> str:
-        return json.dumps({"version": VERSION, **asdict(self)}, indent=2, sort_keys=True) + "\n"
+        return store.to_json(asdict(self), VERSION)
 
     @classmethod
     def from_json(cls, text: str) -> RunRecord:
@@ -78,11 +68,6 @@ class RunRecord:
         return cls(nodes=nodes, **known)
 
 
-def state_home() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or ""
-    return Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state"
-
-
 def runs_dir() -> Path:
     return state_home() / "kgen" / "runs"
 
@@ -91,55 +76,19 @@ def path(name: str) -> Path:
     return runs_dir() / f"{name}.json"
 
 
-def _private_dir(p: Path) -> None:
-    p.mkdir(parents=True, exist_ok=True)
-    for d in (p, p.parent):
-        try:
-            if d.stat().st_uid == os.getuid():
-                os.chmod(d, 0o700)
-        except OSError:
-            pass
-
-
 def save(rec: RunRecord) -> Path:
     target = path(rec.name)
-    _private_dir(target.parent)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(rec.to_json())
-    os.replace(tmp, target)
+    store.private_dir(target.parent, parents=True)
+    store.write_private(target, rec.to_json())
     return target
 
 
 def load(name: str) -> RunRecord | None:
-    p = path(name)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise UsageError(f"cannot read the run record {p}: {exc.strerror}") from None
-    try:
-        return RunRecord.from_json(text)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise UsageError(f"the run record {p} is damaged ({exc}): remove it") from None
+    return store.load(path(name), RunRecord.from_json)
 
 
 def all_records() -> list[RunRecord]:
-    out: list[RunRecord] = []
-    d = runs_dir()
-    if not d.is_dir():
-        return out
-    for p in sorted(d.glob("*.json")):
-        if NAME.fullmatch(p.stem):
-            try:
-                rec = load(p.stem)
-            except UsageError:
-                continue
-            if rec is not None:
-                out.append(rec)
-    return out
+    return store.all_records(runs_dir(), load)
 
 
 def remove(name: str) -> bool:

@@ -1,8 +1,8 @@
-"""The run verbs: `kgen status`, `logs`, `stop`, `submit`, `list` (issue 10), for cluster and bare-metal runs.
+"""The run verbs: `kgen status`, `logs`, `stop`, `submit`, `list` (issue 10), for cluster, bare-metal and Slurm runs.
 
-Thin click commands: flags -> kgen.sdk (status, watch, logs, stop, submit, list_runs: a bare-metal run's local
-record first, else the cluster; the ``kubernetes`` client is loaded only there, so `kgen render`/`lint`/`--help`
-never load it) -> kgen.runs.views -> stdout.
+Thin click commands: flags -> kgen.sdk (status, watch, logs, stop, submit, list_runs: this machine's record of a
+bare-metal or Slurm run first, else the cluster; the ``kubernetes`` client is loaded only there, so `kgen
+render`/`lint`/`--help` never load it) -> kgen.runs.views -> stdout.
 
 Exit codes of `kgen status` (and of `--watch`), contract C2, from kgen.runs.verdict.status_exit: 0 unless
 the run failed (1); with --exit-code the state's own code: 0 succeeded, 1 failed, 3 running (starting,
@@ -50,6 +50,7 @@ Examples:
   kgen status llama-70b -n team-a --context prod
   kgen status llama-70b --exit-code || echo "not done: $?"   # scripts: 3 running, 4 pending
   kgen status my-ssh-run                # a kgen launch run: every host asked over ssh
+  kgen status llama --on slurm          # a kgen submit --kind slurm run: Slurm and its run folder asked
 
 \b
 Exit codes: 0 unless the run failed (1); 2 bad input, cluster error or no such run.
@@ -79,8 +80,9 @@ def status(name, namespace, context, kubeconfig, output_format, watch, no_logs, 
     """Show a run: one row per node rank and one verdict line (root cause of a failure).
 
     NAME is the run name (kgen render --name, kgen launch --name): a bare-metal run of that name
-    (kgen launch's local record) is asked on its hosts; otherwise its Job or StatefulSet and its pods
-    are found on the cluster by kgen's labels.
+    (kgen launch's local record) is asked on its hosts, a Slurm run (kgen submit --kind slurm's record)
+    of Slurm and its run folder; otherwise its Job or StatefulSet and its pods are found on the cluster
+    by kgen's labels.
     """
     from kgen import sdk
     from kgen.runs import views
@@ -135,6 +137,7 @@ Examples:
   kgen logs llama-70b --since 10m --timestamps
   kgen logs llama-70b --previous            # the containers before their last restart
   kgen logs my-ssh-run -f --rank 0          # a kgen launch run: every host's log over ssh
+  kgen logs llama --on slurm -f             # a Slurm run: every node's log in its run folder, requeues too
 """
 
 
@@ -207,6 +210,7 @@ Examples:
   kgen stop llama-70b --wait          # ... and wait (at most --timeout) until the pods are gone
   kgen stop llama-70b -n team-a       # stopping a stopped run says so and succeeds
   kgen stop my-ssh-run --rm           # a kgen launch run: every process on every host, then its files
+  kgen stop llama --on slurm          # a Slurm run: the group stop (SIGINT to every node), then scancel
 """
 
 
@@ -220,13 +224,16 @@ Examples:
     default=10.0,
     show_default=True,
     metavar="SECONDS",
-    help="Bare metal: SIGKILL what is left this long after the stop began.",
+    help="Bare metal: SIGKILL what is left this long after the stop began; Slurm: scancel what is left then.",
 )
-@click.option("--rm", "remove", is_flag=True, help="Bare metal: then delete the run directories and the record.")
+@click.option(
+    "--rm", "remove", is_flag=True, help="Bare metal and Slurm: then delete the run's folders and its record."
+)
 @on_option
 def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, on):
     """Stop a run: delete its workload, Service, ConfigMap, Secret, NetworkPolicy, PDB and pods (foreground);
-    a bare-metal run: end every process of it on every host (group stop, SIGTERM, SIGKILL after --grace)."""
+    a bare-metal run: end every process of it on every host (group stop, SIGTERM, SIGKILL after --grace);
+    a Slurm run: the group stop on every node (exit 6, "stopped by user"), scancel after --grace."""
     from kgen import sdk
 
     request = sdk.StopRequest(_ref(name, namespace, context, kubeconfig, on), wait, timeout, grace, remove)
@@ -234,6 +241,17 @@ def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, on)
     if result.on == "cluster":
         if not result.deleted:
             click.echo(f"run {name} is already stopped: nothing of it left in namespace {result.namespace}")
+        return
+    if result.on == "slurm":
+        click.echo(result.job.summary())
+        if not result.all_stopped:
+            note(f"run {name}: Slurm job {result.job.job_id} not confirmed ended; `kgen stop {name}` again")
+            sys.exit(1)
+        if result.removed:
+            note(f"run {name} stopped, but not removed: {'; '.join(result.removed)}")
+            sys.exit(1)
+        if remove:
+            click.echo(f"run {name} stopped and removed (its run folder and the local record)")
         return
     assert result.report is not None
     for n in result.report.nodes:
@@ -270,12 +288,16 @@ Examples:
   kgen submit --kind jobset --nodes 4 --gpus 8  # needs the JobSet CRD (checked before applying)
   kgen submit --preset 4x8 --dry-run -- train.py          # print what would be applied, change nothing
   kgen submit --preset 4x8 --dry-run=server -- train.py   # ... as the API server would take it
+  kgen submit --kind slurm --preset 4x8 --name llama -- train.py   # sbatch on this machine's Slurm
+  kgen submit --kind slurm --nodes 2 --gpus 0 --dry-run=server     # sbatch --test-only: where and when
 
 \b
 Render options are those of `kgen render` (all but -o/--output and --output-file); the manifest is
 linted, then applied with server-side apply (field manager "kgen"): ConfigMap, Service, workload.
 If an apply fails, the objects this submit created are deleted again. A run of the same name must
 be stopped first (a Job's pod template is immutable): `kgen stop NAME`, another --name, or --replace.
+With --kind slurm the sbatch script is linted, a run folder made (--run-dir, on a file system every
+node shares: the entrypoint and a new secret in a 0600 file) and the script submitted with sbatch.
 """
 
 # Render's options that only say where render writes its text: submit applies instead.
@@ -312,9 +334,16 @@ def render_options(render_command: click.Command) -> list[click.Parameter]:
     help="Print what would be applied and change nothing: client (--dry-run alone) needs no cluster; "
     "server sends it to the API server as a dry run (admission, defaults, conflicts).",
 )
+@click.option(
+    "--run-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False),  # completes folders
+    help="Slurm: the run's folder, on a file system every node shares [$XDG_STATE_HOME/kgen/slurm/NAME].",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS...]]")
-def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, command, **render_params):
-    """Render, lint and apply a run in one step, after checking no run of that name exists."""
+def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, run_dir, command, **render_params):
+    """Render, lint and apply a run in one step, after checking no run of that name exists (--kind slurm:
+    submit it with sbatch)."""
     from kgen import sdk
     from kgen.cli.options import corrected_launcher, read_stdin_values
 
@@ -323,15 +352,24 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, comm
     stdin = read_stdin_values(fields.get("values_files") or ())  # `-f -`, as render
     # every other render option is a values flag; submit's -n/--namespace is render's --namespace too
     render = sdk.RenderRequest(**fields, **render_params, namespace=namespace, command=command, stdin=stdin)
-    request = sdk.SubmitRequest(render, namespace, context, kubeconfig, replace, timeout, dry_run)
+    request = sdk.SubmitRequest(render, namespace, context, kubeconfig, replace, timeout, dry_run, run_dir)
     with corrected_launcher("kgen submit"):
         result = sdk.submit(request, say=click.echo, note=note)
+    if not result.applied and result.on == "slurm":
+        click.echo(result.checked.script, nl=False)
+        click.echo(f"kgen: dry run: the sbatch script above would be submitted; {result.outcome}", err=True)
+        return
     if not result.applied:
         print_dry_run(result.documents, result.outcome)
         return
+    if result.on == "slurm" and not wait:
+        name = result.record.name
+        click.echo(f"next: kgen status {name} · kgen logs {name} -f · kgen stop {name}")
+        return
     if wait:
         name = result.checked.spec.name
-        ref = sdk.RunRef(name, namespace=result.namespace, context=context, kubeconfig=kubeconfig, on="cluster")
+        ref = sdk.RunRef(name, namespace=result.namespace or None, context=context, kubeconfig=kubeconfig,
+                         on=result.on)  # fmt: skip
         updates = sdk.watch(ref, first_logs=False, until_running=True, timeout=timeout)
         v = show_watch(updates, "text", True)
         sys.exit(0 if v.state in ("running", "succeeded") else v.state_code)  # else 3 or 4: still waiting
@@ -346,7 +384,8 @@ Examples:
 
 \b
 Bare-metal runs (kgen launch, from this machine's records) come first, each asked on its hosts;
-then the cluster's, when a cluster is configured.
+then Slurm runs (kgen submit --kind slurm), each asked of Slurm; then the cluster's, when a
+cluster is configured.
 """
 
 
@@ -355,8 +394,8 @@ then the cluster's, when a cluster is configured.
 @click.option("-A", "--all-namespaces", is_flag=True, help="Runs in every namespace.")
 @output_format_option(LIST_FORMATS, "text", help="Output format (wide: also ranks up and re-formations).")
 def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
-    """The kgen-managed runs: bare-metal runs (kgen launch) and the cluster's (found by kgen's labels):
-    shape, kind, state, age and verdict."""
+    """The kgen-managed runs: bare-metal runs (kgen launch), Slurm runs (kgen submit --kind slurm) and the
+    cluster's (found by kgen's labels): shape, kind, state, age and verdict."""
     import json
 
     from kgen import sdk

@@ -245,11 +245,11 @@ def note(text: str) -> None:
 
 
 def on_option(f):
-    """--on cluster|bare-metal: which run a name means when both could (kgen.sdk.RunRef.on)."""
+    """--on cluster|bare-metal|slurm: which run a name means when two could (kgen.sdk.RunRef.on)."""
     return click.option(
         "--on",
         "on",
-        type=click.Choice(("cluster", "bare-metal")),
+        type=click.Choice(("cluster", "bare-metal", "slurm")),
         default=None,
-        help="Where the run is: found in the local bare-metal record first, else on the cluster.",
+        help="Where the run is (default: this machine's bare-metal or Slurm record of that name, else the cluster).",
     )(f)

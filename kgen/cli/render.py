@@ -48,6 +48,7 @@ Examples:
       -- train.py --config configs/70b.yaml
   kgen render --preset 4x1 --kind statefulset -f prod.yaml --set nccl.debug=INFO
   kgen render --gpus 0 --set nprocPerNode=4 -- train.py   # CPU job (gloo)
+  kgen render --kind slurm --preset 4x8 --set slurm.partition=gpu -- train.py > job.sbatch
 
 \b
 Layering, later wins: built-in defaults < --preset < -f files (in order) < --set < flags.
@@ -68,9 +69,10 @@ Values reference (every key, its type, default and meaning): kgen values
 @click.option("--gpus", metavar="G", help="GPUs per node (0 = CPU job with gloo).")
 @click.option(
     "--kind",
-    metavar="job|statefulset|jobset",
+    metavar="job|statefulset|jobset|slurm",
     shell_complete=completes(_kinds),
-    help="Indexed Job (default), StatefulSet, or JobSet (needs the JobSet controller; docs/jobset.md).",
+    help="Indexed Job (default), StatefulSet, JobSet (needs the JobSet controller; docs/jobset.md), or slurm: "
+    "an sbatch script (docs/slurm.md).",
 )
 @click.option("--name", metavar="NAME", help="Job/StatefulSet and Service name (a DNS label).")
 @click.option("-n", "--namespace", metavar="NS", help="Namespace of every object.")
@@ -123,7 +125,13 @@ def render(
     output_file,
     command,
 ) -> None:
-    """Render a headless Service, an Indexed Job (or StatefulSet) and the entrypoint ConfigMap.
+    """Render a ConfigMap, Service, NetworkPolicy and Job (or StatefulSet, JobSet; PodDisruptionBudget).
+
+    The objects of one run: the entrypoint's ConfigMap, a headless Service (a JobSet makes its own), a
+    NetworkPolicy that admits only the run's pods, the workload, and a PodDisruptionBudget when asked
+    (values podDisruptionBudget). No Secret: a Job's pods derive the run's secret from their Job's UID; a
+    StatefulSet's mount Secret <name>-auth, which `kgen submit` creates (render says how to otherwise).
+    With --kind slurm: an sbatch script that runs the same entrypoint on every node (kgen submit --kind slurm).
 
     COMMAND is the training script and its arguments that torchrun runs on every worker
     (e.g. `-- train.py --lr 3e-4`); without it the pods run kgen's all-reduce smoke test.
@@ -205,7 +213,8 @@ def entrypoint(show_path: bool, output_file: str | None) -> None:
                                                         #   one node) KGEN_SECRET_FILE set
       kgen entrypoint > docker/kgen_entrypoint.py       # custom image: COPY it in
       kgen entrypoint --path
-    It is the same file `kgen render` ships in the <name>-entrypoint ConfigMap (docs/entrypoint.md).
+    `kgen render` ships its pod copy in the <name>-entrypoint ConfigMap: the same program and line
+    numbers, without comments, docstrings and the bare-metal and Slurm sections (docs/entrypoint.md).
     KGEN_SECRET_FILE names a file holding the run's secret, the same on every node (README, Security);
     `kgen launch` sets all of these itself.
     """

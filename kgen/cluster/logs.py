@@ -4,7 +4,8 @@
 is always requested; the prefix is dropped again unless --timestamps) and keeps each pod's own order.
 ``Follower`` follows all pods at once with a bounded thread pool, and picks up new pods (a re-formed
 Job generation) and restarted containers (StatefulSet) from a pod watch. It yields text lines; only
-the CLI prints.
+the CLI prints. Lines are split on "\n" only and escaped (kgen.runs.safetext): a log never passes a
+control character to the terminal.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from kgen.cluster.kube_records import pod_rank, trainer_status
+from kgen.runs.safetext import lines, printable
 from kgen.runs.views import prefix, rank_width
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
@@ -45,7 +47,7 @@ def _show(line: str, timestamps: bool) -> str:
 
 def _keyed(rank: int, text: str, timestamps: bool) -> Iterator[tuple[str, int, int, str]]:
     last = ""
-    for i, line in enumerate(text.splitlines()):
+    for i, line in enumerate(lines(text)):
         ts, body = split_ts(line)
         last = _norm(ts) if ts else last
         shown = f"{ts} {body}" if (timestamps and ts) else body
@@ -164,12 +166,12 @@ class Follower:
                     break
                 text = block.decode("utf-8", "replace")
                 if self.timestamps or TS.match(text):
-                    shown = [head + _show(line, self.timestamps) for line in text.splitlines()]
+                    shown = [head + _show(line, self.timestamps) for line in lines(text)]
                 else:
-                    shown = [head + line for line in text.splitlines()]
+                    shown = [head + line for line in lines(text)]
                 self.lines.put(shown)
         except Exception as exc:  # one broken stream must not end the others: report it inline
-            self.lines.put([f"{head}(kgen: log of pod {source.pod} unavailable: {exc})"])
+            self.lines.put([f"{head}(kgen: log of pod {source.pod} unavailable: {printable(str(exc))})"])
         finally:
             with self.lock:
                 self.active -= 1

@@ -239,16 +239,18 @@ def preflight(cluster, docs: list[dict]) -> None:
             raise ClusterError(JOBSET_MISSING if kind == "JobSet" else f"the {kind} CRD is not installed")
 
 
-def apply_all(cluster, docs: list[dict], say: Say) -> None:
-    """Apply the documents in order (ConfigMap, Service, workload). When one fails, the objects this submit
-    created (201) are deleted again, newest first, so that a failed submit leaves nothing behind; objects that
-    already existed (200) are left as they were."""
+def apply_all(cluster, docs: list[dict], say: Say, forced: tuple[str, ...] = ()) -> list[dict]:
+    """Apply the documents in order (ConfigMap, Service, workload) and return the server's answers. When one
+    fails, the objects this submit created (201) are deleted again, newest first, so that a failed submit leaves
+    nothing behind; objects that already existed (200) are left as they were. Kinds in ``forced`` are applied
+    with force: kgen takes over their fields from another manager (a run Secret made by kubectl)."""
     created: list[tuple[str, str]] = []
+    answers: list[dict] = []
     for doc in docs:
         doc.setdefault("metadata", {}).setdefault("namespace", cluster.namespace)
         kind, name = doc["kind"], doc["metadata"]["name"]
         try:
-            was_created = cluster.apply(doc, created=True)[1]
+            answer, was_created = cluster.apply(doc, force=kind in forced, created=True)
         except ClusterError as exc:
             if not created:
                 raise
@@ -256,7 +258,38 @@ def apply_all(cluster, docs: list[dict], say: Say) -> None:
             raise ClusterError(f"{exc.message}; {undone}", option=exc.option, hint=exc.hint) from None
         if was_created:
             created.append((kind, name))
+        answers.append(answer)
         say(f"{kind.lower()}/{name} applied (server-side, field manager kgen)")
+    return answers
+
+
+def drop_immutable_secret(cluster, name: str, say: Say) -> None:
+    """An older kgen rendered the run's Secret immutable; one left behind (`kubectl delete statefulset` keeps
+    it) can be neither updated nor used again: it is deleted before submit makes a fresh one."""
+    old = cluster.get("Secret", name)
+    if old is not None and old.get("immutable") and cluster.delete("Secret", name, propagation="Background"):
+        say(f"secret/{name} deleted: an immutable one left by an older kgen")
+
+
+def own_run_secret(cluster, secret: dict, workload: dict, say: Say, note: Say) -> None:
+    """Give the run's Secret (applied before the workload, so no pod starts without it) an owner reference to
+    the workload, so the garbage collector deletes it with the workload. Without one (the workload's answer has
+    no uid, or the patch is refused), `kgen stop` still finds it by its labels."""
+    from kgen.render.runsecret import owned_by
+
+    uid = (workload.get("metadata") or {}).get("uid")
+    name = secret["metadata"]["name"]
+    try:
+        if not uid:
+            raise ClusterError("the API server's answer has no uid")
+        cluster.apply(owned_by(secret, workload), force=True)
+    except ClusterError as exc:
+        note(
+            f"warning: secret/{name} is not owned by {workload.get('kind', '').lower()} ({exc.message}); "
+            f"`kgen stop` deletes it with the run"
+        )
+        return
+    say(f"secret/{name} owned by {workload['kind'].lower()}/{workload['metadata']['name']} (deleted with it)")
 
 
 def rollback(cluster, created: list[tuple[str, str]]) -> str:

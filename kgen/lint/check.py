@@ -153,6 +153,7 @@ def check_group(
     """Check the files of a group (in this order) and run the cross-document rules per unit.
     ``read(name)`` gives a file's text or the InputError that makes it a KG004 finding;
     ``name_units``: the run has several units, so ``--explain`` names each one (KG137)."""
+    from kgen.lint import sbatch
     from kgen.lint.files import content_skip_reason
     from kgen.lint.parse import parse_stream_partial
 
@@ -168,6 +169,11 @@ def check_group(
         if isinstance(text, InputError):
             input_error(fout, out.findings, name, text)
             run.broken.add(name)
+            continue
+        if sbatch.is_sbatch(name, text):  # an sbatch script, not YAML: kgen.lint.sbatch reads it (no unit rules)
+            job, found = sbatch.lint_file(name, text, p.skip)
+            fout.refs.append(DocumentRef(name, 1, "sbatch", job))
+            out.findings.extend(found)
             continue
         parsed, errors = parse_stream_partial(text, name, budget)
         if name != "<stdin>":

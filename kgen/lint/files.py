@@ -242,8 +242,10 @@ def content_skip_reason(path: str, text: str, docs: list, parse_failed: bool) ->
 
 
 def walk(folder: str, excludes: Excludes) -> tuple[list[str], list[Skip], list[Problem], int]:
-    """The *.yaml/*.yml files below ``folder`` (sorted, hidden folders skipped), those skipped as
-    not being regular files, the folders that could not be listed, and how many files were excluded."""
+    """The *.yaml/*.yml files and sbatch scripts below ``folder`` (sorted, hidden folders skipped), those
+    skipped as not being regular files, the folders that could not be listed, and how many files were excluded."""
+    from kgen.lint.sbatch import sbatch_candidate
+
     found: list[str] = []
     skipped: list[Skip] = []
     problems: list[Problem] = []
@@ -269,8 +271,8 @@ def walk(folder: str, excludes: Excludes) -> tuple[list[str], list[Skip], list[P
             keep.append(d)
         dirs[:] = keep
         for f in sorted(files):
-            if not f.endswith(YAML_SUFFIXES):
-                continue
+            if not f.endswith(YAML_SUFFIXES) and not sbatch_candidate(os.path.join(root, f)):
+                continue  # neither YAML nor an sbatch script (kgen.lint.sbatch)
             if excludes and excludes.matches(rel_root + f, False):
                 excluded += 1
                 continue

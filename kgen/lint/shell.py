@@ -51,6 +51,7 @@ RESERVED = {
     "!",
 }
 _CLOSERS = {"then", "elif", "else", "fi", "do", "done", "esac", "}"}
+_DECLARATIONS = {"declare", "typeset", "local", "export", "readonly"}
 _OPERATORS = ("&&", "||", ";;&", ";;", ";&", "|&", "&>>", "&>", ">>", "<<<", "<<-", "<<", "<&", ">&", "<>", ">|")
 
 
@@ -691,7 +692,8 @@ class _Parser:
                     return self.function_body(cmd.words[0].text, line)
                 break
             start = self.i
-            w = self.read_word(assignment=not cmd.words)
+            # declare/export/local/readonly/typeset take assignments too: `declare -a ARGS=(--x=1 --y=2)`
+            w = self.read_word(assignment=not cmd.words or cmd.words[0].literal in _DECLARATIONS)
             if w is None:
                 break
             if not cmd.words and _ASSIGN.match(self.s[start : self.i]):
@@ -1019,6 +1021,10 @@ class _Parser:
             c = s[j]
             if c == "\\":
                 j += 2
+                continue
+            if c == "#" and closer == ")" and (j == 0 or s[j - 1] in " \t\n("):
+                end = s.find("\n", j)  # a comment (in an array or a command substitution) ends at the line's end
+                j = len(s) if end < 0 else end
                 continue
             if c == "'" and closer == ")":
                 end = s.find("'", j + 1)

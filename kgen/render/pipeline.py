@@ -87,21 +87,24 @@ def build(request: RenderRequest) -> TrainingSpec:
     if request.command:
         layers.apply("command", list(request.command), "-- COMMAND")
     values, origins = layers.result()
-    spec = build_spec(values, origins, minor)
-    if spec.renders_secret:  # the one input that is not in the values: the user's kgen key (a file)
-        from kgen.render.runsecret import secret_data
-
-        spec = spec._replace(run_secret_data=secret_data(spec.namespace, spec.name))
-    return spec
+    return build_spec(values, origins, minor)
 
 
 def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -> list[dict]:
-    """The parsed documents; ``entrypoint_source`` overrides the bundled script (golden tests)."""
+    """The parsed documents; ``entrypoint_source`` overrides the pod copy of the bundled script (golden tests)."""
     from kgen.render.templating import render_text
+
+    if spec.kind == "slurm":
+        raise UsageError("renders an sbatch script, not Kubernetes objects (kgen.render.slurmkind)", option="--kind")
     from kgen.yamlio import parse_documents
 
     if entrypoint_source is None:
-        entrypoint_source = entrypoint_path().read_text(encoding="utf-8")
+        from kgen.render.podcopy import PodCopyError, pod_copy
+
+        try:
+            entrypoint_source = pod_copy(entrypoint_path().read_text(encoding="utf-8"))
+        except PodCopyError as exc:
+            raise RenderError(f"kgen's entrypoint cannot be cut for the pods ({exc}): report it") from None
     # The script is kgen's own file, not user input: it is placed into the parsed ConfigMap after
     # the re-parse, which saves quoting and re-parsing 50 KB (~7 ms) on every render.
     docs = parse_documents(render_text(spec, ENTRYPOINT_PLACEHOLDER))
@@ -122,13 +125,15 @@ def render(request: RenderRequest) -> str:
 
 
 class Checked(NamedTuple):
-    """The rendered documents after the self-check, with what the CLI says about them on stderr."""
+    """The rendered documents (or, for kind slurm, the sbatch ``script``) after the self-check, with what the CLI
+    says about them on stderr."""
 
     spec: TrainingSpec
     docs: list[dict]
     warnings: list[Finding]
     notes: list[str]
     cautions: list[str]
+    script: str = ""  # kind slurm: the sbatch script (docs is empty)
 
 
 def stderr_lines(result: Checked | RenderResult) -> list[str]:
@@ -143,9 +148,43 @@ def stderr_lines(result: Checked | RenderResult) -> list[str]:
 def render_checked(request: RenderRequest) -> Checked:
     """Build, render and self-check (unless ``request.lint`` is off): the one path of render and submit."""
     spec = build(request)
+    if spec.kind == "slurm":
+        return _slurm_checked(request, spec)
     docs = render_documents(spec)
     warnings = check_rendered(docs, spec) if request.lint else []
     return Checked(spec, docs, warnings, render_notes(spec), render_cautions(spec))
+
+
+def _slurm_checked(request: RenderRequest, spec: TrainingSpec) -> Checked:
+    """Kind slurm: the sbatch script (kgen.render.slurmkind), self-checked by kgen lint's sbatch rules."""
+    from kgen.render import slurmkind
+
+    if request.kubernetes_version is not None:
+        raise UsageError(
+            "is for Kubernetes manifests; --kind slurm renders an sbatch script", option="--kubernetes-version"
+        )
+    if request.output_format == "json":
+        raise UsageError(
+            "--kind slurm prints an sbatch script, not Kubernetes objects", option="--format", hint="drop -o json"
+        )
+    script = slurmkind.render(spec)
+    warnings = check_script(script, spec) if request.lint else []
+    return Checked(spec, [], warnings, [], slurmkind.cautions(spec), script)
+
+
+def check_script(script: str, spec: TrainingSpec) -> list[Finding]:
+    """kgen lint's sbatch rules on the script render is about to print: an error stops it, warnings are shown."""
+    from kgen.lint.sbatch import lint_script
+
+    findings = lint_script(script, "<render>")
+    errors = [f for f in findings if f.severity.value == "error"]
+    if errors:
+        first = errors[0]
+        raise RenderError(
+            f"the rendered sbatch script fails {first.rule_id}: {first.message} (line {first.line})",
+            hint="check slurm.directives and the command",
+        )
+    return [f for f in findings if f.severity.value == "warning"]
 
 
 def render_with_warnings(request: RenderRequest) -> RenderResult:
@@ -155,6 +194,8 @@ def render_with_warnings(request: RenderRequest) -> RenderResult:
     if request.output_format not in ("yaml", "json"):
         raise UsageError(f'must be yaml or json, got "{request.output_format}"', option="--format")
     checked = render_checked(request)
+    if checked.spec.kind == "slurm":
+        return RenderResult(checked.script, checked.warnings, checked.notes, checked.cautions, [])
     docs = checked.docs
     text = dump_yaml(docs) if request.output_format == "yaml" else dump_json(docs)
     return RenderResult(text, checked.warnings, checked.notes, checked.cautions, docs)

@@ -27,7 +27,11 @@ KIND_ONLY_KEYS = (
         ("job", "statefulset"),
         "a JobSet restarts its whole group instead, see jobset.maxRestarts",
     ),
-)
+    *(
+        (key, ("slurm",), "it is an sbatch option (--kind slurm)")
+        for key in ("slurm.partition", "slurm.account", "slurm.qos", "slurm.time", "slurm.stepWait", "slurm.directives")
+    ),
+)  # (--kind slurm's own cautions, for the Kubernetes keys it ignores: kgen.render.slurmkind)
 
 
 def render_cautions(spec: TrainingSpec) -> list[str]:
@@ -87,6 +91,14 @@ def render_notes(spec: TrainingSpec) -> list[str]:
         notes.append(
             "hostNetwork: NetworkPolicies do not apply to host-network pods, so none is rendered; fence the "
             "rendezvous and liveness ports on the nodes (a host firewall; README, Security)"
+        )
+    if spec.secret_optional:
+        from kgen.render.runsecret import create_secret_line
+
+        notes.append(
+            f"kind statefulset: its pods carry no Job UID to derive the run's secret from, so they mount Secret "
+            f"{spec.secret_name}; kgen submit creates it (owned by the StatefulSet), with kubectl apply create it "
+            f"yourself: {create_secret_line(spec.secret_name, spec.namespace, spec.name)}"
         )
     if spec.is_jobset:
         notes.append(

@@ -11,7 +11,7 @@ import re
 from typing import Any, NamedTuple
 
 from kgen import jobset as jobset_facts
-from kgen.render.runsecret import SECRET_DIR, SECRET_FILE
+from kgen.render.runsecret import JOB_UID_LABEL, SECRET_DIR, SECRET_FILE
 from kgen.render.validate import Patch, check_values
 from kgen.versions import DEFAULT_K8S
 
@@ -69,9 +69,6 @@ class TrainingSpec(NamedTuple):
     resources: dict[str, dict[str, Any]] | None = None  # the trainer's requests/limits
     dns_policy: str = ""  # "" = leave Kubernetes' default
     patches: tuple[Patch, ...] = ()  # the checked `patches:`, each with its origin
-    run_secret_data: str = (
-        ""  # the rendered Secret's data (base64); set by kgen.render.pipeline.build (kgen.render.runsecret)
-    )
 
     # ---- derived names --------------------------------------------------------------------
     @property
@@ -149,19 +146,32 @@ class TrainingSpec(NamedTuple):
     def v(self, key: str) -> Any:
         return self.values[key]
 
-    # ---- run authentication and port fencing (kgen/runsecret.py) ----------------------------
+    # ---- run authentication and port fencing (kgen/render/runsecret.py) ---------------------
     @property
     def needs_secret(self) -> bool:
         """Multi-node runs authenticate their liveness channel; one node has none."""
         return self.nodes > 1
 
     @property
-    def renders_secret(self) -> bool:
-        return self.needs_secret and not self.values["auth.secretName"]
+    def secret_from_job_uid(self) -> bool:
+        """Job and JobSet pods derive the run's secret from their Job's UID (nothing rendered, nothing stored)."""
+        return _secret_from_job_uid(self.values, self.kind, self.nodes)
+
+    @property
+    def mounts_secret(self) -> bool:
+        """A Secret holds the run's secret: auth.secretName, or a StatefulSet's <name>-auth (Slurm: kgen submit
+        writes a new secret into the run's folder; the script holds only its path)."""
+        return self.needs_secret and not self.secret_from_job_uid and self.kind != "slurm"
+
+    @property
+    def secret_optional(self) -> bool:
+        """kgen's own <name>-auth (made by kgen submit, or by hand): a missing one is the entrypoint's one-line
+        error; a Secret the user names is waited for by the kubelet (a secret store may create it later)."""
+        return self.mounts_secret and not self.values["auth.secretName"]
 
     @property
     def secret_name(self) -> str:
-        return self.values["auth.secretName"] or f"{self.name}-auth"
+        return _secret_name(self.values, self.name)
 
     @property
     def secret_dir(self) -> str:
@@ -296,9 +306,22 @@ def _kgen_env(
         env.append(EnvVar("GLOO_SOCKET_IFNAME", v["gloo.socketIfname"]))
     if v["nccl.ibDisable"] is not None:
         env.append(EnvVar("NCCL_IB_DISABLE", "1" if v["nccl.ibDisable"] else "0"))
-    if nodes > 1:  # the run's secret, mounted read-only from a Secret (never an environment value)
+    if nodes > 1 and _secret_from_job_uid(v, kind, nodes):  # the run's secret, derived from the Job's UID
+        env.append(EnvVar("KGEN_JOB_UID", field_path=f"metadata.labels['{JOB_UID_LABEL}']"))
+        env.append(EnvVar("KGEN_NAMESPACE", field_path="metadata.namespace"))
+    elif nodes > 1:  # the run's secret, mounted read-only from a Secret (never an environment value)
         env.append(EnvVar("KGEN_SECRET_FILE", SECRET_FILE))
+        env.append(EnvVar("KGEN_AUTH_NAME", _secret_name(v, name)))  # for the error when it is missing
+        env.append(EnvVar("KGEN_NAMESPACE", field_path="metadata.namespace"))
     return env
+
+
+def _secret_from_job_uid(v: dict[str, Any], kind: str, nodes: int) -> bool:
+    return nodes > 1 and kind in ("job", "jobset") and not v["auth.secretName"]
+
+
+def _secret_name(v: dict[str, Any], name: str) -> str:
+    return v["auth.secretName"] or f"{name}-auth"
 
 
 # ---- JobSet and Kueue ----------------------------------------------------------------------

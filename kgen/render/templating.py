@@ -109,8 +109,6 @@ def environment() -> jinja2.Environment:
 
 def template_names(spec: TrainingSpec) -> list[str]:
     names = ["configmap.yaml.j2"]
-    if spec.renders_secret:
-        names.append("secret.yaml.j2")
     if not spec.is_jobset:  # JobSet creates its own headless Service (network.enableDNSHostnames)
         names.append("service.yaml.j2")
     if spec.renders_network_policy:

@@ -159,7 +159,7 @@ def check_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: int
 
     kind = text("kind").lower()
     if kind not in KINDS:
-        raise _fail(o, "kind", f'must be job, statefulset or jobset, got "{kind}"')
+        raise _fail(o, "kind", f'must be job, statefulset, jobset or slurm, got "{kind}"')
     nodes = integer("nodes", 1, 100_000)
     gpus = integer("gpus", 0, 1024)
     nproc = integer("nprocPerNode", 0, 1024)
@@ -189,7 +189,7 @@ def check_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: int
             f'must be a DNS label (lower-case letters, digits, "-"), got "{name}"',
             hint="for example --name llama-pretrain",
         )
-    if k8s_minor < 36 and not is_dns1035_label(name):
+    if kind != "slurm" and k8s_minor < 36 and not is_dns1035_label(name):
         raise _fail(
             o,
             "name",
@@ -197,7 +197,7 @@ def check_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: int
             hint="Kubernetes before 1.36 rejects Service names starting with a digit",
         )
     longest_host = f"{name}-{nodes - 1}"
-    if len(longest_host) > 63:
+    if kind != "slurm" and len(longest_host) > 63:  # pod hostnames (a Slurm job names no host after itself)
         raise _fail(
             o,
             "name",

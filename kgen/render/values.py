@@ -17,7 +17,12 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     "description": ("str", "", "One line about the preset (shown by `kgen presets list`; not rendered)."),
     "name": ("str", "kgen-train", "Name of the Job/StatefulSet and the Service; pods are `<name>-<index>`."),
     "namespace": ("str", "", "Namespace of every object; empty = kubectl's current namespace."),
-    "kind": ("str", "job", "`job` (Indexed Job), `statefulset` or `jobset` (needs the JobSet controller); any case."),
+    "kind": (
+        "str",
+        "job",
+        "`job` (Indexed Job), `statefulset`, `jobset` (needs the JobSet controller), or `slurm` (an sbatch script, "
+        "docs/slurm.md); any case.",
+    ),
     "nodes": ("int", 2, "Number of nodes (pods). One Job/StatefulSet object whatever the count."),
     "gpus": ("int", 8, "`nvidia.com/gpu` per node (requests = limits); 0 renders a CPU job (gloo)."),
     "nprocPerNode": ("int", 0, "Processes per node; 0 = auto (= gpus, or 1 for CPU jobs)."),
@@ -170,13 +175,33 @@ VALUES: dict[str, tuple[str, Any, str]] = {
         "Kueue TAS: node label of the level all pods must share, e.g. cloud.google.com/gce-topology-block.",
     ),
     "topology.preferred": ("str", "", "Kueue TAS: node label of the level the pods should share (best effort)."),
+    # --- Slurm (--kind slurm: the sbatch script; docs/slurm.md) ---
+    "slurm.partition": ("str", "", "Slurm: the partition (#SBATCH --partition); empty = the cluster's default."),
+    "slurm.account": ("str", "", "Slurm: the account the job is charged to (#SBATCH --account)."),
+    "slurm.qos": ("str", "", "Slurm: the quality of service (#SBATCH --qos)."),
+    "slurm.time": (
+        "str",
+        "",
+        "Slurm: the wall-clock limit (#SBATCH --time): minutes, HH:MM:SS or D-HH:MM:SS; empty = the partition's.",
+    ),
+    "slurm.stepWait": (
+        "int",
+        30,
+        "Slurm: seconds srun waits after the first node's task ended before it ends the others (srun --wait).",
+    ),
+    "slurm.directives": (
+        "list[str]",
+        [],
+        "Slurm: more #SBATCH options, one `--name=value` each, e.g. [--exclusive, --constraint=h100] (not those "
+        "kgen sets from other keys).",
+    ),
     # --- run authentication and port fencing (README, Security) ---
     "auth.secretName": (
         "str",
         "",
-        "Secret holding the run's secret (key `secret`) that the nodes prove membership with; empty = render "
-        "`<name>-auth`, derived from your kgen key ($KGEN_KEY_FILE, else ~/.config/kgen/run-key) and the run's "
-        "namespace/name. Multi-node runs only.",
+        "Secret holding the run's secret (key `secret`) that the nodes prove membership with, for any kind; "
+        "empty = a Job's (JobSet's) pods derive it from their Job's UID, a StatefulSet's mount Secret "
+        "`<name>-auth` (kgen submit creates it). Multi-node runs only.",
     ),
     "networkPolicy.enabled": (
         "bool",
@@ -196,7 +221,8 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     ),
 }
 
-KINDS = ("job", "statefulset", "jobset")
+KINDS = ("job", "statefulset", "jobset", "slurm")
+K8S_KINDS = ("job", "statefulset", "jobset")
 ON_SCRIPT_ERROR = ("fail", "reform")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "None")

@@ -30,8 +30,10 @@ TABLE: dict[int, ExitMeaning] = {
         ExitMeaning(3, "node 0 never became reachable (KGEN_MASTER_WAIT_TIMEOUT)", "cause"),
         ExitMeaning(4, "the group never formed: some ranks did not connect (KGEN_RDZV_TIMEOUT)", "cause"),
         # 5 and 76 come with in-place re-formation (KGEN_MAX_REFORMATIONS > 0)
-        ExitMeaning(5, "the run failed as a whole (re-formation limit, or another node's script error)", "victim"),
+        ExitMeaning(5, "the run failed as a whole (re-formation limit, another node's failure)", "victim"),
         ExitMeaning(6, "stopped by user (Ctrl-C on a node, kgen_entrypoint.py --stop, or kgen stop)", "stopped"),
+        # 70 (EX_SOFTWARE): kgen's own code failed on that node; torchrun itself exits 1 for any worker's error
+        ExitMeaning(70, "kgen entrypoint internal error: a bug in kgen, not the training script (report it)", "cause"),
         ExitMeaning(75, "fail-stop: a peer died, froze or was cut off", "victim"),
         ExitMeaning(76, "dropped from the group: this node froze or was cut off", "cause"),
         ExitMeaning(130, "interrupted (SIGINT)", "stopped"),

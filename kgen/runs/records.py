@@ -83,9 +83,13 @@ class Failure:
 
 
 # ------------------------------------------------------------------------------------ FAIL-STOP
-FAIL_STOP = re.compile(r"FAIL-STOP: (.*)")
+# The entrypoint's own lines are read only where they begin (after a log timestamp, if any): words a peer or
+# a script put inside a line cannot pass for them (issue 23.4).
+KGEN_LINE = r"^(?:\S+Z )?\[kgen node \d+ [^\]]*\] "
+FAIL_STOP = re.compile(KGEN_LINE + r"FAIL-STOP: (.*)")
+ENTRYPOINT_LAST_WORD = re.compile(r"^(?:\S+Z )?kgen-entrypoint: (?:error|stopped): ")
 RELAYED = re.compile(r"^node \d+ (?:stopped the job|ended the run): ")
-GENERATION = re.compile(r"\bgeneration (\d+)\b")
+GENERATION = re.compile(KGEN_LINE + r".*?\bgeneration (\d+)\b", re.M)
 LOG_PREFIX = re.compile(r"\[kgen node (\d+) (\d\d:\d\d:\d\d)")
 IDLE_AFTER_SUCCESS = "run succeeded; holding idle"  # the entrypoint's line (StatefulSet)
 
@@ -129,9 +133,7 @@ def fail_stop_blames(log: str) -> list[Blame]:
 
 def error_lines(log: str) -> list[str]:
     """The entrypoint's own last word: ``kgen-entrypoint: error: ...`` or ``kgen-entrypoint: stopped: ...``."""
-    return [
-        ln.strip() for ln in log.splitlines() if "kgen-entrypoint: error:" in ln or "kgen-entrypoint: stopped:" in ln
-    ]
+    return [ln.strip() for ln in log.splitlines() if ENTRYPOINT_LAST_WORD.match(ln)]
 
 
 def log_generation(logs: Mapping[str, str]) -> int:

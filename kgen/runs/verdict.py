@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from datetime import datetime, timezone
 
 from kgen.runs.records import (
@@ -31,6 +31,7 @@ from kgen.runs.records import (
     log_generation,
     parse_time,
 )
+from kgen.runs.safetext import printable
 
 # re-exported: the adapters and the tests import these from here
 __all__ = [
@@ -349,7 +350,24 @@ def judge(rec: RunRecords) -> Verdict:
     if v.state == "failed" or (v.state == "succeeded" and incident_lines):
         v.details.append(f"{reform_text}" + (f"; incidents: {len(incident_lines)}" if incident_lines else ""))
     v.details.extend(rec.notes)
-    return v
+    return _printable(v)
+
+
+def _printable(obj):
+    """A copy of a verdict (its rows, its root cause) with every text escaped: the words come from logs, pod
+    messages and hosts, and what `kgen status` prints must not pass a control character (kgen.runs.safetext)."""
+    changes: dict[str, object] = {}
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, str):
+            changes[f.name] = printable(value)
+        elif isinstance(value, list):
+            changes[f.name] = [
+                printable(x) if isinstance(x, str) else _printable(x) if is_dataclass(x) else x for x in value
+            ]
+        elif is_dataclass(value):
+            changes[f.name] = _printable(value)
+    return replace(obj, **changes)
 
 
 def _live_state(v: Verdict, rec: RunRecords) -> None:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         RenderRequest,
         RenderResult,
     )
+    from kgen.sdk.launching import LaunchRequest, launch
     from kgen.sdk.manifests import (
         LintRequest,
         entrypoint_path,
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
         values_reference,
     )
     from kgen.sdk.runs import (
-        LaunchRequest,
         ListRequest,
         LogsRequest,
         RunList,
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
         SubmitRequest,
         SubmitResult,
         check_submit,
-        launch,
         list_runs,
         logs,
         status,
@@ -61,7 +60,7 @@ _HOME = {
     "presets": "kgen.sdk.manifests",
     "render": "kgen.sdk.manifests",
     "values_reference": "kgen.sdk.manifests",
-    "LaunchRequest": "kgen.sdk.runs",
+    "LaunchRequest": "kgen.sdk.launching",
     "ListRequest": "kgen.sdk.runs",
     "LogsRequest": "kgen.sdk.runs",
     "RunList": "kgen.sdk.runs",
@@ -73,7 +72,7 @@ _HOME = {
     "SubmitRequest": "kgen.sdk.runs",
     "SubmitResult": "kgen.sdk.runs",
     "check_submit": "kgen.sdk.runs",
-    "launch": "kgen.sdk.runs",
+    "launch": "kgen.sdk.launching",
     "list_runs": "kgen.sdk.runs",
     "logs": "kgen.sdk.runs",
     "status": "kgen.sdk.runs",

@@ -1,34 +1,33 @@
-"""The run verbs as library functions: `kgen status`, `logs`, `stop` and `list` on a run wherever it runs (a
-bare-metal run's local record first, else the cluster), `kgen submit` (a cluster) and `kgen launch` (ssh hosts,
-or this machine).
+"""The run verbs as library functions: `kgen status`, `logs`, `stop` and `list` on a run wherever it runs (this
+machine's record of a bare-metal or Slurm run first, else the cluster), `kgen submit` (a cluster, or Slurm with
+kind slurm) and `kgen launch` (ssh hosts, or this machine).
 
 Each takes a request dataclass and returns data, or yields it as it comes (``watch``, ``logs``). Lines about
 the work in progress go to the caller's ``say`` (what the CLI prints on stdout) and ``note`` (stderr, after
 "kgen: "); both default to saying nothing. Errors are ``kgen.errors.KgenError`` (one line; the CLI's exit 2).
-The adapters (kgen.cluster, kgen.baremetal) are imported only by the function that uses them: `kgen launch`
-never loads the ``kubernetes`` client, `kgen status` of a cluster run no ssh code.
+The adapters (kgen.cluster, kgen.baremetal, kgen.slurm: through kgen.sdk.slurmruns) are imported only by the
+function that uses them: `kgen launch` never loads the ``kubernetes`` client, `kgen status` of a cluster run no
+ssh code.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kgen.errors import NestedLauncherError, UsageError
+from kgen.errors import UsageError
 
 if TYPE_CHECKING:
     from kgen.baremetal.ops import StopReport
-    from kgen.baremetal.record import RunRecord
     from kgen.render.pipeline import Checked, RenderRequest
     from kgen.runs.verdict import Verdict
 
 Say = Callable[[str], None]
-ON_CHOICES = ("cluster", "bare-metal")
+ON_CHOICES = ("cluster", "bare-metal", "slurm")
 CLUSTER_CHECK_S = 3.0  # a run found in the local record is also looked for on a configured cluster this long
 BARE_METAL_POLL_S = 2.0  # `kgen status --watch` of a bare-metal run asks every host this often
 
@@ -40,8 +39,8 @@ def _quiet(text: str) -> None:
 @dataclass(frozen=True)
 class RunRef:
     """Which run: its name, the cluster to ask (kubeconfig, context, namespace: kubectl's defaults when None)
-    and ``on``: "cluster", "bare-metal", or None (the local bare-metal record of that name first, else the
-    cluster; a name that is both is an error that asks to choose)."""
+    and ``on``: "cluster", "bare-metal", "slurm", or None (this machine's bare-metal or Slurm record of that name
+    first, else the cluster; a name that is two of them is an error that asks to choose)."""
 
     name: str
     namespace: str | None = None
@@ -53,7 +52,8 @@ class RunRef:
 @dataclass
 class RunStatus:
     """A run's verdict (kgen.runs.verdict.Verdict: state, headline, root cause, one row per rank) and where it
-    runs: ``on`` is "cluster" or "bare-metal"; ``where`` says which bare-metal run it is (None on a cluster)."""
+    runs: ``on`` is "cluster", "bare-metal" or "slurm"; ``where`` says which bare-metal or Slurm run it is (None
+    on a cluster)."""
 
     verdict: Verdict
     on: str
@@ -101,14 +101,14 @@ def cluster_has(name: str, namespace, context, kubeconfig) -> str | None:
     return found[0] if found else None
 
 
-def _no_such_run(name: str, record: object, kubeconfig, context) -> None:
+def _no_such_run(name: str, records: str, kubeconfig, context) -> None:
     """No local record of ``name``: when no cluster can be asked either (no client, no kubeconfig), one
-    error says both, so a bare-metal user's typo does not read as a cluster setup problem."""
+    error says both, so a bare-metal or Slurm user's typo does not read as a cluster setup problem."""
     import importlib.util
 
     from kgen.cluster.errors import INSTALL_HINT
 
-    here = f"no run {name}: no bare-metal run of that name (no local record {record})"
+    here = f"no run {name}: no bare-metal or Slurm run of that name (no local record {records})"
     if importlib.util.find_spec("kubernetes") is None:
         raise UsageError(f"{here}; cluster runs need the kubernetes package: {INSTALL_HINT}", option="NAME")
     if not cluster_configured(kubeconfig, context):
@@ -119,36 +119,65 @@ def _no_such_run(name: str, record: object, kubeconfig, context) -> None:
         )
 
 
-def bare_metal_run(name: str, on: str | None, namespace=None, context=None, kubeconfig=None):
-    """The bare-metal run ``name`` when the verb should act on it (else None: the cluster's turn)."""
-    from kgen.baremetal import record as R
+@dataclass(frozen=True)
+class LocalRun:
+    """A run this machine keeps the record of: ``on`` "bare-metal" (kgen.baremetal.record.RunRecord) or "slurm"
+    (kgen.slurm.record.RunRecord)."""
+
+    on: str
+    record: Any
+
+    @property
+    def path(self) -> str:
+        from kgen.baremetal import record as B
+        from kgen.slurm import record as S
+
+        return str((B if self.on == "bare-metal" else S).path(self.record.name))
+
+
+def local_run(name: str, on: str | None, namespace=None, context=None, kubeconfig=None) -> LocalRun | None:
+    """The bare-metal or Slurm run ``name`` when the verb should act on it (else None: the cluster's turn)."""
+    from kgen.baremetal import record as B
+    from kgen.runs.store import is_name
+    from kgen.slurm import record as S
 
     if on == "cluster":
         return None
-    rec = R.load(name) if R.NAME.fullmatch(name) and len(name) <= 63 else None
-    if rec is None:
-        if on == "bare-metal":
+    bm = B.load(name) if is_name(name) and on in (None, "bare-metal") else None
+    sl = S.load(name) if is_name(name) and on in (None, "slurm") else None
+    for engine, rec, records in (("bare-metal", bm, B), ("slurm", sl, S)):
+        if on == engine and rec is None:
+            what = "bare-metal" if engine == "bare-metal" else "Slurm"
             raise UsageError(
-                f"no bare-metal run {name} (no local record {R.path(name)})",
+                f"no {what} run {name} (no local record {records.path(name)})",
                 option="--on",
                 hint="`kgen list` shows the runs kgen knows",
             )
-        if on is None:
-            _no_such_run(name, R.path(name), kubeconfig, context)
+    if on is not None:
+        return LocalRun(on, bm if on == "bare-metal" else sl)
+    if bm is not None and sl is not None:
+        raise UsageError(
+            f"{name} is both a bare-metal run (local record {B.path(name)}) and a Slurm run (local record "
+            f"{S.path(name)})",
+            option="NAME",
+            hint="say which with --on bare-metal or --on slurm",
+        )
+    if bm is None and sl is None:
+        _no_such_run(name, f"{B.path(name)} or {S.path(name)}", kubeconfig, context)
         return None
-    if on is None:
-        ns = cluster_has(name, namespace, context, kubeconfig)
-        if ns is not None:
-            raise UsageError(
-                f"{name} is both a bare-metal run (local record {R.path(name)}) and a cluster run (namespace {ns})",
-                option="NAME",
-                hint="say which with --on bare-metal or --on cluster",
-            )
-    return rec
+    found = LocalRun("bare-metal", bm) if bm is not None else LocalRun("slurm", sl)
+    ns = cluster_has(name, namespace, context, kubeconfig)
+    if ns is not None:
+        raise UsageError(
+            f"{name} is both a {found.on} run (local record {found.path}) and a cluster run (namespace {ns})",
+            option="NAME",
+            hint=f"say which with --on {found.on} or --on cluster",
+        )
+    return found
 
 
-def _bare_metal(ref: RunRef):
-    return bare_metal_run(ref.name, ref.on, ref.namespace, ref.context, ref.kubeconfig)
+def _local(ref: RunRef) -> LocalRun | None:
+    return local_run(ref.name, ref.on, ref.namespace, ref.context, ref.kubeconfig)
 
 
 def _connect(ref: RunRef, max_connections: int = 16):
@@ -168,7 +197,12 @@ def _which(rec) -> str:
 def status(ref: RunRef, *, read_logs: bool = True) -> RunStatus:
     """`kgen status NAME`: the run's verdict, asked once (``read_logs``: a cluster run's log tails are read
     for the root cause, as without --no-logs)."""
-    rec = _bare_metal(ref)
+    local = _local(ref)
+    if local is not None and local.on == "slurm":
+        from kgen.sdk import slurmruns
+
+        return RunStatus(slurmruns.status(local.record), "slurm", slurmruns.which(local.record))
+    rec = local.record if local is not None else None
     if rec is not None:
         from kgen.baremetal import ops
 
@@ -191,7 +225,15 @@ def watch(
     ``until_running``; or ``timeout`` seconds passed), then the last word. A cluster run is followed by its
     pod and workload watches, a bare-metal run asked every 2 s. ``first_logs`` (default ``read_logs``):
     whether the first look reads a cluster run's log tails."""
-    rec = _bare_metal(ref)
+    local = _local(ref)
+    if local is not None and local.on == "slurm":
+        from kgen.sdk import slurmruns
+
+        where = slurmruns.which(local.record)
+        for kind, v in slurmruns.watch(local.record, until_running, timeout):
+            yield StatusUpdate(kind, RunStatus(v, "slurm", where))
+        return
+    rec = local.record if local is not None else None
     if rec is not None:
         yield from _watch_bare_metal(rec)
         return
@@ -243,7 +285,14 @@ def logs(req: LogsRequest, note: Say = _quiet) -> Iterator[str]:
     if req.tail is not None and req.tail < 0:
         raise UsageError(f"must be 0 or more, got {req.tail}", option="--tail")
     ranks = set(req.ranks) if req.ranks is not None else None
-    rec = _bare_metal(req.run)
+    local = _local(req.run)
+    if local is not None and local.on == "slurm":
+        from kgen.sdk import slurmruns
+
+        yield from slurmruns.logs(local.record, ranks, req.tail, req.since_s, req.timestamps, req.previous,
+                                  req.follow, note)  # fmt: skip
+        return
+    rec = local.record if local is not None else None
     if rec is not None:
         yield from _logs_bare_metal(rec, req, ranks, note)
         return
@@ -285,7 +334,8 @@ def _logs_bare_metal(rec, req: LogsRequest, ranks: set[int] | None, note: Say) -
 @dataclass(frozen=True)
 class StopRequest:
     """`kgen stop NAME`: ``wait`` (a cluster run: until its pods are gone, at most ``timeout`` s); a bare-metal
-    run: SIGKILL what is left ``grace`` s after the stop began, then ``remove`` its run directories and record."""
+    run: SIGKILL what is left ``grace`` s after the stop began, then ``remove`` its run directories and record; a
+    Slurm run: ``scancel`` what is left ``grace`` s after the group stop, then ``remove`` its folder and record."""
 
     run: RunRef
     wait: bool = False
@@ -297,16 +347,20 @@ class StopRequest:
 @dataclass
 class StopResult:
     """What was stopped: ``on`` "cluster" (``deleted``: how many objects; 0 = the run was already stopped, in
-    ``namespace``) or "bare-metal" (``report``: each node's stop; ``removed``: the problems of --rm)."""
+    ``namespace``), "bare-metal" (``report``: each node's stop) or "slurm" (``job``: kgen.slurm.ops.StopReport,
+    the job's stop); ``removed``: the problems of --rm (None: not done)."""
 
     on: str
     deleted: int = 0
     namespace: str = ""
     report: StopReport | None = None
     removed: list[str] | None = None
+    job: Any = None
 
     @property
     def all_stopped(self) -> bool:
+        if self.job is not None:
+            return bool(self.job.stopped)
         return self.report is None or self.report.all_stopped
 
 
@@ -320,7 +374,13 @@ def stop(req: StopRequest, say: Say = _quiet, note: Say = _quiet) -> StopResult:
     (each ``say``'d); a bare-metal run's processes end on every host (group stop, SIGTERM, SIGKILL after
     ``grace``)."""
     check_timeout(req.timeout)
-    rec = _bare_metal(req.run)
+    local = _local(req.run)
+    if local is not None and local.on == "slurm":
+        from kgen.sdk import slurmruns
+
+        job, removed = slurmruns.stop(local.record, req.grace, req.remove)
+        return StopResult("slurm", job=job, removed=removed)
+    rec = local.record if local is not None else None
     if rec is not None:
         from kgen.baremetal import ops
 
@@ -331,7 +391,7 @@ def stop(req: StopRequest, say: Say = _quiet, note: Say = _quiet) -> StopResult:
         removed = ops.remove(rec, transport) if req.remove and report.all_stopped else None
         return StopResult("bare-metal", report=report, removed=removed)
     if req.remove:
-        raise UsageError("is for bare-metal runs (kgen launch)", option="--rm")
+        raise UsageError("is for bare-metal and Slurm runs (kgen launch, kgen submit --kind slurm)", option="--rm")
     from kgen.cluster.ops import stop_run
 
     cluster = _connect(req.run)
@@ -344,7 +404,10 @@ def stop(req: StopRequest, say: Say = _quiet, note: Say = _quiet) -> StopResult:
 class SubmitRequest:
     """`kgen submit`: ``render`` says what to run (as for `kgen render`; its namespace, else the cluster's),
     ``context``/``kubeconfig`` which cluster, ``replace`` an existing run of that name (stopped first, at most
-    ``timeout`` s), ``dry_run`` "none", "client" (no cluster asked) or "server" (the API server's dry run)."""
+    ``timeout`` s), ``dry_run`` "none", "client" (no cluster asked) or "server" (the API server's dry run).
+    Kind slurm (``render.kind``): sbatch on this machine's Slurm cluster instead; ``run_dir`` is the run's
+    folder on a file system every node shares (default ``$XDG_STATE_HOME/kgen/slurm/<name>``), "server" is
+    `sbatch --test-only`."""
 
     render: RenderRequest
     namespace: str | None = None
@@ -353,19 +416,23 @@ class SubmitRequest:
     replace: bool = False
     timeout: float = 600.0
     dry_run: str = "none"
+    run_dir: str | None = None
 
 
 @dataclass
 class SubmitResult:
-    """The rendered run (``checked``: spec, documents, warnings and notes) and what was done with it:
-    ``applied`` (False for a dry run), ``documents`` (for a dry run: as the API server answered, or as
-    rendered), ``outcome`` (a dry run's one line), ``namespace`` where it was applied."""
+    """The rendered run (``checked``: spec, documents or sbatch script, warnings and notes) and what was done with
+    it: ``applied`` (False for a dry run), ``documents`` (for a dry run: as the API server answered, or as
+    rendered), ``outcome`` (a dry run's one line), ``namespace`` where it was applied; ``on`` "cluster" or
+    "slurm" (then ``record``: the Slurm run's local record, kgen.slurm.record.RunRecord: job id, run folder)."""
 
     checked: Checked
     applied: bool
     documents: list[dict] = field(default_factory=list)
     outcome: str = ""
     namespace: str = ""
+    on: str = "cluster"
+    record: Any = None
 
 
 def check_submit(timeout: float, dry_run: str, wait: bool) -> None:
@@ -388,8 +455,16 @@ def submit(req: SubmitRequest, say: Say = _quiet, note: Say = _quiet) -> SubmitR
     from kgen.render.pipeline import render_checked, stderr_lines
 
     check_submit(req.timeout, req.dry_run, False)
+    if req.run_dir is not None and (req.render.kind or "").lower() != "slurm":
+        raise UsageError("is for Slurm runs (--kind slurm)", option="--run-dir")
     checked = render_checked(req.render)
     spec, docs = checked.spec, checked.docs
+    if spec.kind == "slurm":
+        from kgen.sdk import slurmruns
+
+        slurmruns.check_submit(req.context, req.kubeconfig)
+        applied, outcome, sub = slurmruns.submit(checked, req.run_dir, req.replace, req.dry_run, say, note)
+        return SubmitResult(checked, applied, [], outcome, "", "slurm", sub.record if sub else None)
     if req.dry_run == "client":  # what would be applied, as kgen render prints it; no cluster is asked
         for line in stderr_lines(checked):
             note(line)
@@ -407,12 +482,17 @@ def submit(req: SubmitRequest, say: Say = _quiet, note: Say = _quiet) -> SubmitR
     if existing is not None and req.dry_run == "server" and req.replace:
         note(f"dry run: run {spec.name} exists; --replace would stop it first (not stopped)")
         existing = None
+    secret = _run_secret(spec)  # a StatefulSet's <name>-auth: made here, fresh, before the pods can start
     if req.dry_run == "server":
         answers = []
-        for doc in docs:
+        for doc in [*([secret] if secret else []), *docs]:
             doc.setdefault("metadata", {}).setdefault("namespace", cluster.namespace)
-            answers.append(cluster.apply(doc, dry_run=True))
+            answer = cluster.apply(doc, dry_run=True)
+            if doc is not secret:  # its (random, never used) value is not shown
+                answers.append(answer)
         outcome = "the API server accepted every object as a dry run; nothing was changed"
+        if secret:
+            outcome += f" (with secret/{spec.secret_name}, which kgen submit makes)"
         return SubmitResult(checked, False, answers, outcome, cluster.namespace)
     if existing is not None:
         if not req.replace:
@@ -427,8 +507,26 @@ def submit(req: SubmitRequest, say: Say = _quiet, note: Say = _quiet) -> SubmitR
             )
         say(f"replacing run {spec.name}: stopping it first")
         ops.stop_run(cluster, spec.name, True, req.timeout, say, note)
-    ops.apply_all(cluster, docs, say)
+    if secret:
+        ops.drop_immutable_secret(cluster, spec.secret_name, say)
+    to_apply = [*([secret] if secret else []), *docs]
+    answers = ops.apply_all(cluster, to_apply, say, forced=("Secret",))
+    if secret:
+        workload = next(a for a, d in zip(answers, to_apply, strict=True) if d["kind"] == "StatefulSet")
+        ops.own_run_secret(cluster, secret, workload, say, note)
     return SubmitResult(checked, True, docs, "", cluster.namespace)
+
+
+def _run_secret(spec) -> dict | None:
+    """The run's Secret that `kgen submit` makes: a StatefulSet's pods carry no Job UID to derive the secret
+    from (kgen.render.runsecret); a fresh random value for every submit, never printed."""
+    if not spec.secret_optional:
+        return None
+    import secrets
+
+    from kgen.render.runsecret import secret_object
+
+    return secret_object(spec.secret_name, spec.object_labels, secrets.token_hex(32))
 
 
 # ------------------------------------------------------------------------------------------ list
@@ -445,22 +543,23 @@ class ListRequest:
 @dataclass
 class RunList:
     """``runs``: one dict per run (namespace, name, kind, shape, state, age, headline, ranks_up,
-    ranks_expected, reformations; bare-metal runs also hosts), bare-metal runs first; ``where``: what was
-    looked at, for "no kgen runs in ..."."""
+    ranks_expected, reformations; bare-metal runs also hosts, Slurm runs their job id), bare-metal runs first,
+    then Slurm runs; ``where``: what was looked at, for "no kgen runs in ..."."""
 
     runs: list[dict[str, Any]]
     where: str
 
 
 def list_runs(req: ListRequest | None = None, note: Say = _quiet) -> RunList:
-    """The kgen runs this machine knows (kgen launch's records, each asked on its hosts) and the cluster's
-    (found by kgen's labels), when a cluster is configured (a cluster that cannot be asked is ``note``'d
-    when there are bare-metal runs to show, an error otherwise)."""
+    """The kgen runs this machine knows (kgen launch's records, each asked on its hosts; kgen submit --kind
+    slurm's, each asked of Slurm) and the cluster's (found by kgen's labels), when a cluster is configured (a
+    cluster that cannot be asked is ``note``'d when there are runs of this machine to show, an error otherwise)."""
     from kgen.cluster.errors import ClusterError, MissingClient
+    from kgen.sdk import slurmruns
 
     req = req if req is not None else ListRequest()
-    runs = _bare_metal_entries()
-    where = "this machine's bare-metal records"
+    runs = _bare_metal_entries() + slurmruns.entries(note)
+    where = "this machine's bare-metal and Slurm records"
     try:
         from kgen.cluster import ops
 
@@ -500,140 +599,3 @@ def _bare_metal_entries() -> list[dict]:
         }
         for rec, v in ops.list_runs()
     ]
-
-
-# ------------------------------------------------------------------------------------------ launch
-@dataclass(frozen=True)
-class LaunchRequest:
-    """`kgen launch`: run ``name`` of ``command`` (script and arguments) on ``hosts`` (ssh destinations in rank
-    order), the hosts of ``hostfile``, or ``local`` nodes on this machine: exactly one of the three."""
-
-    name: str
-    command: Sequence[str]
-    hosts: str | None = None  # "H1,H2,..." as --hosts takes it
-    hostfile: str | None = None
-    local: int | None = None
-    ssh_config: str | None = None
-    python: str | None = None  # the hosts' interpreter [python3; --local: this one]
-    nproc_per_node: int | None = None  # [the hostfile's slots, else 1]
-    workdir: str | None = None  # [the current directory]
-    env: Sequence[str] = ()  # K=V
-    port: int = 29500
-    master_addr: str | None = None
-    inject: Sequence[str] = ()  # --local only: kill:R@S, freeze:R@S[+T]
-    connect_timeout: int = 10
-
-
-def _resolve_hosts(hosts, hostfile, local_n):
-    from kgen.baremetal.hosts import parse_hosts, read_hostfile
-
-    given = [o for o, v in (("--hosts", hosts), ("--hostfile", hostfile), ("--local", local_n)) if v is not None]
-    if not given:
-        raise UsageError(
-            "where should the nodes run? give --hosts H1,H2,... or --hostfile FILE (ssh), or --local N",
-            option="--hosts",
-        )
-    if len(given) > 1:
-        raise UsageError(f"{' and '.join(given)} cannot be used together: choose one", option=given[1])
-    if local_n is not None:
-        if not 1 <= local_n <= 64:
-            raise UsageError(f"must be between 1 and 64 nodes, got {local_n}", option="--local")
-        return ["localhost"] * local_n, None
-    parsed = parse_hosts(hosts) if hosts is not None else read_hostfile(hostfile)
-    return list(parsed.hosts), parsed.slots
-
-
-def launch(req: LaunchRequest, say: Say = _quiet) -> RunRecord:
-    """Check every host (ssh, the interpreter has torch, the working directory and script exist, the run name
-    is new, node 0's ports are free), then start every node at once, detached; the run's local record.
-    Any problem: nothing starts anywhere, and the error names the host. A launcher as the command
-    (torchrun ...) is refused with the command to run instead (kgen.errors.NestedLauncherError)."""
-    from kgen.baremetal import launch as L
-    from kgen.baremetal.record import check_name
-    from kgen.baremetal.transport import LocalTransport, SshTransport
-
-    name, hosts, hostfile, local_n = req.name, req.hosts, req.hostfile, req.local
-    ssh_config, python, nproc_per_node, workdir = req.ssh_config, req.python, req.nproc_per_node, req.workdir
-    env, port, master_addr, inject, connect_timeout = (
-        req.env,
-        req.port,
-        req.master_addr,
-        req.inject,
-        req.connect_timeout,
-    )
-    command = req.command
-    check_name(name)
-    host_list, slots = _resolve_hosts(hosts, hostfile, local_n)
-    local = local_n is not None
-    if not command:
-        raise UsageError(
-            "no training command: put it after --, e.g. kgen launch --name NAME --hosts a,b -- train.py --lr 3e-4",
-            option="--",
-        )
-    nproc = nproc_per_node if nproc_per_node is not None else (slots or 1)
-    if nproc < 1:
-        raise UsageError(f"must be 1 or more, got {nproc}", option="--nproc-per-node")
-    _refuse_nested_launcher(list(command), nproc, nproc_per_node is not None or slots is not None, len(host_list))
-    from kgen.render.validate import command_problem
-
-    problem = command_problem(list(command))
-    if problem:  # what every node's entrypoint would refuse (exit 2) once started
-        raise UsageError(problem, option="--")
-    if not 1 <= port <= 65534:
-        raise UsageError(f"must be between 1 and 65534 (the liveness port is P+1), got {port}", option="--port")
-    if not 1 <= connect_timeout <= 600:
-        raise UsageError(f"must be between 1 and 600 seconds, got {connect_timeout}", option="--connect-timeout")
-    if inject and not local:
-        raise UsageError("fault injection is for --local runs (rehearsal on this machine)", option="--inject")
-    if ssh_config is not None:
-        if local:
-            raise UsageError("is for ssh hosts, not --local", option="--ssh-config")
-        if not os.path.isfile(ssh_config):
-            raise UsageError(f"{ssh_config} does not exist", option="--ssh-config")
-        ssh_config = os.path.abspath(ssh_config)
-    if master_addr is not None and (not master_addr or any(c.isspace() for c in master_addr) or "/" in master_addr):
-        raise UsageError(f"must be a host name or IP address, got {master_addr!r}", option="--master-addr")
-    if workdir is None:
-        workdir = os.getcwd()
-    elif "\x00" in workdir or not workdir:
-        raise UsageError("must be a directory path", option="--workdir")
-    elif local:
-        workdir = os.path.abspath(workdir)
-    py = python or (sys.executable if local else "python3")
-    plan = L.LaunchRequest(
-        name=name,
-        hosts=host_list,
-        command=list(command),
-        local=local,
-        python=py,
-        ssh_config=ssh_config,
-        nproc=nproc,
-        workdir=workdir,
-        env=L.parse_env(tuple(env)),
-        port=port,
-        master_addr=master_addr,
-        inject=L.parse_inject(tuple(inject), len(host_list)),
-    )
-    transport = LocalTransport(py) if local else SshTransport(py, ssh_config, connect_timeout)
-    return L.launch(plan, transport, say=say)
-
-
-def _refuse_nested_launcher(command: list[str], nproc: int, nproc_set: bool, nodes: int) -> None:
-    """A launcher as the command (torchrun, accelerate launch, ...; contract C5) is refused before any host
-    is asked, in render's words, with the launch command to run instead (its process count carried as
-    --nproc-per-node): every node's entrypoint would refuse it anyway, after the run had started."""
-    from kgen.launchers import correction, nested_launcher, problem
-
-    nested = nested_launcher(command)
-    if nested is None:
-        return
-    fix = correction(nested, gpus=0, nproc=nproc, nproc_set=nproc_set, nodes=nodes, nodes_set=True)
-    add = ["--nproc-per-node", str(fix.nproc)] if fix.nproc is not None else []
-    raise NestedLauncherError(
-        problem(nested),
-        option="-- COMMAND",
-        use="",
-        command=fix.command,
-        add=add,
-        notes=[n.replace("nprocPerNode", "--nproc-per-node") for n in fix.notes],
-    )

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 from kgen.runs.exitcodes import meaning as exit_meaning
 from kgen.runs.records import RELAYED, Failure, Row, RunRecords, blamed_ranks, parse_time
+from kgen.runs.stamps import split_ts
 from kgen.slurm.commands import JobInfo
 from kgen.slurm.record import RunRecord
 
-TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 KGEN_PREFIX = re.compile(r"^\[kgen (?:node|supervisor) \d+ \d\d:\d\d:\d\d \+[\d.]+s\] ")
 GEN_START = re.compile(r"generation (\d+): starting")
 LOST = re.compile(r"(?:peer lost|FAIL-STOP): (.*)")
@@ -57,11 +57,6 @@ class NodeFiles:
     events: Sequence[str] = field(default_factory=list)
     tail: Sequence[str] = field(default_factory=list)
     attempts: Sequence[Mapping] = field(default_factory=list)  # node<R>/attempts: every start and exit
-
-
-def split_ts(line: str) -> tuple[str, str]:
-    m = TS.match(line)
-    return (m.group(1), line[m.end() :]) if m else ("", line)
 
 
 def _short(text: str) -> str:
@@ -247,6 +242,8 @@ def _blames_for_unseen(rows: list[Row], files: Sequence[NodeFiles], failures: li
                 if any(x.rank == blamed and x.source.startswith("logs") for x in failures):
                     continue
                 host = hosts.get(blamed, "")
+                if row.state == "Running":  # Slurm still counts its task; the other nodes lost it
+                    row.meaning = _short(f"lost by the group (rank {f.rank}'s log): {words}")
                 failures.append(Failure(blamed, "", host, None, "", f"rank {f.rank}'s log: {words}", "cause",
                                         parse_time(ts), f"logs of rank {f.rank}", host=host,
                                         key=f"node{blamed}@{host}" if host else f"node{blamed}"))  # fmt: skip

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kgen.errors import KgenError
@@ -73,15 +73,43 @@ def _last_words(res: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else f"exit {res.returncode}"
 
 
-def sbatch(script: str, cwd: str, env: Mapping[str, str] | None = None) -> str:
-    """Submit ``script`` (a file) from ``cwd``; the job id."""
-    res = _run(["sbatch", "--parsable", script], env=env, cwd=cwd)
+def sbatch(
+    script: str,
+    cwd: str,
+    env: Mapping[str, str] | None = None,
+    options: Sequence[str] = (),
+    args: Sequence[str] = (),
+) -> str:
+    """Submit ``script`` (a file) from ``cwd`` with sbatch ``options`` and the script's ``args``; the job id."""
+    res = _run(["sbatch", "--parsable", *options, script, *args], env=env, cwd=cwd)
     if res.returncode != 0:
         raise SlurmError(f"sbatch refused the job: {_last_words(res)}")
     job = res.stdout.strip().split(";", 1)[0]
     if not job.isdigit():
         raise SlurmError(f"sbatch printed {res.stdout.strip()!r}, not a job id")
     return job
+
+
+def sbatch_test_only(script: str, cwd: str, env: Mapping[str, str] | None = None) -> str:
+    """`sbatch --test-only` of ``script`` (its text, on stdin): Slurm's one line on when and where it would
+    start ("Job 12 to start at ... on nodes n[0-2] in partition debug"); nothing is submitted."""
+    argv = ["sbatch", "--test-only"]
+    if shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None:
+        raise SlurmError(
+            "sbatch: not found: run kgen on a Slurm login node (Debian/Ubuntu: apt-get install slurm-client)"
+        )
+    try:
+        res = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=TIMEOUT,
+                             env=dict(env) if env is not None else None, cwd=cwd)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"sbatch: no answer within {TIMEOUT:g}s: is the Slurm controller up?") from None
+    except OSError as exc:
+        raise SlurmError(f"sbatch: cannot run it: {exc.strerror or exc}") from None
+    if res.returncode != 0:
+        raise SlurmError(f"sbatch --test-only refused the job: {_last_words(res)}")
+    words = [ln.strip() for ln in (res.stderr + res.stdout).splitlines() if ln.strip()]
+    line = words[-1] if words else "accepted"
+    return line.removeprefix("sbatch: ")
 
 
 def parse_show_job(line: str) -> dict[str, str]:

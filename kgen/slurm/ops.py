@@ -7,23 +7,25 @@ where accounting exists). The decisions are pure (kgen.slurm.adapter -> kgen.run
 
 from __future__ import annotations
 
-import heapq
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from kgen.errors import UsageError
+from kgen.render.sbatch import check_run_dir
 from kgen.resources import entrypoint_path
+from kgen.runs import stamps
+from kgen.runs.safetext import lines as text_lines
+from kgen.runs.stamps import record_stamp, show, split_ts
 from kgen.runs.verdict import Verdict, judge
 from kgen.runs.views import prefix, rank_width
 from kgen.slurm import commands
 from kgen.slurm import record as R
-from kgen.slurm.adapter import NodeFiles, split_ts, to_records
-from kgen.slurm.script import SbatchSpec, render
+from kgen.slurm.adapter import NodeFiles, to_records
 
 STATE_TAIL = 20
 STATE_EVENTS = 400
@@ -40,37 +42,82 @@ class Submitted:
     secret: Path
 
 
-def submit(spec: SbatchSpec, workdir: str | None = None, env: Mapping[str, str] | None = None) -> Submitted:
-    """Make the run's folder (``spec.run_dir``, 0700: the entrypoint, a new secret in a 0600 file, the script),
-    sbatch the script from ``workdir`` and keep the local record. The run's name is ``spec.name``."""
-    name = R.check_name(spec.name)
+def prepare(name: str, run_dir: str | None) -> Path:
+    """The run's folder for a new run ``name`` (checked, not made yet): ``run_dir``, else the default."""
+    R.check_name(name)
     if R.load(name) is not None:
-        raise UsageError(f'a Slurm run "{name}" exists already ({R.path(name)}): choose another name, or remove it')
-    run = Path(spec.run_dir)
-    render(spec)  # every field checked before anything is made
-    if run.exists() and any(run.iterdir()):
-        raise UsageError(f"{run} exists and is not empty: choose another run folder or name", option="run_dir")
+        raise UsageError(
+            f'a Slurm run "{name}" exists already ({R.path(name)})',
+            option="--name",
+            hint=f"choose another name, or `kgen stop {name} --rm` first (or --replace)",
+        )
+    run = Path(check_run_dir(run_dir) if run_dir is not None else str(R.default_run_dir(name)))
+    check_run_dir(str(run))
+    if run.exists() and (not run.is_dir() or any(run.iterdir())):
+        raise UsageError(
+            f"{run} exists and is not an empty folder: choose another run folder or name", option="--run-dir"
+        )
+    return run
+
+
+def submit(
+    script: str,
+    name: str,
+    nodes: int,
+    run_dir: str | None = None,
+    workdir: str | None = None,
+    env: Mapping[str, str] | None = None,
+    nproc: int = 0,
+    gpus: int = 0,
+) -> Submitted:
+    """Make the run's folder (``run_dir``, default ``$XDG_STATE_HOME/kgen/slurm/<name>``, 0700: the entrypoint, a
+    new secret in a 0600 file, the script as given), sbatch the script from ``workdir`` with the folder as its
+    argument and Slurm's output file in it, and keep the local record."""
+    run = prepare(name, run_dir)
     workdir = os.path.abspath(workdir or os.getcwd())
     made = not run.exists()
     R.private_dir(run)
     secret = run / "secret"
     R.write_private(secret, secrets.token_hex(32) + "\n")
     R.write_private(run / "kgen_entrypoint.py", entrypoint_path().read_text())
-    script = run / "job.sbatch"
-    R.write_private(script, render(spec))
+    path = run / "job.sbatch"
+    R.write_private(path, script)
     try:
-        job = commands.sbatch(str(script), cwd=workdir, env=env)
+        job = commands.sbatch(
+            str(path), cwd=workdir, env=env, options=[f"--output={run}/slurm-%j.out"], args=[str(run)]
+        )
     except commands.SlurmError:
         # nothing was submitted: the folder goes (the secret with it), so the same name can be submitted again
-        for p in (secret, run / "kgen_entrypoint.py", script):
+        for p in (secret, run / "kgen_entrypoint.py", path):
             p.unlink(missing_ok=True)
         if made:
             run.rmdir()
         raise
-    rec = R.RunRecord(name=name, job_id=job, run_dir=str(run), nodes=spec.nodes, workdir=workdir,
-                      created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
+    rec = R.RunRecord(name=name, job_id=job, run_dir=str(run), nodes=nodes, workdir=workdir,
+                      created=record_stamp(), nproc=nproc, gpus=gpus)  # fmt: skip
     R.save(rec)
-    return Submitted(rec, script, secret)
+    return Submitted(rec, path, secret)
+
+
+def test_only(script: str, workdir: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """`sbatch --test-only`: Slurm checks the script against the cluster (partition, account, QoS, limits) and
+    says when and where it would start; nothing is submitted. Its one line."""
+    return commands.sbatch_test_only(script, cwd=os.path.abspath(workdir or os.getcwd()), env=env)
+
+
+def remove(rec: R.RunRecord) -> list[str]:
+    """Delete the run's folder (what kgen submit made and the nodes wrote) and its local record: the problems,
+    if any (the record is kept then). Only for a job Slurm has ended."""
+    problems = []
+    run = Path(rec.run_dir)
+    if run.is_dir():
+        if (run / "job.sbatch").exists() or (run / "kgen_entrypoint.py").exists():
+            shutil.rmtree(run, ignore_errors=True)
+        if run.exists():
+            problems.append(f"cannot remove the run's folder {run}")
+    if not problems:
+        R.remove(rec.name)
+    return problems
 
 
 # ------------------------------------------------------------------------------------------ status
@@ -85,7 +132,7 @@ def _tail_lines(path: Path, lines: int, limit: int = 256 << 10) -> list[str]:
             data = fh.read()
     except OSError:
         return []
-    text = data.decode("utf-8", "replace").splitlines()
+    text = text_lines(data.decode("utf-8", "replace"))  # split on "\n" only, escaped (kgen.runs.safetext)
     if start > 0 and text:
         text = text[1:]
     return text[-lines:]
@@ -123,15 +170,6 @@ def status(rec: R.RunRecord, env: Mapping[str, str] | None = None) -> Verdict:
 
 
 # ------------------------------------------------------------------------------------------ logs
-def _stamp(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _show(line: str, timestamps: bool) -> str:
-    ts, body = split_ts(line)
-    return f"{ts} {body}" if timestamps and ts else body
-
-
 def logs(
     rec: R.RunRecord,
     ranks: set[int] | None = None,
@@ -142,7 +180,6 @@ def logs(
     """Every chosen rank's log (all attempts) merged in time order with ``[rank]`` prefixes; one warning per
     rank whose log cannot be read."""
     chosen = [r for r in range(rec.nodes) if ranks is None or r in ranks]
-    cut = _stamp(datetime.now(timezone.utc) - timedelta(seconds=since_s)) if since_s is not None else ""
     texts: dict[int, list[str]] = {}
     warnings = []
     for rank in chosen:
@@ -151,22 +188,17 @@ def logs(
             if tail is not None:  # the last lines only: read from the end (a long run's log can be large)
                 if not path.exists():
                     raise FileNotFoundError(path)
-                lines = _tail_lines(path, tail, TAIL_BYTES)
+                got = _tail_lines(path, tail, TAIL_BYTES)
             else:
-                lines = path.read_bytes().decode("utf-8", "replace").splitlines()
+                got = text_lines(path.read_bytes().decode("utf-8", "replace"))
         except FileNotFoundError:
             warnings.append(f"rank {rank}: no log yet ({path}): its task has not started")
             continue
         except OSError as exc:
             warnings.append(f"rank {rank}: log unavailable: {path}: {exc.strerror}")
             continue
-        texts[rank] = lines
-    width = rank_width(texts or [0])
-    keyed = [
-        [(split_ts(line)[0], rank, i, line) for i, line in enumerate(lines) if not cut or split_ts(line)[0] >= cut]
-        for rank, lines in sorted(texts.items())
-    ]
-    return [prefix(rank, width) + _show(line, timestamps) for _, rank, _, line in heapq.merge(*keyed)], warnings
+        texts[rank] = got
+    return stamps.merge(texts, since_s, timestamps), warnings
 
 
 def follow(
@@ -176,13 +208,18 @@ def follow(
     timestamps: bool = False,
     env: Mapping[str, str] | None = None,
     poll: float = FOLLOW_POLL,
+    since_s: int | None = None,
 ) -> Iterator[str]:
     """The chosen ranks' logs as they grow (each poll's new lines merged in time order), from the last ``tail``
-    lines, until the job ended (requeues included: a requeued job goes on in the same files)."""
+    lines (or those newer than ``since_s`` seconds; 0: from now on), until the job ended (requeues included: a
+    requeued job goes on in the same files)."""
     chosen = [r for r in range(rec.nodes) if ranks is None or r in ranks]
     width = rank_width(chosen or [0])
-    first, _ = logs(rec, set(chosen), tail=tail if tail is not None else 10, timestamps=timestamps)
-    yield from first
+    if since_s != 0:
+        default_tail = 10 if since_s is None else None
+        first, _ = logs(rec, set(chosen), tail=tail if tail is not None else default_tail, since_s=since_s,
+                        timestamps=timestamps)  # fmt: skip
+        yield from first
     pos: dict[int, int] = {}
     partial: dict[int, bytes] = {}
     for rank in chosen:
@@ -205,10 +242,10 @@ def follow(
             whole, _, rest = (partial.get(rank, b"") + data).rpartition(b"\n")
             partial[rank] = rest
             if whole:
-                text = whole.decode("utf-8", "replace").split("\n")
+                text = text_lines(whole.decode("utf-8", "replace") + "\n")
                 fresh.extend((split_ts(ln)[0], rank, i, ln) for i, ln in enumerate(text))
         for _, rank, _, line in sorted(fresh):
-            yield prefix(rank, width) + _show(line, timestamps)
+            yield prefix(rank, width) + show(line, timestamps)
         if fresh:
             ended_polls = 0
         else:
@@ -232,8 +269,14 @@ class StopReport:
         return self.state in commands.TERMINAL or self.state == ""
 
     def summary(self) -> str:
+        """One line: what was done and how the job ended (Slurm's word: a group stop ends the batch script with
+        kgen's exit 6, which Slurm calls FAILED; the verdict says "Stopped")."""
+        slurm = f"Slurm: {self.state}" if self.state else "Slurm no longer knows it"
+        if self.steps == ["already ended"]:
+            return f"Slurm job {self.job_id} had ended already ({slurm})"
         steps = " then ".join(self.steps) or "nothing to do"
-        return f"Slurm job {self.job_id}: {self.state or 'gone'} after {self.took:.1f}s ({steps})"
+        done = "ended" if self.stopped else "NOT ended"
+        return f"Slurm job {self.job_id} {done} after {self.took:.1f}s: {steps}; {slurm}"
 
 
 def _wait_ended(job: str, until: float, env: Mapping[str, str] | None) -> commands.JobInfo | None:
@@ -252,7 +295,7 @@ def stop(rec: R.RunRecord, grace: float = STOP_GRACE, env: Mapping[str, str] | N
     report = StopReport(rec.job_id)
     run = Path(rec.run_dir)
     if run.is_dir() and not (run / "stopping").exists():
-        R.write_private(run / "stopping", datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") + "\n")
+        R.write_private(run / "stopping", record_stamp() + "\n")
     info = commands.job_info(rec.job_id, env)
     if info is None or info.ended:
         report.state = info.state if info else ""

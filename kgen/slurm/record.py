@@ -11,25 +11,16 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kgen.errors import UsageError
+from kgen.runs import store
+from kgen.runs.store import NAME, check_name, private_dir, read_json, read_jsonl, state_home, write_private
 
-NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+__all__ = ["NAME", "RunRecord", "all_records", "check_name", "default_run_dir", "load", "path", "private_dir",
+           "read_history", "read_json", "read_jsonl", "records_dir", "remove", "save", "state_home",
+           "write_private"]  # fmt: skip
 VERSION = 1
-
-
-def check_name(name: str, option: str = "--name") -> str:
-    if len(name) > 63 or not NAME.fullmatch(name):
-        raise UsageError(
-            f'must be a DNS label (lower-case letters, digits, "-"; at most 63), got "{name}"',
-            option=option,
-            hint="e.g. llama-8n",
-        )
-    return name
 
 
 @dataclass
@@ -40,24 +31,21 @@ class RunRecord:
     nodes: int
     workdir: str = ""
     created: str = ""
+    nproc: int = 0  # processes per node (0: not recorded)
+    gpus: int = 0  # GPUs per node
 
     @property
     def kind(self) -> str:
         return "slurm"
 
     def to_json(self) -> str:
-        return json.dumps({"version": VERSION, **asdict(self)}, indent=2, sort_keys=True) + "\n"
+        return store.to_json(asdict(self), VERSION)
 
     @classmethod
     def from_json(cls, text: str) -> RunRecord:
         data = json.loads(text)
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
-
-
-def state_home() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or ""
-    return Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state"
 
 
 def records_dir() -> Path:
@@ -72,20 +60,6 @@ def path(name: str) -> Path:
     return records_dir() / f"{name}.json"
 
 
-def private_dir(p: Path) -> None:
-    p.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(p, 0o700)
-
-
-def write_private(p: Path, text: str) -> None:
-    """A 0600 file written whole (atomically)."""
-    tmp = p.with_name(f".{p.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, p)
-
-
 def save(rec: RunRecord) -> Path:
     target = path(rec.name)
     private_dir(target.parent)
@@ -94,62 +68,19 @@ def save(rec: RunRecord) -> Path:
 
 
 def load(name: str) -> RunRecord | None:
-    p = path(name)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise UsageError(f"cannot read the run record {p}: {exc.strerror}") from None
-    try:
-        return RunRecord.from_json(text)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"the run record {p} is damaged ({exc}): remove it") from None
+    return store.load(path(name), RunRecord.from_json)
 
 
 def all_records() -> list[RunRecord]:
-    out: list[RunRecord] = []
-    d = records_dir()
-    if not d.is_dir():
-        return out
-    for p in sorted(d.glob("*.json")):
-        if NAME.fullmatch(p.stem):
-            try:
-                rec = load(p.stem)
-            except UsageError:
-                continue
-            if rec is not None:
-                out.append(rec)
-    return out
+    return store.all_records(records_dir(), load)
 
 
-def read_json(p: Path) -> dict | None:
+def remove(name: str) -> bool:
     try:
-        with open(p) as fh:
-            value = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def read_jsonl(p: Path, limit: int = 4 << 20) -> list[dict]:
-    """The JSON objects of a JSON-lines file (at most its last ``limit`` bytes); unreadable lines are skipped."""
-    out: list[dict] = []
-    try:
-        with open(p, "rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - limit))
-            data = fh.read()
-    except OSError:
-        return out
-    for line in data.decode("utf-8", "replace").splitlines():
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            out.append(value)
-    return out
+        path(name).unlink()
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def read_history(run_dir: str) -> list[dict]:

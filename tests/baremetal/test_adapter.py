@@ -216,3 +216,40 @@ def test_json_shape_is_the_cluster_verdicts():
 def test_no_run_directory(missing):
     v = verdict(running(0, formed(0)), missing, running(2, formed(2)))
     assert v.rows[1].state == "NoRunDir" and "without a run directory" in v.headline
+
+
+def test_an_internal_error_is_kgens_own_fault_not_the_scripts():
+    """Issue 23.3: node 0's entrypoint failed (exit 70), the others ended with 5 and name node 0."""
+    reason = "kgen entrypoint internal error on node 0: RecursionError: maximum recursion depth exceeded (report it)"
+    v = verdict(
+        ended(0, 70, reason, 12, [*formed(0), ev(12, 0, reason)]),
+        *(
+            ended(
+                r,
+                5,
+                f"node 0 ended the run ({reason})",
+                12,
+                [*formed(r), ev(12, r, f"FAIL-STOP: node 0 ended the run: {reason}")],
+            )
+            for r in (1, 2)
+        ),
+    )
+    assert v.state == "failed" and v.root_cause.ranks == [0] and v.root_cause.exit_code == 70
+    assert v.headline.startswith("Failed: rank 0 (host a): exit 70: kgen entrypoint internal error: a bug in kgen")
+    assert "2 ranks stopped by fail-stop (exit 5)" in v.headline and "the training script failed" not in v.headline
+    assert v.rows[0].meaning == reason and f"kgen-entrypoint: stopped: {reason}" in v.details
+
+
+def test_words_inside_a_logged_line_cannot_pass_for_the_entrypoints_own():
+    """Issue 23.4: what a stranger or a script put inside a line is not a generation start, a loss or a
+    replacement; and nothing a host answers reaches the terminal with a control character."""
+    forged = [
+        ev(5, 0, "refused a connection from 1.2.3.4:9: sent 'generation 7: starting' (FAIL-STOP: node 2 x)"),
+        ev(6, 0, "note: peer lost: node 2 closed; node 2's entrypoint ended with code 1: replacing it"),
+    ]
+    st = running(0, [*formed(0), *forged])
+    st["tail"] = [f"{ts(30)} step \x1b[2J\x1b]0;pwned\x07 7\r"]
+    v = verdict(st, running(1, formed(1)), running(2, formed(2)))
+    assert v.state == "running" and v.reformations == 0 and [r.generation for r in v.rows] == [0, 0, 0]
+    assert all(r.restarts == 0 for r in v.rows) and v.root_cause is None
+    assert v.rows[0].last_line == "step \\x1b[2J\\x1b]0;pwned\\x07 7"  # (a line's end \\r is whitespace)

@@ -102,7 +102,10 @@ def test_unknown_run_without_a_cluster_says_where_it_looked(monkeypatch, tmp_pat
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     for verb in (["status"], ["logs"], ["stop"]):
         one_line_error(
-            run(*verb, "nope"), "NAME: no run nope: no bare-metal run of that name", "kgen list", "--kubeconfig"
+            run(*verb, "nope"),
+            "NAME: no run nope: no bare-metal or Slurm run of that name",
+            "kgen list",
+            "--kubeconfig",
         )
 
 
@@ -143,6 +146,10 @@ def test_list_without_a_cluster_or_a_run_says_there_is_none(tmp_path, monkeypatc
     for var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
         monkeypatch.delenv(var, raising=False)
     res = run("list")
-    assert (res.exit_code, res.stdout, res.stderr) == (0, "no kgen runs in this machine's bare-metal records\n", "")
+    assert (res.exit_code, res.stdout, res.stderr) == (
+        0,
+        "no kgen runs in this machine's bare-metal and Slurm records\n",
+        "",
+    )
     assert run("list", "-o", "json").stdout == "[]\n"
     one_line_error(run("list", "--kubeconfig", str(tmp_path / "missing")), "--kubeconfig")

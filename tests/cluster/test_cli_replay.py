@@ -4,6 +4,7 @@ the one-line errors."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import threading
@@ -328,7 +329,7 @@ def test_submit_applies_server_side_with_field_manager_kgen(served):
     res = run("submit", "--name", "fresh-run", "--nodes", "2", "--gpus", "0", "--kubeconfig", kc)
     assert res.exit_code == 0, res.output
     patches = [(p, json.loads(b), ct) for m, p, b, ct in r.requests if m == "PATCH"]
-    assert [body["kind"] for _, body, _ in patches] == ["ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"]
+    assert [body["kind"] for _, body, _ in patches] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]  # no Secret
     for path, body, ctype in patches:
         assert "fieldManager=kgen" in path and ctype == "application/apply-patch+yaml"
         assert body["metadata"]["namespace"] == "rec"
@@ -427,26 +428,23 @@ def test_submit_rolls_back_what_it_created_when_the_workload_apply_fails(served)
     assert res.exit_code == 2
     assert res.stdout.splitlines() == [  # progress as it happened; the error line tells the rest
         "configmap/fresh-run-entrypoint applied (server-side, field manager kgen)",
-        "secret/fresh-run-auth applied (server-side, field manager kgen)",
         "service/fresh-run applied (server-side, field manager kgen)",
         "networkpolicy/fresh-run applied (server-side, field manager kgen)",
     ]
     err = res.stderr.splitlines()
     assert len(err) == 1 and err[0].startswith("kgen: error: forbidden: ") and "RBAC" in err[0]
     assert (
-        "rolled back: networkpolicy/fresh-run, service/fresh-run, secret/fresh-run-auth, "
-        "configmap/fresh-run-entrypoint deleted again" in err[0]
+        "rolled back: networkpolicy/fresh-run, service/fresh-run, configmap/fresh-run-entrypoint deleted again"
+        in err[0]
     )
     writes = [(m, p.split("?")[0]) for m, p, *_ in r.requests if m != "GET"]
     assert writes == [
         ("PATCH", "/api/v1/namespaces/rec/configmaps/fresh-run-entrypoint"),
-        ("PATCH", "/api/v1/namespaces/rec/secrets/fresh-run-auth"),
         ("PATCH", "/api/v1/namespaces/rec/services/fresh-run"),
         ("PATCH", "/apis/networking.k8s.io/v1/namespaces/rec/networkpolicies/fresh-run"),
         ("PATCH", "/apis/batch/v1/namespaces/rec/jobs/fresh-run"),
         ("DELETE", "/apis/networking.k8s.io/v1/namespaces/rec/networkpolicies/fresh-run"),
         ("DELETE", "/api/v1/namespaces/rec/services/fresh-run"),
-        ("DELETE", "/api/v1/namespaces/rec/secrets/fresh-run-auth"),
         ("DELETE", "/api/v1/namespaces/rec/configmaps/fresh-run-entrypoint"),
     ]
 
@@ -461,9 +459,57 @@ def test_submit_rollback_leaves_objects_that_existed_before(served):
     before = len(r.requests)
     res = run("submit", "--name", r.name, "--nodes", "2", "--gpus", "0", "--kubeconfig", kc)
     assert res.exit_code == 2 and "forbidden" in res.stderr
-    # the recorded run had no Secret and no NetworkPolicy (older kgen): only those two were created here
+    # the recorded run had no NetworkPolicy (older kgen): only that was created here
     deleted = [p.split("?")[0].rsplit("/", 2)[-2] for m, p, *_ in r.requests[before:] if m == "DELETE"]
-    assert deleted == ["networkpolicies", "secrets"]
+    assert deleted == ["networkpolicies"]
+
+
+def test_submit_makes_a_statefulsets_secret_first_fresh_and_owned_by_the_statefulset(served):
+    """A StatefulSet's pods carry no Job UID (issue 22.2): submit makes Secret <name>-auth (a fresh random value
+    every time, applied before anything that starts a pod), then gives it an owner reference to the StatefulSet
+    as the API server answered it (the recorded object: its real uid), so it is deleted with it."""
+    r, kc = served("statefulset-running")
+    recorded_uid = json.loads((r.dir / "workload.json").read_text())["metadata"]["uid"]
+    values = []
+    for _ in range(2):
+        before = len(r.requests)
+        args = ["submit", "--name", r.name, "--kind", "statefulset", "--nodes", "2", "--gpus", "0", "--replace"]
+        res = run(*args, "--timeout", "10", "--kubeconfig", kc)
+        assert res.exit_code == 0, res.output
+        patches = [(p, json.loads(b)) for m, p, b, _ in r.requests[before:] if m == "PATCH"]
+        kinds = [body["kind"] for _, body in patches]
+        assert kinds == ["Secret", "ConfigMap", "Service", "NetworkPolicy", "StatefulSet", "Secret"]
+        (first_path, first), last = patches[0], patches[-1][1]
+        assert "force=true" in first_path and first["metadata"]["name"] == f"{r.name}-auth"
+        assert first["metadata"]["labels"]["app.kubernetes.io/instance"] == r.name  # kgen stop finds it
+        assert "ownerReferences" not in first["metadata"]
+        assert last["metadata"]["ownerReferences"] == [
+            {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": r.name, "uid": recorded_uid}
+        ]
+        assert last["data"] == first["data"]  # the same value, now owned
+        value = base64.b64decode(first["data"]["secret"]).decode()
+        assert len(value) == 64 and int(value, 16) >= 0
+        values.append(value)
+        assert f"secret/{r.name}-auth owned by statefulset/{r.name} (deleted with it)" in res.stdout
+        assert value not in res.output  # never printed
+    assert values[0] != values[1]  # fresh for every creation
+
+
+def test_submit_dry_run_server_checks_the_statefulsets_secret_without_showing_it(served):
+    r, kc = served("statefulset-running")
+    args = ["submit", "--name", "sts-dry", "--kind", "statefulset", "--nodes", "2", "--gpus", "0"]
+    res = run(*args, "--dry-run=server", "--kubeconfig", kc)
+    assert res.exit_code == 0, res.output
+    sent = [json.loads(b) for m, p, b, _ in r.requests if m == "PATCH"]
+    assert sent[0]["kind"] == "Secret" and all("dryRun=All" in p for m, p, *_ in r.requests if m == "PATCH")
+    assert "kind: Secret" not in res.stdout and sent[0]["data"]["secret"] not in res.output
+
+
+def test_submit_job_and_jobset_make_no_secret(served):
+    r, kc = served("job-running")
+    res = run("submit", "--name", "uid-run", "--nodes", "2", "--gpus", "0", "--kubeconfig", kc)
+    assert res.exit_code == 0, res.output
+    assert not [p for m, p, *_ in r.requests if m != "GET" and "/secrets/" in p]
 
 
 # ------------------------------------------------------------------------------------------ list
@@ -603,10 +649,10 @@ def test_submit_dry_run_server_sends_dry_run_applies_and_changes_nothing(served)
     )
     assert res.exit_code == 0, res.output
     writes = [(m, p) for m, p, *_ in r.requests if m != "GET"]
-    assert [m for m, _ in writes] == ["PATCH"] * 5
+    assert [m for m, _ in writes] == ["PATCH"] * 4
     assert all("dryRun=All" in p and "fieldManager=kgen" in p for _, p in writes)
     kinds = [d["kind"] for d in yaml.safe_load_all(res.stdout)]
-    assert kinds == ["ConfigMap", "Secret", "Service", "NetworkPolicy", "Job"]
+    assert kinds == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
     assert f"run {r.name} exists; --replace would stop it first (not stopped)" in res.stderr
     assert "nothing was changed" in res.stderr.splitlines()[-1]
 
@@ -616,8 +662,7 @@ def test_submit_dry_run_client_needs_no_cluster():
     assert res.exit_code == 0, res.output
     assert res.stdout == run("render", "--nodes", "2", "--gpus", "0", "--", "train.py").stdout
     assert res.stderr.splitlines()[-1].startswith(
-        "kgen: dry run: configmap/kgen-train-entrypoint, secret/kgen-train-auth, service/kgen-train, "
-        "networkpolicy/kgen-train,"
+        "kgen: dry run: configmap/kgen-train-entrypoint, service/kgen-train, networkpolicy/kgen-train,"
     )
 
 

@@ -43,9 +43,10 @@ def test_missing_kubernetes_is_one_line_install_hint(args, tmp_path):
     assert out.returncode == 2
     assert out.stdout == ""
     hint = "the cluster commands need the kubernetes package: pip install 'kgen-k8s[cluster]'"
-    if args[0] != "list":  # a name that is no bare-metal run either: one line says both
+    if args[0] != "list":  # a name that is no bare-metal or Slurm run either: one line says both
         record = os.path.join(os.environ["XDG_STATE_HOME"], "kgen", "runs", "r.json")
-        hint = f"NAME: no run r: no bare-metal run of that name (no local record {record}); "
+        slurm = os.path.join(os.environ["XDG_STATE_HOME"], "kgen", "slurm", "r.json")
+        hint = f"NAME: no run r: no bare-metal or Slurm run of that name (no local record {record} or {slurm}); "
         hint += "cluster runs need the kubernetes package: pip install 'kgen-k8s[cluster]'"
     assert out.stderr.splitlines() == [f"kgen: error: {hint}"]
 

@@ -4,7 +4,9 @@ One pod = `unshare --pid --fork --mount --mount-proc`: its own PID namespace (SI
 kills every process in it, as a container runtime does) and mount namespace, in which
 
 * the ConfigMap's files are bind-mounted read-only at the volumeMount's mountPath (/opt/kgen),
-  and a Secret's files (the run's secret) likewise at theirs (/var/run/secrets/kgen),
+  and a Secret's files (the run's secret) likewise at theirs (/var/run/secrets/kgen): a Secret the
+  manifest does not hold (a StatefulSet's <name>-auth) is made as `kgen submit` makes it, a fresh
+  random value, unless the test says it is missing (an optional one then mounts as an empty folder),
 * a memory emptyDir is a tmpfs of the rendered sizeLimit (/dev/shm),
 * /etc/hosts is a private bind mount of the pod's own hosts file: `<name>-<i>.<service>` (and
   the FQDN) resolve to 127.0.0.1 once pod i has been started, as a headless Service with
@@ -12,7 +14,8 @@ kills every process in it, as a container runtime does) and mount namespace, in 
   hostname resolves as in the hosts file the kubelet writes.
 
 The container's command/args/env are used as the kubelet would: `$(VAR)` expansion, downward-API
-fieldRefs (controller-uid, controller-revision-hash, pod-index label, completion index, name),
+fieldRefs (the Job controller's controller-uid label, a random version-4 UUID per Job as the API
+server makes it, controller-revision-hash, pod-index label, completion index, name, namespace),
 JOB_COMPLETION_INDEX for Indexed Jobs, HOSTNAME=<name>-<i>, and PATH starting with this
 interpreter's directory so the rendered `python3` is the test venv's. Network: loopback only.
 """
@@ -302,6 +305,7 @@ class Cluster:
         workdir: str | None = None,
         old_cluster: bool = False,
         env_overrides: dict[str, str | None] | None = None,
+        missing_secrets: tuple[str, ...] = (),
     ) -> None:
         docs = [d for d in yaml.safe_load_all(manifest) if d]
         self.configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
@@ -324,6 +328,7 @@ class Cluster:
         self.volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
         self.old_cluster = old_cluster  # StatefulSet pod-index label absent (Kubernetes < 1.28)
         self.env_overrides = env_overrides or {}  # None removes a variable (bad-env tests)
+        self.missing_secrets = missing_secrets  # Secrets nobody created (the pods' optional mount is empty)
         self.run_uid = str(uuid.uuid4())
         self.revision = f"{self.name}-{uuid.uuid4().hex[:10]}"
         self.root = Path(tempfile.mkdtemp(prefix=f"kgen-pods-{self.name}-"))
@@ -504,12 +509,17 @@ class Cluster:
         name = vol["secret"]["secretName"]
         if name in self._volume_dirs:
             return self._volume_dirs[name]
-        if name not in self.secrets:
-            raise ValueError(f"harness: Secret {name!r} is not in the manifest")
+        if name not in self.secrets and name in self.missing_secrets and not vol["secret"].get("optional"):
+            raise ValueError(f"harness: Secret {name!r} is missing and not optional: the pod would not start")
+        if name not in self.secrets and name not in self.missing_secrets:  # made as `kgen submit` makes it
+            import secrets as random_secrets
+
+            value = base64.b64encode(random_secrets.token_hex(32).encode()).decode()
+            self.secrets[name] = {"kind": "Secret", "metadata": {"name": name}, "data": {"secret": value}}
         d = self.root / f"secret-{name}"
         d.mkdir(mode=0o700)
         mode = vol["secret"].get("defaultMode", 0o644)
-        for key, value in self.secrets[name].get("data", {}).items():
+        for key, value in self.secrets.get(name, {}).get("data", {}).items():
             f = d / key
             f.write_bytes(base64.b64decode(value))
             f.chmod(mode)

@@ -349,7 +349,7 @@ def test_diagnose_bad_environment_lists_failures():
 class Hub:
     """A real node 0 entrypoint that waits for its peers (torchrun is never reached)."""
 
-    def __init__(self, tmp_path, nnodes: int = 3) -> None:
+    def __init__(self, tmp_path, nnodes: int = 3, extra: dict | None = None) -> None:
         self.live = free_port_pair() + 1  # MASTER_PORT (torch's store) is live - 1: both free
         self.env = {
             **BASE,
@@ -361,6 +361,7 @@ class Hub:
             "KGEN_JOB_NAME": "t",
             "KGEN_RUN_ID": "r1",
             "PATH": "/usr/bin:/bin",
+            **(extra or {}),
         }
         self.log_path = tmp_path / "hub.log"
         with open(self.log_path, "w") as log:

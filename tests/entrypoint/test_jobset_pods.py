@@ -10,6 +10,7 @@ real PID/mount namespaces with real torch (gloo) on loopback.
 
 from __future__ import annotations
 
+import hmac
 import os
 import re
 import shutil
@@ -22,6 +23,11 @@ from podharness import TRAINLOOP, Cluster, free_port_pair, render_cpu_job
 pytestmark = pytest.mark.torch
 
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+
+
+def rdzv_digest(uid: str) -> str:
+    """The rendezvous id's run part when the secret comes from the Job's UID: a digest, never the UID."""
+    return hmac.new(b"kgen rendezvous id", uid.encode(), "sha256").hexdigest()[:16]
 
 
 def as_controller_objects(manifest: str) -> str:
@@ -100,7 +106,7 @@ def test_jobset_pods_smoke_test_with_jobset_hostnames(jobset_cluster):
     for i, pod in enumerate(c.pods):
         assert pod.name == f"js-node-0-{i}"
         assert f"node {i}/2 (rank from JOB_COMPLETION_INDEX={i})" in pod.log()
-        assert f"id=js-{c.run_uid}-attempt0" in pod.log()
+        assert f"id=js-{rdzv_digest(c.run_uid)}-attempt0" in pod.log() and c.run_uid not in pod.log()
 
 
 @pytest.mark.timeout(240)
@@ -125,7 +131,7 @@ def test_jobset_fail_stop_then_group_restart_is_a_new_run(jobset_cluster):
     second = jobset_cluster(_jobset("jr", 2, port, command=[str(TRAINLOOP), "--steps", "5"]), restart_attempt=1)
     second.start()
     assert second.wait_all(120) == [0, 0], second.logs()
-    assert f"id=jr-{second.run_uid}-attempt1" in second.pods[0].log()
+    assert f"id=jr-{rdzv_digest(second.run_uid)}-attempt1" in second.pods[0].log()
     assert second.run_uid != first.run_uid
 
 

@@ -32,7 +32,11 @@ def pair():
 def test_lines_verify_in_order_and_both_ways():
     client, server = pair()
     for i in range(3):
-        assert server.open(client.seal({"t": "hb", "i": i}).rstrip(b"\n")) == {"t": "hb", "i": i}
+        assert server.open(client.seal({"t": "fail", "rc": i + 1}).rstrip(b"\n")) == {
+            "t": "fail",
+            "rc": i + 1,
+            "internal": "",
+        }
         assert client.open(server.seal({"t": "start", "gen": i}).rstrip(b"\n")) == {"t": "start", "gen": i}
 
 
@@ -102,11 +106,25 @@ def test_secret_unset_and_whitespace():
     assert cfg.secret == open(SECRET_FILE, "rb").read().strip() and len(cfg.secret) == 64
 
 
-def test_a_secret_others_can_read_is_noted_on_bare_metal(tmp_path):
+@pytest.mark.parametrize("mode, who", [(0o644, "any user of this host"), (0o606, "any user"), (0o620, "its group")])
+def test_a_secret_others_can_read_or_change_is_refused_on_bare_metal(tmp_path, mode, who):
+    env = _secret_env(tmp_path, b"k" * 64, name="my secret")
+    os.chmod(env["KGEN_SECRET_FILE"], mode)
+    res = run_ep(env, "--", "/bin/true")
+    assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
+    [error] = [ln for ln in res.stderr.splitlines() if ln.startswith("kgen-entrypoint: error:")]
+    assert f"(mode {mode:04o}) can be read or changed by {who}" in error
+    assert error.endswith(f"run: chmod 600 '{env['KGEN_SECRET_FILE']}'"), error  # quoted for the shell
+    assert ep.load_config({**env, "KGEN_KIND": "job"}).problems == []  # a Secret volume's mode is render's
+
+
+def test_a_secret_its_group_can_read_is_noted(tmp_path):
     env = _secret_env(tmp_path, b"k" * 64)
-    os.chmod(env["KGEN_SECRET_FILE"], 0o644)
-    assert "chmod 600" in " ".join(ep.load_config(env).notes)
-    assert ep.load_config({**env, "KGEN_KIND": "job"}).notes == []  # a Secret volume's mode is render's
+    os.chmod(env["KGEN_SECRET_FILE"], 0o640)
+    cfg = ep.load_config(env)
+    assert cfg.problems == [] and cfg.secret == b"k" * 64
+    [note] = cfg.notes
+    assert "can be read by its group" in note and note.endswith(f"run: chmod 600 {env['KGEN_SECRET_FILE']}")
 
 
 # -- node 0 with a wrong secret, and a fake node 0 ----------------------------------------------------
@@ -207,21 +225,65 @@ def test_probe_tells_a_stranger_nothing_and_a_member_the_status(tmp_path):
 
 
 def test_diagnose_on_node0_says_who_can_reach_the_ports(tmp_path):
-    hub = Hub(tmp_path)
+    hub = Hub(tmp_path, extra={"KGEN_LIVENESS_BIND": "*"})  # widened: every interface
     try:
+        assert "listening on port" in hub.log() and "every interface: KGEN_LIVENESS_BIND=*" in hub.log()
         res = run_ep({**hub.env, "NODE_RANK": "0"}, "--diagnose")
         line = next(ln for ln in res.stdout.splitlines() if "exposure of the liveness port" in ln)
         assert f"{hub.live} listens on all interfaces (0.0.0.0" in line and "authenticates every connection" in line
         line = next(ln for ln in res.stdout.splitlines() if "exposure of the rendezvous port" in ln)
-        assert "nothing listens on it yet" in line
-        store = socket.create_server(("127.0.0.1", hub.live - 1))  # a store bound to one address only
+        assert "nothing listens on it yet" in line and "once it runs: torch's store does not authenticate" in line
+        store = socket.create_server(("0.0.0.0", hub.live - 1))  # what torch 2.13's TCPStore does
         try:
             res = run_ep({**hub.env, "NODE_RANK": "0"}, "--diagnose")
         finally:
             store.close()
-        assert f"{hub.live - 1} is bound to loopback only (127.0.0.1)" in res.stdout, res.stdout
+        line = next(ln for ln in res.stdout.splitlines() if "exposure of the rendezvous port" in ln)
+        assert f"{hub.live - 1} listens on all interfaces (0.0.0.0)" in line
+        assert "torch 2.13 cannot bind it to one address" in line and "fence this port" in line
+        assert "FAIL" not in res.stdout.replace("FAIL summary", ""), res.stdout
     finally:
         hub.stop()
+
+
+def test_node0_listens_only_where_master_addr_reaches_it(tmp_path):
+    """Bare metal: the hub binds the address MASTER_ADDR names on node 0 (loopback for --local), not every
+    interface; --diagnose on node 0 still finds it and says so."""
+    hub = Hub(tmp_path)
+    try:
+        assert f"listening on port {hub.live} at 127.0.0.1 (where MASTER_ADDR=127.0.0.1 reaches this host" in hub.log()
+        assert ep.listening_addresses(hub.live) == ["127.0.0.1"]
+        res = run_ep({**hub.env, "NODE_RANK": "0"}, "--diagnose")
+        assert f"PASS exposure of the liveness port: {hub.live} is bound to loopback only (127.0.0.1)" in res.stdout
+        assert f"PASS master liveness port: {hub.live} is in use by this job: node 0's entrypoint" in res.stdout
+    finally:
+        hub.stop()
+
+
+@pytest.mark.parametrize(
+    "env, hosts, why",
+    [
+        ({"MASTER_ADDR": "127.0.0.1"}, ["127.0.0.1"], "where MASTER_ADDR=127.0.0.1 reaches this host"),
+        ({"MASTER_ADDR": "localhost"}, None, "where MASTER_ADDR=localhost reaches this host"),
+        ({"MASTER_ADDR": "192.0.2.7"}, ep.EVERY_INTERFACE, "MASTER_ADDR=192.0.2.7 is 192.0.2.7 here, not an address"),
+        ({"KGEN_KIND": "job"}, ep.EVERY_INTERFACE, "every interface of the pod"),
+        ({"KGEN_LIVENESS_BIND": "*"}, ep.EVERY_INTERFACE, "KGEN_LIVENESS_BIND=*"),
+        ({"KGEN_LIVENESS_BIND": "127.0.0.2, ::1"}, ["127.0.0.2", "::1"], "KGEN_LIVENESS_BIND"),
+    ],
+)
+def test_where_node0_listens(env, hosts, why):
+    cfg = ep.load_config({**BASE, "NODE_RANK": "0", **env})
+    assert cfg.problems == []
+    got, said = ep.bind_addresses(cfg)
+    assert why in said and (hosts is None or got == hosts), (got, said)
+
+
+@pytest.mark.parametrize("value", ["eth0", "10.0.0.1:29501", "*,10.0.0.1", ","])
+def test_a_bad_liveness_bind_is_one_line(value):
+    res = run_ep({**BASE, "NODE_RANK": "1", "KGEN_LIVENESS_BIND": value}, "--", "/bin/true")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    [error] = [ln for ln in res.stderr.splitlines() if ln.startswith("kgen-entrypoint: error:")]
+    assert f"KGEN_LIVENESS_BIND={value!r} is not '*' or IP addresses" in error
 
 
 def test_strangers_are_counted_beyond_a_burst():
@@ -312,3 +374,90 @@ def test_ctrl_c_on_a_node_waiting_for_node0_ends_it_at_once_with_exit_6():
     assert rc == 6 and time.monotonic() - t < 5
     assert "node 0 not told" in err  # node 0 is not there: nobody to tell
     assert err.rstrip().splitlines()[-1] == f"kgen-entrypoint: stopped: stopped by user on {socket.gethostname()}"
+
+
+# -- issue 23.2: a node facing a bad or fake node 0 ends with the documented code and one line ---------------
+class HostileNode0(threading.Thread):
+    """Listens on the liveness port and answers every connection with `first` (instead of a challenge) and,
+    once the node has said something, `then`; then it closes."""
+
+    def __init__(self, port: int, first: bytes, then: bytes | None = None) -> None:
+        super().__init__(daemon=True)
+        self.srv = socket.create_server(("127.0.0.1", port))
+        self.first, self.then = first, then
+        self.served = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        self.srv.settimeout(0.2)
+        while not self.done.is_set():
+            try:
+                conn, _ = self.srv.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    conn.sendall(self.first)
+                    if self.then is not None:
+                        conn.settimeout(2)
+                        conn.recv(65536)
+                        conn.sendall(self.then)
+                    self.served += 1
+                except OSError:
+                    pass
+        self.srv.close()
+
+
+CHALLENGE = ep.plain_line({"t": "challenge", "v": 3, "n": "0" * 32})
+ESCAPES = "\\u001b[2J\\u001b]0;pwned\\u0007\\r\\n[kgen node 0] FAIL-STOP: forged"
+
+
+@pytest.mark.parametrize(
+    "first, then, code, said",
+    [
+        (b"[" * 1023 + b"\n", None, 3, "did not prove it is this run's node 0"),  # the issue's crash 3
+        (b"SSH-2.0-OpenSSH_9.2p1\r\n", None, 3, "did not prove it is this run's node 0"),
+        (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", None, 3, "did not prove"),
+        (b"x" * 5000, None, 3, "did not prove it is this run's node 0"),
+        (b"", None, 3, "resolved but not accepting"),  # accepts, then closes at once
+        (ep.plain_line({"t": "challenge", "v": 99, "n": "0" * 32}), None, 3, "liveness protocol 99"),
+        (CHALLENGE, b"[" * 60000 + b"\n", 3, "did not prove it is this run's node 0"),
+        (CHALLENGE, b'{"t":"welcome","v":3}\n{"t":"start","gen":0}\n', 3, "not authenticated"),
+        (CHALLENGE, b"f" * 64 + b' {"t":"welcome","v":3,"hb":1}\n', 3, "failed verification"),
+        (CHALLENGE, ('{"t":"denied","reason":"' + ESCAPES + '"}\n').encode(), 3, "field 'reason' of 'denied'"),
+        (CHALLENGE, ('{"t":"denied","reason":"' + "no " * 1000 + '"}\n').encode(), 2, "wrong secret: node 0 at"),
+    ],
+    ids=[
+        "nesting",
+        "ssh",
+        "http",
+        "no-newline",
+        "closes",
+        "protocol-99",
+        "deep-answer",
+        "plain-start",
+        "bad-mac",
+        "denied-escapes",
+        "denied",
+    ],
+)
+def test_a_fake_node0_ends_a_node_with_its_code_and_one_line(first, then, code, said):
+    live = _free_port()
+    fake = HostileNode0(live, first, then)
+    fake.start()
+    try:
+        env = {**BASE, "NODE_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(live - 1)}
+        env.update({"KGEN_LIVENESS_PORT": str(live), "KGEN_MASTER_WAIT_TIMEOUT": "3"})
+        res = run_ep(env, "--", "/bin/true")
+    finally:
+        fake.done.set()
+        fake.join(5)
+    assert res.returncode == code, res.stderr
+    assert "Traceback" not in res.stderr and res.stdout == ""
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("kgen-entrypoint: error:")]
+    assert len(errors) == 1 and said in errors[0], res.stderr
+    assert res.stderr.rstrip().splitlines()[-1].startswith("kgen-entrypoint: stopped:")
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", res.stderr), "a control character from node 0 reached the log"
+    assert "generation 0: starting" not in res.stderr
+    if code == 2:  # a denial cannot be authenticated (documented): what it says is shown, bounded
+        assert "refused this node's proof of the run secret (no no no" in errors[0] and len(errors[0]) < 700

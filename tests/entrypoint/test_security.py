@@ -17,9 +17,10 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import pytest
-from podharness import CKPTLOOP, REPO, free_port_pair, render_cpu_job, write_secret
+from podharness import CKPTLOOP, REPO, free_port_pair, render_cpu_job
 
 pytestmark = pytest.mark.torch
 
@@ -29,6 +30,11 @@ ep = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ep)
 
 NODES, STEPS = 3, 40
+# issue 23: each of these one-line connections ended node 0's entrypoint (and so the run) before
+CRASHES = [
+    b"[" * 1023 + b"\n",  # RecursionError in json.loads
+    b'{"t":"auth","v":3,"n":"' + b"0" * 32 + b'","mac":"\\ud800"}\n',  # UnicodeEncodeError in the proof step
+]
 
 
 def expected_total(steps: int, world: int) -> float:
@@ -117,7 +123,7 @@ class Flood(threading.Thread):
         held: list[socket.socket] = []
         self.started_at = time.monotonic()
         wrong = b'{"t":"auth","v":3,"n":"' + b"0" * 32 + b'","mac":"' + b"f" * 64 + b'"}\n'
-        payloads = [b"", b"x" * 3000, b'{"t":"hello","rank":1,"nnodes":3}\n', wrong, b'{"t":"probe"}\n']
+        payloads = [b"", b"x" * 3000, b'{"t":"hello","rank":1,"nnodes":3}\n', wrong, b'{"t":"probe"}\n', *CRASHES]
         while not self.stop.is_set():
             sock = socket.socket()
             sock.settimeout(2)
@@ -144,6 +150,16 @@ def member_handshake_ms(cfg) -> float:
     sock.close()
     assert answer["t"] == "status"
     return (time.perf_counter() - t) * 1e3
+
+
+def store_keys(port: int) -> list[str]:
+    """torch's TCPStore on MASTER_PORT authenticates nobody: any client lists its keys (torch 2.13)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
+    return list(store.list_keys())
 
 
 # ---- the runs ------------------------------------------------------------------------------------
@@ -179,6 +195,7 @@ def assert_undisturbed(c, ckpt) -> None:
 
 
 @pytest.mark.timeout(420)
+@pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")  # torch, imported to read the store's keys
 def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster, tmp_path):
     # A clean run first: the result and timing to compare with.
     clean, _, clean_ckpt = start_group(cluster, tmp_path, "clean", range(NODES))
@@ -191,7 +208,12 @@ def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster
     node0 = c.pods[0]
     assert c.wait_for_log(r"node 2 joined the liveness channel", 1, 60, [node0]), c.logs()
     run_id = re.search(r"rendezvous static id=(\S+)", node0.log()).group(1)
-    secret = open(c.secret_file(), "rb").read().strip()
+    # The Job's pods derive the secret from the Job's UID (the controller-uid label the harness gives them
+    # as the Job controller does): it is in no object kgen rendered, and the run id an outsider may see
+    # (node 0's log, the rendezvous keys in torch's store) is a digest of it, not the UID.
+    pod_env = c.pod_env(0)
+    assert pod_env["KGEN_JOB_UID"] == c.run_uid and c.run_uid not in run_id and "KGEN_SECRET_FILE" not in pod_env
+    secret = ep.secret_from_job_uid(c.run_uid, pod_env["KGEN_NAMESPACE"], pod_env["KGEN_JOB_NAME"])
     tried: dict[int, str] = {}
 
     # 1. probe: node 0 says nothing but its challenge (no run id, no nnodes, no ranks)
@@ -232,9 +254,16 @@ def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster
     tried[src] = "replayed a recorded exchange"
     assert json.loads(rest) == {"t": "denied", "reason": "wrong secret"}
 
-    # 7. a real entrypoint with the run's environment but another secret: one line, exit 2, no retry
+    # 7. the two one-line crashes of issue 23 (node 0 logs at most 10 strangers one by one per 10 s: 9 here)
+    for line in CRASHES:
+        src, _, rest = send_lines(live, line)
+        tried[src] = "sent something that is not kgen's protocol"
+        assert rest == b""
+
+    # 8. a real entrypoint with the run's environment but another Job's UID (a pod of another Job, or one
+    # re-created after `kubectl delete`): one line, exit 2, no retry
     env = c.host_env(1)
-    env["KGEN_SECRET_FILE"] = write_secret(tmp_path, "other-secret")
+    env["KGEN_JOB_UID"] = str(uuid.uuid4())
     t = time.monotonic()
     argv = [sys.executable, str(ENTRYPOINT), "--", str(CKPTLOOP), "--ckpt", str(tmp_path / "x.json")]
     res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
@@ -251,6 +280,7 @@ def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster
     for src, what in tried.items():  # each stranger logged once, with its address and what it tried
         lines = [ln for ln in log0.splitlines() if f"127.0.0.1:{src}:" in ln]
         assert len(lines) == 1 and what in lines[0] and "refused a connection from" in lines[0], (src, lines)
+    assert "\x1b" not in log0 and "FAIL-STOP" not in log0 and "Traceback" not in log0
 
     # The last node joins through a flood of strangers, and the group trains through it.
     flood = Flood(live)
@@ -262,6 +292,9 @@ def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster
     during = [member_handshake_ms(cfg) for _ in range(5)]
     assert c.wait_for_log(r"rank=\d+ step 20 gen=0", NODES, 120), c.logs()
     during += [member_handshake_ms(cfg) for _ in range(5)]
+    keys = store_keys(port)  # what a stranger reads from torch's store (no NetworkPolicy locally)
+    assert keys and all(c.run_uid not in k for k in keys), keys
+    assert any(run_id in k for k in keys), keys  # the digest is what the store holds
     flood.stop.set()
     flood.join(10)
     assert_undisturbed(c, ckpt)

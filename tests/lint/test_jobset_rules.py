@@ -15,7 +15,7 @@ from kgen import jobset as js
 from kgen.api import RenderRequest, build, render_documents
 from kgen.lint.registry import load_rules
 
-JS = (3,)  # ConfigMap, Secret, NetworkPolicy, JobSet
+JS = (2,)  # ConfigMap, NetworkPolicy, JobSet
 SPEC = JS + ("spec",)
 FP = SPEC + ("failurePolicy",)
 RJ = SPEC + ("replicatedJobs", 0)

@@ -16,7 +16,8 @@ from kgen.lint.shell import Compound, ShellSyntaxError, Simple, expand, parse
 PARAMS = {"HOME": "/home/u", "NNODES": "4", "HOST": "h-0.svc", "SPACED": "a  b", "EMPTY": "", "LEAD": " x y "}
 ARGS = ["arg0", "torchrun", "--nnodes=2", "two words", ""]
 # Names bash runs as builtins we do not shadow: left out on both sides.
-UNRECORDED = {"set", "exit", ":", "shift", "return", "local", "unset", "trap", "test", "[", "wait", "true", "false"}
+UNRECORDED = {"set", "exit", ":", "shift", "return", "local", "unset", "trap", "test", "[", "wait", "true", "false",
+              "declare"}  # fmt: skip
 
 SCRIPTS = [
     "torchrun --nnodes=4 train.py",
@@ -48,6 +49,9 @@ SCRIPTS = [
     "echo {a,b}c x{,y} {1..3} {3..1} {01..03} {-1..1} {a..e..2} a{b,c{d,e}}f {x,y}{1..2} a{b}c{d,e}",
     "echo '{a,b}' \"{a,b}\" {a} {} ${NNODES}{x,y} {a','b} --gpus={0,1}",
     "mkdir -p /out/{ckpt,logs}/{a,b} && echo {{a,b},c}",
+    # arrays given to a declaration (sbatch scripts: `declare -a TORCHRUN_ARGS=(...)`), comments inside ( )
+    "declare -a A=(\n  --x=1 # a comment )\n  --y=2\n) B=3; echo after $NNODES",
+    "echo $(echo in # a comment )\n) after",
 ]
 
 

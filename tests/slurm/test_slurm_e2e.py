@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from kgen.render.sbatch import SbatchSpec, render
 from kgen.slurm import ops
 from kgen.slurm import record as R
-from kgen.slurm.script import SbatchSpec
 
 REPO = Path(__file__).resolve().parents[2]
 CKPTLOOP = REPO / "tests" / "entrypoint" / "ckptloop.py"
@@ -30,8 +30,11 @@ FAST = (
 def spec(name: str, tmp_path: Path, *args: str, nodes: int = 3, steps: int = 30) -> SbatchSpec:
     ckpt = tmp_path / f"{name}.ckpt.json"
     command = [str(CKPTLOOP), "--steps", str(steps), "--sleep", "0.2", "--ckpt", str(ckpt), *args]
-    return SbatchSpec(name=name, nodes=nodes, run_dir=str(R.default_run_dir(name)), command=command,
-                      python=sys.executable, step_wait=8, env=FAST)  # fmt: skip
+    return SbatchSpec(name=name, nodes=nodes, command=command, python=sys.executable, step_wait=8, env=FAST)
+
+
+def submit(s: SbatchSpec, workdir: str) -> ops.Submitted:
+    return ops.submit(render(s), s.name, s.nodes, workdir=workdir)
 
 
 def wait_for(pred, timeout: float, what: str, poll: float = 0.5):
@@ -59,7 +62,7 @@ def undisturbed_total(world: int, steps: int) -> float:
 
 @pytest.mark.timeout(240)
 def test_training_on_three_nodes(slurm, tmp_path):
-    sub = ops.submit(spec("train3", tmp_path, steps=10), workdir=str(tmp_path))
+    sub = submit(spec("train3", tmp_path, steps=10), str(tmp_path))
     rec = sub.record
     assert sub.secret.read_text().strip() not in sub.script.read_text()
     assert oct(sub.secret.stat().st_mode & 0o777) == "0o600"
@@ -86,7 +89,7 @@ def test_training_on_three_nodes(slurm, tmp_path):
 @pytest.mark.timeout(300)
 def test_node_killed_requeued_and_resumed(slurm, tmp_path):
     steps = 30
-    sub = ops.submit(spec("crash", tmp_path, steps=steps), workdir=str(tmp_path))
+    sub = submit(spec("crash", tmp_path, steps=steps), str(tmp_path))
     rec = sub.record
     ckpt = tmp_path / "crash.ckpt.json"
     wait_for(lambda: ckpt.exists() and total(ckpt)["step"] >= 5, 120, "training to pass step 5")
@@ -115,7 +118,7 @@ def test_node_killed_requeued_and_resumed(slurm, tmp_path):
 
 @pytest.mark.timeout(240)
 def test_script_error_fails_at_once_with_root_cause(slurm, tmp_path):
-    sub = ops.submit(spec("bug", tmp_path, "--fail-at", "3", "--fail-rank", "2", steps=30), workdir=str(tmp_path))
+    sub = submit(spec("bug", tmp_path, "--fail-at", "3", "--fail-rank", "2", steps=30), str(tmp_path))
     rec = sub.record
     v = wait_for(lambda: (v := ops.status(rec)).state in ("succeeded", "failed", "stopped") and v, 180, "the end")
     assert v.state == "failed", (v.headline, v.details)
@@ -129,7 +132,7 @@ def test_script_error_fails_at_once_with_root_cause(slurm, tmp_path):
 
 @pytest.mark.timeout(240)
 def test_stop_ends_every_node(slurm, tmp_path):
-    sub = ops.submit(spec("halt", tmp_path, steps=10000), workdir=str(tmp_path))
+    sub = submit(spec("halt", tmp_path, steps=10000), str(tmp_path))
     rec = sub.record
     ckpt = tmp_path / "halt.ckpt.json"
     wait_for(lambda: ckpt.exists() and total(ckpt)["step"] >= 3, 120, "training to pass step 3")
@@ -168,7 +171,7 @@ def test_a_killed_or_frozen_rank_ends_the_step_and_requeues(slurm, tmp_path, fau
     """Node 1's processes (entrypoint, torchrun, worker) SIGKILLed, or SIGSTOPped as a wedged rank Slurm cannot
     see: the other nodes fail-stop within the liveness bound, the step ends, kgen requeues the job and it resumes."""
     steps = 30
-    sub = ops.submit(spec(f"rank-{fault}", tmp_path, steps=steps), workdir=str(tmp_path))
+    sub = submit(spec(f"rank-{fault}", tmp_path, steps=steps), str(tmp_path))
     rec = sub.record
     ckpt = tmp_path / f"rank-{fault}.ckpt.json"
     wait_for(lambda: ckpt.exists() and total(ckpt)["step"] >= 5, 120, "training to pass step 5")
@@ -199,7 +202,7 @@ def test_two_jobs_share_the_same_nodes(slurm, tmp_path):
     for name in ("share-a", "share-b"):
         s = spec(name, tmp_path, nodes=2, steps=15)
         s = SbatchSpec(**{**s.__dict__, "mem": "500M", "cpus_per_task": 1, "extra_sbatch": ("--nodelist=n0,n1",)})
-        subs.append(ops.submit(s, workdir=str(tmp_path)))
+        subs.append(submit(s, str(tmp_path)))
     both = wait_for(lambda: all(commands_state(slurm, s.record.job_id) == "RUNNING" for s in subs) or None, 60,
                     "both jobs running at once")  # fmt: skip
     assert both

@@ -4,7 +4,9 @@ One task per node (`--ntasks-per-node=1` on sbatch and srun, `--ntasks="$SLURM_N
 inherit more), GPUs per node, CPUs, memory, time, partition, account, QoS, `--requeue`, `--open-mode=append`
 (a requeued run adds to the log instead of truncating it), per-run output files, and a body that `srun`s kgen's
 one-file entrypoint once per node and hands srun's exit status to `--slurm-end` (succeeded, failed, stopped or
-requeued). The run's secret is never in the text: only the path of its 0600 file.
+requeued). The run's folder is the script's first argument (`sbatch SCRIPT RUN`: kgen submit makes the folder
+at submit time and passes it; Slurm keeps the arguments across requeues), so the same fields give the same
+text on any machine, and the run's secret is never in it: only the path of its 0600 file in that folder.
 
 Every value lands in the script through one of two gates: `#SBATCH` values must be plain words of Slurm's own
 alphabet (sbatch reads those lines without a shell), and every shell word is quoted by ``shlex.quote``. The same
@@ -36,13 +38,12 @@ STEP_WAIT_DEFAULT = 30  # srun --wait: s after the first node ended before the s
 
 @dataclass(frozen=True)
 class SbatchSpec:
-    """What the script says. ``run_dir`` is the run's folder on a file system every node shares (it holds
-    the entrypoint, the secret file and each node's records); ``command`` the training command (a script,
-    ``-m module``, or a program, as kgen's entrypoint takes it); ``env`` the exports, in order."""
+    """What the script says. ``command`` is the training command (a script, ``-m module``, a program, or
+    ``--smoke-test``, as kgen's entrypoint takes it); ``env`` the exports, in order; ``output`` Slurm's output
+    file (relative to the job's working directory, ``chdir``, else the submit directory)."""
 
     name: str
     nodes: int
-    run_dir: str
     command: Sequence[str]
     gpus_per_node: int = 0
     cpus_per_task: int = 0
@@ -52,7 +53,8 @@ class SbatchSpec:
     account: str = ""
     qos: str = ""
     requeue: bool = True
-    output: str = ""  # default RUN_DIR/slurm-%j.out (one file per job; requeues append)
+    output: str = "%x-%j.out"  # <job name>-<job id>.out: one file per job; requeues append
+    chdir: str = ""  # the job's working directory (#SBATCH --chdir); "" = where it was submitted
     python: str = "python3"
     step_wait: int = STEP_WAIT_DEFAULT
     env: Sequence[tuple[str, str]] = field(default_factory=tuple)
@@ -88,12 +90,11 @@ def check(spec: SbatchSpec) -> SbatchSpec:
         value = getattr(spec, option)
         if value:
             _word(value, option)
-    if spec.output and not OUTPUT.fullmatch(spec.output):
+    if not OUTPUT.fullmatch(spec.output):
         raise UsageError(f"must be a path of plain characters and Slurm's %j/%x/%u patterns, got {spec.output!r}",
                          option="output")  # fmt: skip
-    _word(spec.run_dir, "run_dir", "an absolute path of plain characters (no spaces, quotes or %)")
-    if not spec.run_dir.startswith("/"):
-        raise UsageError(f"must be an absolute path, got {spec.run_dir!r}", option="run_dir")
+    if spec.chdir:
+        check_run_dir(spec.chdir, "chdir")
     if not spec.command or not all(isinstance(a, str) and a and "\0" not in a for a in spec.command):
         raise UsageError("must be a non-empty list of non-empty arguments", option="command")
     for key, _ in spec.env:
@@ -143,9 +144,16 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def check_run_dir(path: str, option: str = "--run-dir") -> str:
+    """An absolute path of plain characters (the run's folder, the working directory): what sbatch's options
+    and the script's arguments take without quoting."""
+    _word(path, option, "an absolute path of plain characters (no spaces, quotes, commas or %)")
+    if not path.startswith("/") or "," in path:
+        raise UsageError(f"must be an absolute path without commas, got {path!r}", option=option)
+    return path
+
+
 def render(spec: SbatchSpec) -> str:
     """The sbatch script for ``spec`` (checked first)."""
     check(spec)
-    if not spec.output:
-        spec = SbatchSpec(**{**spec.__dict__, "output": f"{spec.run_dir.rstrip('/')}/slurm-%j.out"})
     return _environment().get_template(TEMPLATE).render(s=spec)

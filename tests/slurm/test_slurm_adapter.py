@@ -125,3 +125,17 @@ def test_logs_merge_every_rank_in_time_order(tmp_path):
     lines, _ = ops.logs(rec, ranks={1}, tail=1, timestamps=True)
     assert lines == ["[1] 2026-11-26T08:00:04.000000Z line 08:00:04 of 1"]
     assert ops.logs(rec, tail=0)[0] == []
+
+
+def test_a_node_the_others_lost_is_named_lost_in_its_row():
+    """A crashed node's task still runs for Slurm (until SlurmdTimeout): its row says the group lost it."""
+    job = JobInfo("12", "RUNNING", nodelist="n[0-2]")
+    lost = f"{T} [kgen node 0 07:37:09 +8.0s] FAIL-STOP: node 1 closed its liveness connection (pod died, was deleted"
+    files = [NodeFiles(0, pid=pid(0), exit=ex(75), events=[*started(0), lost]),
+             NodeFiles(1, pid=pid(1), events=started(1)),
+             NodeFiles(2, pid=pid(2), exit=ex(75), events=started(2))]  # fmt: skip
+    v = verdict(job, files)
+    assert v.rows[1].state == "Running" and v.rows[1].meaning.startswith("lost by the group (rank 0's log): node 1 "), (
+        v.rows[1]
+    )
+    assert v.headline.startswith("Degraded: ") and "rank 1 (host n1)" in v.headline, v.headline

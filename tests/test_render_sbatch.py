@@ -1,4 +1,4 @@
-"""The sbatch script (kgen.slurm.script): its lines, one gate per kind of value, and real bash reading it."""
+"""The sbatch script (kgen.render.sbatch): its lines, one gate per kind of value, and real bash reading it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from kgen.errors import UsageError
-from kgen.slurm.script import SbatchSpec, render
+from kgen.render.sbatch import SbatchSpec, render
 
-BASE = SbatchSpec(name="llama-8n", nodes=8, run_dir="/shared/kgen/llama-8n", command=["train.py", "--lr", "3e-4"])
+BASE = SbatchSpec(name="llama-8n", nodes=8, command=["train.py", "--lr", "3e-4"])
+RUN = "/shared/kgen/llama-8n"  # the run folder: the script's first argument
 
 
 def test_the_full_script():
@@ -33,8 +34,9 @@ def test_the_full_script():
         "#SBATCH --qos=high",
         "#SBATCH --requeue",
         "#SBATCH --open-mode=append",
-        "#SBATCH --output=/shared/kgen/llama-8n/slurm-%j.out",
+        "#SBATCH --output=%x-%j.out",
     ]
+    assert 'export KGEN_SLURM_RUN="${1:?' in text  # the run folder is the first argument, never in the text
     assert 'export KGEN_SECRET_FILE="$KGEN_SLURM_RUN/secret"' in text
     assert "export NPROC_PER_NODE=8\n" in text
     srun = text[text.index("\nsrun ") + 1 :].split("\n# ")[0]
@@ -66,9 +68,10 @@ def test_optional_lines_are_left_out():
         ("account", "a;b"),
         ("qos", "$(id)"),
         ("output", "/tmp/x y"),
-        ("run_dir", "relative/dir"),
-        ("run_dir", "/shared/100%"),
-        ("run_dir", "/shared/a b"),
+        ("chdir", "relative/dir"),
+        ("chdir", "/shared/100%"),
+        ("chdir", "/shared/a b"),
+        ("chdir", "/shared/a,b"),
         ("python", "python3 -c x"),
         ("command", []),
         ("command", ["train.py", ""]),
@@ -102,7 +105,7 @@ def test_bash_passes_every_word_through_as_written(tmp_path):
     script.write_text(render(spec))
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_NNODES": "3", "HOME": "/nonexistent"}
-    res = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    res = subprocess.run(["bash", str(script), RUN], env=env, capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     argv = record.read_bytes().split(b"\0")[:-1]
     words = [a.decode() for a in argv]
@@ -120,3 +123,19 @@ def test_the_template_is_in_the_templates_folder():
 
     assert (templates_dir() / "slurm.sbatch.j2").is_file()
     assert Path(templates_dir() / "slurm.sbatch.j2").read_text().startswith("#!/bin/bash\n")
+
+
+def test_without_the_run_folder_the_script_ends_at_once_saying_why(tmp_path):
+    """sbatch of the rendered script by hand, without the run folder kgen submit passes: the job fails at once with
+    one line in its output file, and no srun starts."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(f"#!/bin/bash\ntouch {tmp_path}/srun-ran\n")
+    (bin_dir / "srun").chmod(0o755)
+    script = tmp_path / "job.sbatch"
+    script.write_text(render(BASE))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_NNODES": "3", "HOME": "/nonexistent"}
+    res = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert res.returncode != 0
+    assert "the run folder: kgen submit --kind slurm makes it and passes it" in res.stderr
+    assert not (tmp_path / "srun-ran").exists()

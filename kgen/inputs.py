@@ -86,6 +86,9 @@ CHUNK = 1 << 20
 # controls but NEL (U+0085, in UTF-8 C2 80..C2 9F); U+FFFE and U+FFFF (EF BF BE/BF).
 _NOT_YAML = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x84\x86-\x9f]|\xef\xbf[\xbe\xbf]")
 _NOT_YAML_STR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ufffe\uffff]")
+# The ASCII bytes YAML allows: TAB, LF, CR and the printable ones. An ASCII chunk left empty when they are
+# deleted has nothing to find (bytes.translate runs ~30x faster than the search above).
+_YAML_ASCII = b"\t\n\r" + bytes(range(32, 127))
 
 
 class NotText(InputError):
@@ -164,8 +167,11 @@ def read_stream(stream: IO[Any], name: str, limit: int = MAX_FILE_BYTES) -> str:
                 raise _control(name, parts, chunk[: bad.start()], ord(chunk[bad.start()]))
             parts.append(chunk)
             continue
-        bad_byte = _NOT_YAML.search(chunk)
-        end = bad_byte.start() if bad_byte else len(chunk)
+        if chunk.isascii() and not chunk.translate(None, _YAML_ASCII):
+            bad_byte, end = None, len(chunk)  # the usual case: printable ASCII, tabs and line breaks only
+        else:
+            bad_byte = _NOT_YAML.search(chunk)
+            end = bad_byte.start() if bad_byte else len(chunk)
         try:
             parts.append(decoder.decode(chunk[:end]))
         except UnicodeDecodeError as err:

@@ -343,6 +343,23 @@ class Compiler:
 
         return check
 
+    @staticmethod
+    def _type_ok(types: list[str], fmt: str | None = None) -> Callable[[Any], bool]:
+        """Whether ``_type(types, fmt)`` accepts a value, without its error message (oneOf branches)."""
+        allowed = frozenset(t for name in types for t in _PYTYPES[name])
+        integer_only = "integer" in types and "number" not in types
+        bounds = INT_RANGES.get(fmt or "") if "integer" in types else None
+
+        def ok(value: Any) -> bool:
+            t = type(value)
+            if t in allowed:
+                return bounds is None or t is not int or bounds[0] <= value <= bounds[1]
+            if integer_only and t is float and value.is_integer():
+                return bounds is None or bounds[0] <= value <= bounds[1]
+            return False
+
+        return ok
+
     def _object(self, types: list[str] | None, props: dict, addl: Any, required: tuple) -> Check:
         nullable = types is None or "null" in types
         want = types or ["object"]
@@ -428,13 +445,23 @@ class Compiler:
                 if t != "null" and t not in names:
                     names.append(t)
         want = names or ["a matching schema"]
+        if all("type" in b and set(b) <= {"type", "format"} for b in raw):
+            # branches of types only (int-or-string, quantity): tested without building their messages
+            oks = [self._type_ok(b["type"], b.get("format")) for b in raw]
+
+            def hits_of(value: Any) -> int:
+                return sum(1 for ok in oks if ok(value))
+        else:
+
+            def hits_of(value: Any) -> int:
+                return sum(1 for b in branches if not b(value))
 
         def one_of(value: Any) -> list[Error] | None:
             if type_check is not None:
                 e = type_check(value)
                 if e:
                     return e
-            hits = sum(1 for b in branches if not b(value))
+            hits = hits_of(value)
             if hits == 1:
                 return None
             if hits == 0:
@@ -487,6 +514,9 @@ def _write_atomic(path: Path, payload: bytes) -> None:
         pass  # a read-only home or a full disk only costs speed
 
 
+_UNKNOWN = object()
+
+
 class BundledSchemas:
     """The bundled schemas of one Kubernetes minor version, strict or not."""
 
@@ -497,6 +527,7 @@ class BundledSchemas:
         if not self.folder.is_dir():
             raise UsageError(f"no bundled schemas for Kubernetes {version}", option="--kubernetes-version")
         self._validators: dict[str, KindValidator | None] = {}
+        self._by_gvk: dict[tuple[str, str], Any] = {}  # (apiVersion, kind) -> validator or None
         self._definitions: dict | None = None
         self._fingerprint: str | None = None
         self.loaded_from_cache = 0
@@ -549,6 +580,12 @@ class BundledSchemas:
         return data
 
     def validator(self, api_version: str, kind: str) -> KindValidator | None:
+        got = self._by_gvk.get((api_version, kind), _UNKNOWN)
+        if got is _UNKNOWN:
+            got = self._by_gvk[(api_version, kind)] = self._validator(api_version, kind)
+        return got
+
+    def _validator(self, api_version: str, kind: str) -> KindValidator | None:
         filename = kind_file_name(api_version, kind)
         if filename in self._validators:
             v = self._validators[filename]

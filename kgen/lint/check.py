@@ -66,15 +66,22 @@ class Prepared:
 
             self.kubeconform = kubeconform.Runner(self.version, opts.strict, opts.schema_location)
         self.doc_rules = [r for r in self.rules.values() if r.scope == "document" and r.id not in self.skip]
-        self._by_kind: dict[str, list] = {}
+        self._by_kind: dict[tuple[str, str], list] = {}
         self.stream_rules = [r for r in self.rules.values() if r.scope == "stream" and r.id not in self.skip]
 
-    def rules_for(self, kind: str) -> list[tuple[Any, str, Any]]:
-        """(function, id, severity) of the document rules for ``kind``."""
-        rules = self._by_kind.get(kind)
+    def rules_for(self, doc: Document) -> list[tuple[Any, str, Any]]:
+        """(function, id, severity) of the document rules for ``doc``'s apiVersion and kind: those of its
+        kind, without the rules that read only pod templates when lint has no adapter for it."""
+        key = (doc.api_version, doc.kind)
+        rules = self._by_kind.get(key)
         if rules is None:
-            rules = self._by_kind[kind] = [
-                (r.fn, r.id, r.severity) for r in self.doc_rules if r.kinds is None or kind in r.kinds
+            from kgen.lint.kinds import adapter_for
+
+            kind, workload = key[1], adapter_for(doc) is not None
+            rules = self._by_kind[key] = [
+                (r.fn, r.id, r.severity)
+                for r in self.doc_rules
+                if (r.kinds is None or kind in r.kinds) and (workload or not r.templates_only)
             ]
         return rules
 
@@ -281,7 +288,7 @@ def _check_document(doc: Document, broken: bool, p: Prepared, run: _Run, objects
         found.append(doc.finding("KG010", Severity.ERROR, no_spec, ("spec",) if "spec" in data else ()))
         malformed = True
     ctx = p.ctx
-    for fn, rule_id, severity in p.rules_for(doc.kind):
+    for fn, rule_id, severity in p.rules_for(doc):
         try:
             for path, message in fn(doc, ctx):
                 found.append(doc.finding(rule_id, severity, message, path))

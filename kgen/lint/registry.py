@@ -38,6 +38,9 @@ class Rule(NamedTuple):
     scope: str = "document"  # document | stream | builtin
     fn: Callable[..., Iterable[Any]] | None = None
     needs_all_inputs: bool = False  # reports something *missing*: skipped when an input did not parse
+    # reads only the object's pod templates (kgen.lint.kinds: pod_specs, templates): objects of a kind
+    # lint has no adapter for have none, so the rule is not called for them (ConfigMaps, Services ...)
+    templates_only: bool = False
 
 
 RULES: dict[str, Rule] = {}
@@ -77,11 +80,13 @@ def rule(
     kinds: Iterable[str] | None = None,
     scope: str = "document",
     needs_all_inputs: bool = False,
+    templates_only: bool = False,
 ) -> Callable:
     """Decorator: register a document (or stream) rule."""
 
     def wrap(fn: Callable) -> Callable:
-        _add(Rule(rule_id, severity, summary, fix, frozenset(kinds) if kinds else None, scope, fn, needs_all_inputs))
+        kind_set = frozenset(kinds) if kinds else None
+        _add(Rule(rule_id, severity, summary, fix, kind_set, scope, fn, needs_all_inputs, templates_only))
         fn.rule_id = rule_id  # type: ignore[attr-defined]
         return fn
 

@@ -621,6 +621,7 @@ def suspend_settings(doc: Any, ctx: Context) -> Iterator:
     "Kueue topology-aware scheduling takes exactly one of kueue.x-k8s.io/podset-required-topology and "
     "podset-preferred-topology per pod template, and its value is a node label key (a topology level).",
     "Keep one annotation whose value is the level's node label, e.g. cloud.google.com/gce-topology-block.",
+    templates_only=True,
 )
 def topology_annotations(doc: Any, ctx: Context) -> Iterator:
     for tpl, path in _pod_templates(doc):

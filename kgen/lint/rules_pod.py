@@ -25,6 +25,7 @@ def _pod(doc: Any) -> Iterator[tuple[dict, tuple]]:
     E,
     "Container names are DNS-1123 labels and unique within the pod.",
     "Use lower case, digits and '-' (e.g. 'trainer').",
+    templates_only=True,
 )
 def container_names(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
@@ -47,6 +48,7 @@ def container_names(doc: Any, ctx: Context) -> Iterator:
     "reference (lower-case repository path, tag, digest): the kubelet refuses anything else with "
     "InvalidImageName, e.g. a placeholder left in ('<image>', 'gcr.io/PROJECT/train', '${IMAGE}').",
     "Set image to a real reference, e.g. ghcr.io/org/train:1.4 (render templates before applying).",
+    templates_only=True,
 )
 def container_image(doc: Any, ctx: Context) -> Iterator:
     from kgen.lint import kinds
@@ -75,6 +77,7 @@ def container_image(doc: Any, ctx: Context) -> Iterator:
     "Container port names are IANA service names: at most 15 characters, lower case, digits and "
     "'-', at least one letter, no '--'; unique per container.",
     "Shorten the name, e.g. 'c10d' or 'rdzv'.",
+    templates_only=True,
 )
 def container_port_names(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
@@ -101,6 +104,7 @@ def container_port_names(doc: Any, ctx: Context) -> Iterator:
     "Env var names: printable ASCII without '=' (Kubernetes >= 1.32); before 1.32 they must "
     "match [-._a-zA-Z][-._a-zA-Z0-9]*.",
     "Rename the variable (e.g. NCCL_DEBUG, not NCCL=DEBUG).",
+    templates_only=True,
 )
 def env_names(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
@@ -123,7 +127,13 @@ def env_names(doc: Any, ctx: Context) -> Iterator:
                     )
 
 
-@rule("KG044", W, "The same env var name twice in one container: the later one silently wins.", "Delete one of them.")
+@rule(
+    "KG044",
+    W,
+    "The same env var name twice in one container: the later one silently wins.",
+    "Delete one of them.",
+    templates_only=True,
+)
 def env_duplicates(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         for c, path in k8s.containers(spec, base):
@@ -142,6 +152,7 @@ def env_duplicates(doc: Any, ctx: Context) -> Iterator:
     "env valueFrom.fieldRef.fieldPath must be one the API server supports (metadata.name, "
     "metadata.labels['k'], status.podIP, ...).",
     "Use a supported field path, e.g. metadata.name.",
+    templates_only=True,
 )
 def field_ref(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
@@ -175,6 +186,7 @@ def _is_extended(name: str) -> bool:
     E,
     "Resource names are cpu, memory, ephemeral-storage, hugepages-<size> or domain-qualified (nvidia.com/gpu).",
     "Use nvidia.com/gpu, not gpu.",
+    templates_only=True,
 )
 def resource_names(doc: Any, ctx: Context) -> Iterator:
     for res, path in _resources(doc):
@@ -202,6 +214,7 @@ def resource_names(doc: Any, ctx: Context) -> Iterator:
     "Resource quantities must parse (e.g. 512Gi, 500m, 2); '512GB' or '1.5 Gi' are rejected while decoding; "
     "requests, limits and an emptyDir sizeLimit must not be negative (the API server rejects them).",
     "Use a non-negative Kubernetes quantity: binary suffixes Ki Mi Gi Ti, decimal k M G T, or m.",
+    templates_only=True,
 )
 def quantities(doc: Any, ctx: Context) -> Iterator:
     for res, path in _resources(doc):
@@ -231,7 +244,13 @@ def quantities(doc: Any, ctx: Context) -> Iterator:
                 yield base + ("volumes", i, "emptyDir", "sizeLimit"), f"sizeLimit {size!r} must not be negative"
 
 
-@rule("KG048", E, "A resource request must not exceed its limit.", "Lower the request or raise the limit.")
+@rule(
+    "KG048",
+    E,
+    "A resource request must not exceed its limit.",
+    "Lower the request or raise the limit.",
+    templates_only=True,
+)
 def requests_le_limits(doc: Any, ctx: Context) -> Iterator:
     for res, path in _resources(doc):
         req, lim = res.get("requests"), res.get("limits")
@@ -250,6 +269,7 @@ def requests_le_limits(doc: Any, ctx: Context) -> Iterator:
     "Extended resources (nvidia.com/gpu) and hugepages cannot be overcommitted: a request needs a "
     "limit and must equal it.",
     "Set nvidia.com/gpu in limits (requests may be left out) to the same number.",
+    templates_only=True,
 )
 def extended_request_equals_limit(doc: Any, ctx: Context) -> Iterator:
     for res, path in _resources(doc):
@@ -274,6 +294,7 @@ def extended_request_equals_limit(doc: Any, ctx: Context) -> Iterator:
     E,
     "Extended resources are whole numbers (nvidia.com/gpu: 0.5 is rejected).",
     "Request whole GPUs (or use MIG/time-slicing resource names).",
+    templates_only=True,
 )
 def extended_whole_numbers(doc: Any, ctx: Context) -> Iterator:
     for res, path in _resources(doc):
@@ -287,7 +308,11 @@ def extended_whole_numbers(doc: Any, ctx: Context) -> Iterator:
 
 
 @rule(
-    "KG051", E, "Volume names are DNS-1123 labels and unique.", "Use lower case, digits and '-' (dshm, not dshm_vol)."
+    "KG051",
+    E,
+    "Volume names are DNS-1123 labels and unique.",
+    "Use lower case, digits and '-' (dshm, not dshm_vol).",
+    templates_only=True,
 )
 def volume_names(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
@@ -315,6 +340,7 @@ def volume_names(doc: Any, ctx: Context) -> Iterator:
     "Every volumeMount names a volume of the pod (or a StatefulSet's volumeClaimTemplate), and mountPaths are "
     "unique per container.",
     "Add the volume, or fix the mount's name.",
+    templates_only=True,
 )
 def volume_mounts(doc: Any, ctx: Context) -> Iterator:
     claims = set()
@@ -349,6 +375,7 @@ def volume_mounts(doc: Any, ctx: Context) -> Iterator:
     'emptyDir medium must be "" or "Memory" (or HugePages); the API server accepts \'memory\' but '
     "the kubelet then fails to mount it.",
     "Write medium: Memory (capital M).",
+    templates_only=True,
 )
 def empty_dir_medium(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
@@ -367,6 +394,7 @@ def empty_dir_medium(doc: Any, ctx: Context) -> Iterator:
     "restartPolicy is Always, OnFailure or Never; imagePullPolicy is Always, IfNotPresent or Never; "
     "dnsPolicy is ClusterFirst, ClusterFirstWithHostNet, Default or None.",
     "Use one of the listed values.",
+    templates_only=True,
 )
 def pod_enums(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
@@ -390,6 +418,7 @@ def pod_enums(doc: Any, ctx: Context) -> Iterator:
     E,
     "Pod hostname and subdomain are DNS-1123 labels (at most 63, no dots).",
     "Use the Service's name (a label) as subdomain.",
+    templates_only=True,
 )
 def hostname_subdomain(doc: Any, ctx: Context) -> Iterator:
     if doc.kind == "StatefulSet":
@@ -407,6 +436,7 @@ def hostname_subdomain(doc: Any, ctx: Context) -> Iterator:
     "Tolerations: key has label-key syntax; operator Exists means no value; an empty key needs "
     "Exists; tolerationSeconds needs effect NoExecute.",
     "Fix the toleration as the message says.",
+    templates_only=True,
 )
 def tolerations(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
@@ -438,6 +468,7 @@ def tolerations(doc: Any, ctx: Context) -> Iterator:
     "activeDeadlineSeconds of a pod is 1 ... 2^31-1, and user and group ids (runAsUser, runAsGroup, fsGroup, "
     "supplementalGroups) are 0 ... 2^31-1: the API server's limits, narrower than the schema's int64.",
     "Use a positive number of seconds and a uid/gid below 2147483648.",
+    templates_only=True,
 )
 def pod_deadline(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
@@ -481,6 +512,7 @@ _NOT_A_SECRET = re.compile(r"^(?:[+-]?\d+|true|false|yes|no|on|off|none|null)$",
     "WANDB_API_KEY, DB_PASSWORD; not TOKENIZERS_PARALLELISM) has a literal value other than a number or a "
     "switch: it ends up in the manifest, in git and in `kubectl get -o yaml`.",
     "Put it in a Secret and use valueFrom.secretKeyRef.",
+    templates_only=True,
 )
 def secret_in_env(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
@@ -511,6 +543,7 @@ def secret_in_env(doc: Any, ctx: Context) -> Iterator:
     "10-20 GB training images are not reused predictably (info: a pinning policy, not a defect of the "
     "layout; Kustomize and Helm often pin the tag at build time).",
     "Pin a tag or a digest (image: repo/train:1.4 or repo/train@sha256:...).",
+    templates_only=True,
 )
 def image_tag(doc: Any, ctx: Context) -> Iterator:
     from kgen.lint import kinds

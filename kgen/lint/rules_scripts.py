@@ -199,7 +199,13 @@ def _dns_tool(word: shell.Word) -> str | None:
     return None
 
 
+# A value of one plain word (4, 2:8, $-free): the shell runs no command and expands no variable in it.
+_ONE_WORD = re.compile(r"[A-Za-z0-9_.:,/+=@%-]*\Z")
+
+
 def _dns_use(raw: str, counted: dict[str, str]) -> str | None:
+    if _ONE_WORD.match(raw):
+        return None
     try:
         script = shell.parse("x " + raw)
     except shell.ShellSyntaxError:
@@ -288,6 +294,7 @@ def _leaves(body: shell.Sequence) -> bool:
     "An env value holds a shell command substitution ($(command ...)): Kubernetes expands only $(VAR) "
     "references in env values and runs no shell, so the program receives the text as it is written.",
     "Compute the value in the container's command (a shell script), or use valueFrom (fieldRef, configMapKeyRef).",
+    templates_only=True,
 )
 def shell_in_env_value(doc: Any, ctx: Context) -> Iterator:
     for _tpl, c, path in _each_container(doc):

@@ -421,6 +421,7 @@ def statefulset_parallel(docs: list, ctx: Context) -> Iterator:
     "list (or from envFrom), in command/args any of its env; $(JOB_COMPLETION_INDEX) is added by the Job "
     "controller after yours, so an env value never sees it. Anything else stays literal.",
     "Define the variable in env (before its use), read it in the shell ($VAR), or use a fieldRef.",
+    templates_only=True,
 )
 def env_refs(doc: Any, ctx: Context) -> Iterator:
     from kgen.lint import kinds

@@ -39,6 +39,7 @@ _NODE_INDEX_VARS = re.compile(
     "the program receives the text, not the pod's value (int('metadata.name') fails; an address that is the text "
     "'status.podIP' never resolves).",
     "Use valueFrom.fieldRef.fieldPath: metadata.name (or the field meant) instead of value.",
+    templates_only=True,
 )
 def field_path_as_text(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
@@ -127,6 +128,7 @@ _QUOTED_ITEM = re.compile(r"""^(?:-{1,2}[\w.-]+=)?(["'])[^"']*\1$""")
     "--lr='3e-4' is not): the kubelet runs no shell, so the program receives the quotes as part of the value "
     "(a path or name that does not exist, a number that does not parse).",
     "Drop the quotes (YAML quotes the item, not the program): - --dataset=imagenet.",
+    templates_only=True,
 )
 def exec_form_quotes(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
@@ -168,6 +170,7 @@ _PLACEHOLDER = re.compile(r"<[^<>]*>|\$\{[^}]*\}|^\$[A-Z_][A-Z0-9_]*$|\{\{.*\}\}
     "(bucketName: <MODEL_BUCKET>, ${BUCKET}; a GCS Fuse bucketName must be a bucket name): the driver fails "
     "the mount and the pod never starts.",
     "Replace the placeholder with the real name (render the template before applying).",
+    templates_only=True,
 )
 def placeholders(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):

@@ -72,6 +72,29 @@ def test_json_format(bad_file):
         "name": "llama",
         "unit": f"{bad_file.parent}/",  # the apply unit: the file's folder
     }
+    assert out == json.dumps(payload, indent=2, ensure_ascii=False) + "\n"  # json's own layout, byte for byte
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},
+        [],
+        {"a": [], "b": {}, "c": [[]]},
+        {"m": 'é "q" \\ \n\t\x01\x7f \u2028 \u2603 \U0001f600', "n": None, "t": True, "f": False, "i": -3},
+        {"fl": [1.5, -0.0, 1e300, float("nan"), float("inf"), -float("inf")]},
+        [1, [2, [3, {"k": [{"a": [1]}]}]], "s"],
+        "x",
+        7,
+        None,
+        {1: "a non-string key"},
+        {"a": ("a", "tuple")},
+    ],
+)
+def test_json_writer_layout_is_json_dumps_indent_2(value):
+    from kgen.output import indented_json
+
+    assert indented_json(value) == json.dumps(value, indent=2, ensure_ascii=False)
 
 
 def test_junit_format(bad_file, tmp_path):

@@ -264,6 +264,24 @@ def test_the_reader_stops_at_the_first_byte_that_is_not_text():
     assert MAX_FILE_BYTES == 64 * 2**20
 
 
+def test_the_reader_refuses_exactly_the_ascii_bytes_yaml_refuses():
+    import io
+    import re
+
+    refused = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls but TAB, LF, CR; DEL
+    for byte in range(128):
+        data = b"a: 1\nb: x" + bytes([byte]) + b"y\n"  # ASCII: read without searching, when nothing is refused
+        if refused.match(bytes([byte])):
+            with pytest.raises(NotText) as got:
+                read_stream(io.BytesIO(data), "f.yaml")
+            assert (got.value.line, got.value.column) == (2, 5)
+        else:
+            assert read_stream(io.BytesIO(data), "f.yaml") == data.decode()
+    with pytest.raises(NotText) as got:  # an ASCII chunk after a chunk that ends inside a character
+        read_stream(io.BytesIO(b"a: " + b"b" * (2**20 - 4) + b"\xc3" + b"c: 1\n"), "f.yaml")
+    assert "not UTF-8" in got.value.problem
+
+
 def test_positions_are_read_back_exactly_after_the_documents_before(tmp_path):
     text = (FIXTURES / "valid-job.yaml").read_text()
     bad = text.replace("restartPolicy: Never", "restartPolicy: Sometimes", 1)

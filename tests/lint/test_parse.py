@@ -235,3 +235,52 @@ def test_values_equal_libyamls_composer_on_every_fixture_and_a_generated_corpus(
         assert [d.data for d in parse_stream(text, "x.yaml")] == want
         checked += 1
     assert checked > 50
+
+
+def _parsed(text: str) -> tuple:
+    from kgen.lint.parse import parse_stream_partial
+
+    docs, errors = parse_stream_partial(text, "x.yaml")
+    return [(d.data, d.line, list(d.parse_findings())) for d in docs], [(e.line, e.column, e.problem) for e in errors]
+
+
+HOSTILE = [
+    "a: 1\na: 2\nb: {c: 1, c: 2}\n",  # duplicate keys
+    "a: &a [*a]\n",  # an alias inside its own anchor
+    "a: [1, 2\nb: 3\n",  # a syntax error
+    "kind: A\n---\n" + "[" * 1200 + "]" * 1200 + "\n---\nkind: B\n",  # too deep, the next document read
+    "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b, *nope]\n",  # an undefined alias
+    "apiVersion: v1\nkind: List\nitems:\n- kind: A\n  metadata: {name: a}\n- kind: B\n",
+]
+
+
+@pytest.mark.parametrize("text", TRICKY + HOSTILE, ids=range(len(TRICKY + HOSTILE)))
+def test_events_read_as_fields_or_as_pyyamls_objects_give_the_same(text):
+    """The builder reads libyaml's events as bare fields (kgen.lint.parse._fast_events); with another
+    thread running it reads PyYAML's own event objects (converted): the same values, lines, findings
+    and errors either way, and PyYAML's classes are back afterwards (an error too)."""
+    import threading
+
+    import yaml
+    import yaml.events
+    from yaml import _yaml
+
+    alone = _parsed(text)
+    got: list = []
+    ready, done = threading.Event(), threading.Event()
+
+    def other() -> None:  # a second thread, alive while this one parses
+        ready.set()
+        done.wait(30)
+
+    helper = threading.Thread(target=other)
+    helper.start()
+    try:
+        ready.wait(30)
+        got.append(_parsed(text))
+    finally:
+        done.set()
+        helper.join(30)
+    assert got == [alone]
+    assert _yaml.ScalarEvent is yaml.events.ScalarEvent and _yaml.MappingEndEvent is yaml.events.MappingEndEvent
+    assert yaml.load("a: [1, {b: c}]", Loader=yaml.CSafeLoader) == {"a": [1, {"b": "c"}]}

@@ -303,3 +303,26 @@ def test_integers_at_the_edge_of_their_format_pass_the_schema():
     docs[1]["spec"]["ttlSecondsAfterFinished"] = 2**31 - 1
     docs[1]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 2**63 - 1
     assert "KG010" not in rule_ids(lint_docs(docs))
+
+
+@pytest.mark.parametrize("fmt", [None, "int32", "int64"])
+@pytest.mark.parametrize(
+    "types", [["string"], ["integer"], ["number"], ["boolean"], ["string", "null"], ["integer", "null"], ["object"]]
+)
+def test_a_one_of_branch_accepts_what_its_type_check_accepts(types, fmt):
+    # oneOf branches of types only are tested by a predicate, without building their error messages
+    values = ["8", "", 0, 1, -1, 2**31 - 1, 2**31, -(2**31) - 1, 2**63, 1.0, 1.5, 2.0**31, 2.0**70, float("nan")]
+    values += [float("inf"), True, False, None, {}, [], {"a": 1}]
+    ok, check = schema.Compiler._type_ok(types, fmt), schema.Compiler._type(types, fmt)
+    assert [ok(v) for v in values] == [check(v) is None for v in values]
+
+
+def test_one_of_of_types_reports_as_before():
+    c = schema.Compiler({})
+    quantity = c.compile({"oneOf": [{"type": ["string", "null"]}, {"type": ["number", "null"]}]})
+    port = c.compile({"oneOf": [{"type": ["string"]}, {"type": ["integer"], "format": "int32"}]})
+    assert quantity("8Gi") is None and quantity(8) is None
+    assert quantity(None) == [((), "expected string or number, got null")]
+    assert quantity([1]) == [((), "expected string or number, got array")]
+    assert port(2**31) == [((), "expected string or integer, got integer 2147483648")]
+    assert port(True) == [((), "expected string or integer, got boolean true")]

@@ -37,6 +37,7 @@ import yaml
 from yaml.events import (
     AliasEvent,
     DocumentEndEvent,
+    DocumentStartEvent,
     MappingEndEvent,
     MappingStartEvent,
     ScalarEvent,
@@ -83,78 +84,9 @@ _PLAIN = "!kgen-plain"  # our tag for untagged plain scalars; resolved by _plain
 
 try:  # libyaml's parser alone (events only: no constructor or resolver to set up per file); PyYAML
     # wheels ship it, the pure-Python fallback is ~8x slower
-    from yaml.cyaml import CParser as _Base  # type: ignore[attr-defined]  # not in types-PyYAML's stub
-
-    _cyaml = sys.modules["yaml._yaml"]  # libyaml's binding, whose event classes _fast_events swaps
-    _LIBYAML = True
+    from yaml.cyaml import CParser as _Base
 except ImportError:  # pragma: no cover - depends on the PyYAML build
     _Base = yaml.SafeLoader  # type: ignore[misc,assignment]
-    _LIBYAML = False
-
-
-class _Event(BaseException):
-    """One parser event as its fields alone (``args``, in the order of PyYAML's event constructors).
-
-    libyaml's binding makes every event by calling PyYAML's event class, whose ``__init__`` runs in
-    Python: a quarter of the time events take (0.19 of 0.77 s for the 16,000 documents of
-    bench/lint_scale). BaseException is the built-in type whose constructor keeps any positional
-    arguments in C, so while ``_build`` reads, the binding is handed these classes instead
-    (``_fast_events``); nothing else of the event API is used there."""
-
-    __slots__ = ()
-
-
-# field order: PyYAML's yaml.events constructors, which libyaml's binding calls positionally
-_EVENT_FIELDS = {
-    "StreamStartEvent": ("start_mark", "end_mark", "encoding"),
-    "StreamEndEvent": ("start_mark", "end_mark"),
-    "DocumentStartEvent": ("start_mark", "end_mark", "explicit", "version", "tags"),
-    "DocumentEndEvent": ("start_mark", "end_mark", "explicit"),
-    "AliasEvent": ("anchor", "start_mark", "end_mark"),
-    "ScalarEvent": ("anchor", "tag", "implicit", "value", "start_mark", "end_mark", "style"),
-    "SequenceStartEvent": ("anchor", "tag", "implicit", "start_mark", "end_mark", "flow_style"),
-    "SequenceEndEvent": ("start_mark", "end_mark"),
-    "MappingStartEvent": ("anchor", "tag", "implicit", "start_mark", "end_mark", "flow_style"),
-    "MappingEndEvent": ("start_mark", "end_mark"),
-}
-_FAST = {name: type(name, (_Event,), {"__slots__": ()}) for name in _EVENT_FIELDS}
-_FAST_NODE = tuple(
-    _FAST[n + "Event"] for n in ("Scalar", "MappingStart", "SequenceStart", "MappingEnd", "SequenceEnd", "Alias")
-)
-_FAST_DOC = (_FAST["DocumentStartEvent"], _FAST["DocumentEndEvent"], _FAST["StreamEndEvent"])
-
-
-@contextmanager
-def _fast_events() -> Iterator[bool]:
-    """libyaml's binding makes ``_Event`` classes while inside (yields True), and PyYAML's own again
-    afterwards. Not with other threads running (another thread may be reading YAML with PyYAML's
-    classes) nor without libyaml: then it yields False and ``_converted`` turns PyYAML's events."""
-    import threading
-
-    if not _LIBYAML or threading.active_count() > 1:
-        yield False
-        return
-    module = vars(_cyaml)
-    saved = {name: module[name] for name in _FAST}
-    module.update(_FAST)
-    try:
-        yield True
-    finally:
-        module.update(saved)
-
-
-def _converted(get: Any) -> Any:
-    """``get`` (a loader's get_event) giving ``_Event``s for PyYAML's event objects."""
-
-    def convert() -> Any:
-        e = get()
-        if e is None:
-            return None
-        name = e.__class__.__name__
-        return _FAST[name](*(getattr(e, f) for f in _EVENT_FIELDS[name]))
-
-    return convert
-
 
 try:  # PyYAML >= 6.0.4 bundles libyaml 0.2.6, which has a nesting limit of its own (a process global)
     from yaml._yaml import _get_max_nest_level, _set_max_nest_level  # type: ignore[attr-defined]
@@ -391,27 +323,9 @@ _VAL, _ISMAP, _KEY, _BEFORE, _HEIGHT, _MARK, _ANCHOR, _LINES = range(8)
 def _build(
     text: str, file: str, base_index: int, base_line: int, budget: Budget, size_limit: int, docs: list[Document]
 ) -> None:
-    """Turn libyaml's events for ``text[base_index:]`` into Documents (appended to ``docs``). Events are
-    read as their fields (``_Event.args``, see ``_fast_events``)."""
-    with _fast_events() as fast:
-        loader = _Base(text if base_index == 0 else _Chunks(text, base_index))
-        get = loader.get_event if fast else _converted(loader.get_event)
-        _build_events(get, loader, text, file, base_index, base_line, budget, size_limit, docs)
-
-
-def _build_events(
-    get: Any,
-    loader: Any,
-    text: str,
-    file: str,
-    base_index: int,
-    base_line: int,
-    budget: Budget,
-    size_limit: int,
-    docs: list[Document],
-) -> None:
-    scalar, map_start, seq_start, map_end, seq_end, alias = _FAST_NODE
-    doc_start_event, doc_end_event, stream_end = _FAST_DOC
+    """Turn libyaml's events for ``text[base_index:]`` into Documents (appended to ``docs``)."""
+    loader = _Base(text if base_index == 0 else _Chunks(text, base_index))
+    get = loader.get_event
     plains = _PLAINS
     stack: list[list] = []
     anchors: dict[str, Any] = {}
@@ -425,11 +339,12 @@ def _build_events(
     try:
         for e in iter(get, None):
             c = e.__class__
-            if c is scalar:  # most events: resolved and placed here, without the shared tail below
-                anchor, tag, implicit, v, start, end, _ = e.args
+            if c is ScalarEvent:  # most events: resolved and placed here, without the shared tail below
+                tag = e.tag
+                v = e.value
                 merge = False
                 if tag is None or tag == "!":
-                    if not implicit[0]:
+                    if not e.implicit[0]:
                         if len(v) <= 24:
                             v = _intern(v)  # field names and values repeat across documents: keep one copy
                     elif len(v) <= 24:  # the short plain scalars of a run are few: resolve each once
@@ -452,13 +367,13 @@ def _build_events(
                     v = _plain(v)
                 elif tag == _MERGE:
                     merge = True
-                if check_size and end.index - doc_start > size_limit:
-                    raise _DocError(start, _too_long(), end.index)
+                if check_size and e.end_mark.index - doc_start > size_limit:
+                    raise _DocError(e.start_mark, _too_long(), e.end_mark.index)
                 nodes += 1
-                if anchor is not None:
-                    anchors[anchor] = (v, 1, 0)
+                if e.anchor is not None:
+                    anchors[e.anchor] = (v, 1, 0)
                 if not stack:
-                    root, root_mark, root_end = v, start, end.index
+                    root, root_mark, root_end = v, e.start_mark, e.end_mark.index
                     continue
                 top = stack[-1]
                 if top[_ISMAP]:
@@ -475,7 +390,7 @@ def _build_events(
                         if v in top[_VAL]:
                             # the first ones with their paths; past MAX_DUPLICATES only counted (a path
                             # costs the nesting depth)
-                            dups.append((_frame_path(stack) if len(dups) < MAX_DUPLICATES else None, v, start))
+                            dups.append((_frame_path(stack) if len(dups) < MAX_DUPLICATES else None, v, e.start_mark))
                         top[_KEY] = v
                         continue
                     if key is _MERGEKEY:
@@ -486,36 +401,35 @@ def _build_events(
                 else:
                     top[_VAL].append(v)
                     if top[_LINES] is not None:
-                        top[_LINES].append(start.line)
+                        top[_LINES].append(e.start_mark.line)
                 continue  # a scalar's height (0) never raises its parent's
-            elif c is map_start or c is seq_start:
-                anchor, _, _, mark, _, _ = e.args
+            elif c is MappingStartEvent or c is SequenceStartEvent:
+                mark = e.start_mark
                 if len(stack) >= MAX_DEPTH:
                     raise _DocError(mark, _too_deep(""), mark.index)
                 if mark.index - doc_start > size_limit:
                     raise _DocError(mark, _too_long(), mark.index)
-                is_map = c is map_start
-                frame = [{} if is_map else [], is_map, _NOKEY, nodes, 1, mark, anchor, None]
+                is_map = c is MappingStartEvent
+                frame = [{} if is_map else [], is_map, _NOKEY, nodes, 1, mark, e.anchor, None]
                 if not is_map and len(stack) == 1 and stack[0][_KEY] == "items" and stack[0][_ISMAP]:
                     frame[_LINES] = item_lines = []
                 nodes += 1
-                if anchor is not None:
-                    anchors[anchor] = frame  # open: an alias to it now is a cycle
+                if e.anchor is not None:
+                    anchors[e.anchor] = frame  # open: an alias to it now is a cycle
                 stack.append(frame)
                 continue
-            elif c is map_end or c is seq_end:
-                end = e.args[1]
+            elif c is MappingEndEvent or c is SequenceEndEvent:
                 frame = stack.pop()
                 v = frame[_VAL]
                 h = frame[_HEIGHT]
                 mark = frame[_MARK]
                 if frame[_ANCHOR] is not None:
                     anchors[frame[_ANCHOR]] = (v, nodes - frame[_BEFORE], h)
-            elif c is alias:
-                anchor, mark, end = e.args
-                got = anchors.get(anchor)
+            elif c is AliasEvent:
+                mark = e.start_mark
+                got = anchors.get(e.anchor)
                 if got is None:
-                    problem = f"YAML syntax error: found undefined alias {anchor!r}"
+                    problem = f"YAML syntax error: found undefined alias {e.anchor!r}"
                     raise _Syntax(base_line + mark.line + 1, mark.column + 1, problem)
                 if got.__class__ is list:
                     raise _DocError(
@@ -540,24 +454,24 @@ def _build_events(
                     )
                 if len(stack) + h > MAX_DEPTH:
                     raise _DocError(mark, _too_deep(" through aliases"), mark.index)
-            elif c is doc_start_event:
+            elif c is DocumentStartEvent:
                 anchors = {}
                 dups = []
                 nodes = 0
                 root = _NOROOT
                 root_mark = item_lines = None
-                doc_start = e.args[0].index
+                doc_start = e.start_mark.index
                 continue
-            elif c is doc_end_event:
+            elif c is DocumentEndEvent:
                 if root is not _NOROOT and root is not None:
                     _add_document(text, file, base_index, base_line, root, root_mark, root_end, dups, item_lines, docs)
                 continue
-            elif c is stream_end:
+            elif c is StreamEndEvent:
                 return
             else:
                 continue
             if not stack:
-                root, root_mark, root_end = v, mark, end.index
+                root, root_mark, root_end = v, mark, e.end_mark.index
                 continue
             top = stack[-1]
             if top[_ISMAP]:
@@ -569,7 +483,7 @@ def _build_events(
                             mark,
                             f"a {'mapping' if vc is dict else 'list'} is used as a mapping key; "
                             "kubectl cannot decode it (invalid map key)",
-                            end.index,
+                            e.end_mark.index,
                         )
                     v = _intern(v) if vc is str else _key_string(v)  # an alias of a scalar
                     if v in top[_VAL]:

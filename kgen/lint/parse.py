@@ -84,7 +84,7 @@ _PLAIN = "!kgen-plain"  # our tag for untagged plain scalars; resolved by _plain
 
 try:  # libyaml's parser alone (events only: no constructor or resolver to set up per file); PyYAML
     # wheels ship it, the pure-Python fallback is ~8x slower
-    from yaml.cyaml import CParser as _Base
+    from yaml.cyaml import CParser as _Base  # type: ignore[attr-defined]  # not in types-PyYAML's stub
 except ImportError:  # pragma: no cover - depends on the PyYAML build
     _Base = yaml.SafeLoader  # type: ignore[misc,assignment]
 
@@ -325,7 +325,7 @@ def _build(
 ) -> None:
     """Turn libyaml's events for ``text[base_index:]`` into Documents (appended to ``docs``)."""
     loader = _Base(text if base_index == 0 else _Chunks(text, base_index))
-    get = loader.get_event
+    get: Any = loader.get_event  # events read by class (the stub types them as the base Event)
     plains = _PLAINS
     stack: list[list] = []
     anchors: dict[str, Any] = {}

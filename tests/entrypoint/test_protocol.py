@@ -186,7 +186,9 @@ def test_a_fake_node0_cannot_start_or_steer_a_node(answer):
     fake.start()
     try:
         env = {**BASE, "NODE_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(live - 1)}
-        env.update({"KGEN_LIVENESS_PORT": str(live), "KGEN_MASTER_WAIT_TIMEOUT": "3"})
+        env.update(
+            {"KGEN_LIVENESS_PORT": str(live), "KGEN_MASTER_WAIT_TIMEOUT": "1.5"}
+        )  # a busy machine still connects in time
         res = run_ep(env, "--", "/bin/true")
     finally:
         fake.done.set()
@@ -447,7 +449,9 @@ def test_a_fake_node0_ends_a_node_with_its_code_and_one_line(first, then, code, 
     fake.start()
     try:
         env = {**BASE, "NODE_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(live - 1)}
-        env.update({"KGEN_LIVENESS_PORT": str(live), "KGEN_MASTER_WAIT_TIMEOUT": "3"})
+        env.update(
+            {"KGEN_LIVENESS_PORT": str(live), "KGEN_MASTER_WAIT_TIMEOUT": "1.5"}
+        )  # a busy machine still connects in time
         res = run_ep(env, "--", "/bin/true")
     finally:
         fake.done.set()

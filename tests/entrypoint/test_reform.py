@@ -76,7 +76,7 @@ def report(what: str, nodes: int, t_fault: float, t_back: float | None) -> None:
     print(f"\nreform {what} N={nodes}: fault -> all ranks training again {took if took is None else f'{took:.1f}'} s")
 
 
-def fault_and_reform(cluster, tmp_path, name, fault, victim, nodes=3, steps=60):
+def fault_and_reform(cluster, tmp_path, name, fault, victim, nodes=3, steps=30):
     c, ckpt = start_run(cluster, tmp_path, name, nodes, steps)
     assert wait_training(c, 0, 120, nodes), c.logs()
     assert c.wait_for_log(r"rank=\d+ step 8 gen=0", nodes, 60), c.logs()
@@ -203,7 +203,7 @@ def test_two_disruptions_in_a_row_then_the_limit(cluster, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_five_nodes_worker_killed(cluster, tmp_path):
-    fault_and_reform(cluster, tmp_path, "r5k", "kill", 3, nodes=5, steps=50)
+    fault_and_reform(cluster, tmp_path, "r5k", "kill", 3, nodes=5, steps=30)
 
 
 @pytest.mark.timeout(180)

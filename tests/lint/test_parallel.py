@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import time
 
 import pytest
 from test_scale import _bench
@@ -51,13 +52,18 @@ def test_small_inputs_stay_in_one_process(tmp_path, monkeypatch):
     assert 64 * 1024 <= api.PARALLEL_MIN_BYTES <= 1024 * 1024  # bench/lint_scale --crossover
 
 
-def test_a_worker_that_dies_is_a_finding_not_a_hang(corpus, monkeypatch):
+def test_a_worker_that_dies_is_a_finding_not_a_hang(corpus, monkeypatch, tmp_path):
     main = os.getpid()
     real = check.check_group
+    took = tmp_path / "a worker took a group"
 
     def dies_in_a_worker(files, *args, **kwargs):
         if os.getpid() != main:
+            took.touch()
             os.kill(os.getpid(), signal.SIGKILL)  # the first group a worker takes
+        deadline = time.monotonic() + 20  # this process waits until the worker took one (a busy machine may
+        while not took.exists() and time.monotonic() < deadline:  # start it late: this one would take them all)
+            time.sleep(0.01)
         return real(files, *args, **kwargs)
 
     monkeypatch.setattr(check, "check_group", dies_in_a_worker)

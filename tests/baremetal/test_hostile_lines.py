@@ -71,7 +71,7 @@ def test_the_issues_lines_against_a_local_run_change_nothing(kgen, tmp_path, mon
     live = port + 1
     res = kgen(
         "launch", "--name", "hostile", "--local", "2", "--port", str(port),
-        "--", "trainloop.py", "--steps", "40", "--sleep", "0.25", timeout=120,
+        "--", "trainloop.py", "--steps", "28", "--sleep", "0.25", timeout=120,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     log0 = os.path.join(os.environ["XDG_STATE_HOME"], "kgen", "runs", "hostile", "node0", "log")
@@ -136,7 +136,7 @@ def test_a_private_network_namespace_holds_a_whole_local_run(kgen_cmd, kgen, tmp
     monkeypatch.chdir(tmp_path)
     port = free_port_pair()
     launch = [*kgen_cmd, "launch", "--name", "netns", "--local", "2", "--port", str(port)]
-    launch += ["--", "trainloop.py", "--steps", "40", "--sleep", "0.2"]
+    launch += ["--", "trainloop.py", "--steps", "24", "--sleep", "0.2"]
     res = subprocess.run(
         ["unshare", "--net", "sh", "-c", f"ip link set lo up && exec {shlex.join(launch)}"],
         capture_output=True,

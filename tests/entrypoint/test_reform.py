@@ -116,7 +116,7 @@ def test_deleted_pod_sigterm_is_replaced_and_the_group_reforms(cluster, tmp_path
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_frozen_worker_dropped_then_thawed_learns_it_is_stale_and_is_replaced(cluster, tmp_path):
-    nodes, steps = 3, 60
+    nodes, steps = 3, 30
     c, ckpt = start_run(cluster, tmp_path, "rfz", nodes, steps)
     assert c.wait_for_log(r"rank=\d+ step 8 gen=0", nodes, 120), c.logs()
     t0 = time.time()
@@ -225,7 +225,7 @@ def test_script_error_fails_the_run_fast_by_default(cluster, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_script_error_reforms_when_values_say_so(cluster, tmp_path):
-    nodes, steps = 3, 40
+    nodes, steps = 3, 20
     c, ckpt = start_run(
         cluster,
         tmp_path,
@@ -256,7 +256,7 @@ def test_bare_metal_node_restarted_by_hand_rejoins(tmp_path):
     secret = write_secret(tmp_path)
     ckpt = tmp_path / "ckpt.json"
     entry = REPO / "entrypoint" / "kgen_entrypoint.py"
-    steps = 50
+    steps = 30
     cmd = [sys.executable, str(entry), "--", str(CKPTLOOP), "--steps", str(steps), "--sleep", "0.15"]
     cmd += ["--ckpt", str(ckpt)]
     procs: dict[int, subprocess.Popen] = {}
@@ -307,7 +307,7 @@ def test_bare_metal_node_restarted_by_hand_rejoins(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_frozen_master_thawed_knows_it_was_dropped_and_its_replacement_takes_over(cluster, tmp_path):
-    nodes, steps = 3, 60
+    nodes, steps = 3, 30
     c, ckpt = start_run(cluster, tmp_path, "rfm", nodes, steps)
     assert c.wait_for_log(r"rank=\d+ step 8 gen=0", nodes, 120), c.logs()
     t0 = time.time()
@@ -328,7 +328,7 @@ def test_frozen_master_thawed_knows_it_was_dropped_and_its_replacement_takes_ove
 def test_statefulset_only_the_lost_pod_restarts(cluster, tmp_path):
     """restartPolicy Always: the kubelet restarts the killed container in place (played here by a
     new pod with the same name); the survivors never exit, so they never enter CrashLoopBackOff."""
-    nodes, steps = 3, 50
+    nodes, steps = 3, 30
     port = free_port_pair()
     ckpt = tmp_path / "ckpt.json"
     cmd = [str(CKPTLOOP), "--steps", str(steps), "--sleep", "0.15", "--ckpt", str(ckpt)]

@@ -75,6 +75,43 @@ def not_found(resource: str, name: str) -> bytes:
 
 
 class QuietServer(ThreadingHTTPServer):
+    """Request threads are tracked, and ``close`` ends them: a handler still streaming a watch or a followed log
+    to a client that went away would otherwise outlive the test (a thread left behind turns off the forked lint
+    workers of every later test in the process: kgen.lint.workers.can_fork)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.open_requests: set = set()
+        self.request_threads: list[threading.Thread] = []
+        self.closing = threading.Event()  # paced streams end when it is set
+
+    def process_request(self, request, client_address):
+        self.open_requests.add(request)
+        thread = threading.Thread(target=self.process_request_thread, args=(request, client_address), daemon=True)
+        self.request_threads = [t for t in self.request_threads if t.is_alive()]
+        self.request_threads.append(thread)
+        thread.start()
+
+    def shutdown_request(self, request):
+        self.open_requests.discard(request)
+        super().shutdown_request(request)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop serving, cut every open connection, and wait (bounded) for the request threads to end."""
+        import socket
+
+        self.closing.set()
+        self.shutdown()
+        for request in list(self.open_requests):
+            try:
+                request.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout
+        for thread in self.request_threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self.server_close()
+
     def handle_error(self, request, client_address):
         import sys
 
@@ -122,7 +159,6 @@ class Replay:
         self._body_cache: dict[str, bytes] = {}
         handler = self._handler()
         self.server = QuietServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
@@ -134,8 +170,7 @@ class Replay:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
     def kubeconfig(self, folder: Path, namespace: str | None = "rec") -> str:
         ctx = {"cluster": "replay", "user": "replay"}
@@ -255,7 +290,7 @@ class Replay:
             path = self.scenario / "watch" / f"{stream}.jsonl"
             lines = path.read_bytes().splitlines(keepends=True) if path.exists() else []
             pace = float(q.get("_pace", 0))
-            return h._chunked(_paced(lines, pace))
+            return h._chunked(_paced(lines, pace, self.server.closing))
         if resource == "pods" and sub == "log":
             return self._log(h, name, q)
         if name is None:
@@ -307,7 +342,7 @@ class Replay:
         if "limitBytes" in q:
             data = data[: int(q["limitBytes"])]
         if q.get("follow") == "true":
-            return h._chunked(_paced(_line_chunks(data), self.log_pace), "text/plain")
+            return h._chunked(_paced(_line_chunks(data), self.log_pace, self.server.closing), "text/plain")
         return h._send(200, data, "text/plain")
 
     def _pods_body(self) -> bytes:
@@ -347,10 +382,10 @@ class Replay:
         return h._send(404, not_found(resource, name))
 
 
-def _paced(lines, pace: float):
+def _paced(lines, pace: float, closing: threading.Event):
     for i, line in enumerate(lines):
-        if pace and i:
-            time.sleep(pace)
+        if pace and i and closing.wait(pace):
+            return  # the server is closing: end the stream now
         yield line
 
 

@@ -12,12 +12,12 @@ import shutil
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from replay import Replay
+from replay import QuietServer, Replay
 
 from kgen.cli import cli
 
@@ -70,8 +70,7 @@ def serve(handler, tmp_path: Path, **handler_kw):
         def log_message(self, *args):  # quiet: the test reads kgen's stderr
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    server = QuietServer(("127.0.0.1", 0), Handler)  # its close() ends every request thread
     threading.Thread(target=server.serve_forever, daemon=True).start()
     kc = tmp_path / "kubeconfig"
     kc.write_text(kubeconfig(f"http://127.0.0.1:{server.server_address[1]}"))
@@ -126,8 +125,7 @@ def test_a_server_that_answers_404_to_everything_is_not_kubernetes(tmp_path, ver
         assert "stopped" not in line and "not found in namespace" not in line
         assert not [m for m, _ in Always404.seen if m == "DELETE"]  # stop deleted nothing
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 def test_a_plain_web_server_is_not_kubernetes(tmp_path):
@@ -139,8 +137,7 @@ def test_a_plain_web_server_is_not_kubernetes(tmp_path):
         for verb in VERBS[:4]:
             one_line_error(run(*verb, "--kubeconfig", kc), "is not a Kubernetes API server")
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 def test_a_real_api_server_with_a_missing_run_is_still_a_missing_run(tmp_path):

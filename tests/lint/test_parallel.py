@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -17,6 +18,17 @@ from kgen.lint.api import LintOptions, lint_paths
 from kgen.output import write_findings
 
 pytestmark = pytest.mark.skipif(not workers.can_fork(), reason="workers are forked (Linux, one thread)")
+
+
+@pytest.fixture(autouse=True)
+def _no_other_thread():
+    """Workers are forked only while this process runs no other thread (workers.can_fork): a thread an earlier
+    test left running would turn these tests into one-process runs (the dying-worker test would then wait for a
+    worker that never comes). Threads that are ending get 10 s; then the test fails, naming them."""
+    deadline = time.monotonic() + 10
+    while not workers.can_fork() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert workers.can_fork(), f"threads left running by an earlier test: {[t.name for t in threading.enumerate()]}"
 
 
 def report(folder, **opts) -> tuple[str, list, list]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import queue
 import re
+import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -103,6 +104,21 @@ def select_sources(pods: Iterable[Mapping], ranks: set[int] | None, previous: bo
     return out
 
 
+def start_deaf(thread: threading.Thread) -> None:
+    """Start a thread that never takes SIGINT (it inherits a mask that blocks it). The kernel gives a process's
+    signal to any thread that does not block it; one taken by a stream thread only marks it for the main thread,
+    which then acts on it after its current call: up to a whole HTTP read timeout (run_over's request). With
+    every kgen thread deaf to it, Ctrl-C always interrupts the main thread's call at once."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no per-thread masks
+        thread.start()
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a SIGINT that came meanwhile is delivered now
+
+
 def started(pod: Mapping) -> bool:
     state = (trainer_status(pod) or {}).get("state") or {}
     return "running" in state or "terminated" in state
@@ -167,7 +183,7 @@ class Follower:
             if len(self.workers) < self.max_streams:
                 worker = threading.Thread(target=self._work, name="kgen-log", daemon=True)
                 self.workers.append(worker)
-                worker.start()
+                start_deaf(worker)
         self.pending.put(source)
 
     def _work(self) -> None:
@@ -242,7 +258,7 @@ class Follower:
         watcher = None
         if self.watch_pods is not None:
             watcher = threading.Thread(target=self._watch, name="kgen-log-watch", daemon=True)
-            watcher.start()
+            start_deaf(watcher)
         try:
             while True:
                 try:

@@ -8,6 +8,7 @@ import base64
 import json
 import socket
 import threading
+from pathlib import Path
 
 import click
 import pytest
@@ -547,7 +548,12 @@ def test_logs_follow_stops_at_once_on_ctrl_c(tmp_path):
 
     What is checked is that kgen does not wait for a stream: a kgen that did would end only after
     STREAM_PACE (10 minutes). The bound is a generous hard timeout far below that, not a tight wall-clock
-    figure: the machine may be busy with other test runs, and a process waiting for the CPU is not slow."""
+    figure: the machine may be busy with other test runs, and a process waiting for the CPU is not slow.
+
+    kgen gets SIGINT at its default whatever pytest inherited: started in the background by a shell without job
+    control (`pytest ... &` in a script), pytest ignores SIGINT, a child would inherit that (exec keeps an ignored
+    signal ignored), and Python leaves an ignored SIGINT ignored: kgen would rightly never see the Ctrl-C (the
+    120 s failure of a full-suite run). Ready is: SIGINT not ignored, and the first line on stdout."""
     import os
     import queue
     import signal
@@ -559,18 +565,25 @@ def test_logs_follow_stops_at_once_on_ctrl_c(tmp_path):
     with Replay("job-running", log_repeat=20, log_pace=stream_pace) as r:
         kc = r.kubeconfig(tmp_path)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kgen", "logs", r.name, "-f", "--kubeconfig", kc],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        ours = signal.getsignal(signal.SIGINT)
+        if ours == signal.SIG_IGN:  # a handled signal goes back to its default at exec; an ignored one stays
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "kgen", "logs", r.name, "-f", "--kubeconfig", kc],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+        finally:
+            signal.signal(signal.SIGINT, ours)
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
         try:
             first = lines.get(timeout=bound)  # the streams are open: the first chunk is on screen
             assert first.startswith("["), first
+            assert not _ignores_sigint(proc.pid), "kgen started with SIGINT ignored: no Ctrl-C could reach it"
             proc.send_signal(signal.SIGINT)
             try:
                 _, err = proc.communicate(timeout=bound)  # drains stdout too: kgen's last flush never blocks
@@ -582,6 +595,16 @@ def test_logs_follow_stops_at_once_on_ctrl_c(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """Whether the process ignores SIGINT (Linux: the SigIgn mask in /proc/PID/status)."""
+    import signal
+
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGINT - 1) & 1)
+    raise AssertionError(f"no SigIgn in /proc/{pid}/status")
 
 
 def test_logs_follow_statefulset_sees_each_container_once(served):

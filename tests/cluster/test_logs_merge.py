@@ -76,3 +76,34 @@ def test_select_sources_newest_pod_per_rank_and_previous():
     assert select_sources(d["pods"], None, True) == []  # no container restarted in place
     sts = load("statefulset-restarting/t1-after-first-restart")
     assert [s.rank for s in select_sources(sts["pods"], None, True)] == [0, 1]
+
+
+def test_follower_threads_never_take_sigint():
+    """Ctrl-C must reach the main thread (its blocking call is interrupted at once): every thread the Follower
+    starts, stream workers and the pod watcher, blocks SIGINT; the caller's own mask is left as it was."""
+    import signal
+    import threading
+
+    from kgen.cluster.logs import Follower, Source
+
+    masks: dict[str, set] = {}
+
+    def blocked(who):
+        masks[who] = set(signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+
+    def open_stream(s):
+        blocked(f"stream {s.rank}")
+        return [b"2026-11-22T15:04:52Z hello\n"]
+
+    def watch():
+        blocked("watch")
+        return []
+
+    before = set(signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+    f = Follower(open_stream, watch, lambda: True)
+    out = list(f.run([Source(0, "p-0"), Source(1, "p-1")]))
+    assert sorted(out) == ["[node 0] hello", "[node 1] hello"]
+    assert set(signal.pthread_sigmask(signal.SIG_BLOCK, set())) == before
+    assert threading.current_thread() is threading.main_thread()
+    assert sorted(masks) == ["stream 0", "stream 1", "watch"]
+    assert all(signal.SIGINT in m for m in masks.values()), masks

@@ -81,8 +81,9 @@ def score(cases: list[dict], findings: list[dict]) -> list[dict]:
             defects = [] if labels == "clean" else labels
             failing = [f for f in by_file.get(path, []) if f["severity"] in FAILING]
             info = [f for f in by_file.get(path, []) if f["severity"] not in FAILING]
-            caught = [any(matches(f, d) for f in failing) for d in defects]
-            info_hit = [not c and any(matches(f, d) for f in info) for d, c in zip(defects, caught)]
+            matched_by = [sorted({f["rule"] for f in failing if matches(f, d)}) for d in defects]
+            caught = [bool(m) for m in matched_by]
+            info_hit = [not c and any(matches(f, d) for f in info) for d, c in zip(defects, caught, strict=True)]
             true = [any(matches(f, d) for d in defects) for f in failing]
             records.append(
                 {
@@ -92,10 +93,13 @@ def score(cases: list[dict], findings: list[dict]) -> list[dict]:
                     "split": case["split"],
                     "repo": case["source"]["repo"],
                     "clean": not defects,
-                    "defects": [dict(d, caught=c, info_only=i) for d, c, i in zip(defects, caught, info_hit)],
+                    "defects": [
+                        dict(d, caught=c, info_only=i, matched_by=m)
+                        for d, c, i, m in zip(defects, caught, info_hit, matched_by, strict=True)
+                    ],
                     "findings": [
                         {k: f.get(k) for k in ("rule", "severity", "line", "path", "message")} | {"true": t}
-                        for f, t in zip(failing, true)
+                        for f, t in zip(failing, true, strict=True)
                     ],
                 }
             )
@@ -103,8 +107,18 @@ def score(cases: list[dict], findings: list[dict]) -> list[dict]:
 
 
 def totals(records: list[dict]) -> dict:
-    t = {"files": len(records), "defects": 0, "caught": 0, "hard": 0, "hard_caught": 0, "info_only": 0,
-         "findings": 0, "true": 0, "clean": 0, "clean_pass": 0}
+    t = {
+        "files": len(records),
+        "defects": 0,
+        "caught": 0,
+        "hard": 0,
+        "hard_caught": 0,
+        "info_only": 0,
+        "findings": 0,
+        "true": 0,
+        "clean": 0,
+        "clean_pass": 0,
+    }
     for r in records:
         t["defects"] += len(r["defects"])
         t["caught"] += sum(d["caught"] for d in r["defects"])
@@ -124,8 +138,11 @@ def pct(a: int, b: int) -> str:
 
 
 def table(records: list[dict], title: str) -> str:
-    rows = [f"{title}", f"{'kind':<22}{'files':>6}{'repos':>6}{'defects':>8}{'recall':>9}{'hard rec.':>10}"
-            f"{'findings':>9}{'precision':>10}{'clean':>6}{'strict pass':>12}"]
+    rows = [
+        f"{title}",
+        f"{'kind':<22}{'files':>6}{'repos':>6}{'defects':>8}{'recall':>9}{'hard rec.':>10}"
+        f"{'findings':>9}{'precision':>10}{'clean':>6}{'strict pass':>12}",
+    ]
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         groups[r["kind"]].append(r)
@@ -139,8 +156,10 @@ def table(records: list[dict], title: str) -> str:
             f"{t['clean']:>6}{pct(t['clean_pass'], t['clean']):>12}"
         )
     t = totals(records)
-    rows.append(f"  caught {t['caught']}/{t['defects']} defects ({t['info_only']} more seen only as info); "
-                f"{t['true']}/{t['findings']} failing findings true; {t['clean_pass']}/{t['clean']} clean files pass --strict")
+    rows.append(
+        f"  caught {t['caught']}/{t['defects']} defects ({t['info_only']} more seen only as info); "
+        f"{t['true']}/{t['findings']} failing findings true; {t['clean_pass']}/{t['clean']} clean files pass --strict"
+    )
     return "\n".join(rows)
 
 
@@ -172,7 +191,8 @@ def listing(records: list[dict], only_wrong: bool) -> str:
         out.append(f"{r['case']}/{r['file']}  [{r['kind']}, {r['split']}]  {state}")
         for d in r["defects"]:
             mark = "CAUGHT" if d["caught"] else ("INFO  " if d["info_only"] else "MISSED")
-            out.append(f"  {mark} line {d['line']:>4} {d['severity']:<11} {d['class']}")
+            by = f"  <- {', '.join(d['matched_by'])}" if d["matched_by"] else ""
+            out.append(f"  {mark} line {d['line']:>4} {d['severity']:<11} {d['class']}{by}")
         for f in r["findings"]:
             mark = "true " if f["true"] else "FALSE"
             out.append(f"  {mark}  line {f['line']:>4} {f['rule']} {f['severity']}: {f['message'][:150]}")

@@ -35,6 +35,17 @@ KINDS = {
 }
 
 
+def load_classes_module():
+    spec = importlib.util.spec_from_file_location("lint_realworld_classes", BENCH / "classes.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CLASSES = load_classes_module()
+
+
 def load_run_module():
     spec = importlib.util.spec_from_file_location("lint_realworld_run", BENCH / "run.py")
     assert spec and spec.loader
@@ -77,10 +88,19 @@ def test_label_is_well_formed(label_path: Path):
         assert isinstance(labels, list) and labels
         n_lines = len((case / name).read_text().splitlines())
         for defect in labels:
-            assert defect["class"] and defect["note"]
+            assert defect["class"] in CLASSES.CLASSES, defect["class"]
+            assert defect["note"]
             assert defect["severity"] in ("hard", "conditional")
             for line in [defect["line"], *defect.get("lines", [])]:
                 assert 1 <= line <= n_lines, (name, defect)
+
+
+def test_share_alike_and_unlicensed_sources_are_modelled():
+    for path in CASES:
+        label = json.loads(path.read_text())
+        licence = label["source"]["licence"]
+        if licence.startswith("CC-BY-SA") or licence not in PERMISSIVE:
+            assert label["stored"] == "modelled", path.parent.name
 
 
 def test_script_scores_a_few_cases(tmp_path, capsys):
@@ -95,6 +115,7 @@ def test_script_scores_a_few_cases(tmp_path, capsys):
     assert run.main(argv) == 0
     printed = capsys.readouterr().out
     assert "precision" in printed and "strict pass" in printed and "== split train" in printed
+    assert "per class" in printed and "hard rec." in printed
     records = json.loads(out.read_text())
     assert {r["case"] for r in records} == set(wanted)
     for r in records:
@@ -103,6 +124,31 @@ def test_script_scores_a_few_cases(tmp_path, capsys):
             assert f["severity"] in ("error", "warning") and isinstance(f["true"], bool)
         for d in r["defects"]:
             assert d["caught"] == bool(d["matched_by"])
+
+
+def test_rule_mapping_names_known_classes():
+    assert CLASSES.RULE_CLASSES
+    for rule, classes in CLASSES.RULE_CLASSES.items():
+        assert re.fullmatch(r"KG\d{3}", rule)
+        assert classes and set(classes) <= set(CLASSES.CLASSES), rule
+    assert CLASSES.classes_of("KG999") == ()
+
+
+def test_strict_matching_needs_the_class_and_the_place():
+    run = load_run_module()
+    text = "a: 1\n---\nkind: Job\nspec:\n  x: 1\n  y: 2\n  z: 3\n  w: 4\n  v: 5\n  u: 6\n---\nkind: Service\n"
+    starts = run.document_starts(text, "Job")
+    assert starts == [1, 3, 12]
+    defect = {"class": "no-shm", "line": 5, "severity": "conditional", "note": "n"}
+    # a rule about the class, in the defect's object (even far from its line)
+    assert run.matches_strict({"rule": "KG110", "line": 10, "path": ""}, defect, starts)
+    # the right rule in another object, or the wrong rule next to the line: false
+    assert not run.matches_strict({"rule": "KG110", "line": 12, "path": ""}, defect, starts)
+    assert not run.matches_strict({"rule": "KG118", "line": 5, "path": ""}, defect, starts)
+    # a rule without a class never matches
+    assert not run.matches_strict({"rule": "KG999", "line": 5, "path": ""}, defect, starts)
+    # an sbatch script is one object
+    assert run.document_starts("#!/bin/bash\n---\n", "sbatch") == [1]
 
 
 def test_matching_rule():

@@ -15,12 +15,19 @@ file named explicitly; each case folder is its own apply unit (the default `--un
 would lint the folder the file came from. Only findings that fail under --strict (error, warning)
 count as detections; info findings never fail a run and are reported apart ("info-only hits").
 
-Matching rule (a finding and a defect in the same file): the finding's line is within
-MATCH_LINES (2) of the defect's line, or the defect names a field path ("field") that the finding's
-path starts with, or the defect lists extra lines ("lines") of which one is within MATCH_LINES.
-A finding that matches any defect is a true finding; a defect matched by at least one finding is
-caught. precision = true findings / findings, recall = caught defects / defects; `--strict` pass
-rate = clean files without any failing finding / clean files.
+Matching rule (a finding and a defect in the same file). A finding is true only when it is *about*
+the labelled defect and *points at* it:
+- about: its rule is mapped to the defect's class in classes.py (RULE_CLASSES), a fixed, committed
+  mapping from rule ids to the defect classes they are about;
+- points at: its line is within NEAR_LINES (3) of the defect's line or one of its extra "lines", or
+  its path starts with the defect's "field", or it is in the same object (the same YAML document as
+  one of the defect's lines; an sbatch script is one object).
+A finding that matches any defect is a true finding, every other failing finding is false; a defect
+matched by at least one finding is caught. precision = true findings / findings, recall = caught
+defects / defects; `--strict` pass rate = clean files without any failing finding / clean files.
+
+`--loose` scores with the first version's rule instead (any failing finding within 2 lines of the
+defect, or on its field, whatever its rule): it over-credits, and is kept to compare.
 """
 
 from __future__ import annotations
@@ -34,8 +41,12 @@ from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from classes import CLASSES, classes_of  # noqa: E402
+
 CASES = HERE / "cases"
-MATCH_LINES = 2
+MATCH_LINES = 2  # --loose
+NEAR_LINES = 3
 FAILING = ("error", "warning")
 
 
@@ -44,6 +55,10 @@ def load_cases(root: Path = CASES) -> list[dict]:
     for label_file in sorted(root.glob("*/label.json")):
         case = json.loads(label_file.read_text())
         case["dir"] = label_file.parent
+        for entry in case["files"].values():
+            for defect in [] if entry["labels"] == "clean" else entry["labels"]:
+                if defect["class"] not in CLASSES:
+                    raise SystemExit(f"{label_file}: class {defect['class']!r} is not in classes.py")
         cases.append(case)
     return cases
 
@@ -61,6 +76,7 @@ def run_lint(files: list[Path], kubernetes_version: str = "1.33") -> list[dict]:
 
 
 def matches(finding: dict, defect: dict) -> bool:
+    """The first version's rule (--loose): near the defect or on its field, whatever the rule."""
     lines = [defect["line"], *defect.get("lines", [])]
     if any(abs(int(finding.get("line") or 0) - line) <= MATCH_LINES for line in lines):
         return True
@@ -68,7 +84,40 @@ def matches(finding: dict, defect: dict) -> bool:
     return bool(field) and str(finding.get("path", "")).startswith(field)
 
 
-def score(cases: list[dict], findings: list[dict]) -> list[dict]:
+def document_starts(text: str, kind: str) -> list[int]:
+    """First line (1-based) of each object of a file: YAML documents split at '---'; a script is one."""
+    if kind == "sbatch":
+        return [1]
+    starts = [1]
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.startswith("---") and (not line[3:].strip() or line[3:].lstrip().startswith("#")):
+            starts.append(number + 1)
+    return starts
+
+
+def document_of(line: int, starts: list[int]) -> int:
+    """Index of the object holding ``line`` (-1 for a finding without a line)."""
+    if line < 1:
+        return -1
+    return max(i for i, start in enumerate(starts) if start <= line)
+
+
+def matches_strict(finding: dict, defect: dict, starts: list[int]) -> bool:
+    """About the defect (the rule maps to its class) and pointing at it (near, its field, its object)."""
+    if defect["class"] not in classes_of(finding["rule"]):
+        return False
+    lines = [defect["line"], *defect.get("lines", [])]
+    line = int(finding.get("line") or 0)
+    if any(abs(line - at) <= NEAR_LINES for at in lines):
+        return True
+    field = defect.get("field")
+    if field and str(finding.get("path", "")).startswith(field):
+        return True
+    doc = document_of(line, starts)
+    return doc >= 0 and doc in {document_of(at, starts) for at in lines}
+
+
+def score(cases: list[dict], findings: list[dict], loose: bool = False) -> list[dict]:
     """One record per labelled file: its defects (caught or missed) and its findings (true or false)."""
     by_file: dict[str, list[dict]] = defaultdict(list)
     for f in findings:
@@ -81,10 +130,18 @@ def score(cases: list[dict], findings: list[dict]) -> list[dict]:
             defects = [] if labels == "clean" else labels
             failing = [f for f in by_file.get(path, []) if f["severity"] in FAILING]
             info = [f for f in by_file.get(path, []) if f["severity"] not in FAILING]
-            matched_by = [sorted({f["rule"] for f in failing if matches(f, d)}) for d in defects]
+            if loose:
+                match = matches
+            else:
+                starts = document_starts((case["dir"] / name).read_text(), case["kind"])
+
+                def match(f: dict, d: dict, starts: list[int] = starts) -> bool:
+                    return matches_strict(f, d, starts)
+
+            matched_by = [sorted({f["rule"] for f in failing if match(f, d)}) for d in defects]
             caught = [bool(m) for m in matched_by]
-            info_hit = [not c and any(matches(f, d) for f in info) for d, c in zip(defects, caught, strict=True)]
-            true = [any(matches(f, d) for d in defects) for f in failing]
+            info_hit = [not c and any(match(f, d) for f in info) for d, c in zip(defects, caught, strict=True)]
+            true = [any(match(f, d) for d in defects) for f in failing]
             records.append(
                 {
                     "case": case["id"],
@@ -164,20 +221,29 @@ def table(records: list[dict], title: str) -> str:
 
 
 def by_class(records: list[dict]) -> str:
-    missed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    """Per defect class: labelled, caught, missed, and the false findings of rules about that class."""
+    labelled: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for r in records:
         for d in r["defects"]:
-            missed[d["class"]][0] += 1
-            missed[d["class"]][1] += d["caught"]
-    false: dict[str, int] = defaultdict(int)
+            labelled[d["class"]][0] += 1
+            labelled[d["class"]][1] += d["caught"]
+    false_by_class: dict[str, int] = defaultdict(int)
+    false_by_rule: dict[str, int] = defaultdict(int)
     for r in records:
         for f in r["findings"]:
             if not f["true"]:
-                false[f"{f['rule']} {f['severity']}"] += 1
-    out = ["defect classes (caught/labelled):"]
-    out += [f"  {c}/{n}  {cls}" for cls, (n, c) in sorted(missed.items(), key=lambda kv: (kv[1][1] - kv[1][0], kv[0]))]
-    out.append("false findings by rule:")
-    out += [f"  {n:3}  {rule}" for rule, n in sorted(false.items(), key=lambda kv: -kv[1])]
+                false_by_rule[f"{f['rule']} {f['severity']}"] += 1
+                for cls in classes_of(f["rule"])[:1] or ("(rule without a class)",):
+                    false_by_class[cls] += 1
+    out = [f"{'per class':<28}{'labelled':>9}{'caught':>7}{'missed':>7}{'false':>6}"]
+    for cls in sorted(set(labelled) | set(false_by_class), key=lambda c: (-labelled[c][0], c)):
+        n, c = labelled.get(cls, [0, 0])
+        out.append(f"  {cls:<26}{n:>9}{c:>7}{n - c:>7}{false_by_class.get(cls, 0):>6}")
+    out.append("false findings by rule (a rule's false findings count under its first class above):")
+    out += [f"  {n:3}  {rule}" for rule, n in sorted(false_by_rule.items(), key=lambda kv: (-kv[1], kv[0]))]
+    unmapped = sorted({f["rule"] for r in records for f in r["findings"] if not classes_of(f["rule"])})
+    if unmapped:
+        out.append(f"rules without a class in classes.py (all their findings count as false): {', '.join(unmapped)}")
     return "\n".join(out)
 
 
@@ -192,7 +258,7 @@ def listing(records: list[dict], only_wrong: bool) -> str:
         for d in r["defects"]:
             mark = "CAUGHT" if d["caught"] else ("INFO  " if d["info_only"] else "MISSED")
             by = f"  <- {', '.join(d['matched_by'])}" if d["matched_by"] else ""
-            out.append(f"  {mark} line {d['line']:>4} {d['severity']:<11} {d['class']}{by}")
+            out.append(f"  {mark} line {d['line']:>4} {d['severity']:<11} {d['class']}: {d.get('title', '')}{by}")
         for f in r["findings"]:
             mark = "true " if f["true"] else "FALSE"
             out.append(f"  {mark}  line {f['line']:>4} {f['rule']} {f['severity']}: {f['message'][:150]}")
@@ -207,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="per file: defects caught/missed, findings true/false")
     ap.add_argument("--only-wrong", action="store_true", help="with --list: only files with a miss or a false finding")
     ap.add_argument("--json", metavar="FILE", help="write every record as JSON")
+    ap.add_argument(
+        "--loose",
+        action="store_true",
+        help="the first version's matching rule (any failing finding within 2 lines of a defect), to compare",
+    )
     ap.add_argument("--cases-dir", default=str(CASES), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -219,7 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         print("kgen: error: no case matches (check --kind/--case)", file=sys.stderr)
         return 2
     files = [c["dir"] / name for c in cases for name in c["files"]]
-    records = score(cases, run_lint(files))
+    records = score(cases, run_lint(files), loose=args.loose)
+    rule_name = "--loose: any failing finding within 2 lines" if args.loose else "rule about the class, at the defect"
+    print(f"matching: {rule_name}")
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1) + "\n")
     splits = ["train", "test"] if args.split == "all" else [args.split]

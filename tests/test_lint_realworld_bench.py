@@ -18,7 +18,7 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "lint_realworld"
 CASES = sorted(BENCH.glob("cases/*/label.json"))
 # licences that allow a copy here; share-alike (CC-BY-SA) and unlicensed sources are modelled
-PERMISSIVE = {"Apache-2.0", "MIT", "MIT-0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "Unlicense", "CC0-1.0"}
+PERMISSIVE = {"Apache-2.0", "MIT", "MIT-0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "Unlicense", "CC0-1.0", "UPL-1.0"}
 KINDS = {
     "Job",
     "IndexedJob",

@@ -56,8 +56,10 @@ def load_run_module():
 
 def test_corpus_has_cases_from_many_repositories():
     labels = [json.loads(p.read_text()) for p in CASES]
-    assert len(labels) >= 100
-    assert len({label["source"]["repo"] for label in labels}) >= 70
+    assert sum(len(label["files"]) for label in labels) >= 200
+    assert len({label["source"]["repo"] for label in labels}) >= 80
+    # every kind lint reads is in the corpus
+    assert {label["kind"] for label in labels} == KINDS
     assert {label["split"] for label in labels} == {"train", "test"}
 
 

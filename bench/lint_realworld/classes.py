@@ -99,25 +99,22 @@ _STRUCTURE = (
 ).split()
 
 # rule id -> the classes it is about (a rule may serve several: KG041 reads a placeholder image, and an
-# unrendered template's image, as an invalid reference)
-RULE_CLASSES: dict[str, tuple[str, ...]] = {rule: ("schema-rejected",) for rule in _STRUCTURE}
+# unrendered template's image, as an invalid reference). Every structural check (names, types, formats,
+# enums, the training CRDs' structure) is about an object the API server rejects, and equally about a
+# placeholder or unrendered variable that breaks that syntax (replicas: $NUM_NODES, a label value
+# ${USER}), so each maps to both classes.
+RULE_CLASSES: dict[str, tuple[str, ...]] = {rule: ("schema-rejected", "placeholder-value") for rule in _STRUCTURE}
 RULE_CLASSES.update(
     {
-        # a placeholder that breaks syntax is rejected by the same structural checks
-        **{
-            r: ("schema-rejected", "placeholder-value")
-            for r in "KG004 KG010 KG020 KG021 KG023 KG047 KG063 KG146".split()
-        },
         "KG041": ("image-never-pulls", "placeholder-value"),
         "KG059": ("image-never-pulls",),
         "KG026": ("schema-rejected",),
         "KG027": ("duplicate-definition",),
         "KG044": ("duplicate-definition",),
-        "KG049": ("gpus-not-requested", "schema-rejected"),
-        "KG050": ("gpus-not-requested", "schema-rejected"),
+        "KG049": ("gpus-not-requested", "schema-rejected", "placeholder-value"),
+        "KG050": ("gpus-not-requested", "schema-rejected", "placeholder-value"),
         "KG058": ("secret-in-manifest",),
         "KG060": ("schema-rejected", "never-completes"),
-        "KG081": ("schema-rejected",),
         "KG100": ("rendezvous-unreachable",),
         "KG101": ("rendezvous-unreachable",),
         "KG102": ("rendezvous-unreachable",),
@@ -165,7 +162,7 @@ RULE_CLASSES.update(
         "KG158": ("failure-policy",),
         "KG160": ("gang-or-queue",),
         "KG161": ("gang-or-queue",),
-        "KG162": ("gang-or-queue", "schema-rejected"),
+        "KG162": ("gang-or-queue", "schema-rejected", "placeholder-value"),
         "KG163": ("gang-or-queue",),
         "KG170": ("sbatch-directive", "shell-error"),
         "KG171": ("launcher-per-task",),

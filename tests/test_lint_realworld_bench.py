@@ -105,6 +105,26 @@ def test_share_alike_and_unlicensed_sources_are_modelled():
             assert label["stored"] == "modelled", path.parent.name
 
 
+def test_third_party_notices_list_every_repository_as_stored():
+    rows = {}
+    for line in (BENCH / "THIRD_PARTY_NOTICES.md").read_text().splitlines():
+        m = re.match(r"\| \[([^\]]+)\]\(https://github.com/\1\) \| ([^|]+) \| (copy|modelled) \|", line)
+        if m:
+            rows[m.group(1)] = (m.group(2).strip(), m.group(3))
+    corpus = {}
+    for path in CASES:
+        label = json.loads(path.read_text())
+        corpus.setdefault(label["source"]["repo"], set()).add(label["stored"])
+        if label["stored"] == "copy":
+            assert label["source"]["licence"] == rows[label["source"]["repo"]][0], path.parent.name
+    assert set(rows) == set(corpus)
+    for repo, stored in corpus.items():
+        # a repository is either copied (a licence allowing it) or modelled, never both
+        assert stored == {rows[repo][1]}, repo
+        if rows[repo][1] == "copy":
+            assert rows[repo][0] in PERMISSIVE, repo
+
+
 def test_script_scores_a_few_cases(tmp_path, capsys):
     run = load_run_module()
     wanted = [

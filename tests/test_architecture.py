@@ -9,7 +9,7 @@ not arrows (they never run). The rooms:
     kgen.cluster | kgen.baremetal | kgen.slurm the run adapters; none imports another
     kgen.runs                                  what the adapters share: records, verdict, views
     kgen.render, kgen.lint                     never import a run adapter, kgen.runs, kgen.sdk or kgen.cli
-    leaves (errors, findings, versions, yamlio, schema, launchers, inputs, resources, jobset, output)
+    leaves (errors, findings, versions, yamlio, schema, launch/, k8s, inputs, resources, jobset, output)
 
 An AST test rather than import-linter: no dependency, it names kgen.slurm before that package exists, and
 it finds every circle at module level (import-linter's contracts are about packages and siblings).
@@ -45,7 +45,11 @@ LEAVES = (
     "kgen.versions",
     "kgen.yamlio",
     "kgen.schema",
-    "kgen.launchers",
+    "kgen.launch",
+    "kgen.launch.shell",
+    "kgen.launch.command",
+    "kgen.launch.launchers",
+    "kgen.k8s",
     "kgen.inputs",
     "kgen.resources",
     "kgen.jobset",
@@ -187,6 +191,21 @@ def test_the_leaves_import_no_room():
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_shared_models_import_kgen_leaves_only():
+    """The launch model (kgen.launch) and the Kubernetes facts (kgen.k8s) are read by render and lint alike:
+    they import no room, lint included."""
+    graph = import_graph()
+    shared = [m for m in graph if _in(m, "kgen.launch") or m == "kgen.k8s"]
+    assert {"kgen.launch.shell", "kgen.launch.command", "kgen.launch.launchers", "kgen.k8s"} <= set(shared)
+    wrong = [
+        f"{m}:{line} imports {target}"
+        for m in shared
+        for target, line in graph[m].items()
+        if not (_in(target, "kgen.launch") or target in LEAVES)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_cli_is_imported_by_nothing_but_its_entry_point():
     graph = import_graph()
     importers = sorted(
@@ -234,7 +253,7 @@ def test_no_plain_import_of_a_subpackage_named_like_a_function():
                 bad += [
                     f"{path.relative_to(KGEN.parent)}:{node.lineno}"
                     for a in node.names
-                    if a.name.startswith(("kgen.render", "kgen.lint"))
+                    if a.name.startswith(("kgen.render", "kgen.lint", "kgen.launch"))
                 ]
     assert not bad, bad
 

@@ -137,7 +137,7 @@ def _no_such_option(exc: click.NoSuchOption, cmd: str) -> str:
     if start is not None:
         import shlex  # only on this error path
 
-        from kgen.launchers import nested_launcher, problem
+        from kgen.launch.launchers import nested_launcher, problem
 
         nested = nested_launcher(argv[start:])
         if nested is not None:  # `kgen render torchrun --nproc-per-node 8 train.py`: both mistakes at once

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s
 from kgen.lint.model import Workload, memo, workloads
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _multi

@@ -9,13 +9,13 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s
+from kgen.launch.command import _SHELLS, _shell_options
 from kgen.lint.model import TRAINING_KINDS, workloads
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_pod import _pod
 from kgen.lint.rules_training import _SETS_RANKS, _env_path
-from kgen.lint.torchcmd import _SHELLS, _shell_options
 
 E, W = Severity.ERROR, Severity.WARNING
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kgen.lint.k8s import (
+from kgen.k8s import (
     ENV_FIELD_PATHS,
     ENV_VAR_NAME,
     is_configmap_key,

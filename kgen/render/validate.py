@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from kgen import jobset as jobset_facts
 from kgen.errors import NestedLauncherError, UsageError
-from kgen.lint.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, is_dns_subdomain, parse_quantity
+from kgen.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, is_dns_subdomain, parse_quantity
 from kgen.render.runsecret import SECRET_DIR
 from kgen.render.values import DNS_POLICIES, KINDS, ON_SCRIPT_ERROR, PULL_POLICIES
 from kgen.versions import DEFAULT_K8S, MAX_K8S, MIN_K8S
@@ -67,7 +67,7 @@ def command_problem(command: list[str] | tuple[str, ...]) -> str | None:
     None when the command is fine; an empty command is the smoke test."""
     if not command:
         return None
-    from kgen.launchers import nested_launcher, problem
+    from kgen.launch.launchers import nested_launcher, problem
 
     nested = nested_launcher(command)
     if nested is not None:
@@ -456,7 +456,7 @@ def _check_nested_launcher(v: dict[str, Any], o: dict[str, str], gpus: int, node
     deepspeed) would run inside the entrypoint's own torchrun: refused, with the command to use instead."""
     import shlex
 
-    from kgen.launchers import correction, nested_launcher, problem
+    from kgen.launch.launchers import correction, nested_launcher, problem
 
     command = v["command"]
     nested = nested_launcher(command) if isinstance(command, list) else None
@@ -579,7 +579,7 @@ def _check_volumes(v: dict[str, Any], o: dict[str, str]) -> None:
 
 
 def _check_jobset_and_kueue(v: dict[str, Any], o: dict[str, str], kind: str, name: str, nodes: int) -> None:
-    from kgen.lint.k8s import qualified_name_problem
+    from kgen.k8s import qualified_name_problem
 
     if kind == "jobset":
         longest = jobset_facts.longest_pod_name(name, nodes)

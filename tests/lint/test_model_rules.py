@@ -9,10 +9,10 @@ import copy
 import pytest
 from lint_helpers import BASES, dump, job, lint_docs, network_policy, rule_ids, service
 
-from kgen.lint import k8s
+from kgen import k8s
+from kgen.launch.command import read_container
 from kgen.lint.api import LintOptions, lint_documents, lint_text
 from kgen.lint.registry import load_rules
-from kgen.lint.torchcmd import read_container
 
 J, POD = (1,), (1, "spec", "template", "spec")
 C0 = POD + ("containers", 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from lint_helpers import BASES, lint_docs, rule_ids
 
-from kgen.lint.torchcmd import find_launches, host_of, resolve
+from kgen.launch.command import find_launches, host_of, resolve
 
 
 @pytest.mark.parametrize(

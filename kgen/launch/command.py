@@ -6,7 +6,7 @@ A container's ``command`` + ``args`` is read the way the kubelet and the shell r
   ``nice``, ``numactl``, ``tini --``, ``dumb-init --``;
 - shells (``sh``, ``bash``, ``dash``, ``zsh``, ``ash``, ``ksh``) with any option cluster
   (``-c``, ``-xc``, ``-lc``, ``-ec``, ``-cxue``, ``-o pipefail -c``, ``-l -c``, ``--login``): the
-  ``-c`` script is parsed (``kgen.lint.shell``), ``$0``, ``$1`` ... and ``"$@"`` come from the
+  ``-c`` script is parsed (``kgen.launch.shell``), ``$0``, ``$1`` ... and ``"$@"`` come from the
   arguments after it, so a prologue ending in ``exec "$@"`` launches whatever ``args`` holds; every
   simple command of the script is read again (a nested ``bash -c "..."``, ``exec torchrun ...``);
 - launchers: ``torchrun``, ``python[3] -m torch.distributed.run|launch``, ``deepspeed``,
@@ -26,7 +26,7 @@ import posixpath
 import re
 from typing import Any
 
-from kgen.lint import shell
+from kgen.launch import shell
 
 _SHELLS = {"bash", "sh", "zsh", "dash", "ash", "ksh", "mksh"}
 TRAINING_FORMS = ("torchrun", "deepspeed", "accelerate", "kgen")

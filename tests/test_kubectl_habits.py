@@ -88,7 +88,7 @@ def test_format_stays_an_alias_and_output_file_writes_files(tmp_path):
 
 
 def test_the_format_lists_are_the_writers():
-    from kgen.cli.cluster import LIST_FORMATS, STATUS_FORMATS
+    from kgen.cli.runs import LIST_FORMATS, STATUS_FORMATS
     from kgen.output import FORMATS
     from kgen.runs import views
 

@@ -261,7 +261,7 @@ def test_no_plain_import_of_a_subpackage_named_like_a_function():
 def test_the_check_can_fail():
     """The graph reader sees arrows (lazy ones too) and the circle finder finds a planted circle."""
     graph = import_graph()
-    assert "kgen.cluster.client" in graph["kgen.cluster.ops"]  # imported inside connect()
+    assert "kgen.cluster.client" in graph["kgen.cluster.engine"]  # imported inside connect()
     assert "kgen.sdk" not in graph["kgen.cli.options"]
     planted = {**graph, "kgen.errors": {**graph["kgen.errors"], "kgen.render.spec": 1}}
     assert any("kgen.errors" in c for c in circles(planted))

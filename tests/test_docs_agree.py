@@ -81,7 +81,7 @@ def test_jobset_and_cluster_docs_agree_that_the_cluster_verbs_take_jobsets():
     assert "`kgen status`, `logs`, `stop`, `list` and `submit --kind jobset` work on JobSets" in JOBSET_MD
     assert "Kinds: Job, StatefulSet, and JobSet" in CLUSTER_MD
     from kgen.cluster.client import WORKLOAD_KINDS
-    from kgen.cluster.ops import STOP_KINDS
+    from kgen.cluster.engine import STOP_KINDS
 
     assert "JobSet" in STOP_KINDS and "JobSet" in WORKLOAD_KINDS
 

@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from kgen.cli import cli
-from kgen.cluster.ops import STOP_KINDS
+from kgen.cluster.engine import STOP_KINDS
 from tests.conftest import ROOT
 
 KINDS = ("job", "statefulset", "jobset")

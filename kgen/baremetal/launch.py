@@ -309,7 +309,7 @@ def launch(req: LaunchRequest, transport: Transport, say: Callable[[str], None] 
         else:
             failed.append((answer or {}).get("error") or d.failed or f"{d.host}: did not start")
     if failed:
-        from kgen.baremetal import ops
+        from kgen.baremetal import engine as ops
 
         report = ops.stop(rec, transport, grace=5.0, group_stop=False)
         ops.remove(rec, transport)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from kgen.errors import UsageError
 
 if TYPE_CHECKING:
-    from kgen.baremetal.ops import StopReport
+    from kgen.baremetal.engine import StopReport
     from kgen.render.pipeline import Checked, RenderRequest
     from kgen.runs.verdict import Verdict
 
@@ -186,7 +186,7 @@ def _local(ref: RunRef) -> LocalRun | None:
 
 
 def _connect(ref: RunRef, max_connections: int = 16):
-    from kgen.cluster.ops import connect
+    from kgen.cluster.engine import connect
 
     return connect(ref.namespace, ref.context, ref.kubeconfig, max_connections=max_connections)
 
@@ -209,10 +209,10 @@ def status(ref: RunRef, *, read_logs: bool = True) -> RunStatus:
         return RunStatus(slurmruns.status(local.record), "slurm", slurmruns.which(local.record))
     rec = local.record if local is not None else None
     if rec is not None:
-        from kgen.baremetal import ops
+        from kgen.baremetal import engine as ops
 
         return RunStatus(ops.status(rec, ops.transport_for(rec)), "bare-metal", _which(rec))
-    from kgen.cluster.ops import gather
+    from kgen.cluster.engine import gather
 
     v, _ = gather(_connect(ref), ref.name, with_logs=read_logs)
     return RunStatus(v, "cluster")
@@ -242,7 +242,7 @@ def watch(
     if rec is not None:
         yield from _watch_bare_metal(rec)
         return
-    from kgen.cluster import ops
+    from kgen.cluster import engine as ops
 
     cluster = _connect(ref)
     _, raw = ops.gather(cluster, ref.name, with_logs=read_logs if first_logs is None else first_logs)
@@ -251,7 +251,7 @@ def watch(
 
 
 def _watch_bare_metal(rec) -> Iterator[StatusUpdate]:
-    from kgen.baremetal import ops
+    from kgen.baremetal import engine as ops
 
     transport = ops.transport_for(rec)
     v = ops.status(rec, transport)
@@ -314,7 +314,7 @@ def logs(req: LogsRequest, note: Say = _quiet) -> Iterator[str]:
         raise UsageError(f"must be 1 or more, got {req.max_streams}", option="--max-streams")
     if req.follow and req.previous:
         raise UsageError("cannot follow a previous container", option="--previous", hint="drop -f or --previous")
-    from kgen.cluster import ops
+    from kgen.cluster import engine as ops
 
     cluster = _connect(req.run, max_connections=req.max_streams + 4)
     yield from ops.logs(
@@ -333,7 +333,7 @@ def logs(req: LogsRequest, note: Say = _quiet) -> Iterator[str]:
 
 
 def _logs_bare_metal(rec, req: LogsRequest, ranks: set[int] | None, note: Say) -> Iterator[str]:
-    from kgen.baremetal import ops
+    from kgen.baremetal import engine as ops
 
     if req.previous:
         raise UsageError("is for cluster runs (a bare-metal node's log goes on across restarts)", option="--previous")
@@ -371,7 +371,7 @@ class StopRequest:
 @dataclass
 class StopResult:
     """What was stopped: ``on`` "cluster" (``deleted``: how many objects; 0 only with ``ignore_not_found``, in
-    ``namespace``), "bare-metal" (``report``: each node's stop) or "slurm" (``job``: kgen.slurm.ops.StopReport,
+    ``namespace``), "bare-metal" (``report``: each node's stop) or "slurm" (``job``: kgen.slurm.engine.StopReport,
     the job's stop); ``removed``: the problems of --rm (None: not done)."""
 
     on: str
@@ -406,7 +406,7 @@ def stop(req: StopRequest, say: Say = _quiet, note: Say = _quiet) -> StopResult:
         return StopResult("slurm", job=job, removed=removed)
     rec = local.record if local is not None else None
     if rec is not None:
-        from kgen.baremetal import ops
+        from kgen.baremetal import engine as ops
 
         if not 0 <= req.grace <= 3600:
             raise UsageError(f"must be between 0 and 3600 seconds, got {req.grace:g}", option="--grace")
@@ -416,9 +416,9 @@ def stop(req: StopRequest, say: Say = _quiet, note: Say = _quiet) -> StopResult:
         return StopResult("bare-metal", report=report, removed=removed)
     if req.remove:
         raise UsageError("is for bare-metal and Slurm runs (kgen launch, kgen submit --kind slurm)", option="--rm")
+    from kgen.cluster.engine import stop_run
     from kgen.cluster.errors import ClusterError
     from kgen.cluster.labels import run_selector
-    from kgen.cluster.ops import stop_run
 
     cluster = _connect(req.run)
     deleted = stop_run(cluster, req.run.name, req.wait, req.timeout, say, note)
@@ -504,7 +504,7 @@ def submit(req: SubmitRequest, say: Say = _quiet, note: Say = _quiet) -> SubmitR
         return SubmitResult(
             checked, False, docs, "nothing was sent to a cluster (--dry-run=server asks the API server)"
         )
-    from kgen.cluster import ops
+    from kgen.cluster import engine as ops
     from kgen.cluster.errors import ClusterError
 
     cluster = ops.connect(spec.namespace or req.namespace, req.context, req.kubeconfig)
@@ -594,7 +594,7 @@ def list_runs(req: ListRequest | None = None, note: Say = _quiet) -> RunList:
     runs = _bare_metal_entries() + slurmruns.entries(note)
     where = "this machine's bare-metal and Slurm records"
     try:
-        from kgen.cluster import ops
+        from kgen.cluster import engine as ops
 
         cluster = ops.connect(req.namespace, req.context, req.kubeconfig)
         runs += ops.cluster_runs(cluster, req.all_namespaces)
@@ -612,7 +612,7 @@ def _bare_metal_entries() -> list[dict]:
     """One `kgen list` row per bare-metal run (its verdict from every host, all runs at once)."""
     from datetime import datetime, timezone
 
-    from kgen.baremetal import ops
+    from kgen.baremetal import engine as ops
     from kgen.runs import views
 
     now = datetime.now(timezone.utc)

@@ -30,7 +30,7 @@ def which(rec: RunRecord) -> str:
 
 
 def status(rec: RunRecord) -> Verdict:
-    from kgen.slurm import ops
+    from kgen.slurm import engine as ops
 
     return ops.status(rec)
 
@@ -69,7 +69,7 @@ def logs(
     note: Say,
     full: bool = False,
 ) -> Iterator[str]:
-    from kgen.slurm import ops
+    from kgen.slurm import engine as ops
 
     if previous:
         raise UsageError("is for cluster runs (a Slurm node's log goes on across requeues)", option="--previous")
@@ -88,9 +88,9 @@ def logs(
 
 
 def stop(rec: RunRecord, grace: float, remove: bool) -> tuple[Any, list[str] | None]:
-    """The stop's report (kgen.slurm.ops.StopReport) and, with ``remove``, the problems of removing the run's
+    """The stop's report (kgen.slurm.engine.StopReport) and, with ``remove``, the problems of removing the run's
     folder and record (None: not asked, or the job did not end)."""
-    from kgen.slurm import ops
+    from kgen.slurm import engine as ops
 
     if not 0 <= grace <= 3600:
         raise UsageError(f"must be between 0 and 3600 seconds, got {grace:g}", option="--grace")
@@ -112,7 +112,7 @@ def submit(
     "server" (`sbatch --test-only`: Slurm's answer), else sbatch; ``replace`` stops and removes a Slurm run of
     that name first."""
     from kgen.render.pipeline import stderr_lines
-    from kgen.slurm import ops
+    from kgen.slurm import engine as ops
     from kgen.slurm import record as R
 
     spec = checked.spec
@@ -148,7 +148,7 @@ def entries(note: Say) -> list[dict]:
     from datetime import datetime, timezone
 
     from kgen.runs import views
-    from kgen.slurm import ops
+    from kgen.slurm import engine as ops
     from kgen.slurm import record as R
     from kgen.slurm.commands import SlurmError
 

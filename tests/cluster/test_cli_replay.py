@@ -101,7 +101,7 @@ def test_status_watch_follows_until_the_run_ends(served):
 
 def test_status_watch_replays_the_stream(served):
     """A StatefulSet never ends: the watch loop replays both recorded streams, then its bound stops it."""
-    from kgen.cluster import ops
+    from kgen.cluster import engine as ops
     from kgen.cluster.client import Cluster
 
     r, kc = served("statefulset-running")

@@ -51,7 +51,7 @@ def test_nothing_outside_imports_it_but_the_python_api():
 def test_slurm_verbs_run_without_the_kubernetes_client_or_ssh():
     code = (
         "import sys, json\nsys.modules['kubernetes'] = None\n"
-        "import kgen.slurm.ops, kgen.slurm.adapter, kgen.render.sbatch\n"
+        "import kgen.slurm.engine, kgen.slurm.adapter, kgen.render.sbatch\n"
         "print(json.dumps(sorted(m for m in sys.modules if m == 'kubernetes' and sys.modules[m] is not None"
         " or m.startswith(('kgen.baremetal', 'kgen.cli', 'kgen.cluster', 'torch', 'paramiko')))))\n"
     )

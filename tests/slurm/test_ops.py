@@ -1,4 +1,4 @@
-"""kgen.slurm.ops against the real controller, without running training: what submit makes and refuses, a held
+"""kgen.slurm.engine against the real controller, without running training: what submit makes and refuses, a held
 job stopped, and the run's folder and record."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 from kgen.errors import UsageError
 from kgen.render.sbatch import SbatchSpec, render
 from kgen.resources import entrypoint_path
-from kgen.slurm import commands, ops
+from kgen.slurm import commands
+from kgen.slurm import engine as ops
 from kgen.slurm import record as R
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kgen.render.sbatch import SbatchSpec, render
-from kgen.slurm import ops
+from kgen.slurm import engine as ops
 from kgen.slurm import record as R
 
 REPO = Path(__file__).resolve().parents[2]

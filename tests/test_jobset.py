@@ -2,7 +2,7 @@
 wiring, the stderr notes, and kgen lint on kgen's own output.
 
 Goldens: every preset x jobset, with and without --queue (regenerate with --update-goldens and
-review the diff, like tests/test_golden.py).
+review the diff, like tests/render/test_golden.py).
 """
 
 import re

@@ -1,7 +1,8 @@
 """`kgen render --kind slurm` (kgen.render.slurmkind): the same presets and values as the Kubernetes kinds, read
 for Slurm; Kubernetes-only keys a user set are refused with the fix or reported as ignored; the script is pure
 (the same bytes under any HOME, user, clock or machine; no Slurm client, torch or kgen.slurm loaded) and the run's
-folder and secret never in its text. The script itself: tests/test_render_sbatch.py; goldens: tests/test_golden.py."""
+folder and secret never in its text. The script itself: tests/render/test_render_sbatch.py; goldens:
+tests/render/test_golden.py."""
 
 from __future__ import annotations
 

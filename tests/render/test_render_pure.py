@@ -132,7 +132,7 @@ def test_the_same_bytes_under_any_home_user_host_clock_and_ci(world, kind):
 
 def test_the_run_key_machinery_is_gone():
     """`~/.config/kgen/run-key` and KGEN_KEY_FILE (kgen 0.1's rendered Secret) are read by nothing now."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     for path in [*root.joinpath("kgen").rglob("*.py"), *root.joinpath("templates").iterdir()]:
         text = path.read_text()
         assert "run-key" not in text and "KGEN_KEY_FILE" not in text, path

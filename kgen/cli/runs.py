@@ -257,37 +257,19 @@ def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, ign
 
     ref = _ref(name, namespace, context, kubeconfig, on)
     request = sdk.StopRequest(ref, wait, timeout, grace, remove, ignore_not_found)
-    result = sdk.stop(request, say=click.echo, note=note)
-    if result.on == "cluster":
-        if not result.deleted:  # --ignore-not-found
-            click.echo(f"nothing of run {name} left in namespace {result.namespace}: nothing to stop")
-        return
-    if result.on == "slurm":
-        click.echo(result.job.summary())
-        if not result.all_stopped:
-            note(f"run {name}: Slurm job {result.job.job_id} not confirmed ended; `kgen stop {name}` again")
-            sys.exit(1)
-        if result.removed:
-            note(f"run {name} stopped, but not removed: {'; '.join(result.removed)}")
-            sys.exit(1)
-        if remove:
-            click.echo(f"run {name} stopped and removed (its run folder and the local record)")
-        return
-    assert result.report is not None
-    for n in result.report.nodes:
-        click.echo(f"{result.report.who(n)}: {n.describe()}")
-    if not result.report.all_stopped:
-        unit = result.report.unit
-        left = ", ".join(f"{unit} {n.node.rank} on {n.node.host}" for n in result.report.nodes if not n.stopped)
-        note(f"run {name}: not confirmed stopped: {left}; `kgen stop {name}` again once the host answers")
+    report = sdk.stop(request, say=click.echo, note=note)
+    for line in report.lines:
+        click.echo(line)
+    if not report.stopped:
+        note(report.left)
         sys.exit(1)
-    if result.removed:
-        note(f"run {name} stopped, but not removed: {'; '.join(result.removed)}")
+    if report.removed:
+        note(f"run {name} stopped, but not removed: {'; '.join(report.removed)}")
         sys.exit(1)
     if remove:
-        click.echo(f"run {name} stopped and removed (run directories on every host and the local record)")
-        return
-    click.echo(f"run {name} stopped on every node in {result.report.took:.1f}s (logs kept: kgen logs {name})")
+        click.echo(f"run {name} stopped and removed ({report.removed_what})")
+    elif report.done:
+        click.echo(report.done)
 
 
 # ------------------------------------------------------------------------------------------ submit

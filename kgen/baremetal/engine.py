@@ -46,6 +46,7 @@ GROUP_WAIT = 3.0  # kgen stop: how long the other nodes get to end by the group 
 DEFAULT_GRACE = 10.0
 REORDER_S = 0.3  # kgen logs -f: lines are held this long to merge the hosts' streams in time order
 POLL_S = 2.0  # `kgen status --watch` of a bare-metal run asks every host this often
+ENDED = ("succeeded", "failed", "stopped")
 
 
 def transport_for(rec: R.RunRecord) -> Transport:
@@ -392,17 +393,22 @@ class BareMetalEngine:
         until_running: bool = False,
         timeout: float | None = None,
     ) -> Iterator[StatusUpdate]:
-        """The verdict first, then each change (every host asked every POLL_S), then the last word."""
+        """The verdict first, then each change (every host asked every POLL_S), then ``ended`` (the run ended, or
+        runs with ``until_running``) or ``last`` (over already at the first look, or ``timeout`` passed first)."""
         rec = run.record
         transport = transport_for(rec)
+        deadline = time.monotonic() + timeout if timeout is not None else None
         v = status(rec, transport)
         where = which(rec)
         yield StatusUpdate("first", RunStatus(v, self.name, where))
-        if v.state in ("succeeded", "failed", "stopped"):  # over already: the first view was the last word
+        if v.state in ENDED:  # over already: the first view was the last word
             yield StatusUpdate("last", RunStatus(v, self.name, where))
             return
         last = v.headline
-        while v.state not in ("succeeded", "failed", "stopped"):
+        while not (v.state in ENDED or (until_running and v.state == "running")):
+            if deadline is not None and time.monotonic() >= deadline:
+                yield StatusUpdate("last", RunStatus(v, self.name, where))
+                return
             time.sleep(POLL_S)
             v = status(rec, transport)
             if v.headline != last:

@@ -1,7 +1,7 @@
 """Rules on what a training container's command does, read through the launch model
 (``kgen.launch.command``, shells parsed by ``kgen.launch.shell``): scripts bash refuses, exit
 statuses a script loses, rendezvous ids and node counts that differ per pod, long-running kinds
-whose command ends, env values that are shell code, and launchers nested in launchers (contract C5).
+whose command ends, env values that are shell code, and launchers nested in launchers (kgen.launch.launchers).
 """
 
 from __future__ import annotations

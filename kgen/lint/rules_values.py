@@ -1,7 +1,7 @@
 """What a training container is given, read the way the program receives it: env values that are text
 where a field reference was meant, rank variables fed from the wrong index, GPU visibility overridden,
 exec-form arguments that keep their shell quotes, and names the API server or a CSI driver resolves
-that are still placeholders (issue 25's missed classes)."""
+that are still placeholders."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def jobset_base(queue: str | None = None) -> list:
     spec = build(RenderRequest(preset="4x8", flags={"kind": "jobset", "queue": queue}))
     docs = render_documents(spec, entrypoint_source="# stub\n")
     docs = json.loads(json.dumps(docs))  # plain dicts for the YAML dumper
-    if not any(d["kind"] == "NetworkPolicy" for d in docs):  # until render emits it (issue 17, proto branch)
+    if not any(d["kind"] == "NetworkPolicy" for d in docs):  # until render emits it
         docs.append(_network_policy(docs))
     return docs
 

@@ -1,4 +1,4 @@
-"""Scripts where they live (issue 25 item 3): a script from a ConfigMap of the linted set that the
+"""Scripts where they live: a script from a ConfigMap of the linted set that the
 container runs (by path under a mount, a shebang file, ``source``, a subPath or ``items`` mount,
 relative to workingDir or a ``cd``), and here-document bodies (``bash <<EOF``, ``cat <<EOF | bash``,
 ``cat > f <<EOF; bash f``) go through the same launch model as an inline ``bash -c``."""

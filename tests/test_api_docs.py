@@ -1,5 +1,5 @@
 """docs/api.md's examples run as written (each Python block in its own process, in a temporary folder), and
-the Python API is what the CLI calls (issue 21)."""
+the Python API is what the CLI calls."""
 
 from __future__ import annotations
 

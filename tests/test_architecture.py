@@ -1,4 +1,4 @@
-"""The import contract (issue 21): kgen's rooms import one way, and no module imports itself back.
+"""The import contract: kgen's rooms import one way, and no module imports itself back.
 
 Read from the code (every ``import`` and ``from ... import`` in kgen/, at module level or inside a function:
 a lazy import is still an arrow), not from what a run happens to load. ``if TYPE_CHECKING:`` imports are
@@ -160,7 +160,7 @@ def _in(module: str, room: str) -> bool:
 
 
 def test_no_import_circles():
-    """None anywhere in kgen/ (the three lint circles issue 21 named are gone: lint/api <-> lint/kubeconform,
+    """None anywhere in kgen/ (the three lint circles once found are gone: lint/api <-> lint/kubeconform,
     lint/document <-> lint/parse, lint/k8s -> lint/kinds -> lint/kinds/pytorchjob -> lint/k8s)."""
     found = sorted(sorted(c) for c in circles(import_graph()))
     assert not found, f"import circles: {found}"

@@ -249,7 +249,7 @@ def test_bad_kueue_and_jobset_values_are_one_line_errors(args, message):
 def test_kgen_lint_is_clean_on_its_own_jobset_output(preset, version, queue):
     text = render(RenderRequest(preset=preset, flags={"kind": "jobset", "queue": queue}, kubernetes_version=version))
     result = lint_text(text, "<render>", LintOptions(kubernetes_version=version))
-    assert "kind: NetworkPolicy" in text  # issue 17: the run is fenced, so no KG134
+    assert "kind: NetworkPolicy" in text  # the run is fenced, so no KG134
     assert [f.rule_id for f in result.findings] == ["KG011"], [f.text() for f in result.findings]
     assert result.exit_code == 0
 

@@ -1,4 +1,4 @@
-"""A launcher after `--` (issue 15.1, contract C5): kgen.launch.launchers and the entrypoint's own copy read it
+"""A launcher after `--`: kgen.launch.launchers and the entrypoint's own copy read it
 alike (one table), and render, submit, values `command:` and the entrypoint refuse it with the command
 to use instead."""
 

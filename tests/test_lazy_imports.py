@@ -9,7 +9,7 @@ HEAVY = ["torch", "kubernetes", "jsonschema", "requests", "numpy", "kubernetes_v
 
 
 def test_render_imports_nothing_heavy(tmp_path):
-    # Never a system path: `-o /dev/null` once replaced the machine's /dev/null (issue 8).
+    # Never a system path: `-o /dev/null` once replaced the machine's /dev/null.
     target = str(tmp_path / "out.yaml")
     code = (
         "import sys, json\n"

@@ -1,4 +1,4 @@
-"""Issue 22.4: every object kgen renders fits client-side `kubectl apply` with headroom, and the pod copy of the
+"""Every object kgen renders fits client-side `kubectl apply` with headroom, and the pod copy of the
 entrypoint that makes that possible is the same program, line for line.
 
 Client-side `kubectl apply` stores the whole object once more in its `kubectl.kubernetes.io/last-applied-

@@ -1,10 +1,10 @@
-"""The run verbs: `kgen status`, `logs`, `stop`, `submit`, `list` (issue 10), for cluster, bare-metal and Slurm runs.
+"""The run verbs: `kgen status`, `logs`, `stop`, `submit`, `list`, for cluster, bare-metal and Slurm runs.
 
 Thin click commands: flags -> kgen.sdk (status, watch, logs, stop, submit, list_runs: this machine's record of a
 bare-metal or Slurm run first, else the cluster; the ``kubernetes`` client is loaded only there, so `kgen
 render`/`lint`/`--help` never load it) -> kgen.runs.views -> stdout.
 
-Exit codes of `kgen status` (and of `--watch`), contract C2, from kgen.runs.verdict.status_exit: 0 unless
+Exit codes of `kgen status` (and of `--watch`), from kgen.runs.verdict.status_exit: 0 unless
 the run failed (1); with --exit-code the state's own code: 0 succeeded, 1 failed, 3 running (starting,
 running, degraded or restarting), 4 pending (unschedulable, image pull errors). 2 is always bad input or a
 cluster error (no kubeconfig, unreachable, forbidden, unknown run), one line on stderr.

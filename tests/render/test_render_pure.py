@@ -1,4 +1,4 @@
-"""Issue 22.1: `kgen render` is a pure function: the same command, values files and kgen version give the
+"""`kgen render` is a pure function: the same command, values files and kgen version give the
 same bytes under any HOME, user, hostname, clock or machine, and it writes nothing but its own cache.
 
 Each render is the real `kgen` process, started with an environment made from scratch (nothing of the test

@@ -156,7 +156,7 @@ COMMANDS = [
     (["./run.sh", "--lr", "3"], False),
     (["python3", "-c", "print(1)"], False),
     (["bash", "-c", "echo $(X)"], False),
-    # launchers nest inside the entrypoint's own torchrun (issue 15.1); tests/test_launchers.py has the rest
+    # launchers nest inside the entrypoint's own torchrun; tests/test_launchers.py has the rest
     (["torchrun", "--standalone", "--nproc-per-node", "8", "train.py"], True),
     (["python3", "-m", "torch.distributed.run", "train.py"], True),
     (["-m", "torch.distributed.launch", "train.py"], True),

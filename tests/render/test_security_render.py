@@ -1,4 +1,4 @@
-"""Issue 17.2-17.3 and 22.2 in the manifests: where each kind's pods get the run's secret (never from the
+"""In the manifests: where each kind's pods get the run's secret (never from the
 rendered output) and the NetworkPolicy that admits only the run's own pods, for every kind."""
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def test_one_node_needs_no_secret():
 
 def test_nothing_kgen_renders_is_immutable():
     """Re-applying a run's manifest, rendered anywhere, or after `kubectl delete <workload>`, never meets an
-    immutable object of a fixed name (issue 22.3)."""
+    immutable object of a fixed name."""
     for kind in ("job", "statefulset", "jobset"):
         request = RenderRequest(preset="64x8", flags={"kind": kind}, sets=["podDisruptionBudget=true"])
         for doc in docs_of(render(request)):

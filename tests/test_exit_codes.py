@@ -8,8 +8,8 @@ import ast
 
 import yaml
 
-from kgen import jobset
-from kgen.api import RenderRequest, render
+from kgen import RenderRequest, jobset
+from kgen.render.pipeline import manifest_text
 from kgen.resources import entrypoint_path
 from kgen.runs.exitcodes import TABLE
 
@@ -36,7 +36,7 @@ def test_every_entrypoint_code_has_a_meaning_in_kgen_status():
 
 def test_the_jobs_failure_policy_replaces_exactly_the_lost_dropped_killed_and_deleted_pods():
     codes = entrypoint_codes()
-    job = next(d for d in yaml.safe_load_all(render(RenderRequest(preset="4x8"))) if d and d["kind"] == "Job")
+    job = next(d for d in yaml.safe_load_all(manifest_text(RenderRequest(preset="4x8"))) if d and d["kind"] == "Job")
     rules = job["spec"]["podFailurePolicy"]["rules"]
     ignored = {v for r in rules if r["action"] == "Ignore" and "onExitCodes" in r for v in r["onExitCodes"]["values"]}
     assert ignored == {codes["EXIT_PEER_LOST"], codes["EXIT_DROPPED"], 128 + 9, 128 + 15}

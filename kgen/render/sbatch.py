@@ -153,7 +153,7 @@ def check_run_dir(path: str, option: str = "--run-dir") -> str:
     return path
 
 
-def render(spec: SbatchSpec) -> str:
+def sbatch_text(spec: SbatchSpec) -> str:
     """The sbatch script for ``spec`` (checked first)."""
     check(spec)
     return _environment().get_template(TEMPLATE).render(s=spec)

@@ -259,8 +259,8 @@ def sbatch_spec(spec: TrainingSpec) -> SbatchSpec:
     )
 
 
-def render(spec: TrainingSpec) -> str:
+def render_script(spec: TrainingSpec) -> str:
     """The sbatch script's text for ``spec`` (kind slurm)."""
     from kgen.render import sbatch
 
-    return sbatch.render(sbatch_spec(spec))
+    return sbatch.sbatch_text(sbatch_spec(spec))

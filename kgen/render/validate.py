@@ -1,7 +1,7 @@
 """Stage 2 of render, the checks: every value checked as the API server (and kgen's entrypoint) would check
 what it becomes, before anything is rendered; each problem is one UsageError naming where the value came
 from (the flag, `file: key`, `preset P: key`, or the key). kgen.render.spec derives the spec from what
-passes (``check_values``).
+passes (``validate_values``).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def _where(origins: dict[str, str], key: str) -> str:
     return f"{key} (from {source})"
 
 
-class Checked(NamedTuple):
+class CheckedValues(NamedTuple):
     """The values as checked: what the spec is derived from (kgen.render.spec.build_spec)."""
 
     kind: str
@@ -136,7 +136,7 @@ class Patch(NamedTuple):
     origin: str
 
 
-def check_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: int = DEFAULT_K8S) -> Checked:
+def validate_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: int = DEFAULT_K8S) -> CheckedValues:
     """Check every value, in a fixed order, naming the option or file it came from (the first problem
     raises UsageError)."""
     o = origins
@@ -286,7 +286,7 @@ def check_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: int
     _check_command(v, o)
 
     user_env = _user_env(v, o)
-    return Checked(
+    return CheckedValues(
         kind,
         nodes,
         gpus,

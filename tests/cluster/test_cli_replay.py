@@ -378,8 +378,8 @@ def test_submit_wait_follows_until_every_rank_runs(served):
 
 def test_submit_takes_exactly_renders_options():
     """submit's render options are copied from `kgen render` (names, metavars, help): they cannot drift."""
-    from kgen.api import FLAG_NAMES
     from kgen.cli.runs import RENDER_OUTPUT_OPTIONS, REQUEST_FIELDS, SUBMIT_OWN_PARAMS
+    from kgen.render.request import FLAG_NAMES
 
     render, submit = cli.commands["render"], cli.commands["submit"]
     render_opts = {p.name: p for p in render.params if isinstance(p, click.Option)}

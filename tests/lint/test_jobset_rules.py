@@ -11,9 +11,10 @@ import json
 import pytest
 from lint_helpers import BASES, all_of, delete_at, lint_docs, rule_ids, set_at
 
+from kgen import RenderRequest
 from kgen import jobset as js
-from kgen.api import RenderRequest, build, render_documents
 from kgen.lint.registry import load_rules
+from kgen.render.pipeline import build, render_documents
 
 JS = (2,)  # ConfigMap, NetworkPolicy, JobSet
 SPEC = JS + ("spec",)

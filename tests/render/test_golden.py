@@ -8,7 +8,8 @@ of entrypoint/ (test_render_invariants checks the real script lands in the Confi
 
 import pytest
 
-from kgen.api import RenderRequest, build, render_documents
+from kgen import RenderRequest
+from kgen.render.pipeline import build, render_documents
 from kgen.yamlio import dump_yaml
 from tests.conftest import KINDS, PRESETS, ROOT
 

@@ -263,8 +263,9 @@ def test_self_check_error_names_the_layer():
 
 
 def test_library_callers_without_stdin_text_get_a_clear_error():
-    from kgen.api import RenderRequest, build
+    from kgen import RenderRequest
     from kgen.errors import UsageError
+    from kgen.render.pipeline import build
 
     with pytest.raises(UsageError) as exc:
         build(RenderRequest(values_files=["-"]))

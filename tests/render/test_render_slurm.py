@@ -167,7 +167,7 @@ def test_the_self_check_refuses_what_lint_would():
 
 
 def test_the_api_renders_no_documents_for_slurm():
-    from kgen.api import build, render_documents
+    from kgen.render.pipeline import build, render_documents
 
     result = render(RenderRequest(kind="slurm", command=CMD))
     assert result.documents == [] and result.text.startswith("#!/bin/bash\n")

@@ -1,5 +1,5 @@
-"""click's usage errors as kgen's one line that names the option and the fix (issue 8.5), bare groups
-print their help (exit 0), and `kgen entrypoint` (issue 8.7)."""
+"""click's usage errors as kgen's one line that names the option and the fix, bare groups
+print their help (exit 0), and `kgen entrypoint`."""
 
 import subprocess
 

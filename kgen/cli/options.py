@@ -1,4 +1,4 @@
-"""Option decorators every kgen command shares (contract C1: kubectl's output convention), and the
+"""Option decorators every kgen command shares (kubectl's output convention: -o FORMAT, --output-file FILE), and the
 command class every kgen command is (``KgenCommand``: kubectl's `-o=json` spelling, the raw arguments).
 
 ``-o/--output FORMAT`` names a format, everywhere; ``--format`` is the same option under its old name.

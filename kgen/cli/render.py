@@ -118,7 +118,7 @@ Values reference (every key, its type, default and meaning): kgen values
 @output_format_option(RENDER_FORMATS, "yaml", help="Output format (json: a kubectl List).")
 @output_file_option()
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS...]]")
-def render(
+def render_command(
     preset,
     nodes,
     gpus,
@@ -263,4 +263,4 @@ def values_reference(output_format: str) -> None:
     click.echo(sdk.values_reference(output_format), nl=False)
 
 
-COMMANDS = (render, presets, entrypoint, values_reference)
+COMMANDS = (render_command, presets, entrypoint, values_reference)

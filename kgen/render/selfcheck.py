@@ -37,7 +37,7 @@ KIND_ONLY_KEYS = (
 def render_cautions(spec: TrainingSpec) -> list[str]:
     """Values that render but do nothing, or likely not what was meant: keys the kind ignores (set by
     the user, not the defaults), and a memory limit that /dev/shm alone can fill."""
-    from kgen.lint.k8s import parse_quantity
+    from kgen.k8s import parse_quantity
 
     out = []
     for key, kinds, why in KIND_ONLY_KEYS:

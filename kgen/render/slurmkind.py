@@ -166,7 +166,7 @@ def _word(spec: TrainingSpec, key: str, pattern: Any, what: str) -> str:
 
 def cpus(spec: TrainingSpec) -> int:
     """--cpus-per-task: the cpu request in whole CPUs (0: none asked)."""
-    from kgen.lint.k8s import parse_quantity
+    from kgen.k8s import parse_quantity
 
     qty = ((spec.resources or {}).get("requests") or {}).get("cpu")
     if qty in (None, ""):
@@ -182,7 +182,7 @@ def cpus(spec: TrainingSpec) -> int:
 def mem(spec: TrainingSpec) -> str:
     """--mem: the memory request in Slurm's units (K, M, G, T are powers of 1024), exact when it can be, else
     rounded up to whole MiB ("" when none is asked)."""
-    from kgen.lint.k8s import parse_quantity
+    from kgen.k8s import parse_quantity
 
     qty = ((spec.resources or {}).get("requests") or {}).get("memory")
     if qty in (None, ""):
@@ -259,8 +259,8 @@ def sbatch_spec(spec: TrainingSpec) -> SbatchSpec:
     )
 
 
-def render(spec: TrainingSpec) -> str:
+def render_script(spec: TrainingSpec) -> str:
     """The sbatch script's text for ``spec`` (kind slurm)."""
     from kgen.render import sbatch
 
-    return sbatch.render(sbatch_spec(spec))
+    return sbatch.sbatch_text(sbatch_spec(spec))

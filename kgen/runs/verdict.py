@@ -64,7 +64,7 @@ __all__ = [
 INCIDENT_WINDOW_S = 10.0  # failures this close to the first one belong to the same incident
 IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 
-# Exit codes of `kgen status` (contract C2; the one table, for runs on a cluster and over ssh alike).
+# Exit codes of `kgen status` (the one table, for runs on a cluster and over ssh alike).
 # By default 0 unless the run failed or was stopped (1), so `set -e` scripts survive a healthy running
 # job; 2 is always bad input or a run that cannot be found. `--exit-code` gives each state its own code.
 # "stopped": a run ended by `kgen stop` or a deliberate group stop (terminal, not a success).

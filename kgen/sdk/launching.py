@@ -140,10 +140,10 @@ def launch(req: LaunchRequest, say: Say = _quiet) -> RunRecord:
 
 
 def _refuse_nested_launcher(command: list[str], nproc: int, nproc_set: bool, nodes: int) -> None:
-    """A launcher as the command (torchrun, accelerate launch, ...; contract C5) is refused before any host
+    """A launcher as the command (torchrun, accelerate launch, ...; kgen.launch.launchers) is refused before any host
     is asked, in render's words, with the launch command to run instead (its process count carried as
     --nproc-per-node): every node's entrypoint would refuse it anyway, after the run had started."""
-    from kgen.launchers import correction, nested_launcher, problem
+    from kgen.launch.launchers import correction, nested_launcher, problem
 
     nested = nested_launcher(command)
     if nested is None:

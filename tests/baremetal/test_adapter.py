@@ -194,7 +194,7 @@ def test_replaced_node_counts_a_reformation():
     ]
     v = verdict(running(0, [*formed(0), *formed(0, gen=1, t=12)]), running(1, events1), running(2, formed(2, 1, 12)))
     assert v.state == "running" and v.reformations == 1 and v.rows[1].restarts == 1
-    # the headline's generation is the GEN column's (issue 24: they disagreed, 2 vs 1)
+    # the headline's generation is the GEN column's (they once disagreed, 2 vs 1)
     assert "generation 1 after 1 re-formation" in v.headline and max(r.generation for r in v.rows) == 1
     assert any(d.startswith("re-formed after: rank 1 (host b): exit 137: killed (SIGKILL)") for d in v.details)
 
@@ -227,7 +227,7 @@ def record(t: int, **fields) -> str:
 
 
 def test_a_reforming_node_makes_the_headline_say_re_forming():
-    """Issue 24: every process runs, but one node re-forms: the headline says so, as its row does (it said
+    """Every process runs, but one node re-forms: the headline says so, as its row does (it said
     "Running: 3/3 ranks up, the group formed" while the row said "re-forming")."""
     reform = ev(20, 1, "re-forming: node 0 lost: node 0 silent for 5.0s; stopping torch (generation 0)")
     v = verdict(running(0, formed(0)), running(1, [*formed(1), reform]), running(2, formed(2)))
@@ -298,7 +298,7 @@ def test_a_traceback_in_the_tail_when_there_is_no_record():
 
 
 def test_an_internal_error_is_kgens_own_fault_not_the_scripts():
-    """Issue 23.3: node 0's entrypoint failed (exit 70), the others ended with 5 and name node 0."""
+    """Node 0's entrypoint failed (exit 70), the others ended with 5 and name node 0."""
     reason = "kgen entrypoint internal error on node 0: RecursionError: maximum recursion depth exceeded (report it)"
     v = verdict(
         ended(0, 70, reason, 12, [*formed(0), ev(12, 0, reason)]),
@@ -320,7 +320,7 @@ def test_an_internal_error_is_kgens_own_fault_not_the_scripts():
 
 
 def test_words_inside_a_logged_line_cannot_pass_for_the_entrypoints_own():
-    """Issue 23.4: what a stranger or a script put inside a line is not a generation start, a loss or a
+    """What a stranger or a script put inside a line is not a generation start, a loss or a
     replacement; and nothing a host answers reaches the terminal with a control character."""
     forged = [
         ev(5, 0, "refused a connection from 1.2.3.4:9: sent 'generation 7: starting' (FAIL-STOP: node 2 x)"),

@@ -48,7 +48,7 @@ def one_line_error(res, *words):
         ([*BASE, "--local", "2", "--ssh-config", "/etc/hostname", "--", "t.py"], ["--ssh-config", "not --local"]),
         ([*BASE, "--hostfile", "/dev/zero", "--", "t.py"], ["--hostfile", "larger than"]),
         ([*BASE, "--hosts", "a", "--master-addr", "a b", "--", "t.py"], ["--master-addr"]),
-        # a launcher as the command (contract C5): refused before any host is asked, the launch to run instead
+        # a launcher as the command (nested launchers): refused before any host is asked, the launch to run instead
         (
             [*BASE, "--hosts", "unused-host", "--", "torchrun", "--nproc-per-node", "4", "t.py", "--lr", "3"],
             [

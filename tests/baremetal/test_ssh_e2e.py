@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TRAINLOOP
+from conftest import TRAINLOOP
 from sshlab import end_shared_connections, free_port_pair
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
@@ -147,8 +147,7 @@ def test_three_hosts_launch_status_logs_crash_and_stop(lab, kgen, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_hostile_arguments_and_env_land_exactly_on_every_host(lab, kgen, tmp_path):
-    sys.path.insert(0, str(REPO / "tests"))
-    from test_render_strings import HOSTILE
+    from tests.render.test_render_strings import HOSTILE
 
     lab = lab(2)
     work = code_dir(tmp_path)

@@ -1,4 +1,4 @@
-"""Issue 24 with real processes (`kgen launch --local`, real torch and gloo): the verdict names the failed
+"""The verdict with real processes (`kgen launch --local`, real torch and gloo): the verdict names the failed
 process, its exception, message and file:line, and the ranks that failed because of it; every log line is one
 whole line of one process after its global rank, with 2 and 8 processes per node; torchrun's shutdown report
 after a re-formation or a stop is one line (`--full`: as written)."""
@@ -78,7 +78,7 @@ def test_an_exception_on_one_rank_is_the_root_cause_with_2_processes_per_node(kg
     only3 = kgen("logs", "boom", "--rank", "3").stdout.splitlines()
     assert {line.split("]")[0] for line in only3} == {"[3"}  # node 1's own lines come with ranks 2 and 3
     assert "[3] RuntimeError: deliberate failure on rank 3 at step 2" in only3
-    # --watch of a run that has ended prints it once (issue 24: the table came twice), with its exit code
+    # --watch of a run that has ended prints it once (the table once came twice), with its exit code
     watched = kgen("status", "boom", "--watch")
     assert (
         watched.returncode == 1 and watched.stdout.count("RANKS  HOST") == 1 and watched.stdout.count("Failed: ") == 1

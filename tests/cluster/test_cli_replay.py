@@ -52,7 +52,7 @@ CAPTURES = [
 
 @pytest.mark.parametrize("capture,code,headline", CAPTURES)
 def test_status_over_replay(served, capture, code, headline):
-    """Exit codes (contract C2): 0 unless the run failed (1); --exit-code gives the state's own code."""
+    """Exit codes: 0 unless the run failed (1); --exit-code gives the state's own code."""
     r, kc = served(capture)
     res = run("status", r.name, "--kubeconfig", kc)
     assert res.exit_code == (1 if code == 1 else 0), res.output
@@ -101,7 +101,7 @@ def test_status_watch_follows_until_the_run_ends(served):
 
 def test_status_watch_replays_the_stream(served):
     """A StatefulSet never ends: the watch loop replays both recorded streams, then its bound stops it."""
-    from kgen.cluster import ops
+    from kgen.cluster import engine as ops
     from kgen.cluster.client import Cluster
 
     r, kc = served("statefulset-running")
@@ -317,7 +317,7 @@ def test_stop_deletes_everything_foreground_then_says_nothing_is_left(served):
     assert all(
         "app.kubernetes.io%2Finstance%3Drec-worker-killed" in p or "instance%3D" in p.replace("/", "%2F") for p in lists
     )
-    # issue 24: a run of which nothing is left is not "stopped" again: it is not there (kubectl delete's exit)
+    # a run of which nothing is left is not "stopped" again: it is not there (kubectl delete's exit)
     again = run("stop", r.name, "--kubeconfig", kc)
     one_line_error(again, "no run rec-worker-killed in namespace rec", "nothing was stopped", "--ignore-not-found")
     assert again.stdout == ""
@@ -378,8 +378,8 @@ def test_submit_wait_follows_until_every_rank_runs(served):
 
 def test_submit_takes_exactly_renders_options():
     """submit's render options are copied from `kgen render` (names, metavars, help): they cannot drift."""
-    from kgen.api import FLAG_NAMES
-    from kgen.cli.cluster import RENDER_OUTPUT_OPTIONS, REQUEST_FIELDS, SUBMIT_OWN_PARAMS
+    from kgen.cli.runs import RENDER_OUTPUT_OPTIONS, REQUEST_FIELDS, SUBMIT_OWN_PARAMS
+    from kgen.render.request import FLAG_NAMES
 
     render, submit = cli.commands["render"], cli.commands["submit"]
     render_opts = {p.name: p for p in render.params if isinstance(p, click.Option)}
@@ -483,7 +483,7 @@ def test_submit_rollback_leaves_objects_that_existed_before(served):
 
 
 def test_submit_makes_a_statefulsets_secret_first_fresh_and_owned_by_the_statefulset(served):
-    """A StatefulSet's pods carry no Job UID (issue 22.2): submit makes Secret <name>-auth (a fresh random value
+    """A StatefulSet's pods carry no Job UID: submit makes Secret <name>-auth (a fresh random value
     every time, applied before anything that starts a pod), then gives it an owner reference to the StatefulSet
     as the API server answered it (the recorded object: its real uid), so it is deleted with it."""
     r, kc = served("statefulset-running")
@@ -543,7 +543,7 @@ def test_list(served):
 
 def test_logs_follow_stops_at_once_on_ctrl_c(tmp_path):
     """`kgen logs -f` on a running run whose streams stay open (the replay server sends the next chunk only
-    after STREAM_PACE seconds): SIGINT ends it at once, quietly (issue 24: not "kgen: error: aborted"), exit
+    after STREAM_PACE seconds): SIGINT ends it at once, quietly (not "kgen: error: aborted"), exit
     130, although every stream is open.
 
     What is checked is that kgen does not wait for a stream: a kgen that did would end only after
@@ -636,7 +636,7 @@ def test_logs_follow_statefulset_sees_each_container_once(served):
     assert any(line.startswith("[node 1] ") for line in lines)
 
 
-# ------------------------------------------------------------------- issue 15.3: kubectl's habits
+# ------------------------------------------------------------------------------ kubectl's habits
 def test_status_yaml_is_the_json_verdict(served):
     import yaml
 

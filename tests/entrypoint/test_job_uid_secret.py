@@ -1,4 +1,4 @@
-"""The run's secret of a Job's (and a JobSet's) pods, from the Job's UID (issue 22.2), without torch.
+"""The run's secret of a Job's (and a JobSet's) pods, from the Job's UID, without torch.
 
 The Job controller labels every pod of a Job with the Job's UID (batch.kubernetes.io/controller-uid), a
 random version-4 UUID the API server made when the Job was created; `kgen render` hands it to the

@@ -1,4 +1,4 @@
-"""The liveness channel's membership proof and the group stop, without torch (issue 17.1, 16.5).
+"""The liveness channel's membership proof and the group stop, without torch.
 
 Wire format and threat model: docs/entrypoint.md ("Wire format", "Security"). The real node 0 here
 is the entrypoint of a 3-node run waiting for its peers (test_entrypoint_fast.Hub); the attacks on a
@@ -66,7 +66,7 @@ def test_the_proof_binds_both_nonces_and_the_secret():
     assert SECRET.decode() not in proof
 
 
-# -- the secret file (contract C3) ----------------------------------------------------------------------
+# -- the secret file ----------------------------------------------------------------------------------
 def _secret_env(tmp_path, content: bytes | None, name="secret") -> dict:
     path = tmp_path / name
     if content is not None:
@@ -378,7 +378,7 @@ def test_ctrl_c_on_a_node_waiting_for_node0_ends_it_at_once_with_exit_6():
     assert err.rstrip().splitlines()[-1] == f"kgen-entrypoint: stopped: stopped by user on {socket.gethostname()}"
 
 
-# -- issue 23.2: a node facing a bad or fake node 0 ends with the documented code and one line ---------------
+# -- a node facing a bad or fake node 0 ends with the documented code and one line ---------------
 class HostileNode0(threading.Thread):
     """Listens on the liveness port and answers every connection with `first` (instead of a challenge) and,
     once the node has said something, `then`; then it closes."""

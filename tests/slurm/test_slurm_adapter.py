@@ -110,7 +110,7 @@ def test_scontrol_show_job_fields_with_spaces():
 
 
 def test_logs_merge_every_rank_in_time_order(tmp_path):
-    from kgen.slurm import ops
+    from kgen.slurm import engine as ops
 
     run = tmp_path / "run"
     for rank, stamps in ((0, ["08:00:01", "08:00:03"]), (1, ["08:00:02", "08:00:04"])):

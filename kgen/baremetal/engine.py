@@ -1,8 +1,9 @@
-"""The verbs on a bare-metal run: status, logs (merged, followed), stop, remove, list.
+"""The verbs on a bare-metal run: status, logs (merged, followed), stop, remove, list; ``ENGINE``, the bare-metal
+engine of the run verbs (kgen.runs.engine.Engine).
 
 One ssh round trip per host and verb, every host at once (kgen.baremetal.transport.parallel); the
 decisions are pure (kgen.baremetal.adapter -> kgen.runs.verdict.judge). Returns data; only
-kgen/cli*.py prints.
+kgen.cli prints.
 """
 
 from __future__ import annotations
@@ -19,7 +20,21 @@ from datetime import datetime, timedelta, timezone
 from kgen.baremetal import record as R
 from kgen.baremetal.adapter import NodeState, to_records
 from kgen.baremetal.transport import LocalTransport, SshTransport, Transport, parallel
+from kgen.errors import UsageError
 from kgen.runs import stamps
+from kgen.runs.engine import (
+    Located,
+    LogsRequest,
+    RunList,
+    RunRef,
+    RunStatus,
+    Say,
+    StatusUpdate,
+    StopReport,
+    StopRequest,
+    check_grace,
+    check_ranks,
+)
 from kgen.runs.logtext import TAIL_SLACK, NodeLines, prefix, wanted
 from kgen.runs.safetext import lines, printable
 from kgen.runs.stamps import line_stamp, since_cut, split_ts
@@ -30,6 +45,8 @@ STATE_TIMEOUT = 20.0
 GROUP_WAIT = 3.0  # kgen stop: how long the other nodes get to end by the group stop before SIGTERM
 DEFAULT_GRACE = 10.0
 REORDER_S = 0.3  # kgen logs -f: lines are held this long to merge the hosts' streams in time order
+POLL_S = 2.0  # `kgen status --watch` of a bare-metal run asks every host this often
+ENDED = ("succeeded", "failed", "stopped")
 
 
 def transport_for(rec: R.RunRecord) -> Transport:
@@ -262,7 +279,7 @@ class NodeStop:
 
 
 @dataclass
-class StopReport:
+class NodeStopReport:
     nodes: list[NodeStop]
     took: float = 0.0
     unit: str = "rank"  # what a node is called: "node" with several processes per node
@@ -288,10 +305,10 @@ def stop(
     transport: Transport,
     grace: float = DEFAULT_GRACE,
     group_stop: bool = True,
-) -> StopReport:
+) -> NodeStopReport:
     """End every process of the run on every host at once: node 0 gets the deliberate group stop (SIGINT,
-    contract C4) and every node waits up to GROUP_WAIT s for it; then SIGTERM, SIGKILL at ``grace``;
-    each host verifies with a /proc scan that nothing of its node is left."""
+    the entrypoint's exit 6, "stopped by user") and every node waits up to GROUP_WAIT s for it; then SIGTERM,
+    SIGKILL at ``grace``; each host verifies with a /proc scan that nothing of its node is left."""
     t0 = time.monotonic()
     wait = min(GROUP_WAIT, grace) if group_stop else 0.0
 
@@ -308,7 +325,7 @@ def stop(
         return NodeStop(node, answer)
 
     nodes = parallel(rec.nodes, one)
-    return StopReport(nodes, time.monotonic() - t0, "node" if rec.nproc > 1 else "rank")
+    return NodeStopReport(nodes, time.monotonic() - t0, "node" if rec.nproc > 1 else "rank")
 
 
 def remove(rec: R.RunRecord, transport: Transport) -> list[str]:
@@ -335,3 +352,131 @@ def remove(rec: R.RunRecord, transport: Transport) -> list[str]:
 def list_runs(records: list[R.RunRecord] | None = None) -> list[tuple[R.RunRecord, Verdict]]:
     records = R.all_records() if records is None else records
     return parallel(records, lambda rec: (rec, status(rec)), limit=8)
+
+
+# ------------------------------------------------------------------------------------------ the engine
+def which(rec: R.RunRecord) -> str:
+    where = "this machine (--local)" if rec.mode == "local" else f"{len(rec.nodes)} host(s) over ssh"
+    return f"bare-metal run {rec.name} on {where}, local record {R.path(rec.name)}"
+
+
+class BareMetalEngine:
+    """`kgen launch`'s runs (ssh hosts, or this machine): found by their local record, asked on every host."""
+
+    name = "bare-metal"
+    what = "bare-metal"
+    local = True
+    kinds: tuple[str, ...] = ()  # started by `kgen launch` (kgen.sdk.launching), never submitted
+
+    def find(self, ref: RunRef) -> Located | None:
+        from kgen.runs.store import is_name
+
+        rec = R.load(ref.name) if is_name(ref.name) else None
+        return Located(ref, rec, f"local record {R.path(ref.name)}") if rec is not None else None
+
+    def record_path(self, name: str) -> str:
+        return str(R.path(name))
+
+    def check_askable(self, ref: RunRef, missing: str) -> None:
+        return None
+
+    def status(self, run: Located, *, read_logs: bool = True) -> RunStatus:
+        rec = run.record
+        return RunStatus(status(rec, transport_for(rec)), self.name, which(rec))
+
+    def watch(
+        self,
+        run: Located,
+        *,
+        read_logs: bool = True,
+        first_logs: bool | None = None,
+        until_running: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[StatusUpdate]:
+        """The verdict first, then each change (every host asked every POLL_S), then ``ended`` (the run ended, or
+        runs with ``until_running``) or ``last`` (over already at the first look, or ``timeout`` passed first)."""
+        rec = run.record
+        transport = transport_for(rec)
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        v = status(rec, transport)
+        where = which(rec)
+        yield StatusUpdate("first", RunStatus(v, self.name, where))
+        if v.state in ENDED:  # over already: the first view was the last word
+            yield StatusUpdate("last", RunStatus(v, self.name, where))
+            return
+        last = v.headline
+        while not (v.state in ENDED or (until_running and v.state == "running")):
+            if deadline is not None and time.monotonic() >= deadline:
+                yield StatusUpdate("last", RunStatus(v, self.name, where))
+                return
+            time.sleep(POLL_S)
+            v = status(rec, transport)
+            if v.headline != last:
+                last = v.headline
+                yield StatusUpdate("change", RunStatus(v, self.name, where))
+        yield StatusUpdate("ended", RunStatus(v, self.name, where))
+
+    def logs(self, run: Located, req: LogsRequest, note: Say) -> Iterator[str]:
+        rec = run.record
+        ranks = set(req.ranks) if req.ranks is not None else None
+        if req.previous:
+            raise UsageError(
+                "is for cluster runs (a bare-metal node's log goes on across restarts)", option="--previous"
+            )
+        transport = transport_for(rec)
+        check_ranks(rec.name, ranks, len(rec.nodes) * max(rec.nproc, 1))
+        if not req.follow:
+            lines, warnings = logs(rec, transport, ranks, req.tail, req.since_s, req.timestamps, req.full)
+            for w in warnings:
+                note(w)
+            yield from lines
+            return
+        yield from follow(rec, transport, ranks, req.tail, req.since_s, req.timestamps, req.full)
+
+    def stop(self, run: Located, req: StopRequest, say: Say, note: Say) -> StopReport:
+        rec = run.record
+        check_grace(req.grace)
+        transport = transport_for(rec)
+        report = stop(rec, transport, grace=req.grace)
+        removed = remove(rec, transport) if req.remove and report.all_stopped else None
+        not_stopped = ", ".join(f"{report.unit} {n.node.rank} on {n.node.host}" for n in report.nodes if not n.stopped)
+        name = rec.name
+        return StopReport(
+            self.name,
+            lines=[f"{report.who(n)}: {n.describe()}" for n in report.nodes],
+            stopped=report.all_stopped,
+            left=f"run {name}: not confirmed stopped: {not_stopped}; `kgen stop {name}` again once the host answers",
+            removed=removed,
+            removed_what="run directories on every host and the local record",
+            done=f"run {name} stopped on every node in {report.took:.1f}s (logs kept: kgen logs {name})",
+            took=report.took,
+        )
+
+    def submit(self, checked, req, say: Say, note: Say):
+        raise UsageError("bare-metal runs start with `kgen launch`", option="--kind")
+
+    def list(self, req, note: Say) -> RunList:
+        """One `kgen list` row per bare-metal run (its verdict from every host, all runs at once)."""
+        from kgen.runs import views
+
+        now = datetime.now(timezone.utc)
+        rows = [
+            {
+                "namespace": "-",
+                "name": rec.name,
+                "kind": rec.kind,
+                "shape": f"{len(rec.nodes)}x{rec.nproc}",
+                "state": v.state,
+                "age": views.age(rec.created, now),
+                "headline": v.headline,
+                "ranks_up": v.ranks_up,
+                "ranks_expected": v.ranks_expected,
+                "reformations": v.reformations,
+                "hosts": rec.hosts,
+            }
+            for rec, v in list_runs()
+        ]
+        return RunList(rows, "")
+
+
+ENGINE = BareMetalEngine()

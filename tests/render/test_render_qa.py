@@ -156,7 +156,7 @@ COMMANDS = [
     (["./run.sh", "--lr", "3"], False),
     (["python3", "-c", "print(1)"], False),
     (["bash", "-c", "echo $(X)"], False),
-    # launchers nest inside the entrypoint's own torchrun (issue 15.1); tests/test_launchers.py has the rest
+    # launchers nest inside the entrypoint's own torchrun; tests/test_launchers.py has the rest
     (["torchrun", "--standalone", "--nproc-per-node", "8", "train.py"], True),
     (["python3", "-m", "torch.distributed.run", "train.py"], True),
     (["-m", "torch.distributed.launch", "train.py"], True),
@@ -263,8 +263,9 @@ def test_self_check_error_names_the_layer():
 
 
 def test_library_callers_without_stdin_text_get_a_clear_error():
-    from kgen.api import RenderRequest, build
+    from kgen import RenderRequest
     from kgen.errors import UsageError
+    from kgen.render.pipeline import build
 
     with pytest.raises(UsageError) as exc:
         build(RenderRequest(values_files=["-"]))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kgen.errors import UsageError
-from kgen.render.sbatch import SbatchSpec, render
+from kgen.render.sbatch import SbatchSpec, sbatch_text
 
 BASE = SbatchSpec(name="llama-8n", nodes=8, command=["train.py", "--lr", "3e-4"])
 RUN = "/shared/kgen/llama-8n"  # the run folder: the script's first argument
@@ -19,7 +19,7 @@ def test_the_full_script():
     more = {"gpus_per_node": 8, "cpus_per_task": 96, "mem": "0", "time": "2-00:00:00", "partition": "gpu"}
     more.update(account="proj-7", qos="high", env=(("NPROC_PER_NODE", "8"),))
     spec = SbatchSpec(**{**BASE.__dict__, **more})
-    text = render(spec)
+    text = sbatch_text(spec)
     sbatch = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]
     assert sbatch == [
         "#SBATCH --job-name=llama-8n",
@@ -44,11 +44,11 @@ def test_the_full_script():
     assert '--slurm-node "$KGEN_SLURM_RUN" -- train.py --lr 3e-4' in srun
     end = 'exec python3 "$KGEN_SLURM_RUN/kgen_entrypoint.py" --slurm-end "$KGEN_SLURM_RUN" "$?"'
     assert text.rstrip().endswith(end)
-    assert render(spec) == text  # the same fields, the same bytes
+    assert sbatch_text(spec) == text  # the same fields, the same bytes
 
 
 def test_optional_lines_are_left_out():
-    text = render(SbatchSpec(**{**BASE.__dict__, "requeue": False}))
+    text = sbatch_text(SbatchSpec(**{**BASE.__dict__, "requeue": False}))
     for option in ("--gpus-per-node", "--cpus-per-task", "--mem", "--time", "--partition", "--account", "--qos"):
         assert option not in text
     assert "#SBATCH --no-requeue" in text
@@ -82,7 +82,7 @@ def test_optional_lines_are_left_out():
 )
 def test_a_bad_field_is_one_usage_error_naming_it(field, value):
     with pytest.raises(UsageError) as err:
-        render(SbatchSpec(**{**BASE.__dict__, field: value}))
+        sbatch_text(SbatchSpec(**{**BASE.__dict__, field: value}))
     assert err.value.option == field
     assert "\n" not in str(err.value)
 
@@ -102,7 +102,7 @@ def test_bash_passes_every_word_through_as_written(tmp_path):
     spec = SbatchSpec(**{**BASE.__dict__, "command": HOSTILE, "python": str(bin_dir / "py"),
                          "env": (("KGEN_NOTE", "x'y $z"),)})  # fmt: skip
     script = tmp_path / "job.sbatch"
-    script.write_text(render(spec))
+    script.write_text(sbatch_text(spec))
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_NNODES": "3", "HOME": "/nonexistent"}
     res = subprocess.run(["bash", str(script), RUN], env=env, capture_output=True, text=True, timeout=30, cwd=tmp_path)
@@ -133,7 +133,7 @@ def test_without_the_run_folder_the_script_ends_at_once_saying_why(tmp_path):
     (bin_dir / "srun").write_text(f"#!/bin/bash\ntouch {tmp_path}/srun-ran\n")
     (bin_dir / "srun").chmod(0o755)
     script = tmp_path / "job.sbatch"
-    script.write_text(render(BASE))
+    script.write_text(sbatch_text(BASE))
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_NNODES": "3", "HOME": "/nonexistent"}
     res = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert res.returncode != 0

@@ -1,4 +1,4 @@
-"""Issue 22.1: `kgen render` is a pure function: the same command, values files and kgen version give the
+"""`kgen render` is a pure function: the same command, values files and kgen version give the
 same bytes under any HOME, user, hostname, clock or machine, and it writes nothing but its own cache.
 
 Each render is the real `kgen` process, started with an environment made from scratch (nothing of the test
@@ -132,7 +132,7 @@ def test_the_same_bytes_under_any_home_user_host_clock_and_ci(world, kind):
 
 def test_the_run_key_machinery_is_gone():
     """`~/.config/kgen/run-key` and KGEN_KEY_FILE (kgen 0.1's rendered Secret) are read by nothing now."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     for path in [*root.joinpath("kgen").rglob("*.py"), *root.joinpath("templates").iterdir()]:
         text = path.read_text()
         assert "run-key" not in text and "KGEN_KEY_FILE" not in text, path

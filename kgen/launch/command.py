@@ -6,7 +6,7 @@ A container's ``command`` + ``args`` is read the way the kubelet and the shell r
   ``nice``, ``numactl``, ``tini --``, ``dumb-init --``;
 - shells (``sh``, ``bash``, ``dash``, ``zsh``, ``ash``, ``ksh``) with any option cluster
   (``-c``, ``-xc``, ``-lc``, ``-ec``, ``-cxue``, ``-o pipefail -c``, ``-l -c``, ``--login``): the
-  ``-c`` script is parsed (``kgen.lint.shell``), ``$0``, ``$1`` ... and ``"$@"`` come from the
+  ``-c`` script is parsed (``kgen.launch.shell``), ``$0``, ``$1`` ... and ``"$@"`` come from the
   arguments after it, so a prologue ending in ``exec "$@"`` launches whatever ``args`` holds; every
   simple command of the script is read again (a nested ``bash -c "..."``, ``exec torchrun ...``);
 - launchers: ``torchrun``, ``python[3] -m torch.distributed.run|launch``, ``deepspeed``,
@@ -26,48 +26,17 @@ import posixpath
 import re
 from typing import Any
 
-from kgen.lint import shell
+from kgen.launch import shell
+from kgen.launch.launchers import (
+    ACCELERATE_FLAGS,
+    DEEPSPEED_FLAGS,
+    LAUNCHER_MODULES,
+    PYTHON_VALUE_OPTIONS,
+    TORCHRUN_FLAGS,
+)
 
 _SHELLS = {"bash", "sh", "zsh", "dash", "ash", "ksh", "mksh"}
 TRAINING_FORMS = ("torchrun", "deepspeed", "accelerate", "kgen")
-_TORCHRUN_BOOL = {
-    "standalone",
-    "no_python",
-    "run_path",
-    "module",
-    "m",
-    "use_env",
-    "virtual_local_rank",
-}
-_DEEPSPEED_BOOL = {
-    "no_ssh",
-    "no_ssh_check",
-    "force_multi",
-    "no_local_rank",
-    "no_python",
-    "module",
-    "save_pid",
-    "enable_each_rank_log",
-    "bind_cores_to_rank",
-    "elastic_training",
-}
-_ACCELERATE_BOOL = {
-    "multi_gpu",
-    "cpu",
-    "tpu",
-    "use_deepspeed",
-    "use_fsdp",
-    "use_megatron_lm",
-    "use_xpu",
-    "quiet",
-    "q",
-    "debug",
-    "module",
-    "m",
-    "no_python",
-    "same_network",
-    "enable_cpu_affinity",
-}
 _DEEPSPEED_MAP = {"num_nodes": "nnodes", "num_gpus": "nproc_per_node", "num_procs": "nproc_per_node"}
 _ACCELERATE_MAP = {
     "num_machines": "nnodes",
@@ -76,14 +45,6 @@ _ACCELERATE_MAP = {
     "main_process_port": "master_port",
     "num_processes": "world_processes",
 }
-_LAUNCHER_MODULES = {
-    "torch.distributed.run": "torchrun",
-    "torch.distributed.launch": "torchrun",
-    "deepspeed.launcher.runner": "deepspeed",
-    "deepspeed": "deepspeed",
-    "accelerate.commands.launch": "accelerate",
-}
-_PY_VALUE_OPTS = {"-W", "-X", "-Q"}
 _VAR = re.compile(r"^\$(?:\{(\w+)\}|\((\w+)\)|(\w+))$")
 _MAX_DEPTH = 8
 
@@ -644,9 +605,9 @@ def _launcher(argv: list[str], src: list[tuple], in_script: tuple | None) -> Lau
     if head == "torchrun":
         return _torchrun(argv, src, 1, in_script)
     if head == "deepspeed":
-        return _flagged("deepspeed", argv, src, 1, in_script, _DEEPSPEED_BOOL, _DEEPSPEED_MAP)
+        return _flagged("deepspeed", argv, src, 1, in_script, DEEPSPEED_FLAGS, _DEEPSPEED_MAP)
     if head == "accelerate" and len(argv) > 1 and argv[1] == "launch":
-        launch = _flagged("accelerate", argv, src, 2, in_script, _ACCELERATE_BOOL, _ACCELERATE_MAP)
+        launch = _flagged("accelerate", argv, src, 2, in_script, ACCELERATE_FLAGS, _ACCELERATE_MAP)
         _accelerate_nproc(launch)
         return launch
     if head.endswith("kgen_entrypoint.py"):
@@ -662,13 +623,13 @@ def _python(argv: list[str], src: list[tuple], in_script: tuple | None) -> Launc
         tok = argv[i]
         if tok == "-m" and i + 1 < len(argv):
             module = argv[i + 1]
-            form = _LAUNCHER_MODULES.get(module)
+            form = LAUNCHER_MODULES.get(module)
             if form == "torchrun":
                 return _torchrun(argv, src, i + 2, in_script)
             if form == "deepspeed":
-                return _flagged("deepspeed", argv, src, i + 2, in_script, _DEEPSPEED_BOOL, _DEEPSPEED_MAP)
+                return _flagged("deepspeed", argv, src, i + 2, in_script, DEEPSPEED_FLAGS, _DEEPSPEED_MAP)
             if form == "accelerate":
-                launch = _flagged("accelerate", argv, src, i + 2, in_script, _ACCELERATE_BOOL, _ACCELERATE_MAP)
+                launch = _flagged("accelerate", argv, src, i + 2, in_script, ACCELERATE_FLAGS, _ACCELERATE_MAP)
                 _accelerate_nproc(launch)
                 return launch
             launch = _at(Launch("python"), src, i, in_script)
@@ -677,7 +638,7 @@ def _python(argv: list[str], src: list[tuple], in_script: tuple | None) -> Launc
             return launch
         if tok == "-c":
             return None  # an inline program
-        if tok in _PY_VALUE_OPTS:
+        if tok in PYTHON_VALUE_OPTIONS:
             i += 2
             continue
         if tok.startswith("-"):
@@ -708,7 +669,7 @@ def _kgen(argv: list[str], src: list[tuple], start: int, in_script: tuple | None
 
 
 def _torchrun(argv: list[str], src: list[tuple], start: int, in_script: tuple | None) -> Launch:
-    launch = _flagged("torchrun", argv, src, start, in_script, _TORCHRUN_BOOL, {})
+    launch = _flagged("torchrun", argv, src, start, in_script, TORCHRUN_FLAGS, {})
     if launch.child:
         if launch.has("no_python"):
             pass  # the child is a program
@@ -725,7 +686,7 @@ def _flagged(
     src: list[tuple],
     start: int,
     in_script: tuple | None,
-    booleans: set[str],
+    booleans: frozenset[str],
     names: dict[str, str],
 ) -> Launch:
     """A launcher's flags (``--a=b``, ``--a b``, booleans) up to its script; the rest is the child."""

@@ -1,7 +1,7 @@
-"""Kubernetes helpers shared by the rules: name syntax, quantities, pod templates.
+"""Kubernetes facts that render and lint share: name syntax, quantities, env names, pod templates.
 
-``kgen.spec`` (render) imports ENV_VAR_NAME, is_dns_label, is_dns1035_label and parse_quantity from
-here, so render and lint share one definition of Kubernetes syntax: keep those names stable."""
+A leaf: render (kgen.render.validate, envvars, selfcheck, slurmkind) and lint's rules import it, so both
+hold one definition of Kubernetes syntax; it imports no room of kgen."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 17.2-17.3 and 22.2 in the manifests: where each kind's pods get the run's secret (never from the
+"""In the manifests: where each kind's pods get the run's secret (never from the
 rendered output) and the NetworkPolicy that admits only the run's own pods, for every kind."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from kgen.api import RenderRequest, render
+from kgen import RenderRequest
 from kgen.cli import cli
 from kgen.errors import UsageError
+from kgen.render.pipeline import manifest_text
 
 UID_REF = {"fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}
 NAMESPACE_REF = {"fieldRef": {"fieldPath": "metadata.namespace"}}
@@ -43,7 +44,7 @@ def env_of(docs: list[dict]) -> dict[str, dict]:
 
 @pytest.mark.parametrize("kind", ["job", "jobset"])
 def test_job_pods_derive_the_secret_from_their_jobs_uid_and_nothing_is_rendered(kind):
-    docs = docs_of(render(RenderRequest(preset="4x8", flags={"kind": kind, "name": "llm", "namespace": "ml"})))
+    docs = docs_of(manifest_text(RenderRequest(preset="4x8", flags={"kind": kind, "name": "llm", "namespace": "ml"})))
     assert "Secret" not in by_kind(docs)
     env = env_of(docs)
     assert env["KGEN_JOB_UID"] == {"name": "KGEN_JOB_UID", "valueFrom": UID_REF}
@@ -93,7 +94,7 @@ def test_render_and_the_entrypoint_give_the_same_command():
 
 @pytest.mark.parametrize("kind", ["job", "statefulset", "jobset"])
 def test_every_kind_is_fenced(kind):
-    docs = docs_of(render(RenderRequest(preset="4x8", flags={"kind": kind, "name": "llm", "namespace": "ml"})))
+    docs = docs_of(manifest_text(RenderRequest(preset="4x8", flags={"kind": kind, "name": "llm", "namespace": "ml"})))
     policy = by_kind(docs)["NetworkPolicy"]["spec"]
     selector = {"app.kubernetes.io/instance": "llm", "kgen.dev/role": "trainer"}
     assert policy["podSelector"] == {"matchLabels": selector}
@@ -104,18 +105,18 @@ def test_every_kind_is_fenced(kind):
 
 @pytest.mark.parametrize("kind", ["job", "statefulset", "jobset"])
 def test_a_named_secret_is_mounted_for_every_kind_waited_for_and_none_rendered(kind):
-    docs = docs_of(render(RenderRequest(preset="4x8", flags={"kind": kind}, sets=["auth.secretName=team-run"])))
+    docs = docs_of(manifest_text(RenderRequest(preset="4x8", flags={"kind": kind}, sets=["auth.secretName=team-run"])))
     assert "Secret" not in by_kind(docs)
     [vol] = [v for v in pod_spec(docs)["volumes"] if v["name"] == "kgen-secret"]
     assert vol["secret"] == {"secretName": "team-run", "defaultMode": 0o444}  # not optional: the kubelet waits
     env = env_of(docs)
     assert env["KGEN_SECRET_FILE"]["value"] == "/var/run/secrets/kgen/secret" and "KGEN_JOB_UID" not in env
     with pytest.raises(UsageError, match="auth.secretName: must be a Secret name"):
-        render(RenderRequest(preset="4x8", sets=["auth.secretName=Bad_Name"]))
+        manifest_text(RenderRequest(preset="4x8", sets=["auth.secretName=Bad_Name"]))
 
 
 def test_one_node_needs_no_secret():
-    docs = docs_of(render(RenderRequest(flags={"nodes": "1", "gpus": "0"})))
+    docs = docs_of(manifest_text(RenderRequest(flags={"nodes": "1", "gpus": "0"})))
     assert "Secret" not in by_kind(docs) and "NetworkPolicy" in by_kind(docs)  # torch's store is still fenced
     spec = pod_spec(docs)
     assert all(v["name"] != "kgen-secret" for v in spec["volumes"])
@@ -124,10 +125,10 @@ def test_one_node_needs_no_secret():
 
 def test_nothing_kgen_renders_is_immutable():
     """Re-applying a run's manifest, rendered anywhere, or after `kubectl delete <workload>`, never meets an
-    immutable object of a fixed name (issue 22.3)."""
+    immutable object of a fixed name."""
     for kind in ("job", "statefulset", "jobset"):
         request = RenderRequest(preset="64x8", flags={"kind": kind}, sets=["podDisruptionBudget=true"])
-        for doc in docs_of(render(request)):
+        for doc in docs_of(manifest_text(request)):
             assert "immutable" not in doc, doc["kind"]
 
 
@@ -135,11 +136,11 @@ def test_more_ingress_or_none():
     rule = (
         "{from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}], ports: [{port: 9090}]}"
     )
-    docs = docs_of(render(RenderRequest(preset="4x8", sets=[f"networkPolicy.extraIngress=[{rule}]"])))
+    docs = docs_of(manifest_text(RenderRequest(preset="4x8", sets=[f"networkPolicy.extraIngress=[{rule}]"])))
     ingress = by_kind(docs)["NetworkPolicy"]["spec"]["ingress"]
     assert len(ingress) == 2 and ingress[1]["ports"] == [{"port": 9090}]
     assert "NetworkPolicy" not in by_kind(
-        docs_of(render(RenderRequest(preset="4x8", sets=["networkPolicy.enabled=false"])))
+        docs_of(manifest_text(RenderRequest(preset="4x8", sets=["networkPolicy.enabled=false"])))
     )
 
 

@@ -1,5 +1,6 @@
-"""Issue 24, list 6: each smaller problem a new user hit, one test each (the ones that need a cluster replay
-or real processes are named where they live)."""
+"""The smaller mistakes a new user makes (a shell line after `--`, non-ASCII digits, a folder as the program, a
+typo in a values file, YAML merge keys, a path as a run name ...): each answered in one clear line, one test each
+(the ones that need a cluster replay or real processes live with those)."""
 
 from __future__ import annotations
 

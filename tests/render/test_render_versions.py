@@ -3,8 +3,9 @@
 
 import pytest
 
-from kgen.api import RenderRequest, render
+from kgen import RenderRequest
 from kgen.lint.api import LintOptions, lint_text
+from kgen.render.pipeline import manifest_text
 from kgen.versions import DEFAULT_KUBERNETES_VERSION, MAX_K8S
 from tests.conftest import KINDS, PRESETS
 
@@ -15,7 +16,7 @@ TARGETS = [None, "1.27", "1.31", "1.34", "1.37"]  # None = the default (1.33); t
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("preset", PRESETS)
 def test_output_is_clean_on_every_newer_kubernetes(preset, kind, target):
-    text = render(RenderRequest(preset=preset, flags={"kind": kind}, kubernetes_version=target))
+    text = manifest_text(RenderRequest(preset=preset, flags={"kind": kind}, kubernetes_version=target))
     first = int((target or DEFAULT_KUBERNETES_VERSION).split(".")[1])
     for minor in range(first, MAX_K8S + 1):
         result = lint_text(text, f"{preset}-{kind}", LintOptions(kubernetes_version=f"1.{minor}"))
@@ -26,7 +27,7 @@ def test_output_is_clean_on_every_newer_kubernetes(preset, kind, target):
 @pytest.mark.parametrize("kind", KINDS)
 def test_optional_objects_are_clean_too(kind, target):
     sets = ["podDisruptionBudget=true", "rdma=true", "nccl.ibDisable=true", "ttlSecondsAfterFinished=3600"]
-    text = render(RenderRequest(preset="4x8", flags={"kind": kind}, sets=sets, kubernetes_version=target))
+    text = manifest_text(RenderRequest(preset="4x8", flags={"kind": kind}, sets=sets, kubernetes_version=target))
     first = int((target or DEFAULT_KUBERNETES_VERSION).split(".")[1])
     for minor in range(first, MAX_K8S + 1):
         result = lint_text(text, f"optional-{kind}", LintOptions(kubernetes_version=f"1.{minor}"))
@@ -35,7 +36,7 @@ def test_optional_objects_are_clean_too(kind, target):
 
 def test_a_broken_manifest_is_not_clean():
     """The check above can fail: the same lint on a damaged render reports it."""
-    text = render(RenderRequest(preset="4x8")).replace("completionMode: Indexed", "completionMode: indexed")
+    text = manifest_text(RenderRequest(preset="4x8")).replace("completionMode: Indexed", "completionMode: indexed")
     result = lint_text(text, "damaged", LintOptions(kubernetes_version="1.27"))
     assert result.findings
 

@@ -1,4 +1,5 @@
-"""The verbs on a Slurm run: submit, status, logs (merged, followed), stop, list. Returns data; only the CLI prints.
+"""The verbs on a Slurm run: submit, status, logs (merged, followed), stop, list; ``ENGINE``, the Slurm engine of
+the run verbs (kgen.runs.engine.Engine). Returns data; only the CLI prints.
 
 The run's folder is on a file system the login node and every compute node share (kgen.slurm.record), so the
 nodes' logs and exit records are read as files; the job's state comes from the controller (scontrol, sacct
@@ -14,11 +15,27 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from kgen.errors import UsageError
 from kgen.render.sbatch import check_run_dir
 from kgen.resources import entrypoint_path
 from kgen.runs import stamps
+from kgen.runs.engine import (
+    Located,
+    LogsRequest,
+    RunList,
+    RunRef,
+    RunStatus,
+    Say,
+    StatusUpdate,
+    StopReport,
+    StopRequest,
+    SubmitRequest,
+    SubmitResult,
+    check_grace,
+    check_ranks,
+)
 from kgen.runs.logtext import TAIL_SLACK, NodeLines, nodes_of, prefix, wanted
 from kgen.runs.safetext import lines as text_lines
 from kgen.runs.stamps import record_stamp, split_ts
@@ -33,6 +50,8 @@ STATE_EVENTS = 400
 STOP_GRACE = 20.0  # kgen stop: how long the group stop (SIGINT) gets before scancel
 FOLLOW_POLL = 0.3
 TAIL_BYTES = 64 << 20  # logs --tail N reads at most this much of each log's end
+POLL_S = 2.0  # `kgen status --watch` asks Slurm and reads the run's folder this often
+ENDED = ("succeeded", "failed", "stopped")
 
 
 # ------------------------------------------------------------------------------------------ submit
@@ -286,7 +305,7 @@ def follow(
 
 # ------------------------------------------------------------------------------------------ stop
 @dataclass
-class StopReport:
+class JobStopReport:
     job_id: str
     steps: list[str] = field(default_factory=list)
     state: str = ""  # the job's state at the end
@@ -315,12 +334,12 @@ def _wait_ended(job: str, until: float, env: Mapping[str, str] | None) -> comman
     return info
 
 
-def stop(rec: R.RunRecord, grace: float = STOP_GRACE, env: Mapping[str, str] | None = None) -> StopReport:
+def stop(rec: R.RunRecord, grace: float = STOP_GRACE, env: Mapping[str, str] | None = None) -> JobStopReport:
     """Stop the run on every node: mark the folder (nothing is requeued, a requeued attempt does not start),
     then the group stop (SIGINT to every task of the step: each node's entrypoint ends torch and exits 6, "stopped
     by user"), then `scancel` of whatever is left after ``grace`` seconds (Slurm: SIGTERM, SIGKILL after KillWait)."""
     t0 = time.monotonic()
-    report = StopReport(rec.job_id)
+    report = JobStopReport(rec.job_id)
     run = Path(rec.run_dir)
     if run.is_dir() and not (run / "stopping").exists():
         R.write_private(run / "stopping", record_stamp() + "\n")
@@ -345,3 +364,168 @@ def stop(rec: R.RunRecord, grace: float = STOP_GRACE, env: Mapping[str, str] | N
 # ------------------------------------------------------------------------------------------ list
 def list_runs(env: Mapping[str, str] | None = None) -> list[tuple[R.RunRecord, Verdict]]:
     return [(rec, status(rec, env)) for rec in R.all_records()]
+
+
+# ------------------------------------------------------------------------------------------ the engine
+def which(rec: R.RunRecord) -> str:
+    return f"Slurm run {rec.name}: job {rec.job_id}, run folder {rec.run_dir}, local record {R.path(rec.name)}"
+
+
+def check_submit(context: str | None, kubeconfig: str | None) -> None:
+    for option, value in (("--context", context), ("--kubeconfig", kubeconfig)):
+        if value is not None:
+            raise UsageError("is for cluster runs; --kind slurm submits with sbatch", option=option)
+
+
+class SlurmEngine:
+    """`kgen submit --kind slurm`'s runs: found by their local record, asked of Slurm and the run's folder."""
+
+    name = "slurm"
+    what = "Slurm"
+    local = True
+    kinds: tuple[str, ...] = ("slurm",)
+
+    def find(self, ref: RunRef) -> Located | None:
+        from kgen.runs.store import is_name
+
+        rec = R.load(ref.name) if is_name(ref.name) else None
+        return Located(ref, rec, f"local record {R.path(ref.name)}") if rec is not None else None
+
+    def record_path(self, name: str) -> str:
+        return str(R.path(name))
+
+    def check_askable(self, ref: RunRef, missing: str) -> None:
+        return None
+
+    def status(self, run: Located, *, read_logs: bool = True) -> RunStatus:
+        return RunStatus(status(run.record), self.name, which(run.record))
+
+    def watch(
+        self,
+        run: Located,
+        *,
+        read_logs: bool = True,
+        first_logs: bool | None = None,
+        until_running: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[StatusUpdate]:
+        """``first``, each ``change`` of the headline, then ``ended`` (the run ended, or runs with
+        ``until_running``) or ``last`` (``timeout`` passed first)."""
+        rec = run.record
+        where = which(rec)
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        v = status(rec)
+        yield StatusUpdate("first", RunStatus(v, self.name, where))
+        last = v.headline
+
+        def done(v: Verdict) -> bool:
+            return v.state in ENDED or (until_running and v.state == "running")
+
+        while not done(v):
+            if deadline is not None and time.monotonic() >= deadline:
+                yield StatusUpdate("last", RunStatus(v, self.name, where))
+                return
+            time.sleep(POLL_S)
+            v = status(rec)
+            if v.headline != last:
+                last = v.headline
+                yield StatusUpdate("change", RunStatus(v, self.name, where))
+        yield StatusUpdate("ended", RunStatus(v, self.name, where))
+
+    def logs(self, run: Located, req: LogsRequest, note: Say) -> Iterator[str]:
+        rec = run.record
+        ranks = set(req.ranks) if req.ranks is not None else None
+        if req.previous:
+            raise UsageError("is for cluster runs (a Slurm node's log goes on across requeues)", option="--previous")
+        check_ranks(rec.name, ranks, rec.nodes * max(rec.nproc, 1))
+        if req.follow:
+            yield from follow(rec, ranks, req.tail, req.timestamps, since_s=req.since_s, full=req.full)
+            return
+        lines, warnings = logs(rec, ranks, req.tail, req.since_s, req.timestamps, req.full)
+        for w in warnings:
+            note(w)
+        yield from lines
+
+    def stop(self, run: Located, req: StopRequest, say: Say, note: Say) -> StopReport:
+        """The job's stop and, with ``remove``, the problems of removing the run's folder and record (None: not
+        asked, or the job did not end)."""
+        rec = run.record
+        check_grace(req.grace)
+        report = stop(rec, grace=req.grace)
+        removed = remove(rec) if req.remove and report.stopped else None
+        return StopReport(
+            self.name,
+            lines=[report.summary()],
+            stopped=report.stopped,
+            left=f"run {rec.name}: Slurm job {report.job_id} not confirmed ended; `kgen stop {rec.name}` again",
+            removed=removed,
+            removed_what="its run folder and the local record",
+            took=report.took,
+        )
+
+    def submit(self, checked, req: SubmitRequest, say: Say, note: Say) -> SubmitResult:
+        """sbatch the script; ``dry_run`` "client" (nothing asked), "server" (`sbatch --test-only`: Slurm's
+        answer); ``replace`` stops and removes a Slurm run of that name first."""
+        from kgen.render.pipeline import stderr_lines
+
+        check_submit(req.context, req.kubeconfig)
+        spec = checked.spec
+        if req.run_dir is not None:
+            check_run_dir(req.run_dir)  # before anything, a dry run too
+        for line in stderr_lines(checked):
+            note(line)
+        if req.dry_run == "client":
+            outcome = "nothing was sent to Slurm (--dry-run=server asks sbatch --test-only)"
+            return SubmitResult(checked, False, [], outcome, "", self.name)
+        if req.dry_run == "server":
+            answer = test_only(checked.script)
+            outcome = f"sbatch --test-only: {answer}; nothing was submitted"
+            return SubmitResult(checked, False, [], outcome, "", self.name)
+        old = R.load(spec.name)
+        if old is not None and req.replace:
+            say(f"replacing Slurm run {spec.name} (job {old.job_id}): stopping it first")
+            report = stop(old)
+            if not report.stopped:
+                raise UsageError(f"Slurm job {old.job_id} did not end ({report.summary()})", option="--replace")
+            problems = remove(old)
+            if problems:
+                raise UsageError("; ".join(problems), option="--replace")
+        sub = submit(checked.script, spec.name, spec.nodes, req.run_dir, workdir=os.getcwd(),
+                     nproc=spec.nproc_per_node, gpus=spec.gpus)  # fmt: skip
+        rec = sub.record
+        say(f"Slurm job {rec.job_id} submitted: run {rec.name}, {rec.nodes} node(s); run folder {rec.run_dir}")
+        return SubmitResult(checked, True, [], "", "", self.name, rec)
+
+    def list(self, req, note: Say) -> RunList:
+        """One `kgen list` row per Slurm run of this machine's records (each asked of Slurm)."""
+        from datetime import datetime, timezone
+
+        from kgen.runs import views
+
+        records = R.all_records()
+        if not records:
+            return RunList([], "")
+        now = datetime.now(timezone.utc)
+        rows = []
+        for rec in records:
+            row: dict[str, Any] = {
+                "namespace": "-",
+                "name": rec.name,
+                "kind": "slurm",
+                "shape": f"{rec.nodes}x{rec.gpus}" if rec.gpus else f"{rec.nodes}x{rec.nproc or 1}cpu",
+                "age": views.age(rec.created, now),
+                "job": rec.job_id,
+            }
+            try:
+                v = status(rec)
+            except commands.SlurmError as exc:
+                note(f"Slurm run {rec.name}: {exc}")
+                row.update(state="unknown", headline=str(exc), ranks_up=0, ranks_expected=rec.nodes, reformations=0)
+            else:
+                row.update(state=v.state, headline=v.headline, ranks_up=v.ranks_up, ranks_expected=v.ranks_expected,
+                           reformations=v.reformations)  # fmt: skip
+            rows.append(row)
+        return RunList(rows, "")
+
+
+ENGINE = SlurmEngine()

@@ -1,7 +1,8 @@
 """`kgen render --kind slurm` (kgen.render.slurmkind): the same presets and values as the Kubernetes kinds, read
 for Slurm; Kubernetes-only keys a user set are refused with the fix or reported as ignored; the script is pure
 (the same bytes under any HOME, user, clock or machine; no Slurm client, torch or kgen.slurm loaded) and the run's
-folder and secret never in its text. The script itself: tests/test_render_sbatch.py; goldens: tests/test_golden.py."""
+folder and secret never in its text. The script itself: tests/render/test_render_sbatch.py; goldens:
+tests/render/test_golden.py."""
 
 from __future__ import annotations
 
@@ -166,7 +167,7 @@ def test_the_self_check_refuses_what_lint_would():
 
 
 def test_the_api_renders_no_documents_for_slurm():
-    from kgen.api import build, render_documents
+    from kgen.render.pipeline import build, render_documents
 
     result = render(RenderRequest(kind="slurm", command=CMD))
     assert result.documents == [] and result.text.startswith("#!/bin/bash\n")

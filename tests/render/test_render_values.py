@@ -1,4 +1,4 @@
-"""Values semantics (issue 8, items 2, 4, 5, 6): defaults that do not lie, requests, the pod keys
+"""Values semantics: defaults that do not lie, requests, the pod keys
 users asked for, the `patches:` escape hatch, commands given as strings, error messages that
 point the right way, and the self-check's warnings on stderr."""
 

@@ -1,10 +1,10 @@
-"""The run verbs: `kgen status`, `logs`, `stop`, `submit`, `list` (issue 10), for cluster, bare-metal and Slurm runs.
+"""The run verbs: `kgen status`, `logs`, `stop`, `submit`, `list`, for cluster, bare-metal and Slurm runs.
 
 Thin click commands: flags -> kgen.sdk (status, watch, logs, stop, submit, list_runs: this machine's record of a
 bare-metal or Slurm run first, else the cluster; the ``kubernetes`` client is loaded only there, so `kgen
 render`/`lint`/`--help` never load it) -> kgen.runs.views -> stdout.
 
-Exit codes of `kgen status` (and of `--watch`), contract C2, from kgen.runs.verdict.status_exit: 0 unless
+Exit codes of `kgen status` (and of `--watch`), from kgen.runs.verdict.status_exit: 0 unless
 the run failed (1); with --exit-code the state's own code: 0 succeeded, 1 failed, 3 running (starting,
 running, degraded or restarting), 4 pending (unschedulable, image pull errors). 2 is always bad input or a
 cluster error (no kubeconfig, unreachable, forbidden, unknown run), one line on stderr.
@@ -257,37 +257,19 @@ def stop(name, namespace, context, kubeconfig, wait, timeout, grace, remove, ign
 
     ref = _ref(name, namespace, context, kubeconfig, on)
     request = sdk.StopRequest(ref, wait, timeout, grace, remove, ignore_not_found)
-    result = sdk.stop(request, say=click.echo, note=note)
-    if result.on == "cluster":
-        if not result.deleted:  # --ignore-not-found
-            click.echo(f"nothing of run {name} left in namespace {result.namespace}: nothing to stop")
-        return
-    if result.on == "slurm":
-        click.echo(result.job.summary())
-        if not result.all_stopped:
-            note(f"run {name}: Slurm job {result.job.job_id} not confirmed ended; `kgen stop {name}` again")
-            sys.exit(1)
-        if result.removed:
-            note(f"run {name} stopped, but not removed: {'; '.join(result.removed)}")
-            sys.exit(1)
-        if remove:
-            click.echo(f"run {name} stopped and removed (its run folder and the local record)")
-        return
-    assert result.report is not None
-    for n in result.report.nodes:
-        click.echo(f"{result.report.who(n)}: {n.describe()}")
-    if not result.report.all_stopped:
-        unit = result.report.unit
-        left = ", ".join(f"{unit} {n.node.rank} on {n.node.host}" for n in result.report.nodes if not n.stopped)
-        note(f"run {name}: not confirmed stopped: {left}; `kgen stop {name}` again once the host answers")
+    report = sdk.stop(request, say=click.echo, note=note)
+    for line in report.lines:
+        click.echo(line)
+    if not report.stopped:
+        note(report.left)
         sys.exit(1)
-    if result.removed:
-        note(f"run {name} stopped, but not removed: {'; '.join(result.removed)}")
+    if report.removed:
+        note(f"run {name} stopped, but not removed: {'; '.join(report.removed)}")
         sys.exit(1)
     if remove:
-        click.echo(f"run {name} stopped and removed (run directories on every host and the local record)")
-        return
-    click.echo(f"run {name} stopped on every node in {result.report.took:.1f}s (logs kept: kgen logs {name})")
+        click.echo(f"run {name} stopped and removed ({report.removed_what})")
+    elif report.done:
+        click.echo(report.done)
 
 
 # ------------------------------------------------------------------------------------------ submit

@@ -1,4 +1,5 @@
-"""The run verbs on a cluster: status (gather, watch), logs, stop, submit (preflight, apply, roll back), list.
+"""The run verbs on a cluster: status (gather, watch), logs, stop, submit (preflight, apply, roll back), list;
+``ENGINE``, the cluster engine of the run verbs (kgen.runs.engine.Engine).
 
 One call per kind and verb where the API allows it; the decisions are pure (kgen.cluster.verdict.decide,
 kgen.cluster.state). Returns data or yields it; progress lines go to the caller's ``say`` (kgen.sdk
@@ -7,6 +8,7 @@ passes them on; only kgen.cli prints). The ``kubernetes`` client is imported by 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,11 +17,25 @@ from typing import NamedTuple
 
 from kgen.cluster.errors import ClusterError, MissingClient
 from kgen.errors import UsageError
+from kgen.runs.engine import (
+    ListRequest,
+    Located,
+    LogsRequest,
+    RunList,
+    RunRef,
+    RunStatus,
+    StatusUpdate,
+    StopReport,
+    StopRequest,
+    SubmitRequest,
+    SubmitResult,
+)
 from kgen.runs.verdict import Verdict
 
 Say = Callable[[str], None]
 LOG_TAIL_FOR_VERDICT = 200  # lines: a FAIL-STOP line is followed by torchrun's ~35-line traceback
 MAX_VERDICT_LOGS = 8  # log tails fetched for the root cause (victims tell who they lost)
+CLUSTER_CHECK_S = 3.0  # a run found in a local record is also looked for on a configured cluster this long
 
 
 class Update(NamedTuple):
@@ -435,3 +451,217 @@ def logs(
     if len(live) > max_streams:
         note(f"{len(live)} ranks, following {max_streams} at a time (--max-streams)")
     yield from follower.run(live)
+
+
+# ------------------------------------------------------------------------------------------ the engine
+def cluster_configured(kubeconfig: str | None, context: str | None) -> bool:
+    if kubeconfig or context or os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    files = os.environ.get("KUBECONFIG")
+    paths = [p for p in files.split(os.pathsep) if p] if files else [os.path.expanduser("~/.kube/config")]
+    return any(os.path.isfile(p) for p in paths)
+
+
+def cluster_has(name: str, namespace, context, kubeconfig) -> str | None:
+    """The namespace where a cluster run ``name`` exists, when a cluster is configured and answers in time."""
+    if not cluster_configured(kubeconfig, context):
+        return None
+    found: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            from kgen.cluster.client import Cluster
+
+            cluster = Cluster.connect(kubeconfig=kubeconfig, context=context, namespace=namespace)
+            if cluster.workload(name) is not None or cluster.pods(name):
+                found.append(cluster.namespace)
+        except Exception:  # noqa: BLE001 - no client, no cluster, no answer: the bare-metal run is the one
+            pass
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(CLUSTER_CHECK_S)
+    return found[0] if found else None
+
+
+def run_secret(spec) -> dict | None:
+    """The run's Secret that `kgen submit` makes: a StatefulSet's pods carry no Job UID to derive the secret
+    from (kgen.render.runsecret); a fresh random value for every submit, never printed."""
+    if not spec.secret_optional:
+        return None
+    import secrets
+
+    from kgen.render.runsecret import secret_object
+
+    return secret_object(spec.secret_name, spec.object_labels, secrets.token_hex(32))
+
+
+def _connect(ref: RunRef, max_connections: int = 16):
+    return connect(ref.namespace, ref.context, ref.kubeconfig, max_connections=max_connections)
+
+
+class ClusterEngine:
+    """`kgen submit`'s runs on Kubernetes: asked of the API server (the ``kubernetes`` client, loaded by
+    ``connect`` only), the engine asked when no local record names a run."""
+
+    name = "cluster"
+    what = "cluster"
+    local = False
+    kinds: tuple[str, ...] = ()  # every kind no other engine submits
+
+    def find(self, ref: RunRef) -> Located | None:
+        ns = cluster_has(ref.name, ref.namespace, ref.context, ref.kubeconfig)
+        return Located(ref, ns, f"namespace {ns}") if ns is not None else None
+
+    def record_path(self, name: str) -> str:
+        return ""
+
+    def check_askable(self, ref: RunRef, missing: str) -> None:
+        """No local record of the run: when no cluster can be asked either (no client, no kubeconfig), one
+        error says both, so a bare-metal or Slurm user's typo does not read as a cluster setup problem."""
+        import importlib.util
+
+        from kgen.cluster.errors import INSTALL_HINT
+
+        if importlib.util.find_spec("kubernetes") is None:
+            raise UsageError(f"{missing}; cluster runs need the kubernetes package: {INSTALL_HINT}", option="NAME")
+        if not cluster_configured(ref.kubeconfig, ref.context):
+            raise UsageError(
+                f"{missing}, and no kubeconfig found for a cluster run (not in a pod either)",
+                option="NAME",
+                hint="`kgen list` shows the runs kgen knows; a cluster run: pass --kubeconfig FILE or set KUBECONFIG",
+            )
+
+    def status(self, run: Located, *, read_logs: bool = True) -> RunStatus:
+        v, _ = gather(_connect(run.ref), run.ref.name, with_logs=read_logs)
+        return RunStatus(v, self.name)
+
+    def watch(
+        self,
+        run: Located,
+        *,
+        read_logs: bool = True,
+        first_logs: bool | None = None,
+        until_running: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[StatusUpdate]:
+        """Followed by the run's pod and workload watches."""
+        cluster = _connect(run.ref)
+        name = run.ref.name
+        _, raw = gather(cluster, name, with_logs=read_logs if first_logs is None else first_logs)
+        for u in watch(cluster, name, raw, not read_logs, until_running=until_running, timeout=timeout):
+            yield StatusUpdate(u.kind, RunStatus(u.verdict, self.name))
+
+    def logs(self, run: Located, req: LogsRequest, note: Say) -> Iterator[str]:
+        ranks = set(req.ranks) if req.ranks is not None else None
+        since_s, tail = req.since_s, req.tail
+        if since_s == 0:  # from now on: the API's sinceSeconds must be > 0, and no line is newer than now
+            since_s, tail = None, 0
+        if req.max_streams < 1:
+            raise UsageError(f"must be 1 or more, got {req.max_streams}", option="--max-streams")
+        if req.follow and req.previous:
+            raise UsageError("cannot follow a previous container", option="--previous", hint="drop -f or --previous")
+        cluster = _connect(run.ref, max_connections=req.max_streams + 4)
+        yield from logs(
+            cluster,
+            run.ref.name,
+            ranks,
+            tail,
+            since_s,
+            req.timestamps,
+            req.previous,
+            req.follow,
+            req.max_streams,
+            note,
+            full=req.full,
+        )
+
+    def stop(self, run: Located, req: StopRequest, say: Say, note: Say) -> StopReport:
+        """Delete the run's objects (each ``say``'d); nothing left is an error unless ``ignore_not_found``."""
+        from kgen.cluster.labels import run_selector
+
+        if req.remove:
+            raise UsageError("is for bare-metal and Slurm runs (kgen launch, kgen submit --kind slurm)", option="--rm")
+        name = run.ref.name
+        cluster = _connect(run.ref)
+        deleted = stop_run(cluster, name, req.wait, req.timeout, say, note)
+        if not deleted and not req.ignore_not_found:
+            raise ClusterError(
+                f"no run {name} in namespace {cluster.namespace}: nothing labelled {run_selector(name)} "
+                "(stopped already, or never there); nothing was stopped",
+                option="NAME",
+                hint="`kgen list -A` shows the runs kgen finds; --ignore-not-found makes this exit 0",
+            )
+        nothing = [f"nothing of run {name} left in namespace {cluster.namespace}: nothing to stop"]
+        return StopReport(self.name, lines=[] if deleted else nothing, deleted=deleted, namespace=cluster.namespace)
+
+    def submit(self, checked, req: SubmitRequest, say: Say, note: Say) -> SubmitResult:
+        """Apply the run (server-side apply, field manager "kgen": ConfigMap, Service, workload), after checking
+        that the cluster serves its kinds and no run of that name exists (``replace`` stops it first). If an
+        apply fails, what this submit created is deleted again. The manifest's notes and warnings are
+        ``note``'d once the run can be applied."""
+        from kgen.render.pipeline import stderr_lines
+
+        spec, docs = checked.spec, checked.docs
+        if req.dry_run == "client":  # what would be applied, as kgen render prints it; no cluster is asked
+            for line in stderr_lines(checked):
+                note(line)
+            return SubmitResult(
+                checked, False, docs, "nothing was sent to a cluster (--dry-run=server asks the API server)"
+            )
+        cluster = connect(spec.namespace or req.namespace, req.context, req.kubeconfig)
+        preflight(cluster, docs)  # before anything is stopped or applied
+        for line in stderr_lines(checked):  # what `kgen render` says on stderr, once the run can be applied
+            note(line)
+        existing = cluster.workload(spec.name)
+        if existing is not None and req.dry_run == "server" and req.replace:
+            note(f"dry run: run {spec.name} exists; --replace would stop it first (not stopped)")
+            existing = None
+        secret = run_secret(spec)  # a StatefulSet's <name>-auth: made here, fresh, before the pods can start
+        if req.dry_run == "server":
+            answers = []
+            for doc in [*([secret] if secret else []), *docs]:
+                doc.setdefault("metadata", {}).setdefault("namespace", cluster.namespace)
+                answer = cluster.apply(doc, dry_run=True)
+                if doc is not secret:  # its (random, never used) value is not shown
+                    answers.append(answer)
+            outcome = "the API server accepted every object as a dry run; nothing was changed"
+            if secret:
+                outcome += f" (with secret/{spec.secret_name}, which kgen submit makes)"
+            return SubmitResult(checked, False, answers, outcome, cluster.namespace)
+        if existing is not None:
+            if not req.replace:
+                from kgen.cluster.verdict import decide
+
+                v = decide(spec.name, cluster.pods(spec.name), existing)
+                raise ClusterError(
+                    f"run {spec.name} already exists in namespace {cluster.namespace} "
+                    f"({existing.get('kind')}, {v.state}); a Job's pod template cannot be changed in place",
+                    option="--name",
+                    hint=f"`kgen stop {spec.name}` first, choose another --name, or pass --replace",
+                )
+            say(f"replacing run {spec.name}: stopping it first")
+            stop_run(cluster, spec.name, True, req.timeout, say, note)
+        if secret:
+            drop_immutable_secret(cluster, spec.secret_name, say)
+        to_apply = [*([secret] if secret else []), *docs]
+        answers = apply_all(cluster, to_apply, say, forced=("Secret",))
+        if secret:
+            workload = next(a for a, d in zip(answers, to_apply, strict=True) if d["kind"] == "StatefulSet")
+            own_run_secret(cluster, secret, workload, say, note)
+        return SubmitResult(checked, True, docs, "", cluster.namespace)
+
+    def list(self, req: ListRequest, note: Say) -> RunList:
+        """The cluster's kgen runs (found by kgen's labels); nothing when no cluster is configured (one that is
+        configured and cannot be asked raises)."""
+        try:
+            cluster = connect(req.namespace, req.context, req.kubeconfig)
+            rows = cluster_runs(cluster, req.all_namespaces)
+        except (ClusterError, MissingClient):
+            if not cluster_configured(req.kubeconfig, req.context):
+                return RunList([], "")
+            raise
+        return RunList(rows, "any namespace" if req.all_namespaces else f"namespace {cluster.namespace}")
+
+
+ENGINE = ClusterEngine()

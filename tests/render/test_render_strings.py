@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from kgen.api import RenderRequest, render
+from kgen import RenderRequest
+from kgen.render.pipeline import manifest_text
 
 HOSTILE = [
     "on",
@@ -109,12 +110,12 @@ def render_with(values_text=None, tmp_path=None, **kw):
         p = tmp_path / "v.yaml"
         p.write_text(values_text)
         files = [str(p)]
-    return render(RenderRequest(preset="4x8", values_files=files, **kw))
+    return manifest_text(RenderRequest(preset="4x8", values_files=files, **kw))
 
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_env_value_round_trips_exactly(value):
-    text = render(RenderRequest(preset="4x8", env=[f"MY_VAR={value}"]))
+    text = manifest_text(RenderRequest(preset="4x8", env=[f"MY_VAR={value}"]))
     env = {e["name"]: e["value"] for e in container(parsed(text))["env"] if "value" in e}
     assert isinstance(env["MY_VAR"], str)
     assert as_seen(env["MY_VAR"], container(parsed(text))) == value
@@ -122,7 +123,7 @@ def test_env_value_round_trips_exactly(value):
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_command_argument_round_trips_exactly(value):
-    text = render(RenderRequest(preset="4x8", command=["train.py", value, "--after"]))
+    text = manifest_text(RenderRequest(preset="4x8", command=["train.py", value, "--after"]))
     c = container(parsed(text))
     assert [as_seen(a, c) for a in c["args"]] == ["--", "train.py", value, "--after"]
 
@@ -137,7 +138,7 @@ def test_values_file_strings_stay_strings(tmp_path):
 
 @pytest.mark.parametrize("image", ["registry:5000/team/img:1.0", "img@sha256:" + "a" * 64, "on"])
 def test_image_lands_in_image_only(image):
-    text = render(RenderRequest(preset="4x8", flags={"image": image}))
+    text = manifest_text(RenderRequest(preset="4x8", flags={"image": image}))
     docs = parsed(text)
     assert container(docs)["image"] == image
 
@@ -148,7 +149,7 @@ def test_hostile_label_value_is_rejected_or_exact(tmp_path):
 
 
 def test_newline_in_a_value_cannot_add_a_key():
-    text = render(RenderRequest(preset="4x8", env=["X=a\nprivileged: true\nkind: Pod"]))
+    text = manifest_text(RenderRequest(preset="4x8", env=["X=a\nprivileged: true\nkind: Pod"]))
     docs = parsed(text)
     assert set(docs) == {"ConfigMap", "Service", "NetworkPolicy", "Job"}
     assert container(docs)["securityContext"]["privileged"] is False
@@ -163,7 +164,7 @@ def test_newline_in_a_value_cannot_add_a_key():
     | st.text(alphabet="$()NODES_", max_size=12),
 )
 def test_property_any_string_round_trips(value, arg):
-    text = render(
+    text = manifest_text(
         RenderRequest(preset="4x8", env=[f"P={value}"], command=["train.py", arg]),
     )
     docs = parsed(text)

@@ -1,14 +1,15 @@
 """Golden files: every preset x kind (and --kind slurm's sbatch scripts), byte for byte.
 
 Regenerate after an intended template change, then review the diff:
-    pytest tests/test_golden.py --update-goldens
+    pytest tests/render/test_golden.py --update-goldens
 The entrypoint script is replaced by a fixed line so that goldens do not churn with every change
 of entrypoint/ (test_render_invariants checks the real script lands in the ConfigMap).
 """
 
 import pytest
 
-from kgen.api import RenderRequest, build, render_documents
+from kgen import RenderRequest
+from kgen.render.pipeline import build, render_documents
 from kgen.yamlio import dump_yaml
 from tests.conftest import KINDS, PRESETS, ROOT
 
@@ -29,7 +30,7 @@ def test_golden(preset, kind, version, update_goldens):
     if update_goldens:
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
-    assert path.exists(), f"missing golden {path.name}: run pytest tests/test_golden.py --update-goldens"
+    assert path.exists(), f"missing golden {path.name}: run pytest tests/render/test_golden.py --update-goldens"
     assert text == path.read_text(), f"{path.name} differs: review, then --update-goldens"
 
 
@@ -51,7 +52,7 @@ def test_golden_slurm(preset, sets, update_goldens):
     path = GOLDEN / slurm_golden_name(preset, sets)
     if update_goldens:
         path.write_text(text)
-    assert path.exists(), f"missing golden {path.name}: run pytest tests/test_golden.py --update-goldens"
+    assert path.exists(), f"missing golden {path.name}: run pytest tests/render/test_golden.py --update-goldens"
     assert text == path.read_text(), f"{path.name} differs: review, then --update-goldens"
 
 

@@ -1,5 +1,5 @@
 """Launchers inside the training command: `torchrun`, `python -m torch.distributed.run|launch`,
-`accelerate launch`, `deepspeed` (issue 15.1, contract C5).
+`accelerate launch`, `deepspeed`: refused as the training command (nested launchers).
 
 kgen's entrypoint starts torchrun on every node itself. A training command that is a launcher again
 nests them: each node's inner launcher forms its own one-node world (4 nodes train as 4 separate

@@ -3,13 +3,14 @@
 import pytest
 import yaml
 
-from kgen.api import RenderRequest, render
+from kgen import RenderRequest
+from kgen.render.pipeline import manifest_text
 from tests.conftest import KINDS, PRESETS
 
 
 def rendered(**kw):
     flags = {k: kw.pop(k) for k in ("nodes", "gpus", "kind", "name") if k in kw}
-    text = render(RenderRequest(flags={k: str(v) for k, v in flags.items()}, **kw))
+    text = manifest_text(RenderRequest(flags={k: str(v) for k, v in flags.items()}, **kw))
     return {d["kind"]: d for d in yaml.safe_load_all(text) if d}
 
 
@@ -115,8 +116,8 @@ def test_cpu_job_has_no_gpu_resources_and_configurable_processes():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_output_size_does_not_grow_with_nodes(kind):
-    small = render(RenderRequest(flags={"nodes": "2", "kind": kind}))
-    large = render(RenderRequest(flags={"nodes": "9999", "kind": kind}))
+    small = manifest_text(RenderRequest(flags={"nodes": "2", "kind": kind}))
+    large = manifest_text(RenderRequest(flags={"nodes": "9999", "kind": kind}))
     assert abs(len(large) - len(small)) <= 10  # only the digits of the counts differ
 
 

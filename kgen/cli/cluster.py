@@ -413,7 +413,7 @@ cluster is configured.
 @click.command("list", cls=KgenCommand, epilog=LIST_EPILOG, context_settings=SETTINGS)
 @cluster_options
 @click.option("-A", "--all-namespaces", is_flag=True, help="Runs in every namespace.")
-@output_format_option(LIST_FORMATS, "text", help="Output format (wide: also ranks up and re-formations).")
+@output_format_option(LIST_FORMATS, "text", help="Output format (wide: also nodes up and re-formations).")
 def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
     """The kgen-managed runs: bare-metal runs (kgen launch), Slurm runs (kgen submit --kind slurm) and the
     cluster's (found by kgen's labels): shape, kind, state, age and verdict."""
@@ -426,9 +426,9 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
     listed = sdk.list_runs(sdk.ListRequest(namespace, context, kubeconfig, all_namespaces), note=note)
     runs = listed.runs
     if output_format == "json":
-        click.echo(json.dumps(runs, indent=2))
+        click.echo(json.dumps(views.list_document(runs), indent=2))
     elif output_format == "yaml":
-        click.echo(views.to_yaml(runs), nl=False)
+        click.echo(views.to_yaml(views.list_document(runs)), nl=False)
     elif not runs:
         click.echo(f"no kgen runs in {listed.where}")
     else:

@@ -158,8 +158,8 @@ def test_reformation_and_stop_fold_torchrun_shutdown_reports(kgen, tmp_path, mon
         time.sleep(2)
     assert v["reformations"] == 1 and v["state"] == "running", v["headline"]
     # headline and rows agree: every row trains in the generation the headline names
-    assert f"generation {max(r['generation'] for r in v['rows'])} after 1 re-formation" in v["headline"]
-    assert all(r["ready"] for r in v["rows"])
+    assert f"generation {max(r['generation'] for r in v['nodes'])} after 1 re-formation" in v["headline"]
+    assert all(r["ready"] for r in v["nodes"])
     stopped = kgen("stop", "fold")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     lines = kgen("logs", "fold").stdout.splitlines()

@@ -18,6 +18,7 @@ from replay import Replay
 
 from kgen.cli import cli
 from kgen.cluster.verdict import decide
+from kgen.runs.views import status_document
 
 
 def run(*args, env=None):
@@ -70,10 +71,11 @@ def test_status_json_is_the_pure_verdict(served):
     res = run("status", r.name, "--kubeconfig", kc, "-o", "json")
     got = json.loads(res.stdout)
     d = load("job-pfp-killed")
-    want = decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"]).to_dict()
+    want = status_document(decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"]))
     assert got == json.loads(json.dumps(want, default=str))
-    assert got["state"] == "failed" and got["exit_code"] == got["state_code"] == 1 and got["root_cause"]["ranks"] == [1]
-    assert [row["rank"] for row in got["rows"]] == [0, 1, 2]
+    assert got["version"] == 2 and got["state"] == "failed" and got["exit_code"] == got["state_code"] == 1
+    assert got["root_cause"]["ranks"] == [1]
+    assert [node["node_rank"] for node in got["nodes"]] == [0, 1, 2]
 
 
 def test_status_rows_one_per_rank(served):
@@ -538,7 +540,8 @@ def test_list(served):
     assert lines[0].split() == ["NAMESPACE", "NAME", "KIND", "SHAPE", "STATE", "AGE", "VERDICT"]
     assert lines[1].split()[:5] == ["rec", "rec-sts-restarting", "StatefulSet", "2x1cpu", "restarting"]
     got = json.loads(run("list", "-A", "-o", "json", "--kubeconfig", kc).stdout)
-    assert got[0]["name"] == "rec-sts-restarting" and got[0]["state"] == "restarting"
+    assert got["version"] == 2 and got["runs"][0]["name"] == "rec-sts-restarting"
+    assert got["runs"][0]["state"] == "restarting" and got["runs"][0]["nodes_expected"] == 2
 
 
 def test_logs_follow_stops_at_once_on_ctrl_c(tmp_path):
@@ -672,7 +675,7 @@ def test_list_wide_and_yaml(served):
 
     r, kc = served("statefulset-restarting/t2-crashloopbackoff")
     lines = run("list", "--kubeconfig", kc, "-o", "wide").stdout.splitlines()
-    assert lines[0].split() == ["NAMESPACE", "NAME", "KIND", "SHAPE", "STATE", "RANKS", "REFORMED", "AGE", "VERDICT"]
+    assert lines[0].split() == ["NAMESPACE", "NAME", "KIND", "SHAPE", "STATE", "NODES", "REFORMED", "AGE", "VERDICT"]
     assert lines[1].split()[5] == "0/2"
     got = yaml.safe_load(run("list", "--kubeconfig", kc, "-o", "yaml").stdout)
     assert got == json.loads(run("list", "--kubeconfig", kc, "-o", "json").stdout)

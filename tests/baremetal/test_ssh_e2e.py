@@ -98,7 +98,8 @@ def test_three_hosts_launch_status_logs_crash_and_stop(lab, kgen, tmp_path):
     assert re.fullmatch(r"[0-9a-f]{64}", secret)
 
     v = wait_status(kgen, "demo", formed)
-    assert [r["host"] for r in v["nodes"]] == ["h0", "h1", "h2"] and {r["machine"] for r in v["nodes"]} == {"h0", "h1", "h2"}
+    assert [r["host"] for r in v["nodes"]] == ["h0", "h1", "h2"]
+    assert {r["machine"] for r in v["nodes"]} == {"h0", "h1", "h2"}
     text = kgen("status", "demo").stdout
     assert text.splitlines()[0].split()[:3] == ["RANK", "HOST", "STATE"] and text.count("Running") >= 3
     assert "bare-metal run demo on 3 host(s) over ssh" in text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from kgen.cli.options import (
@@ -185,7 +187,7 @@ def render(
 
 def _stdout_is_terminal() -> bool:
     try:
-        return click.get_text_stream("stdout").isatty()
+        return bool(sys.stdout.isatty())
     except (OSError, ValueError):
         return False
 

@@ -69,7 +69,7 @@ def test_a_failure_names_its_global_ranks_and_its_node_ranks():
     doc = views.status_document(v)
     cause = doc["root_cause"]
     assert cause is not None and "nodes" not in cause  # where it ran is "machines": "nodes" are node ranks
-    assert set(cause) >= {"ranks", "node_ranks", "machines", "hosts", "exit_code", "ranks_failed_because_of_it"}
+    assert set(cause) >= {"ranks", "node_ranks", "machines", "hosts", "exit_code", "consequences"}
     assert all(r // 2 in cause["node_ranks"] for r in cause["ranks"])
 
 

@@ -18,8 +18,16 @@ import time
 
 import click
 
-from kgen.cli.options import ASCII_INT, KgenCommand, check_format, note, on_option, output_format_option
-from kgen.errors import UsageError
+from kgen.cli.options import (
+    ASCII_INT,
+    KgenCommand,
+    check_format,
+    complete_run_names,
+    note,
+    on_option,
+    output_format_option,
+)
+from kgen.errors import KgenError, UsageError
 
 STATUS_FORMATS = LIST_FORMATS = ("text", "wide", "json", "yaml")  # kgen.runs.views (not imported here: lazy)
 SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -60,7 +68,7 @@ restarting), 4 pending (unschedulable, image pull errors).
 
 
 @click.command("status", cls=KgenCommand, epilog=STATUS_EPILOG, context_settings=SETTINGS)
-@click.argument("name")
+@click.argument("name", shell_complete=complete_run_names)
 @cluster_options
 @output_format_option(STATUS_FORMATS, "text", help="Output format (wide: also generation, pod IP, readiness).")
 @click.option(
@@ -173,7 +181,7 @@ def parse_duration(value: str | None) -> int | None:
 
 
 @click.command("logs", cls=KgenCommand, epilog=LOGS_EPILOG, context_settings=SETTINGS)
-@click.argument("name")
+@click.argument("name", shell_complete=complete_run_names)
 @cluster_options
 @click.option("-f", "--follow", is_flag=True, help="Follow every rank's log until the run ends.")
 @click.option(
@@ -201,8 +209,9 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
 
     rank_set = parse_ranks(ranks)
     since_s = parse_duration(since)
+    ref = _ref(name, namespace, context, kubeconfig, on)
     request = sdk.LogsRequest(
-        _ref(name, namespace, context, kubeconfig, on),
+        ref,
         ranks=frozenset(rank_set) if rank_set is not None else None,
         tail=tail,
         since_s=since_s,
@@ -217,6 +226,28 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
             click.echo(line)
     except KeyboardInterrupt:  # Ctrl-C on `kgen logs -f`: quiet, 128 + SIGINT
         sys.exit(130)
+    if follow:
+        sys.exit(followed_result(ref))
+
+
+def followed_result(ref) -> int:
+    """`kgen logs -f` ends with the run's result, as `kgen launch --follow` does: 0 succeeded, 1 failed or
+    stopped (its verdict on stderr), 3 when the logs ended before the run did; 2 when the run is gone."""
+    from kgen import sdk
+    from kgen.runs.verdict import status_exit
+
+    try:
+        v = sdk.status(ref).verdict
+    except KgenError as exc:
+        note(f"the logs ended and the run's result cannot be read: {exc}")
+        return 2
+    if v.state == "succeeded":
+        return 0
+    note(v.headline)
+    if v.state in ("failed", "stopped"):
+        return status_exit(v.state)
+    note(f"the logs ended before the run did ({v.state}): kgen status {ref.name}")
+    return 3
 
 
 # ------------------------------------------------------------------------------------------ stop
@@ -231,7 +262,7 @@ Examples:
 
 
 @click.command("stop", cls=KgenCommand, epilog=STOP_EPILOG, context_settings=SETTINGS)
-@click.argument("name")
+@click.argument("name", shell_complete=complete_run_names)
 @cluster_options
 @click.option("--wait", is_flag=True, help="Wait until the run's pods are gone.")
 @click.option("--timeout", default=300.0, show_default=True, metavar="SECONDS", help="Bound for --wait.")

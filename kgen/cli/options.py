@@ -271,3 +271,65 @@ def on_option(f):
         default=None,
         help="Where the run is (default: this machine's bare-metal or Slurm record of that name, else the cluster).",
     )(f)
+
+
+def complete_run_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """`kgen status|logs|stop <TAB>`: the names of this machine's bare-metal and Slurm records, and of the
+    cluster's kgen runs when a cluster is configured and answers within a few seconds (``--on`` narrows them;
+    -n/--namespace, --context and --kubeconfig typed before are used). Never an error: completion stays quiet."""
+    on = ctx.params.get("on")
+    names: set[str] = set()
+    try:
+        from kgen.runs import store
+
+        if on in (None, "bare-metal"):
+            from kgen.baremetal import record as bare_record
+
+            names.update(store.names(bare_record.runs_dir()))
+        if on in (None, "slurm"):
+            from kgen.slurm import record as slurm_record
+
+            names.update(store.names(slurm_record.records_dir()))
+    except Exception:  # noqa: BLE001  (a damaged state folder must not break the shell's completion)
+        pass
+    if on in (None, "cluster"):
+        names.update(
+            _cluster_run_names(ctx.params.get("namespace"), ctx.params.get("context"), ctx.params.get("kubeconfig"))
+        )
+    return sorted(n for n in names if n.startswith(incomplete))
+
+
+CLUSTER_COMPLETION_S = 3.0  # a cluster that does not answer by then offers nothing (the shell waits for it)
+
+
+def _cluster_run_names(namespace: str | None, context: str | None, kubeconfig: str | None) -> list[str]:
+    from kgen.sdk.runs import cluster_configured
+
+    if not cluster_configured(kubeconfig, context):
+        return []
+    found: list[str] = []
+
+    def ask() -> None:
+        try:
+            from kgen.cluster.client import Cluster
+            from kgen.cluster.kube_records import INSTANCE_LABEL
+            from kgen.cluster.labels import MANAGED_SELECTOR
+
+            cluster = Cluster.connect(kubeconfig=kubeconfig, context=context, namespace=namespace)
+            for kind in ("Job", "StatefulSet", "JobSet"):
+                try:
+                    workloads = cluster.list(kind, MANAGED_SELECTOR)
+                except Exception:  # noqa: BLE001  (no JobSet API on this cluster, say)
+                    continue
+                for w in workloads:
+                    meta = w.get("metadata") or {}
+                    found.append((meta.get("labels") or {}).get(INSTANCE_LABEL) or meta.get("name", ""))
+        except Exception:  # noqa: BLE001  (no client, no cluster, no access: nothing to offer)
+            return
+
+    import threading
+
+    worker = threading.Thread(target=ask, daemon=True)
+    worker.start()
+    worker.join(CLUSTER_COMPLETION_S)
+    return [n for n in list(found) if n] if not worker.is_alive() else []

@@ -66,7 +66,7 @@ def status_document(v: Verdict) -> dict:
             "evidence": rc.evidence,
             "detail": rc.detail,
             "followers": rc.followers,
-            "ranks_failed_because_of_it": list(rc.consequences),
+            "consequences": list(rc.consequences),
             "error": rc.error,
         }
     return {

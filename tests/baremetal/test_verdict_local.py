@@ -68,6 +68,8 @@ def test_an_exception_on_one_rank_is_the_root_cause_with_2_processes_per_node(kg
     assert headline.startswith("Failed: rank 3 (node 1, local rank 1; host localhost")
     assert "RuntimeError: deliberate failure on rank 3 at step 2 (" in headline and "failing.py:27)" in headline
     assert "ranks 0-2 failed because of it" in headline
+    followed = kgen("logs", "boom", "-f", "--tail", "1")  # exits with the run's result, as launch --follow
+    assert followed.returncode == 1 and followed.stderr.startswith("kgen: Failed: rank 3"), followed.stderr
     assert text.splitlines()[0].split()[0] == "RANKS" and text.splitlines()[2].split()[0] == "2-3"
     # the logs: whole lines, each after its global rank, up to the failure
     lines = kgen("logs", "boom").stdout.splitlines()

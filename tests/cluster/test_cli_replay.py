@@ -240,10 +240,21 @@ def test_logs_follow_since_0s_shows_only_new_lines(served):
     """With -f: the pods' past lines are skipped; pods that appear later (a re-formed group) show all."""
     r, kc = served("job-frozen-rank")
     res = run("logs", r.name, "--kubeconfig", kc, "-f", "--since", "0s")
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # the followed run failed
     first = [p for _, p, _, _ in r.requests if "follow=true" in p]
     assert first and all("sinceSeconds" not in p for p in first)
     assert any("tailLines=0" in p for p in first)
+
+
+@pytest.mark.parametrize("capture, code", [("job-succeeded", 0), ("job-worker-killed", 1)])
+def test_logs_follow_exits_with_the_runs_result(served, capture, code):
+    """`kgen logs -f` exits as `kgen launch --follow` does: 0 when the followed run succeeded, 1 when it failed
+    (its verdict on stderr); without -f the exit says only whether the logs could be read."""
+    r, kc = served(capture)
+    res = run("logs", r.name, "--kubeconfig", kc, "-f")
+    assert res.exit_code == code, res.output
+    assert (res.stderr == "") == (code == 0) and res.stdout
+    assert run("logs", r.name, "--kubeconfig", kc).exit_code == 0
 
 
 def test_logs_rank_and_tail(served):
@@ -292,7 +303,8 @@ def test_log_of_a_pod_on_a_dead_node_is_one_line_error(served):
 def test_logs_follow_all_pods_and_new_generations(served):
     r, kc = served("job-frozen-rank")
     res = run("logs", r.name, "--kubeconfig", kc, "-f")
-    assert res.exit_code == 0
+    assert res.exit_code == 1  # the run's result, as `kgen launch --follow` exits: it failed
+    assert res.stderr.startswith("kgen: Failed: rank 1") and len(res.stderr.splitlines()) == 1
     out = res.stdout
     # both generations of rank 0 and 2 (the first came from the watch), rank 1 is gone with its log
     assert "[node 0] [kgen node 0 15:09:39" in out and "[node 2] [kgen node 2 15:10:19" in out

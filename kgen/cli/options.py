@@ -286,10 +286,8 @@ def complete_run_names(ctx: click.Context, param: click.Parameter, incomplete: s
             from kgen.baremetal import record as bare_record
 
             names.update(store.names(bare_record.runs_dir()))
-        if on in (None, "slurm"):
-            from kgen.slurm import record as slurm_record
-
-            names.update(store.names(slurm_record.records_dir()))
+        if on in (None, "slurm"):  # kgen.slurm.record.records_dir (only kgen.sdk imports the Slurm adapter)
+            names.update(store.names(store.state_home() / "kgen" / "slurm"))
     except Exception:  # noqa: BLE001  (a damaged state folder must not break the shell's completion)
         pass
     if on in (None, "cluster"):

@@ -83,8 +83,18 @@ def check_format(value: str, formats: tuple[str, ...], *, files: bool = True) ->
         import difflib
 
         near = difflib.get_close_matches(value.lower(), formats, n=1, cutoff=0.6)
-        hint = f"did you mean {near[0]}?" if near else hint
+        if near:
+            hint = f"did you mean {near[0]}?"
+        elif value.lower() in FORMAT_NAMES:  # another command's format (lint -o yaml): not a file name
+            ctx = click.get_current_context(silent=True)
+            command = ctx.command_path if ctx is not None else "this command"
+            hint = f"{command} has no {value} output"
     raise UsageError(f'must be an output format, {choices}; got "{value}"', option=OUTPUT_OPTION, hint=hint)
+
+
+# Every output format of a kgen command (and their short spellings): a -o value among them that is not the
+# command's own is a format asked of the wrong command, never a file name to suggest --output-file for.
+FORMAT_NAMES = frozenset(("yaml", "yml", "json", "text", "txt", "wide", "markdown", "md", "junit", "github", "sarif"))
 
 
 def check_output_file(path: str | None) -> None:

@@ -154,7 +154,7 @@ def host_rows(v: Verdict, wide: bool = False) -> list[str]:
         body.append(
             [
                 _ranks(r.rank, v.nproc),
-                host,
+                host or "-",  # a Slurm node not placed yet (pending, or requeued)
                 r.state,
                 str(r.generation),
                 str(r.restarts),
@@ -166,10 +166,13 @@ def host_rows(v: Verdict, wide: bool = False) -> list[str]:
     return table(header, body)
 
 
+HOST_KINDS = ("bare-metal", "local", "slurm")  # runs whose rows are hosts, placed or not (never pods)
+
+
 def status_text(v: Verdict, rows: bool = True, wide: bool = False) -> str:
     """One row per rank, then the verdict. ``wide`` adds the generation, readiness and pod IP columns."""
     out: list[str] = []
-    if rows and v.rows and any(r.host for r in v.rows):
+    if rows and v.rows and (v.kind in HOST_KINDS or any(r.host for r in v.rows)):
         out.extend(host_rows(v, wide=wide))
         out.append("")
     elif rows and v.rows:

@@ -12,6 +12,7 @@ cluster error (no kubeconfig, unreachable, forbidden, unknown run), one line on 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
@@ -405,7 +406,7 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, run_
     # every other render option is a values flag; submit's -n/--namespace is render's --namespace too
     render = sdk.RenderRequest(**fields, **render_params, namespace=namespace, command=command, stdin=stdin)
     request = sdk.SubmitRequest(render, namespace, context, kubeconfig, replace, timeout, dry_run, run_dir)
-    with corrected_launcher("kgen submit"):
+    with corrected_launcher("kgen submit"), slurm_refusal_explained(render):
         result = sdk.submit(request, say=click.echo, note=note)
     if not result.applied and result.on == "slurm":
         click.echo(result.checked.script, nl=False)
@@ -425,6 +426,29 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, run_
         updates = sdk.watch(ref, first_logs=False, until_running=True, timeout=timeout)
         v = show_watch(updates, "text", True)
         sys.exit(0 if v.state in ("running", "succeeded") else v.state_code)  # else 3 or 4: still waiting
+
+
+@contextlib.contextmanager
+def slurm_refusal_explained(request):
+    """sbatch's "no node fits" (Requested node configuration is not available) names the kgen value behind the
+    script's --mem and how to leave it out (kgen.render.slurmkind.explain_refusal); other errors pass as they are."""
+    try:
+        yield
+    except KgenError as exc:
+        if "sbatch" not in exc.message:
+            raise
+        from kgen.render.pipeline import build
+        from kgen.render.slurmkind import explain_refusal
+
+        try:
+            spec = build(request)
+        except KgenError:
+            raise exc from None
+        better = explain_refusal(exc.message, spec) if spec.kind == "slurm" else None
+        if better:
+            exc.message = better
+            exc.args = (exc.one_line(),)
+        raise
 
 
 # ------------------------------------------------------------------------------------------ list

@@ -115,3 +115,14 @@ def test_lint_request_fields_are_checked_at_construction(fields, message):
     with pytest.raises(UsageError) as err:
         sdk.LintRequest(**fields)
     assert str(err.value).startswith(message)
+
+
+def test_a_launch_command_string_is_split_and_wrong_types_name_the_field():
+    request = sdk.LaunchRequest("run", "train.py --lr 3e-4", env="A=b", inject="kill:1@12")
+    assert (request.command, request.env, request.inject) == (("train.py", "--lr", "3e-4"), ("A=b",), ("kill:1@12",))
+    with pytest.raises(UsageError, match="LaunchRequest.command: '\\|' in 'a | b' is a shell operator"):
+        sdk.LaunchRequest("run", "a | b")
+    with pytest.raises(UsageError, match="LaunchRequest.port: must be an int, got str '29500'"):
+        sdk.LaunchRequest("run", ["train.py"], port="29500")
+    with pytest.raises(UsageError, match="LaunchRequest.command: must hold strings, got int 3"):
+        sdk.LaunchRequest("run", ["train.py", 3])

@@ -83,7 +83,10 @@ def test_list_counts_nodes_as_nodes():
              "headline": "Running", "ranks_up": 2, "ranks_expected": 2, "reformations": 0}]  # fmt: skip
     doc = views.list_document(runs)
     assert doc["version"] == 2
-    assert doc["runs"][0]["nodes_up"] == doc["runs"][0]["nodes_expected"] == 2 and "ranks_up" not in doc["runs"][0]
+    assert doc["runs"][0]["nodes_up"] == doc["runs"][0]["nodes_expected"] == 2
+    assert doc["runs"][0]["ranks_up"] == 4  # the shape says 2 processes per node (2x2cpu)
+    gpu = views.list_document([{**runs[0], "kind": "Job", "shape": "2x8"}])["runs"][0]
+    assert "ranks_up" not in gpu and "processes_per_node" not in gpu  # 8 GPUs: not necessarily 8 processes
     known = views.list_document([{**runs[0], "nproc": 2}])["runs"][0]
     assert (known["ranks_up"], known["ranks_expected"], known["processes_per_node"]) == (4, 4, 2)
     wide = views.list_rows(runs, wide=True)

@@ -4,6 +4,7 @@ prints them)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
@@ -109,6 +110,15 @@ def status_document(v: Verdict) -> dict:
     }
 
 
+def _shape_nproc(run: Mapping) -> int | None:
+    """Processes per node where the SHAPE says it: NODESxNPROCcpu, and a bare-metal run's NODESxNPROC (a GPU
+    shape counts GPUs, which need not be the processes)."""
+    m = re.fullmatch(r"\d+x(\d+)(cpu)?", str(run.get("shape", "")))
+    if m and (m.group(2) or run.get("kind") in ("bare-metal", "local")):
+        return int(m.group(1))
+    return None
+
+
 def list_document(runs: list[dict]) -> dict:
     """`kgen list -o json|yaml`: ``runs``, each with its node counts named as nodes (and its rank counts where
     the run's processes per node are known)."""
@@ -117,7 +127,7 @@ def list_document(runs: list[dict]) -> dict:
         row = {k: val for k, val in run.items() if k not in ("ranks_up", "ranks_expected", "nproc")}
         row["nodes_expected"] = run.get("ranks_expected", 0)
         row["nodes_up"] = run.get("ranks_up", 0)
-        nproc = run.get("nproc")
+        nproc = run.get("nproc", _shape_nproc(run))
         if isinstance(nproc, int) and nproc > 0:
             row["processes_per_node"] = nproc
             row["ranks_expected"] = row["nodes_expected"] * nproc

@@ -55,6 +55,13 @@ def test_times_ids_and_pids_do_not_count_but_words_do():
     assert normalized("generation 1 after 1 re-formation") != normalized("generation 2 after 1 re-formation")
 
 
+def test_the_lines_of_kgen_logs_may_come_in_another_order_those_of_other_commands_may_not():
+    logs = "$ kgen logs t5 --tail 1\n[node 0] a\n[node 1] b\n[exit 0]\n"
+    assert differences(logs, "$ kgen logs t5 --tail 1\n[node 1] b\n[node 0] a\n[exit 0]\n") == []
+    stop = "$ kgen stop t5\nrank 0: stopped\nrank 1: stopped\n[exit 0]\n"
+    assert differences(stop, "$ kgen stop t5\nrank 1: stopped\nrank 0: stopped\n[exit 0]\n")
+
+
 @pytest.mark.torch
 @pytest.mark.slow
 @pytest.mark.timeout(150)

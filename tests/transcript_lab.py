@@ -81,10 +81,28 @@ def normalized(text: str) -> list[str]:
     return out
 
 
+def comparable(text: str) -> list[str]:
+    """``normalized``, with the lines of each `kgen logs` in sorted order: logs merge the nodes by time, and
+    which of two nodes wrote first in the same instant is timing too."""
+    out: list[str] = []
+    chunk: list[str] = []
+    logs = False
+    for line in [*normalized(text), "$ "]:
+        if line.startswith("$ ") or line.startswith("[exit "):
+            out.extend(sorted(chunk) if logs else chunk)
+            chunk = []
+            if line.startswith("$ "):
+                logs = line.startswith("$ kgen logs ")
+            out.append(line)
+        else:
+            chunk.append(line)
+    return out[:-1]
+
+
 def differences(shown: str, recorded: str) -> list[str]:
     import difflib
 
-    return list(difflib.unified_diff(normalized(shown), normalized(recorded), "docs", "recorded", lineterm="", n=1))
+    return list(difflib.unified_diff(comparable(shown), comparable(recorded), "docs", "recorded", lineterm="", n=1))
 
 
 # -------------------------------------------------------------------------------------- recording

@@ -5,7 +5,6 @@ recording of the --local failure differs from the README's only in times, ids an
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 from transcript_lab import DOCS, block_names, blocks, differences, normalized, record
@@ -65,11 +64,12 @@ def test_the_lines_of_kgen_logs_may_come_in_another_order_those_of_other_command
 @pytest.mark.torch
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_the_local_failure_transcript_is_what_a_run_prints(tmp_path):
-    """The README's --local failure (2 nodes x 2 processes, rank 3 raises at step 35), run again: the same
-    lines but for times, ids and PIDs (bench/transcripts --write local-failure re-records it)."""
-    if shutil.which("ps") is None:
-        pytest.skip("ps is needed by the pre-flight's port check")
-    fresh = record("local-failure", tmp_path)["local-failure"]
-    diff = differences(blocks()["local-failure"][1], fresh)
-    assert not diff, "the README's transcript differs from a fresh run:\n" + "\n".join(diff)
+@pytest.mark.parametrize("name", ["local-failure", "local-reform"])
+def test_the_local_transcripts_are_what_a_run_prints(tmp_path, name):
+    """The README's --local runs again: the failure (2 nodes x 2 processes, rank 3 raises at step 35; about
+    15 s) and the killed node, the re-formed group and the stop (about 15 s): the same lines but for times,
+    ids and PIDs (`bench/transcripts --write local` re-records them; the ssh and Slurm labs' transcripts are
+    re-recorded and checked by `bench/transcripts ssh slurm`, minutes of lab time)."""
+    fresh = record(name, tmp_path)[name]
+    diff = differences(blocks()[name][1], fresh)
+    assert not diff, f"the README's transcript {name} differs from a fresh run:\n" + "\n".join(diff)

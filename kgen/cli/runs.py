@@ -12,14 +12,23 @@ cluster error (no kubeconfig, unreachable, forbidden, unknown run), one line on 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
 
 import click
 
-from kgen.cli.options import ASCII_INT, KgenCommand, check_format, note, on_option, output_format_option
-from kgen.errors import UsageError
+from kgen.cli.options import (
+    ASCII_INT,
+    KgenCommand,
+    check_format,
+    complete_run_names,
+    note,
+    on_option,
+    output_format_option,
+)
+from kgen.errors import KgenError, UsageError
 
 STATUS_FORMATS = LIST_FORMATS = ("text", "wide", "json", "yaml")  # kgen.runs.views (not imported here: lazy)
 SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -60,7 +69,7 @@ restarting), 4 pending (unschedulable, image pull errors).
 
 
 @click.command("status", cls=KgenCommand, epilog=STATUS_EPILOG, context_settings=SETTINGS)
-@click.argument("name")
+@click.argument("name", shell_complete=complete_run_names)
 @cluster_options
 @output_format_option(STATUS_FORMATS, "text", help="Output format (wide: also generation, pod IP, readiness).")
 @click.option(
@@ -173,7 +182,7 @@ def parse_duration(value: str | None) -> int | None:
 
 
 @click.command("logs", cls=KgenCommand, epilog=LOGS_EPILOG, context_settings=SETTINGS)
-@click.argument("name")
+@click.argument("name", shell_complete=complete_run_names)
 @cluster_options
 @click.option("-f", "--follow", is_flag=True, help="Follow every rank's log until the run ends.")
 @click.option(
@@ -201,8 +210,9 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
 
     rank_set = parse_ranks(ranks)
     since_s = parse_duration(since)
+    ref = _ref(name, namespace, context, kubeconfig, on)
     request = sdk.LogsRequest(
-        _ref(name, namespace, context, kubeconfig, on),
+        ref,
         ranks=frozenset(rank_set) if rank_set is not None else None,
         tail=tail,
         since_s=since_s,
@@ -217,6 +227,28 @@ def logs(name, namespace, context, kubeconfig, follow, ranks, tail, since, times
             click.echo(line)
     except KeyboardInterrupt:  # Ctrl-C on `kgen logs -f`: quiet, 128 + SIGINT
         sys.exit(130)
+    if follow:
+        sys.exit(followed_result(ref))
+
+
+def followed_result(ref) -> int:
+    """`kgen logs -f` ends with the run's result, as `kgen launch --follow` does: 0 succeeded, 1 failed or
+    stopped (its verdict on stderr), 3 when the logs ended before the run did; 2 when the run is gone."""
+    from kgen import sdk
+    from kgen.runs.verdict import status_exit
+
+    try:
+        v = sdk.status(ref).verdict
+    except KgenError as exc:
+        note(f"the logs ended and the run's result cannot be read: {exc}")
+        return 2
+    if v.state == "succeeded":
+        return 0
+    note(v.headline)
+    if v.state in ("failed", "stopped"):
+        return status_exit(v.state)
+    note(f"the logs ended before the run did ({v.state}): kgen status {ref.name}")
+    return 3
 
 
 # ------------------------------------------------------------------------------------------ stop
@@ -231,7 +263,7 @@ Examples:
 
 
 @click.command("stop", cls=KgenCommand, epilog=STOP_EPILOG, context_settings=SETTINGS)
-@click.argument("name")
+@click.argument("name", shell_complete=complete_run_names)
 @cluster_options
 @click.option("--wait", is_flag=True, help="Wait until the run's pods are gone.")
 @click.option("--timeout", default=300.0, show_default=True, metavar="SECONDS", help="Bound for --wait.")
@@ -356,7 +388,7 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, run_
     # every other render option is a values flag; submit's -n/--namespace is render's --namespace too
     render = sdk.RenderRequest(**fields, **render_params, namespace=namespace, command=command, stdin=stdin)
     request = sdk.SubmitRequest(render, namespace, context, kubeconfig, replace, timeout, dry_run, run_dir)
-    with corrected_launcher("kgen submit"):
+    with corrected_launcher("kgen submit"), slurm_refusal_explained(render):
         result = sdk.submit(request, say=click.echo, note=note)
     if not result.applied and result.on == "slurm":
         click.echo(result.checked.script, nl=False)
@@ -378,6 +410,29 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, run_
         sys.exit(0 if v.state in ("running", "succeeded") else v.state_code)  # else 3 or 4: still waiting
 
 
+@contextlib.contextmanager
+def slurm_refusal_explained(request):
+    """sbatch's "no node fits" (Requested node configuration is not available) names the kgen value behind the
+    script's --mem and how to leave it out (kgen.render.slurmkind.explain_refusal); other errors pass as they are."""
+    try:
+        yield
+    except KgenError as exc:
+        if "sbatch" not in exc.message:
+            raise
+        from kgen.render.pipeline import build
+        from kgen.render.slurmkind import explain_refusal
+
+        try:
+            spec = build(request)
+        except KgenError:
+            raise exc from None
+        better = explain_refusal(exc.message, spec) if spec.kind == "slurm" else None
+        if better:
+            exc.message = better
+            exc.args = (exc.one_line(),)
+        raise
+
+
 # ------------------------------------------------------------------------------------------ list
 LIST_EPILOG = """\b
 Examples:
@@ -395,7 +450,7 @@ cluster is configured.
 @click.command("list", cls=KgenCommand, epilog=LIST_EPILOG, context_settings=SETTINGS)
 @cluster_options
 @click.option("-A", "--all-namespaces", is_flag=True, help="Runs in every namespace.")
-@output_format_option(LIST_FORMATS, "text", help="Output format (wide: also ranks up and re-formations).")
+@output_format_option(LIST_FORMATS, "text", help="Output format (wide: also nodes up and re-formations).")
 def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
     """The kgen-managed runs: bare-metal runs (kgen launch), Slurm runs (kgen submit --kind slurm) and the
     cluster's (found by kgen's labels): shape, kind, state, age and verdict."""
@@ -408,9 +463,9 @@ def list_runs(namespace, context, kubeconfig, all_namespaces, output_format):
     listed = sdk.list_runs(sdk.ListRequest(namespace, context, kubeconfig, all_namespaces), note=note)
     runs = listed.runs
     if output_format == "json":
-        click.echo(json.dumps(runs, indent=2))
+        click.echo(json.dumps(views.list_document(runs), indent=2))
     elif output_format == "yaml":
-        click.echo(views.to_yaml(runs), nl=False)
+        click.echo(views.to_yaml(views.list_document(runs)), nl=False)
     elif not runs:
         click.echo(f"no kgen runs in {listed.where}")
     else:

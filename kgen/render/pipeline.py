@@ -166,7 +166,7 @@ def _slurm_checked(request: RenderRequest, spec: TrainingSpec) -> Checked:
         )
     if request.output_format == "json":
         raise UsageError(
-            "--kind slurm prints an sbatch script, not Kubernetes objects", option="--format", hint="drop -o json"
+            "--kind slurm prints an sbatch script, not Kubernetes objects", option="-o/--output", hint="drop -o json"
         )
     script = slurmkind.render_script(spec)
     warnings = check_script(script, spec) if request.lint else []
@@ -193,7 +193,7 @@ def render_with_warnings(request: RenderRequest) -> RenderResult:
     from kgen.yamlio import dump_json, dump_yaml
 
     if request.output_format not in ("yaml", "json"):
-        raise UsageError(f'must be yaml or json, got "{request.output_format}"', option="--format")
+        raise UsageError(f'must be an output format, yaml or json; got "{request.output_format}"', option="-o/--output")
     checked = render_checked(request)
     if checked.spec.kind == "slurm":
         return RenderResult(checked.script, checked.warnings, checked.notes, checked.cautions, [])

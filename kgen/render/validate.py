@@ -165,12 +165,20 @@ def validate_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: 
     nproc = integer("nprocPerNode", 0, 1024)
     if nproc == 0:
         nproc = gpus if gpus else 1
-    elif gpus and nproc != gpus:
+    elif gpus and (nproc > gpus or gpus % nproc):
+        fits = [str(n) for n in range(gpus, 0, -1) if gpus % n == 0][:6]
+        problem = (
+            "more processes than GPUs: two ranks on one GPU (NCCL refuses that)"
+            if nproc > gpus
+            else f"{gpus} GPUs do not split evenly among {nproc} processes"
+        )
         raise _fail(
             o,
             "nprocPerNode",
-            f"is {nproc} but gpus is {gpus}: one process per GPU",
-            hint="leave nprocPerNode at 0 (auto) for GPU jobs",
+            f"is {nproc} but gpus is {gpus}: {problem}",
+            hint=f"use {', '.join(fits[:-1])} or {fits[-1]}, or 0 for one process per GPU"
+            if len(fits) > 1
+            else "use 1, or 0 for one process per GPU",
         )
     _check_nested_launcher(v, o, gpus, nodes)
 

@@ -18,6 +18,7 @@ from replay import Replay
 
 from kgen.cli import cli
 from kgen.cluster.verdict import decide
+from kgen.runs.views import status_document
 
 
 def run(*args, env=None):
@@ -70,10 +71,11 @@ def test_status_json_is_the_pure_verdict(served):
     res = run("status", r.name, "--kubeconfig", kc, "-o", "json")
     got = json.loads(res.stdout)
     d = load("job-pfp-killed")
-    want = decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"]).to_dict()
+    want = status_document(decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"]))
     assert got == json.loads(json.dumps(want, default=str))
-    assert got["state"] == "failed" and got["exit_code"] == got["state_code"] == 1 and got["root_cause"]["ranks"] == [1]
-    assert [row["rank"] for row in got["rows"]] == [0, 1, 2]
+    assert got["version"] == 2 and got["state"] == "failed" and got["exit_code"] == got["state_code"] == 1
+    assert got["root_cause"]["ranks"] == [1]
+    assert [node["node_rank"] for node in got["nodes"]] == [0, 1, 2]
 
 
 def test_status_rows_one_per_rank(served):
@@ -238,10 +240,21 @@ def test_logs_follow_since_0s_shows_only_new_lines(served):
     """With -f: the pods' past lines are skipped; pods that appear later (a re-formed group) show all."""
     r, kc = served("job-frozen-rank")
     res = run("logs", r.name, "--kubeconfig", kc, "-f", "--since", "0s")
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # the followed run failed
     first = [p for _, p, _, _ in r.requests if "follow=true" in p]
     assert first and all("sinceSeconds" not in p for p in first)
     assert any("tailLines=0" in p for p in first)
+
+
+@pytest.mark.parametrize("capture, code", [("job-succeeded", 0), ("job-worker-killed", 1)])
+def test_logs_follow_exits_with_the_runs_result(served, capture, code):
+    """`kgen logs -f` exits as `kgen launch --follow` does: 0 when the followed run succeeded, 1 when it failed
+    (its verdict on stderr); without -f the exit says only whether the logs could be read."""
+    r, kc = served(capture)
+    res = run("logs", r.name, "--kubeconfig", kc, "-f")
+    assert res.exit_code == code, res.output
+    assert (res.stderr == "") == (code == 0) and res.stdout
+    assert run("logs", r.name, "--kubeconfig", kc).exit_code == 0
 
 
 def test_logs_rank_and_tail(served):
@@ -290,7 +303,8 @@ def test_log_of_a_pod_on_a_dead_node_is_one_line_error(served):
 def test_logs_follow_all_pods_and_new_generations(served):
     r, kc = served("job-frozen-rank")
     res = run("logs", r.name, "--kubeconfig", kc, "-f")
-    assert res.exit_code == 0
+    assert res.exit_code == 1  # the run's result, as `kgen launch --follow` exits: it failed
+    assert res.stderr.startswith("kgen: Failed: rank 1") and len(res.stderr.splitlines()) == 1
     out = res.stdout
     # both generations of rank 0 and 2 (the first came from the watch), rank 1 is gone with its log
     assert "[node 0] [kgen node 0 15:09:39" in out and "[node 2] [kgen node 2 15:10:19" in out
@@ -538,7 +552,8 @@ def test_list(served):
     assert lines[0].split() == ["NAMESPACE", "NAME", "KIND", "SHAPE", "STATE", "AGE", "VERDICT"]
     assert lines[1].split()[:5] == ["rec", "rec-sts-restarting", "StatefulSet", "2x1cpu", "restarting"]
     got = json.loads(run("list", "-A", "-o", "json", "--kubeconfig", kc).stdout)
-    assert got[0]["name"] == "rec-sts-restarting" and got[0]["state"] == "restarting"
+    assert got["version"] == 2 and got["runs"][0]["name"] == "rec-sts-restarting"
+    assert got["runs"][0]["state"] == "restarting" and got["runs"][0]["nodes_expected"] == 2
 
 
 def test_logs_follow_stops_at_once_on_ctrl_c(tmp_path):
@@ -672,7 +687,7 @@ def test_list_wide_and_yaml(served):
 
     r, kc = served("statefulset-restarting/t2-crashloopbackoff")
     lines = run("list", "--kubeconfig", kc, "-o", "wide").stdout.splitlines()
-    assert lines[0].split() == ["NAMESPACE", "NAME", "KIND", "SHAPE", "STATE", "RANKS", "REFORMED", "AGE", "VERDICT"]
+    assert lines[0].split() == ["NAMESPACE", "NAME", "KIND", "SHAPE", "STATE", "NODES", "REFORMED", "AGE", "VERDICT"]
     assert lines[1].split()[5] == "0/2"
     got = yaml.safe_load(run("list", "--kubeconfig", kc, "-o", "yaml").stdout)
     assert got == json.loads(run("list", "--kubeconfig", kc, "-o", "json").stdout)

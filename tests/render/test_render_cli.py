@@ -159,7 +159,8 @@ BAD_INPUT = [
     (["--set", "port=70000"], "--set port: must be an integer between 1 and 65535"),
     (["--set", "livenessPort=29500"], "--set livenessPort: is 29500, already used by port (the default)"),
     (["--set", "port=29501"], "--set port: is 29501, already used by livenessPort (the default)"),
-    (["--gpus", "8", "--set", "nprocPerNode=4"], "nprocPerNode: is 4 but gpus is 8"),
+    (["--gpus", "8", "--set", "nprocPerNode=3"], "nprocPerNode: is 3 but gpus is 8: 8 GPUs do not split evenly"),
+    (["--gpus", "8", "--set", "nprocPerNode=16"], "nprocPerNode: is 16 but gpus is 8: more processes than GPUs"),
     (["--kubernetes-version", "1.20"], "--kubernetes-version: supported versions are 1.27 to 1.37"),
     (["--kubernetes-version", "latest"], '--kubernetes-version: must look like 1.31, got "latest"'),
     (
@@ -260,3 +261,20 @@ def test_template_cache_is_used_and_an_unusable_cache_changes_nothing(tmp_path, 
     assert again.returncode == broken.returncode == 0
     assert good.stdout == again.stdout == broken.stdout
     assert broken.stderr == ""
+
+
+@pytest.mark.parametrize("nproc, share", [(4, 2), (2, 4), (1, 8)])
+def test_fewer_processes_than_gpus_set_explicitly_render_with_a_note(nproc, share):
+    """--gpus 8 --set nprocPerNode=4: 2 GPUs per process, as model-parallel scripts use them. Allowed when set
+    explicitly and the GPUs split evenly; render says how the processes share them, and its self-check does not
+    call the GPUs idle (KG139)."""
+    res = run("render", "--gpus", "8", "--set", f"nprocPerNode={nproc}", "--", "train.py")
+    assert res.exit_code == 0, res.output
+    job = next(d for d in docs_of(res.stdout) if d["kind"] == "Job")
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in trainer["env"]}
+    assert env["NPROC_PER_NODE"] == str(nproc) and trainer["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert res.stderr == (
+        f"kgen: note: nprocPerNode {nproc} with 8 GPUs per node: each process sees all 8 GPUs and drives {share} of "
+        f"them (model parallel); the script picks its own (from cuda:LOCAL_RANK*{share} on)\n"
+    )

@@ -122,7 +122,7 @@ def test_env_values_reach_the_entrypoint_exactly():
         (["--set", "python=/opt/my python"], "--set python: must be an interpreter path of plain characters"),
         (["--set", "workingDir=data"], "--set workingDir: must be an absolute path"),
         (["--kubernetes-version", "1.31"], "--kubernetes-version: is for Kubernetes manifests"),
-        (["-o", "json"], "--format: --kind slurm prints an sbatch script, not Kubernetes objects"),
+        (["-o", "json"], "-o/--output: --kind slurm prints an sbatch script, not Kubernetes objects"),
     ],
 )
 def test_what_slurm_cannot_honour_is_one_line_naming_the_option_and_the_fix(args, error):

@@ -201,11 +201,18 @@ def _settle_errors(incident: list[Failure]) -> None:
             f.role = "reaction"
 
 
-def _consequences(incident: list[Failure], chosen: list[Failure]) -> list[int]:
-    """The global ranks that failed because of the chosen ones (their own processes' other failures, and
-    every process of the other nodes that reacted)."""
-    lead = {f.error.rank for f in chosen if f.error is not None}
+def _consequences(incident: list[Failure], chosen: list[Failure], nproc: int = 1) -> list[int]:
+    """The global ranks that failed because of the chosen ones: every process of every node of the incident
+    that failed (whatever each node's record caught before it was stopped: the list is the same on every run
+    of the same failure), and the processes the records name, less the chosen ones."""
+    if any(f.error is not None and f.error.rank is not None for f in chosen):
+        lead = set(_together(chosen))
+    else:
+        lead = {r for f in chosen if f.rank is not None for r in range(f.rank * nproc, (f.rank + 1) * nproc)}
     out: set[int] = set()
+    for f in incident:
+        if f.rank is not None and f.exit_code != 0:
+            out.update(range(f.rank * nproc, (f.rank + 1) * nproc))
     for f in incident:
         e = f.error
         if e is None:
@@ -262,7 +269,7 @@ def _root_cause(
         chosen = [f for f in causes if f.when == first] if first else causes[:1]
     others = [f for f in incident if f not in chosen]
     followers = ""
-    consequences = _consequences(incident, chosen) if chosen else []
+    consequences = _consequences(incident, chosen, nproc) if chosen else []
     if consequences:
         followers = f"{_rank_list(consequences)} failed because of it"
     if victims:
@@ -395,9 +402,11 @@ def judge(rec: RunRecords) -> Verdict:
     if rec.failed:
         v.job_reason = rec.job_reason
         v.job_message = rec.job_message
-    if rec.complete:
+    every_rank_exited_0 = expected > 0 and len(rows) == expected and all(r.exit_code == 0 for r in rows)
+    if rec.complete or every_rank_exited_0:  # never Failed when every rank exited 0
         v.state = "succeeded"
-        v.headline = f"Succeeded: {rec.succeeded}/{expected} {unit}s completed, {reform_text}"
+        done = max(rec.succeeded, expected if every_rank_exited_0 else 0)
+        v.headline = f"Succeeded: {done}/{expected} {unit}s completed, {reform_text}"
     elif rec.failed:
         v.state = "failed"
         rc = v.root_cause

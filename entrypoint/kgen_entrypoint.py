@@ -2734,6 +2734,12 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
             child.reap()
             now = time.monotonic()
             took = now - before  # one turn of this loop (normally <= 0.1 s)
+            finished = hub.state == "finishing"  # own torchrun succeeded: the others no longer watch node 0
+            if took > cfg.hb_timeout - cfg.hb_interval and finished:
+                log(f"this node was frozen for {took:.1f}s after it finished: the others finish by themselves")
+                hub.close()
+                hold_if_statefulset(cfg, sigs)
+                return Stop(0, "succeeded")
             if took > cfg.hb_timeout - cfg.hb_interval:  # the others have (almost surely) dropped us
                 reason = (
                     f"this node was frozen for {took:.1f}s (about KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): the "
@@ -2749,6 +2755,11 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                 return stop_group(cfg, hub, sigs, child, socket.gethostname())
             if hub.stop_host is not None:
                 return stop_group(cfg, hub, sigs, child, hub.stop_host)
+            if sigs.pending and finished:  # its training is done: a signal now ends no training
+                name = signal.Signals(sigs.pending.pop(0)).name
+                log(f"received {name} after this node finished: the others finish by themselves")
+                hub.close()
+                return Stop(0, "succeeded")
             if sigs.pending:
                 sig = sigs.pending[0]
                 reason = f"node 0 received {signal.Signals(sig).name} (pod deleted or stopped)"
@@ -3541,6 +3552,7 @@ def _entrypoint_line(line: str) -> bool:
 
 
 _RANK_PREFIX = re.compile(r"\[rank \d+\] ")
+_FINISHED = re.compile(r"\[kgen node \d+ [\d:]+ \+[\d.]+s\] torchrun finished successfully")
 CONTINUED = "[continued] "  # a further piece of a line that was not a training process's
 
 
@@ -3567,6 +3579,7 @@ class Supervisor:
         self.dropped = 0  # lines the log (or events) could not take: a full disk, an I/O error
         self.drop_error = ""  # the first error that dropped one
         self.said_dropped = 0  # the count the log already says
+        self.finished = False  # this attempt's entrypoint said its torchrun finished successfully
         self.t0 = time.monotonic()
         self.stopping = False
         self.pending: list[int] = []
@@ -3666,7 +3679,13 @@ class Supervisor:
             max_restarts = 0
         restarts = 0
         while True:
+            self.finished = False
             code = self.run_child(restarts)
+            if code in RESTART_CODES and self.finished:  # its training was done: nothing to replace
+                self.say(f"node {self.rank}'s entrypoint ended with code {code} after its training finished: "
+                         "not replacing it; the node succeeded")  # fmt: skip
+                self.last_stop_line = f"kgen-entrypoint: stopped: succeeded (then {_signal_reason(code)})"
+                code = EXIT_OK
             if code in RESTART_CODES and not self.stop_requested() and restarts < max_restarts:
                 restarts += 1
                 delay = min(10.0, 2.0 ** (restarts - 1))
@@ -3779,6 +3798,8 @@ class Supervisor:
                         text = cont + text
                     cont = None if i < ends else _piece_prefix(text)
                     self.write_line(text)
+                    if cont is None and _FINISHED.match(text):
+                        self.finished = True
             self._take_signals(child)
             if child.poll() is not None and ended_at is None:
                 ended_at = time.monotonic()

@@ -107,6 +107,17 @@ def _activity(events: Sequence[str]) -> tuple[str, bool]:
     return latest or "starting", False
 
 
+def _finished(events: Sequence[str]) -> bool:
+    """The node's torchrun of its last generation finished successfully (its training is done)."""
+    for line in reversed(events):
+        body = KGEN_PREFIX.sub("", split_ts(line)[1])
+        if body.startswith("torchrun finished successfully"):
+            return True
+        if GEN_START.match(body):
+            return False
+    return False
+
+
 def _last_stop(events: Sequence[str]) -> str:
     for line in reversed(events):
         text = split_ts(line)[1]
@@ -175,7 +186,7 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
         activity, training = _activity(events)
         row.ready = training  # running and training in the current generation (not waiting, not re-forming)
         row.meaning = "frozen (SIGSTOP): it cannot answer its peers" if row.state == "Frozen" else activity
-    elif _last_stop(events) == "succeeded":  # the node said so; only its supervisor's record is missing
+    elif _last_stop(events) == "succeeded" or _finished(events):  # only its supervisor's record is missing
         row.state, row.exit_code = "Succeeded", 0
         row.meaning = "succeeded (its log says so; its supervisor ended before writing the exit record)"
     else:

@@ -100,7 +100,7 @@ def _entry_formation(tmp: Path, node: str) -> dict[str, Seen]:
     tag = "n0" if victim == 0 else "peer"
     try:
         run.start(victim)
-        waiting = "liveness channel listening" if victim == 0 else "waiting for node 0"
+        waiting = "liveness channel listening" if victim == 0 else "waiting for node 0 at"
         run.wait_for(lambda: run.log(victim).count(waiting) >= 1, 60)
         absent = run.pid(victim, "torchrun") is None
         for sig, name in ((signal.SIGKILL, "sigkill"), (signal.SIGTERM, "sigterm")):

@@ -201,6 +201,21 @@ def _settle_errors(incident: list[Failure]) -> None:
             f.role = "reaction"
 
 
+def _waited_for_node0(incident: list[Failure], logs: Mapping[str, str]) -> None:
+    """Nodes that trained with node 0, lost it and gave up waiting for it to come back (exit 3, "node 0 not
+    back") while node 0 itself ended in the same incident (it left for good, was lost) followed it: node 0
+    is the cause, they are not. (A node 0 never reached is another story: the waiting nodes stay causes.)"""
+    zero = [f for f in incident if f.rank == 0 and f.exit_code != 3]
+    waited = [f for f in incident if f.exit_code == 3 and f.rank != 0 and "node 0 not back" in logs.get(f.where, "")]
+    if not zero or not waited:
+        return
+    for f in waited:
+        f.role = "victim"
+    for f in zero:
+        if f.role == "stopped":
+            f.role = "cause"
+
+
 def _consequences(incident: list[Failure], chosen: list[Failure], nproc: int = 1) -> list[int]:
     """The global ranks that failed because of the chosen ones: every process of every node of the incident
     that failed (whatever each node's record caught before it was stopped: the list is the same on every run
@@ -250,6 +265,7 @@ def _root_cause(
 
     unit = "node" if nproc > 1 else "rank"
     _settle_errors(incident)
+    _waited_for_node0(incident, logs)
     victims = [f for f in incident if f.role == "victim"]
     candidates = [f for f in incident if f.role in ("cause", "stopped")]
     blames = _blames_for(incident, logs)

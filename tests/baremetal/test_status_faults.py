@@ -118,3 +118,15 @@ def test_dropped_log_lines_are_said_in_status():
     assert "rank 1 (b): 12 log line(s) dropped, the disk refused them (ENOSPC" in said, said
     assert "rank 2 (c): 3 log line(s) dropped, the disk refused them (EIO" in said, said
     assert stopped and ev  # the helpers this file shares with test_adapter.py
+
+
+def test_a_node_that_gave_up_waiting_for_node0_follows_it():
+    """Node 0's supervisor was told to end (SIGTERM, 143, nothing replaces it); the others, who had trained
+    with it, waited KGEN_REPLACEMENT_TIMEOUT for it to come back and exited 3: node 0 is the cause."""
+    back = "node 0 not back (after generation 0) within KGEN_REPLACEMENT_TIMEOUT=8s after 12 attempts"
+    n0 = ended(0, 143, "signal SIGTERM", 10, formed(0))
+    n1 = ended(1, 3, back, 19, [*formed(1), f"{ts(19)} kgen-entrypoint: error: {back}"])
+    n2 = ended(2, 3, back, 19, [*formed(2), f"{ts(19)} kgen-entrypoint: error: {back}"])
+    v = verdict(n0, n1, n2)
+    assert v.state == "failed" and v.root_cause.node_ranks == [0], v.headline
+    assert v.headline.startswith("Failed: rank 0"), v.headline

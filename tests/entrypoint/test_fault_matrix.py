@@ -143,7 +143,7 @@ def _entry_training(tmp: Path, node: str) -> dict[str, Seen]:
     10 s (dropped, 76 at thaw, generation 3); its supervisor SIGSTOPped 10 s while generation 3 trains."""
     victim = 0 if node == "node 0" else 1
     tag = "n0" if victim == 0 else "peer"
-    run = Run(tmp, nodes=2, steps=10, sleep=0.25)
+    run = Run(tmp, nodes=2, steps=40, sleep=0.25)
     out: dict[str, Seen] = {}
     try:
         run.start()

@@ -206,7 +206,14 @@ def _waited_for_node0(incident: list[Failure], logs: Mapping[str, str]) -> None:
     back") while node 0 itself ended in the same incident (it left for good, was lost) followed it: node 0
     is the cause, they are not. (A node 0 never reached is another story: the waiting nodes stay causes.)"""
     zero = [f for f in incident if f.rank == 0 and f.exit_code != 3]
-    waited = [f for f in incident if f.exit_code == 3 and f.rank != 0 and "node 0 not back" in logs.get(f.where, "")]
+    first = min((f.when for f in zero if f.when), default=None)
+
+    def followed(f: Failure) -> bool:
+        if "node 0 not back" in logs.get(f.where, ""):
+            return True
+        return first is not None and f.when is not None and first < f.when  # node 0 had ended before
+
+    waited = [f for f in incident if f.exit_code == 3 and f.rank != 0 and followed(f)]
     if not zero or not waited:
         return
     for f in waited:

@@ -407,7 +407,7 @@ def _long_line(tmp: Path) -> None:
     assert sup.run() == 0
     lines = [ln.split(" ", 1)[1] for ln in (d / "log").read_text().splitlines()]
     pieces = [ln for ln in lines if "zzzz" in ln]
-    assert len(pieces) >= 16 and all(p.startswith("[rank 1] ") for p in pieces), [p[:20] for p in pieces]
+    assert len(pieces) >= 8 and all(p.startswith("[rank 1] ") for p in pieces), [p[:20] for p in pieces]
     events = (d / "events").read_text()
     assert "generation 97" not in events, events[-500:]
 

@@ -99,8 +99,15 @@ EXTRA = [
 ]  # fmt: skip
 
 
+def _reforming(c: Cell) -> Cell:
+    """In re-formation the run re-forms whatever else happens: a row that would succeed re-forms."""
+    if c.id.endswith("-re-formation") and c.outcome == "succeeds":
+        return Cell(c.id, c.fault, c.verdict, c.named, c.exit, "re-forms", c.bound, c.group)
+    return c
+
+
 def cells() -> list[Cell]:
-    out = [_signal_cell(k, n, s, p) for p in PHASES for k in KINDS for n in NODES for s in SIGNALS]
+    out = [_reforming(_signal_cell(k, n, s, p)) for p in PHASES for k in KINDS for n in NODES for s in SIGNALS]
     return out + EXTRA
 
 

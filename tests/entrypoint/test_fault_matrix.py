@@ -179,6 +179,49 @@ def _entry_training(tmp: Path, node: str) -> dict[str, Seen]:
         run.cleanup()
 
 
+def _entry_reformation(tmp: Path, node: str) -> dict[str, Seen]:
+    """Re-formation held open: 3 nodes train, node 2's supervisor is frozen and its entrypoint killed, so the
+    others re-form and wait. Meanwhile the victim's entrypoint is SIGKILLed, SIGTERMed (each replaced) and
+    SIGSTOPped 10 s together with its supervisor; then node 2's supervisor thaws, replaces node 2, and the run
+    must re-form and succeed."""
+    victim = 0 if node == "node 0" else 1
+    tag = "n0" if victim == 0 else "peer"
+    run = Run(tmp, nodes=3, steps=12, sleep=0.25)
+    out: dict[str, Seen] = {}
+    try:
+        run.start()
+        _in_training(run, (0, 1, 2), 0)
+        run.signal(2, "supervisor", signal.SIGSTOP)
+        run.signal(2, "entrypoint", signal.SIGKILL)
+        run.wait_for(lambda: "re-forming" in run.log(0) and "re-forming" in run.log(1), 30)
+        run.wait_for(lambda: run.pid(victim, "torchrun") is None, 30)
+        for sig, name in ((signal.SIGKILL, "sigkill"), (signal.SIGTERM, "sigterm")):
+            n = len(_replaced(run, victim))
+            run.signal(victim, "entrypoint", sig)
+            run.wait_for(lambda n=n: len(_replaced(run, victim)) > n, 30)
+            run.wait_for(lambda: run.pid(victim, "entrypoint") is not None, 30)
+            out[f"entrypoint-{tag}-{name}-re-formation"] = Seen("", [], f"{_replaced(run, victim)[-1]}, replaced", "")
+            time.sleep(2.0)  # the replacement joins what is left
+        for kind in ("entrypoint", "supervisor"):
+            run.signal(victim, kind, signal.SIGSTOP)
+        time.sleep(STOP_FOR)
+        for kind in ("supervisor", "entrypoint"):
+            run.signal(victim, kind, signal.SIGCONT)
+        run.signal(2, "supervisor", signal.SIGCONT)
+        codes, v = _final(run, 120)
+        for cid in list(out):
+            out[cid] = Seen(v.state, _named(v), out[cid].exit, _outcome(v))
+        for kind in ("entrypoint", "supervisor"):
+            out[f"{kind}-{tag}-sigstop-re-formation"] = Seen(v.state, _named(v), str(codes[victim]), _outcome(v))
+        return out
+    finally:
+        try:
+            run.signal(2, "supervisor", signal.SIGCONT)
+        except (AssertionError, OSError):
+            pass
+        run.cleanup()
+
+
 def _sup_lost(tmp: Path, phase: str) -> dict[str, Seen]:
     """The supervisor SIGKILLed / SIGTERMed: its node ends for good. Peers: a 3-node run, node 1's supervisor
     SIGKILLed and node 2's SIGTERMed (node 0 fails, exit 4, naming both); node 0: two 2-node runs (the peer
@@ -603,6 +646,8 @@ GROUPS = {
     "entry-peer-formation": lambda tmp: _entry_formation(tmp, "peer"),
     "entry-node0-training": lambda tmp: _entry_training(tmp, "node 0"),
     "entry-peer-training": lambda tmp: _entry_training(tmp, "peer"),
+    "entry-node0-re-formation": lambda tmp: _entry_reformation(tmp, "node 0"),
+    "entry-peer-re-formation": lambda tmp: _entry_reformation(tmp, "peer"),
     "sup-lost-formation": lambda tmp: _sup_lost(tmp, "formation"),
     "sup-lost-training": lambda tmp: _sup_lost(tmp, "training"),
     "sup-lost-re-formation": lambda tmp: _sup_lost(tmp, "re-formation"),

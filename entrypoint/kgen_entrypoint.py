@@ -1081,6 +1081,9 @@ class Pump(threading.Thread):
             found.append(rec)
         if not found:
             return None
+        if all(r["source"] == "exit status" and r["exit"] == -signal.SIGTERM for r in found):
+            for r in found:  # torchrun SIGTERMs its workers after a local failure: here there was none
+                r["peer"] = False
         found.sort(key=lambda r: (r["peer"], r.get("time") or "9", r["rank"]))
         first = dict(found[0])
         same = (first.get("error"), first.get("message"))
@@ -3551,6 +3554,7 @@ def _entrypoint_line(line: str) -> bool:
     return line.startswith("[kgen ") or line.startswith("kgen-entrypoint: ")
 
 
+SIGNAL_STOP = "kgen-entrypoint: stopped: signal "  # the entrypoint's last line after SIGTERM/SIGHUP/SIGQUIT
 _RANK_PREFIX = re.compile(r"\[rank \d+\] ")
 _FINISHED = re.compile(r"\[kgen node \d+ [\d:]+ \+[\d.]+s\] torchrun finished successfully")
 CONTINUED = "[continued] "  # a further piece of a line that was not a training process's
@@ -3580,6 +3584,7 @@ class Supervisor:
         self.drop_error = ""  # the first error that dropped one
         self.said_dropped = 0  # the count the log already says
         self.finished = False  # this attempt's entrypoint said its torchrun finished successfully
+        self.killed = False  # this attempt's entrypoint was killed by a signal
         self.t0 = time.monotonic()
         self.stopping = False
         self.pending: list[int] = []
@@ -3680,13 +3685,18 @@ class Supervisor:
         restarts = 0
         while True:
             self.finished = False
+            self.last_stop_line = ""
             code = self.run_child(restarts)
+            # an entrypoint that ended by itself with its torchrun's code (torch failed with code 137) failed, it
+            # was not lost: only an entrypoint killed or ended by a signal is replaced
+            signalled = self.killed or self.last_stop_line.startswith(SIGNAL_STOP)
+            code_is_torchs = code in (128 + 9, 128 + 15) and not signalled
             if code in RESTART_CODES and self.finished:  # its training was done: nothing to replace
                 self.say(f"node {self.rank}'s entrypoint ended with code {code} after its training finished: "
                          "not replacing it; the node succeeded")  # fmt: skip
                 self.last_stop_line = f"kgen-entrypoint: stopped: succeeded (then {_signal_reason(code)})"
                 code = EXIT_OK
-            if code in RESTART_CODES and not self.stop_requested() and restarts < max_restarts:
+            if code in RESTART_CODES and not code_is_torchs and not self.stop_requested() and restarts < max_restarts:
                 restarts += 1
                 delay = min(10.0, 2.0 ** (restarts - 1))
                 self.say(
@@ -3815,6 +3825,7 @@ class Supervisor:
         sel.close()
         child.stdout.close()
         rc = child.returncode
+        self.killed = rc < 0  # killed by a signal (not an exit code that looks like one)
         return 128 - rc if rc < 0 else rc
 
     def _inject(self, inj: dict, child: subprocess.Popen, now: float) -> None:

@@ -40,8 +40,9 @@ def _signal_cell(kind: str, node: str, sig: str, phase: str) -> Cell:
         return Cell(cid, fault, "n/a", "-", "-", "n/a", "no such process in this phase", "absent")
     if phase == "shutdown" and node == "peer":
         return Cell(cid, fault, "n/a", "-", "-", "n/a", "a peer ends as it says done", "absent")
-    if phase == "shutdown":  # node 0 finished and waits for the others' done
-        return Cell(cid, fault, "succeeded", "-", "0", "succeeds", "the others' end", "shutdown")
+    if phase == "shutdown":  # torchrun's exit barrier holds node 0's torchrun until every node's is done
+        return Cell(cid, fault, "n/a", "-", "-", "n/a", "node 0 ends with the others (torchrun's exit barrier)",
+                    "absent")  # fmt: skip
     if kind == "supervisor" and stop:  # observed in the entrypoint's run of the same node and phase
         return Cell(cid, fault, "succeeded", "-", "0", "succeeds", "the run's own length",
                     f"entry-{node.replace(' ', '')}-{phase}")  # fmt: skip
@@ -66,8 +67,8 @@ def _signal_cell(kind: str, node: str, sig: str, phase: str) -> Cell:
     # torch processes while training
     if stop:
         return Cell(cid, fault, "succeeded", "-", "0", "succeeds", "training resumes at thaw", "torch-stops")
-    if kind == "torchrun":
-        code = "137" if sig == "SIGKILL" else "143"
+    if kind == "torchrun":  # SIGTERM: torchrun ends its workers and exits 1 (its SignalException)
+        code = "137" if sig == "SIGKILL" else "1"
         return Cell(cid, fault, "failed", who, code, "fails", "others exit 5 within 2 s + grace",
                     f"torch-{cid}")  # fmt: skip
     return Cell(cid, fault, "failed", who, "1", "fails", "others exit 5 within 2 s + grace", f"torch-{cid}")

@@ -145,8 +145,10 @@ class Run:
 
 
 def _children(pid: int) -> list[int]:
+    """Live children (a zombie not reaped yet is no process of the node any more)."""
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            return [int(p) for p in fh.read().split()]
+            kids = [int(p) for p in fh.read().split()]
     except OSError:
         return []
+    return [k for k in kids if (ep._proc_stat(k) or ["Z"])[0] not in ("Z", "X")]

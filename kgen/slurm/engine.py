@@ -177,15 +177,20 @@ def node_files(rec: R.RunRecord) -> list[NodeFiles]:
 
 
 def status(rec: R.RunRecord, env: Mapping[str, str] | None = None) -> Verdict:
-    job = commands.job_info(rec.job_id, env)
+    files = node_files(rec)
+    unanswered = ""
+    try:
+        job = commands.job_info(rec.job_id, env)
+    except commands.SlurmError as exc:
+        # a finished run whose every node left its exit record needs no controller: those records speak
+        if not all(isinstance((f.exit or {}).get("code"), int) for f in files) or len(files) < rec.nodes:
+            raise
+        job, unanswered = None, str(exc)
     run = Path(rec.run_dir)
-    records = to_records(
-        rec,
-        job,
-        node_files(rec),
-        end=R.read_json(run / "end"),
-        stopping=(run / "stopping").exists(),
-    )
+    records = to_records(rec, job, files, end=R.read_json(run / "end"), stopping=(run / "stopping").exists())
+    if unanswered:
+        records.notes = [n for n in records.notes if "no longer known to Slurm" not in n]
+        records.notes.append(f"Slurm did not answer ({unanswered}); every node's exit record speaks")
     return judge(records)
 
 

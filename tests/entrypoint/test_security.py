@@ -261,9 +261,10 @@ def test_the_attack_of_the_issue_against_a_running_group_changes_nothing(cluster
         assert rest == b""
 
     # 8. a real entrypoint with the run's environment but another Job's UID (a pod of another Job, or one
-    # re-created after `kubectl delete`): one line, exit 2, no retry
+    # re-created after `kubectl delete`): one line, exit 2 once its wait (3 s here) ended with denials alone
     env = c.host_env(1)
     env["KGEN_JOB_UID"] = str(uuid.uuid4())
+    env["KGEN_MASTER_WAIT_TIMEOUT"] = "3"
     t = time.monotonic()
     argv = [sys.executable, str(ENTRYPOINT), "--", str(CKPTLOOP), "--ckpt", str(tmp_path / "x.json")]
     res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)

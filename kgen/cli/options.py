@@ -311,7 +311,7 @@ CLUSTER_COMPLETION_S = 3.0  # a cluster that does not answer by then offers noth
 
 
 def _cluster_run_names(namespace: str | None, context: str | None, kubeconfig: str | None) -> list[str]:
-    from kgen.sdk.runs import cluster_configured
+    from kgen.cluster.engine import cluster_configured
 
     if not cluster_configured(kubeconfig, context):
         return []

@@ -18,7 +18,7 @@ from kgen.baremetal.record import NodeRecord, RunRecord
 from kgen.runs.records import Row, RunRecords
 from kgen.runs.verdict import judge
 from kgen.slurm import commands
-from kgen.slurm import ops as slurm_ops
+from kgen.slurm import engine as slurm_ops
 from kgen.slurm.adapter import NodeFiles
 from kgen.slurm.adapter import to_records as slurm_records
 from kgen.slurm.commands import JobInfo

@@ -48,6 +48,8 @@ def test_times_ids_and_pids_do_not_count_but_words_do():
         "Slurm job 17: RUNNING, +2.0s\n"
     )
     assert differences(shown, again) == []
+    clipped = "$ kgen status x\n4-5 gpu2 Unreachable connection refused (ssh: connect to host 127.0.153.156 po... -\n"
+    assert differences(clipped, clipped.replace("127.0.153.156 po...", "127.0.3.4 port...")) == []
     assert differences(shown, again.replace("rank 3 at", "rank 2 at"))
     assert differences(shown, again.replace("Failed  130022", "Stopped 130022"))
     assert differences(shown, again.replace("$ kgen status t3", "$ kgen status t4"))

@@ -6,7 +6,8 @@ kgen printed (stdout and stderr as a terminal shows them), and ``[exit N]``. Rec
 in a folder of their own whose path is shown as /tmp/demo (code in /tmp/demo/code, kgen's state in
 /tmp/demo/state); options that only the lab needs (ports, the lab's ssh config and interpreter, short bounds)
 run but are not shown. Two transcripts are the same when they differ only in times, durations, ids, ports,
-addresses and PIDs, and in the training's progress at the moment of a snapshot (``normalized``).
+addresses and PIDs, and in what depends on the moment of a snapshot: the training's progress, how many
+processes a stop found alive, the order in which two nodes' log lines came (``normalized``, ``comparable``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ RULES = [
     (re.compile(r"\b([Jj]ob) \d+\b"), r"\1 <id>"),
     (re.compile(r"\bstep \d+ loss \d+\.\d+"), "step <n> loss <x>"),
     (re.compile(r"\b\d+ lines of its shutdown report"), "<n> lines of its shutdown report"),
+    (re.compile(r"\b\d+ process\(es\) ended"), "<n> process(es) ended"),  # alive at the stop: timing
+    (re.compile(r"\S*\.\.\.(?=\s|$)"), "..."),  # a clipped cell: where it is cut depends on ids' lengths
     (re.compile(r"\b\d{4,}\b"), "<n>"),  # PIDs, job ids, ports elsewhere
 ]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -341,3 +342,26 @@ def _cluster_run_names(namespace: str | None, context: str | None, kubeconfig: s
     worker.start()
     worker.join(CLUSTER_COMPLETION_S)
     return [n for n in list(found) if n] if not worker.is_alive() else []
+
+
+@contextlib.contextmanager
+def slurm_refusal_explained(request):
+    """sbatch's "no node fits" (Requested node configuration is not available) names the kgen value behind the
+    script's --mem and how to leave it out (kgen.render.slurmkind.explain_refusal); other errors pass as they are."""
+    try:
+        yield
+    except KgenError as exc:
+        if "sbatch" not in exc.message:
+            raise
+        from kgen.render.pipeline import build
+        from kgen.render.slurmkind import explain_refusal
+
+        try:
+            spec = build(request)
+        except KgenError:
+            raise exc from None
+        better = explain_refusal(exc.message, spec) if spec.kind == "slurm" else None
+        if better:
+            exc.message = better
+            exc.args = (exc.one_line(),)
+        raise

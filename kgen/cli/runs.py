@@ -12,7 +12,6 @@ cluster error (no kubeconfig, unreachable, forbidden, unknown run), one line on 
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
 import time
@@ -27,6 +26,7 @@ from kgen.cli.options import (
     note,
     on_option,
     output_format_option,
+    slurm_refusal_explained,
 )
 from kgen.errors import KgenError, UsageError
 
@@ -408,29 +408,6 @@ def submit(namespace, context, kubeconfig, replace, wait, timeout, dry_run, run_
         updates = sdk.watch(ref, first_logs=False, until_running=True, timeout=timeout)
         v = show_watch(updates, "text", True)
         sys.exit(0 if v.state in ("running", "succeeded") else v.state_code)  # else 3 or 4: still waiting
-
-
-@contextlib.contextmanager
-def slurm_refusal_explained(request):
-    """sbatch's "no node fits" (Requested node configuration is not available) names the kgen value behind the
-    script's --mem and how to leave it out (kgen.render.slurmkind.explain_refusal); other errors pass as they are."""
-    try:
-        yield
-    except KgenError as exc:
-        if "sbatch" not in exc.message:
-            raise
-        from kgen.render.pipeline import build
-        from kgen.render.slurmkind import explain_refusal
-
-        try:
-            spec = build(request)
-        except KgenError:
-            raise exc from None
-        better = explain_refusal(exc.message, spec) if spec.kind == "slurm" else None
-        if better:
-            exc.message = better
-            exc.args = (exc.one_line(),)
-        raise
 
 
 # ------------------------------------------------------------------------------------------ list

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 

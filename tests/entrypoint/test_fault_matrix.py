@@ -48,7 +48,6 @@ class Seen:
 
 _SEEN: dict[str, Seen | Exception] = {}
 _DONE: set[str] = set()
-_TMP: list[Path] = []
 
 
 def _tmp(factory) -> Path:
@@ -68,11 +67,6 @@ def _named(v) -> list[int]:
 
 def _replaced(run: Run, rank: int) -> list[int]:
     return [int(c) for c in re.findall(r"entrypoint ended with code (\d+): replacing it", run.log(rank))]
-
-
-def _pid_changes(run: Run, rank: int, kind: str, timeout: float = 60.0) -> None:
-    old = run.pid(rank, kind)
-    run.wait_for(lambda: run.pid(rank, kind) not in (None, old), timeout)
 
 
 def _in_training(run: Run, ranks, gen: int, steps: int = 2) -> None:

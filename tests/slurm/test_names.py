@@ -77,9 +77,22 @@ def test_without_a_slurm_client_one_line(no_cluster, monkeypatch, tmp_path):
     assert res.exit_code == 0, res.output
     row = res.stdout.splitlines()[1].split()
     assert row[:5] == ["-", "far", "slurm", "2x1cpu", "unknown"], res.stdout
-    assert "kgen: Slurm run far: scontrol: not found" in res.stderr
+    assert (
+        "kgen: Slurm did not answer for 1 run(s) (far): scontrol: not found" in res.stderr
+    )  # one line, not one per run
 
 
 def test_the_on_option_offers_slurm():
     res = CliRunner().invoke(kgen_cli, ["logs", "x", "--on", "mars"])
     assert res.exit_code == 2 and "'cluster', 'bare-metal', 'slurm'" in res.stderr
+
+
+def test_list_says_once_that_slurm_did_not_answer(no_cluster, monkeypatch, tmp_path):
+    for name in ("far", "farther", "farthest"):
+        slurm_record(name)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    res = CliRunner().invoke(kgen_cli, ["list"])
+    assert res.exit_code == 0, res.output
+    said = [line for line in res.stderr.splitlines() if "Slurm" in line]
+    assert len(said) == 1 and said[0].startswith("kgen: Slurm did not answer for 3 run(s)"), res.stderr
+    assert [row.split()[4] for row in res.stdout.splitlines()[1:]] == ["unknown"] * 3

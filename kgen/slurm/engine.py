@@ -512,6 +512,7 @@ class SlurmEngine:
             return RunList([], "")
         now = datetime.now(timezone.utc)
         rows = []
+        unanswered: list[tuple[str, str]] = []  # said once below, not once per run
         for rec in records:
             row: dict[str, Any] = {
                 "namespace": "-",
@@ -524,12 +525,16 @@ class SlurmEngine:
             try:
                 v = status(rec)
             except commands.SlurmError as exc:
-                note(f"Slurm run {rec.name}: {exc}")
-                row.update(state="unknown", headline=str(exc), ranks_up=0, ranks_expected=rec.nodes, reformations=0)
+                unanswered.append((rec.name, str(exc)))
+                row.update(state="unknown", headline="Slurm did not answer", ranks_up=0, ranks_expected=rec.nodes,
+                           reformations=0)  # fmt: skip
             else:
                 row.update(state=v.state, headline=v.headline, ranks_up=v.ranks_up, ranks_expected=v.ranks_expected,
                            reformations=v.reformations)  # fmt: skip
             rows.append(row)
+        if unanswered:
+            names = ", ".join(n for n, _ in unanswered[:5]) + (" ..." if len(unanswered) > 5 else "")
+            note(f"Slurm did not answer for {len(unanswered)} run(s) ({names}): {unanswered[0][1]}")
         return RunList(rows, "")
 
 

@@ -33,6 +33,7 @@ YAML_SUFFIXES = (".yaml", ".yml")
 
 KUSTOMIZATION_NAMES = frozenset(("kustomization.yaml", "kustomization.yml", "Kustomization"))
 TOOL_CONFIGS = {
+    ".kgen.yaml": "kgen configuration (kgen lint reads its lint: settings)",
     ".pre-commit-config.yaml": "pre-commit configuration",
     ".pre-commit-config.yml": "pre-commit configuration",
     ".pre-commit-hooks.yaml": "pre-commit hook definitions",

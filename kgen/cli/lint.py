@@ -145,7 +145,7 @@ def lint(
     import io
 
     from kgen import sdk
-    from kgen.output import FORMATS, summary_line, write_findings
+    from kgen.output import FORMATS, checked_line, summary_line, write_findings
 
     if list_rules:
         from kgen.output import rules_listing
@@ -194,6 +194,8 @@ def lint(
     write_findings(result, output_format, buf)
     if summary and output_format == "text":
         buf.write(summary_line(result) + "\n")
+    elif output_format == "text" and not result.findings and output_file is None and sys.stdout.isatty():
+        buf.write(checked_line(result) + "\n")  # a clean run in a terminal says what it checked, as ruff does
     write_output(output_file, buf.getvalue())
     if result.input_errors:
         first = result.input_errors[0]

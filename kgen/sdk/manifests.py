@@ -5,9 +5,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kgen.render.request import RenderRequest, RenderResult
 from kgen.versions import DEFAULT_KUBERNETES_VERSION
@@ -38,7 +38,7 @@ class LintRequest:
     .gitignore-like globs; ``unit``: what the cross-document rules see together (``dir``: each folder's own
     files and a kustomization's resources; ``file``; ``tree``: everything given, docs/lint.md "Apply units")."""
 
-    paths: Sequence[str]
+    paths: Sequence[str] = ()
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     skip: Sequence[str] = ()
     strict: bool = False
@@ -47,14 +47,25 @@ class LintRequest:
     explain: bool = False
     exclude: Sequence[str] = ()
     unit: str = "dir"
+    # objects in memory (dicts, as yaml.safe_load or render(...).documents give them) instead of paths: linted
+    # as one unit named "<documents>", with field paths and no line numbers
+    documents: Sequence[Any] | None = None
 
 
-def lint(request: LintRequest) -> LintResult:
+def lint(request: LintRequest | None = None, *, documents: Sequence[Any] | None = None) -> LintResult:
     """Lint manifests offline: kgen.lint.api.LintResult (``findings``, ``exit_code`` 0 clean, 1 failing
     findings, 2 unreadable or unparsable input, ``skipped`` files that are no manifests). A file that is
     not valid YAML is a KG004 finding, not an exception; a missing file, an unknown version, engine or
-    rule id raise kgen.errors.KgenError."""
-    from kgen.lint.api import LintOptions, lint_paths
+    rule id raise kgen.errors.KgenError. ``documents`` (here or in the request) lints objects in memory:
+    render -> modify -> lint needs no temporary file."""
+    from kgen.errors import UsageError
+    from kgen.lint.api import LintOptions, lint_documents, lint_paths
+
+    request = request if request is not None else LintRequest()
+    if documents is not None:
+        if request.documents is not None:
+            raise UsageError("documents given twice: pass them to lint() or to LintRequest, not both")
+        request = replace(request, documents=documents)
 
     skip = frozenset(s.strip() for item in request.skip for s in item.split(",") if s.strip())
     options = LintOptions(
@@ -67,6 +78,14 @@ def lint(request: LintRequest) -> LintResult:
         exclude=tuple(request.exclude),
         unit=request.unit,
     )
+    if request.documents is not None:
+        if request.paths:
+            raise UsageError("lint takes paths or documents, not both: lint them in two calls")
+        if isinstance(request.documents, (str, bytes, dict)):
+            raise UsageError("documents must be a list of objects (dicts), e.g. documents=[job, service]")
+        return lint_documents(list(request.documents), "<documents>", options)
+    if not request.paths:
+        raise UsageError("nothing to lint: give paths (files, folders, '-') or documents=[...]")
     return lint_paths(list(request.paths), options)
 
 

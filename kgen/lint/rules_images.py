@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any
 
 from kgen.findings import Severity
@@ -52,6 +53,7 @@ def _is_placeholder(component: str) -> bool:
     return bool(_PLACEHOLDER.match(component))
 
 
+@lru_cache(maxsize=4096)
 def split_image(image: str) -> tuple[str, list[str], str]:
     """(registry host or "", path components, tag) of a reference that parses (digest dropped)."""
     name = image.split("@", 1)[0]
@@ -67,6 +69,7 @@ def split_image(image: str) -> tuple[str, list[str], str]:
     return host, parts, tag
 
 
+@lru_cache(maxsize=4096)
 def placeholder(image: str) -> str | None:
     """The placeholder component of a reference that parses, or None."""
     host, parts, _tag = split_image(image)
@@ -79,11 +82,18 @@ def _containers(doc: Any) -> list[tuple[dict, tuple]]:
     return found
 
 
-def _images(doc: Any) -> Iterator[tuple[dict, tuple, str]]:
-    for c, path in _containers(doc):
-        image = c.get("image")
-        if isinstance(image, str) and image and k8s.is_image_reference(image):
-            yield c, path, image
+def _images(doc: Any) -> list[tuple[dict, tuple, str]]:
+    """(container, path, image) of every container whose image parses (once per document: two rules ask)."""
+    memo = doc.memo
+    got = memo.get("kg_images")
+    if got is None:
+        got = memo["kg_images"] = [
+            (c, path, image)
+            for c, path in _containers(doc)
+            for image in [c.get("image")]
+            if isinstance(image, str) and image and k8s.is_image_reference(image)
+        ]
+    return got
 
 
 @rule(
@@ -128,6 +138,8 @@ def pull_policy(c: dict, tag: str, digest: bool) -> tuple[str, bool]:
 )
 def unqualified_pulled_always(doc: Any, ctx: Context) -> Iterator:
     for c, path, image in _images(doc):
+        if "/" in image:
+            continue  # a registry or a namespace: not Docker Hub's library
         host, parts, tag = split_image(image)
         if host or len(parts) != 1 or parts[0] in OFFICIAL or _is_placeholder(parts[0]):
             continue

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from kgen.errors import UsageError
@@ -35,16 +34,20 @@ UNITS = ("dir", "file", "tree")
 _ID = re.compile(r"^KG\d{3}$")
 
 
-@dataclass
 class LintConfig:
-    path: str  # the file it was read from
-    root: str  # its folder: per-path-ignores are relative to it
-    skip: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    kubernetes_version: str | None = None
-    unit: str | None = None
-    per_path_ignores: list[tuple[str, frozenset[str]]] = field(default_factory=list)
-    severity: dict[str, Severity] = field(default_factory=dict)
+    """The settings of one configuration file (a plain class: every `kgen lint` imports this module)."""
+
+    __slots__ = ("path", "root", "skip", "exclude", "kubernetes_version", "unit", "per_path_ignores", "severity")
+
+    def __init__(self, path: str, root: str) -> None:
+        self.path = path  # the file it was read from
+        self.root = root  # its folder: per-path-ignores are relative to it
+        self.skip: tuple[str, ...] = ()
+        self.exclude: tuple[str, ...] = ()
+        self.kubernetes_version: str | None = None
+        self.unit: str | None = None
+        self.per_path_ignores: list[tuple[str, frozenset[str]]] = []
+        self.severity: dict[str, Severity] = {}
 
     def apply(self, findings: list[Finding]) -> list[Finding]:
         """``findings`` without those a per-path ignore covers (KG004 stays), with overridden severities."""

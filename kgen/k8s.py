@@ -213,12 +213,18 @@ POD_TEMPLATE_PATHS = {
 
 def get(data: Any, *path: Any) -> Any:
     for step in path:
-        if isinstance(step, int):
+        if step.__class__ is str:  # most steps: a key (the same answer as below, with one check)
+            if not isinstance(data, dict):
+                return None
+            data = data.get(step)
+        elif isinstance(step, int):
             if not isinstance(data, list) or not -len(data) <= step < len(data):
                 return None
+            data = data[step]
         elif not isinstance(data, dict):
             return None
-        data = data[step] if isinstance(step, int) else data.get(step)
+        else:
+            data = data.get(step)
     return data
 
 

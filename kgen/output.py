@@ -52,6 +52,16 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+def checked_line(result: Any) -> str:
+    """What a clean `kgen lint` prints in a terminal (nothing when piped): what it checked, in one line."""
+    docs, files = _plural(len(result.documents), "document"), _plural(len(result.files), "file")
+    line = f"All checks passed: {docs} in {files}"
+    skipped = len(getattr(result, "skipped", ()))
+    if skipped:
+        line += f" ({skipped} skipped: not Kubernetes manifests)"
+    return line
+
+
 def summary_line(result: Any) -> str:
     """The text report's last line (kubeconform's -summary): documents, files, findings by severity,
     the files skipped as not manifests or left out by --exclude and, when the run had several apply
@@ -64,7 +74,9 @@ def summary_line(result: Any) -> str:
     )
     skipped, excluded = len(getattr(result, "skipped", ())), getattr(result, "excluded", 0)
     if skipped:
-        line += f" - {_plural(skipped, 'file')} skipped (not Kubernetes manifests)"
+        values = sum(1 for s in result.skipped if s.reason.startswith("kgen values file"))
+        said = f": {_plural(values, 'kgen values file')}" if values else ""
+        line += f" - {_plural(skipped, 'file')} skipped (not Kubernetes manifests{said})"
     if excluded:
         line += f" - {excluded} excluded"
     units = getattr(result, "units", ())

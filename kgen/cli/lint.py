@@ -97,6 +97,15 @@ def _lint_versions() -> list[str]:
     help="What the cross-document rules see together: each folder's own files (and a kustomization's "
     "resources), each file, or everything given.",
 )
+@click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Read the lint settings from FILE (.kgen.yaml, or pyproject.toml's [tool.kgen.lint]) instead of the one "
+    "found upward from the first path.",
+)
+@click.option("--no-config", is_flag=True, help="Ignore .kgen.yaml and pyproject.toml's [tool.kgen.lint].")
 def lint(
     paths,
     filenames,
@@ -112,6 +121,8 @@ def lint(
     exclude,
     summary,
     unit,
+    config_file,
+    no_config,
 ) -> None:
     """Check manifests offline: Kubernetes JSON schemas plus the rules schemas miss.
 
@@ -134,7 +145,7 @@ def lint(
     import io
 
     from kgen import sdk
-    from kgen.output import FORMATS, summary_line, write_findings
+    from kgen.output import FORMATS, checked_line, summary_line, write_findings
 
     if list_rules:
         from kgen.output import rules_listing
@@ -154,6 +165,15 @@ def lint(
     inputs = [*filenames, *paths]
     if not inputs and sys.stdin.isatty():
         raise KgenError("no input: pass files or folders, or '-' to read stdin (e.g. kgen render | kgen lint -)")
+    cfg = _config(config_file, no_config, inputs)
+    if cfg is not None:  # flags override the file; --skip and --exclude add to it
+        source = click.get_current_context().get_parameter_source
+        if cfg.kubernetes_version and source("kubernetes_version") is click.core.ParameterSource.DEFAULT:
+            kubernetes_version = cfg.kubernetes_version
+        if cfg.unit and source("unit") is click.core.ParameterSource.DEFAULT:
+            unit = cfg.unit
+        skip = (*cfg.skip, *skip)
+        exclude = (*cfg.exclude, *exclude)
     request = sdk.LintRequest(
         inputs or ["-"],
         kubernetes_version=kubernetes_version,
@@ -166,12 +186,16 @@ def lint(
         unit=unit,
     )
     result = sdk.lint(request)
+    if cfg is not None:
+        result.findings = cfg.apply(result.findings)
     for skipped in result.skipped:
         click.echo(f"kgen: info: {skipped.path}: skipped, {skipped.reason}", err=True)
     buf = io.StringIO()
     write_findings(result, output_format, buf)
     if summary and output_format == "text":
         buf.write(summary_line(result) + "\n")
+    elif output_format == "text" and not result.findings and output_file is None and sys.stdout.isatty():
+        buf.write(checked_line(result) + "\n")  # a clean run in a terminal says what it checked, as ruff does
     write_output(output_file, buf.getvalue())
     if result.input_errors:
         first = result.input_errors[0]
@@ -179,3 +203,18 @@ def lint(
         where = f"{first.file}:{first.line}:{first.column}" if first.line else first.file
         click.echo(f"kgen: error: {where}: {first.message}{more}; the report lists every finding", err=True)
     sys.exit(result.exit_code)
+
+
+def _config(config_file: str | None, no_config: bool, inputs: list[str]):
+    """The lint configuration that applies: --config FILE, else the one found upward from the first path."""
+    from kgen.lint import config
+
+    if config_file:
+        if no_config:
+            raise KgenError("goes with --config or without it, not both", option="--no-config")
+        return config.load(config_file)
+    if no_config:
+        return None
+    first = next((p for p in inputs if p != "-"), ".")
+    found = config.find(first)
+    return config.load(found) if found else None

@@ -255,6 +255,8 @@ def _merge(result: LintResult, events: list, outputs: list[GroupOutput], units: 
         result.input_errors.extend(fout.input_errors)
     for out in outputs:
         result.findings.extend(out.findings)
+    # A finding made twice (a Service checked against two files' copies of one Job) is reported once.
+    result.findings = list(dict.fromkeys(result.findings))
     linted = set(result.files)
     for unit in units:
         files = tuple(f for f in unit.files if f in linted)

@@ -33,6 +33,7 @@ YAML_SUFFIXES = (".yaml", ".yml")
 
 KUSTOMIZATION_NAMES = frozenset(("kustomization.yaml", "kustomization.yml", "Kustomization"))
 TOOL_CONFIGS = {
+    ".kgen.yaml": "kgen configuration (kgen lint reads its lint: settings)",
     ".pre-commit-config.yaml": "pre-commit configuration",
     ".pre-commit-config.yml": "pre-commit configuration",
     ".pre-commit-hooks.yaml": "pre-commit hook definitions",
@@ -206,6 +207,29 @@ def skip_reason(path: str, charts: dict[str, str | None]) -> str | None:
     return None
 
 
+# The top-level keys of a kgen values file (kgen.render.values.VALUES; a test keeps the two the same) and those
+# only kgen's values have, one of which a file must hold to be taken for one (`kgen presets show 4x8 > f.yaml`).
+KGEN_VALUE_KEYS = frozenset(
+    """activeDeadlineSeconds affinity annotations auth command cpu description dnsPolicy env envFrom gloo gpus
+    guaranteed hostIPC hostNetwork image imagePullPolicy imagePullSecrets initContainers jobset kind labels
+    livenessPort maxRestarts memory name namespace nccl networkPolicy nodeSelector nodes nprocPerNode patches
+    podDisruptionBudget podSecurityContext port priorityClassName python queue rdma reform resources
+    runtimeClassName schedulerName serviceAccountName shmSize slurm terminationGracePeriodSeconds timeouts
+    tolerations topology topologySpreadConstraints ttlSecondsAfterFinished volumeMounts volumes workingDir
+    workloadPriorityClass""".split()
+)
+_KGEN_ONLY_KEYS = frozenset(
+    ("nodes", "gpus", "shmSize", "nprocPerNode", "nccl", "gloo", "rdma", "reform", "maxRestarts")
+)
+KGEN_VALUES_REASON = "kgen values file (lint what it renders: kgen render -f FILE | kgen lint -)"
+
+
+def is_kgen_values(data: dict) -> bool:
+    """A mapping that is a kgen values file: every key one of kgen's, at least one only kgen has."""
+    keys = {k for k in data if isinstance(k, str)}
+    return len(keys) == len(data) and bool(keys & _KGEN_ONLY_KEYS) and keys <= KGEN_VALUE_KEYS
+
+
 def content_skip_reason(path: str, text: str, docs: list, parse_failed: bool) -> str | None:
     """Why a file that was read is not a Kubernetes manifest, by its content; None if it may be.
     ``docs`` are its parsed documents (``kgen.lint.document.Document``)."""
@@ -219,6 +243,8 @@ def content_skip_reason(path: str, text: str, docs: list, parse_failed: bool) ->
         return None
     first = objects[0].data
     keys = set(first)
+    if is_kgen_values(first):
+        return KGEN_VALUES_REASON
     if _VALUES.match(os.path.basename(path)):
         return f"Helm values file ({_RENDER_CHART})"
     if "jobs" in keys and ("on" in keys or "true" in keys):  # `on:` is the boolean true in YAML 1.1

@@ -267,13 +267,16 @@ class World:
     """One training world that spans several workloads of one namespace: the leader's pod 0 is
     everyone's master, and the world has the pods of all members."""
 
-    __slots__ = ("leader", "members", "nodes", "leader_host")
+    __slots__ = ("leader", "members", "nodes", "leader_host", "service")
 
-    def __init__(self, leader: Workload, members: list[Workload]) -> None:
+    def __init__(self, leader: Workload, members: list[Workload], service: str | None = None) -> None:
         self.leader = leader.doc
-        self.leader_host = pod0_label(leader)
+        self.leader_host = service or pod0_label(leader)
         self.members = {id(m.doc) for m in members}
         self.nodes = sum(m.nodes or 0 for m in members)
+        # A headless Service that selects exactly the leader's one pod, whose name every member uses as the
+        # master address: it resolves to that pod alone (no subdomain needed).
+        self.service = service
 
 
 def world(docs: list, w: Workload) -> World | None:
@@ -341,6 +344,60 @@ def _worlds(docs: list) -> dict[int, World]:
         shared = World(members[0], members)
         if all(_states_nodes(m, shared.nodes) for m in members):
             out.update((id(m.doc), shared) for m in members)
+    for shared in _service_worlds(docs):
+        out.update((m, shared) for m in shared.members if m not in out)
+    return out
+
+
+def service_masters(w: Workload) -> set[str]:
+    """The one-label names (a Service's: ``ddp-master``, ``ddp-master.ml.svc...``) ``w``'s training
+    containers give as the master address."""
+    hosts = []
+    for c, _cpath, scripted, _why in w.containers:
+        ma = w.env(c).get("MASTER_ADDR")
+        if isinstance(ma, str):
+            hosts.append(ma)
+        hosts += [host_of(raw) for launch in scripted.launches if launch.training for _, raw in launch.master_flags()]
+    out = set()
+    for host in hosts:
+        parts = (host or "").lower().rstrip(".").split(".")
+        if parts[0] and "$" not in host and (len(parts) == 1 or parts[1] == (w.doc.namespace or parts[1])):
+            if len(parts) == 1 or (len(parts) >= 3 and parts[2] == "svc") or len(parts) == 2:
+                out.add(parts[0])
+    return out
+
+
+def _service_worlds(docs: list) -> list[World]:
+    """Worlds of separate single-pod workloads (a master Job and a worker Job) joined by a headless Service
+    that selects exactly the master workload's one pod and whose name every member gives as its master
+    address: the Service's name resolves to that pod alone."""
+    wired = [w for w in workloads(docs) if w.primary and w.user_wired]
+    naming: dict[tuple, list[Workload]] = {}
+    for w in wired:
+        for host in service_masters(w):
+            naming.setdefault((w.doc.namespace, host), []).append(w)
+    if not naming:
+        return []
+    out = []
+    for svc in docs:
+        if svc.kind != "Service" or not svc.name or k8s.get(svc.data, "spec", "clusterIP") != "None":
+            continue
+        selector = k8s.get(svc.data, "spec", "selector")
+        if not isinstance(selector, dict) or not selector:
+            continue
+        users = [w for (ns, host), ws in naming.items() if host == svc.name and (not svc.namespace or not ns or
+                 ns == svc.namespace) for w in ws]  # fmt: skip
+        if not users:
+            continue
+        near = [w for w in wired if not svc.namespace or not w.doc.namespace or w.doc.namespace == svc.namespace]
+        selected = [w for w in near if k8s.selector_scope(selector, w.doc) != "none"]
+        if len(selected) != 1 or selected[0].nodes != 1:
+            continue  # the name must resolve to one pod: the leader's
+        leader = selected[0]
+        members = [leader] + [w for w in users if w is not leader]
+        shared = World(leader, members, service=svc.name)
+        if len(members) > 1 and all(_states_nodes(m, shared.nodes) for m in members):
+            out.append(shared)
     return out
 
 

@@ -523,19 +523,28 @@ def jobset_failure_wiring(doc: Any, ctx: Context) -> Iterator:
 
 
 def _labels(obj: Any) -> dict:
-    labels = k8s.get(obj, "metadata", "labels")
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    labels = meta.get("labels") if isinstance(meta, dict) else None
     return labels if isinstance(labels, dict) else {}
 
 
 def _annotations(obj: Any) -> dict:
-    ann = k8s.get(obj, "metadata", "annotations")
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    ann = meta.get("annotations") if isinstance(meta, dict) else None
     return ann if isinstance(ann, dict) else {}
 
 
 def _pod_templates(doc: Any) -> list[tuple[dict, tuple]]:
-    from kgen.lint import kinds
+    """(template, path) of the object's own pod templates (once per document: the Kueue rules each ask)."""
+    memo = doc.memo
+    got = memo.get("kg_own_templates")
+    if got is None:
+        from kgen.lint import kinds
 
-    return [(t.template, t.path) for t in kinds.templates(doc) if t.path and t.containers is None]
+        got = memo["kg_own_templates"] = [
+            (t.template, t.path) for t in kinds.templates(doc) if t.path and t.containers is None
+        ]
+    return got
 
 
 @rule(

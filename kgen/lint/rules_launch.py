@@ -28,7 +28,7 @@ from kgen.lint.rules_training import (
     _where_path,
 )
 
-E, W = Severity.ERROR, Severity.WARNING
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
 def _flag(launch: Launch, env: dict, name: str) -> tuple[bool, str | None]:
@@ -75,7 +75,7 @@ def _elastic(w: Workload) -> bool:
 
 @rule(
     "KG117",
-    W,
+    INFO,
     "A multi-node training Job retries one pod alone (restartPolicy: OnFailure, or backoffLimit > 0 / the "
     "default 6 / backoffLimitPerIndex with no podFailurePolicy rule that fails the Job on the trainer's exit "
     "codes -- one that only Ignores disruptions leaves every other failure to backoffLimit; a JobSet's child "
@@ -189,7 +189,7 @@ _QOS_RESOURCES = ("cpu", "memory")
 
 @rule(
     "KG118",
-    W,
+    INFO,
     "A training pod with no cpu or memory request or limit in any container is BestEffort: the first to be "
     "evicted or OOM-killed under node pressure (nvidia.com/gpu does not count for QoS).",
     "Set resources.requests.cpu and .memory on the trainer (limits.memory too, or requests = limits for Guaranteed).",

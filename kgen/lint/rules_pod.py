@@ -548,6 +548,7 @@ def secret_in_env(doc: Any, ctx: Context) -> Iterator:
 )
 def image_tag(doc: Any, ctx: Context) -> Iterator:
     from kgen.lint import kinds
+    from kgen.lint.rules_images import placeholder
 
     containers = [cp for spec, base in _pod(doc) for cp in k8s.containers(spec, base)]
     containers += [cp for t in kinds.templates(doc) if t.containers is not None for cp in t.containers]  # TrainJob
@@ -555,6 +556,8 @@ def image_tag(doc: Any, ctx: Context) -> Iterator:
         image = c.get("image")
         if not isinstance(image, str) or not image or "@" in image or not k8s.is_image_reference(image):
             continue  # KG041 reports an invalid reference
+        if placeholder(image):
+            continue  # KG181 reports a placeholder
         last = image.rsplit("/", 1)[-1]
         tag = last.split(":", 1)[1] if ":" in last else ""
         if tag in ("", "latest"):

@@ -26,6 +26,8 @@ LOCAL_HOSTS = re.compile(r"^(?:localhost|127(?:\.\d+){3}|::1|0\.0\.0\.0)$")
 PER_NODE_HOST = re.compile(r"\$\(\s*hostname\b|`\s*hostname\b|\$\{?HOSTNAME\b|\$\{?SLURMD_NODENAME\b")
 DEFAULT_PORTS = {"torchrun": 29500, "deepspeed": 29500, "accelerate": 29500}
 C10D_DEFAULT_PORT = 29400
+# Slurm's variables that hold a node's GPU count (a task count taken from one is one task per GPU)
+GPU_COUNT_VARS = ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE", "SLURM_JOB_GPUS_PER_NODE")
 Found = Iterator[tuple[int, str]]
 
 
@@ -63,14 +65,14 @@ def step_nodes(s: SbatchScript, step: Step) -> tuple[int, int] | None:
     given, value = step.option("nodes")
     if given:
         got = node_range(value)
-        if got is not None:
-            return got
+        if got is not None and not (step.in_loop and got == (1, 1)):
+            return got  # (a per-host loop of one-node steps spans the allocation)
     return s.nodes
 
 
 def nodes_said(s: SbatchScript, step: Step) -> str:
     given, value = step.option("nodes")
-    if given and node_range(value):
+    if given and node_range(value) and not (step.in_loop and node_range(value) == (1, 1)):
         return f"srun --nodes={value} (line {s.locate(step.line, '-N', '--nodes')})"
     d = s.directive("nodes")
     return f"#SBATCH --nodes={d.value} (line {d.line})" if d else "the allocation"
@@ -161,6 +163,18 @@ def per_task_launcher(s: SbatchScript) -> Found:
         launches = [x for x in step.launches if training(x)]
         if not launches:
             continue
+        given, tpn = step.option("ntasks-per-node")
+        gpu_var = next((v for v in GPU_COUNT_VARS if given and v in (tpn or "")), None)
+        inherited = s.directive("ntasks") or s.directive("ntasks-per-node") or step.option("ntasks")[0]
+        if gpu_var is not None and not inherited:  # (an allocation's task count would override it: measured)
+            per_node = job_gpus(s)[1]
+            count = f"{per_node} tasks" if per_node else "one task per GPU"
+            yield (
+                s.locate(step.line, "--ntasks-per-node"),
+                f"srun --ntasks-per-node={tpn} starts {count} on every node (${gpu_var} is the node's GPU count), "
+                f"and each runs {name(launches[0])}: every one starts the whole node's processes",
+            )
+            continue
         per, why = tasks_per_node(s, step)
         if per is not None and per > 1:
             launcher = name(launches[0])
@@ -203,7 +217,7 @@ def nnodes_differs(s: SbatchScript) -> Found:
 
 @rule(
     "KG173",
-    Severity.WARNING,
+    Severity.INFO,
     "A launcher's node count is a number written into the script: it agrees with the job's nodes only until "
     "sbatch -N (or a later edit, or a --nodes range) gives another count, and then the rendezvous waits for "
     "nodes that do not exist.",
@@ -387,7 +401,7 @@ def _port(launch: Launch, s: SbatchScript) -> tuple[str, str] | None:
 
 @rule(
     "KG177",
-    Severity.WARNING,
+    Severity.INFO,
     "The rendezvous port is a fixed number (or the launcher's default, 29500) on nodes the job does not hold "
     "exclusively: two jobs placed on one node at once (Slurm does, measured) bind the same port and the later "
     "one fails with EADDRINUSE.",
@@ -417,7 +431,7 @@ def fixed_port(s: SbatchScript) -> Found:
 # ---------------------------------------------------------------------------------------------- KG178
 @rule(
     "KG178",
-    Severity.WARNING,
+    Severity.INFO,
     "A multi-node training step without a fail-stop: srun's default (KillOnBadExit=0) lets the other nodes run "
     "on when one node's task dies, so they wait in their collectives until NCCL's or gloo's timeout (10 to 30 "
     "minutes), or until the time limit for a rank that hangs, holding the whole allocation.",
@@ -483,3 +497,137 @@ def requeue(s: SbatchScript) -> Found:
 def late_directive(s: SbatchScript) -> Found:
     for d in s.late:
         yield d.line, f"#SBATCH --{d.name} comes after the first command (line {s.first_command}): sbatch ignores it"
+
+
+# ---------------------------------------------------------------------------------------------- GPUs asked
+def _gres_gpus(value: str) -> int | None:
+    """GPUs per node in a --gres value (``gpu:8``, ``gpu:a100:8``, ``gpu``: 1; a list), 0 when none."""
+    total = 0
+    for item in value.split(","):
+        parts = item.strip().split(":")
+        if parts[0] != "gpu":
+            continue
+        count = parts[-1] if len(parts) > 1 else "1"
+        count = count.split("(")[0]
+        if len(parts) == 2 and not count.isdigit():
+            count = "1"  # gpu:a100 is one GPU of that type
+        if not count.isdigit():
+            return None
+        total += int(count)
+    return total
+
+
+def _count(value: str | None) -> int | None:
+    """The number in a --gpus/--gpus-per-node value (``8``, ``a100:8``), None when not literal."""
+    last = (value or "").split(":")[-1]
+    return int(last) if last.isdigit() else None
+
+
+def _gpus(options: dict[str, str | None], nodes: tuple[int, int] | None) -> tuple[bool, int | None, str]:
+    """(asks for GPUs, GPUs per node when known, how it is written) from sbatch's or srun's options."""
+    value = options.get("gres")
+    if value is not None and "gpu" in value:
+        per = _gres_gpus(value)
+        return bool(per) or per is None, per, f"--gres={value}"
+    for opt in ("gpus-per-node", "gpus-per-task", "gpus-per-socket"):
+        if options.get(opt) is not None:
+            per = _count(options[opt]) if opt == "gpus-per-node" else None
+            return per != 0, per, f"--{opt}={options[opt]}"
+    if options.get("gpus") is not None:
+        total = _count(options["gpus"])
+        per = total // nodes[0] if total is not None and nodes and nodes[0] == nodes[1] and nodes[0] else None
+        return total != 0, per, f"--gpus={options['gpus']}"
+    return False, None, ""
+
+
+def job_gpus(s: SbatchScript) -> tuple[bool, int | None, str]:
+    """What the job's #SBATCH directives allocate: (any GPUs, GPUs per node, how it is written)."""
+    options = {d.name: d.value for d in s.directives}
+    return _gpus(options, s.nodes)
+
+
+# ---------------------------------------------------------------------------------------------- KG184
+# Directives whose value only names or labels (a literal ${VAR} there is odd, not refused).
+_LABELS = {"job-name", "comment", "mail-user", "mail-type", "wckey"}
+
+
+@rule(
+    "KG184",
+    Severity.ERROR,
+    "An #SBATCH directive holds a shell expansion (--nodes=${NNODES}, --time=$TIME, --output=${LOG}/x): sbatch "
+    "reads directives as text and expands no variables, so it refuses the job (invalid node count, time or "
+    "partition) or uses the literal text (an output folder named '${LOG}' that does not exist, so the job fails).",
+    "Write the value (#SBATCH --nodes=4), or pass it on the command line, where the shell expands it: "
+    'sbatch --nodes="$NNODES" job.sbatch (the %j, %x, %u patterns work in --output).',
+    kinds=KINDS,
+    scope="sbatch",
+)
+def directive_expansion(s: SbatchScript) -> Found:
+    for d in s.directives:
+        if d.name in _LABELS or d.value is None:
+            continue
+        m = re.search(r"\$(?:\{[^}]*\}?|\(|[A-Za-z_]\w*)", d.value)
+        if m:
+            yield (
+                d.line,
+                f"#SBATCH --{d.name}={d.value}: sbatch does not expand {m.group(0)} in a directive, so the job is "
+                "refused or gets the literal text",
+            )
+
+
+# ---------------------------------------------------------------------------------------------- KG185
+_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
+
+
+@rule(
+    "KG185",
+    Severity.ERROR,
+    "srun (or mpirun) followed by VAR=value: srun runs no shell, so it executes 'VAR=value' as the program of "
+    "every task, which does not exist (execve: No such file or directory), and the step fails without training.",
+    "Set the variable for the step with srun --export=ALL,VAR=value ... (or export it before srun, or run "
+    "srun env VAR=value torchrun ...).",
+    kinds=KINDS,
+    scope="sbatch",
+)
+def srun_assignment(s: SbatchScript) -> Found:
+    for step in steps(s, "srun", "mpi"):
+        if step.argv and _ASSIGNMENT.match(step.argv[0]):
+            program = "srun" if step.kind == "srun" else "mpirun"
+            yield (
+                s.locate(step.line, step.argv[0]),
+                f"{program} runs {step.argv[0]!r} as the program of every task (no shell reads the assignment): "
+                "the step fails; use srun --export=ALL," + step.argv[0].split("=", 1)[0] + "=... or env",
+            )
+
+
+# ---------------------------------------------------------------------------------------------- KG186
+@rule(
+    "KG186",
+    Severity.ERROR,
+    "A step asks for GPUs (srun --gres=gpu:N, --gpus, --gpus-per-node, --gpus-per-task) that the job's #SBATCH "
+    "directives never allocated, or more per node than they did: srun refuses the step ('Invalid generic "
+    "resource (gres) specification' or 'Requested node configuration is not available') and nothing trains.",
+    "Allocate the GPUs in the job (#SBATCH --gres=gpu:8 or --gpus-per-node=8); the steps inherit them "
+    "(srun needs no --gres of its own).",
+    kinds=KINDS,
+    scope="sbatch",
+)
+def step_gpus_not_allocated(s: SbatchScript) -> Found:
+    if any("$" in (d.value or "") for d in s.directives if d.name.startswith(("gres", "gpus"))):
+        return  # KG184's
+    allocated, per_job, said_job = job_gpus(s)
+    for step in steps(s, "srun"):
+        asked, per_step, said = _gpus(step.options, step_nodes(s, step))
+        if not asked:
+            continue
+        where = s.locate(step.line, said.split("=", 1)[0])
+        if not allocated:
+            yield (
+                where,
+                f"srun {said} asks for GPUs, but the job's #SBATCH directives allocate none: srun refuses the step",
+            )
+        elif per_job is not None and per_step is not None and per_step > per_job:
+            yield (
+                where,
+                f"srun {said} asks for {per_step} GPUs per node, but the job has {said_job}: srun refuses the step",
+            )

@@ -66,18 +66,36 @@ def script_syntax(docs: list, ctx: Context) -> Iterator:
     scope="stream",
 )
 def exit_status_swallowed(docs: list, ctx: Context) -> Iterator:
+    seen: set = set()
     for w in workloads(docs):
         if not w.facts.runs_to_completion:
             continue
         for _c, cpath, scripted, _why in w.containers:
-            for launch in scripted.launches:
-                if launch.swallowed and (launch.training or launch.form == "python"):
-                    yield (
-                        w.doc,
-                        _launch_path(cpath, launch),
-                        f"{_name(launch)}'s exit status is lost: {launch.swallowed}; a failed run ends the pod "
-                        f"with 0 and the {w.kind} succeeds. Use exec, set -eo pipefail, or `|| exit 1`",
-                    )
+            seen.add((id(w.doc), cpath))
+            yield from _swallowed(w.doc, cpath, scripted, w.kind)
+    # A one-pod GPU Job is no training *world*, but its training script's status is its result just as well.
+    for doc in docs:
+        facts = kinds.facts(doc) if doc.kind in _GPU_BATCH_KINDS else None
+        if facts is None or not facts.runs_to_completion:
+            continue
+        for tpl in kinds.templates(doc):
+            for c, cpath in containers_of(tpl):
+                if (id(doc), cpath) not in seen and k8s.gpu_limit(c):
+                    yield from _swallowed(doc, cpath, read(doc, c, cpath, docs, tpl), facts.kind)
+
+
+_GPU_BATCH_KINDS = frozenset({"Job", "JobSet", "PyTorchJob", "TrainJob", "TrainingRuntime", "ClusterTrainingRuntime"})
+
+
+def _swallowed(doc: Any, cpath: tuple, scripted: Any, kind: str) -> Iterator:
+    for launch in scripted.launches:
+        if launch.swallowed and (launch.training or launch.form == "python"):
+            yield (
+                doc,
+                _launch_path(cpath, launch),
+                f"{_name(launch)}'s exit status is lost: {launch.swallowed}; a failed run ends the pod "
+                f"with 0 and the {kind} succeeds. Use exec, set -eo pipefail, or `|| exit 1`",
+            )
 
 
 def _name(launch: Launch) -> str:

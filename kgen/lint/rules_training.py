@@ -17,7 +17,7 @@ from kgen.launch.command import _SHELLS, Launch, find_launches, resolve
 from kgen.lint.model import TRAINING_KINDS, Workload, stated_nnodes, workloads, world
 from kgen.lint.registry import Context, rule
 
-E, W = Severity.ERROR, Severity.WARNING
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 _HAND_SET = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 # Launchers that set RANK, LOCAL_RANK and WORLD_SIZE for every worker they start.
 _SETS_RANKS = {
@@ -290,7 +290,7 @@ def dev_shm(docs: list, ctx: Context) -> Iterator:
 
 @rule(
     "KG138",
-    W,
+    INFO,
     "A 1-GPU training pod without a memory-backed /dev/shm: no NCCL transport inside the pod needs it, but "
     "DataLoader workers pass batches through /dev/shm and the default 64 MiB ends them with a bus error once "
     "batches grow (fine with num_workers=0).",

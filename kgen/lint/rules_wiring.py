@@ -178,6 +178,12 @@ def rendezvous_service(w: Workload, svcs: dict) -> Any:
     return None
 
 
+def _service_world(docs: list, w: Workload) -> bool:
+    """``w`` is part of a world whose master address is a Service selecting the leader's one pod."""
+    shared = world(docs, w)
+    return shared is not None and shared.service is not None
+
+
 def _in_ns(w: Workload) -> str:
     return f" (namespace {w.doc.namespace})" if w.doc.namespace else ""
 
@@ -210,7 +216,7 @@ def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
                 f"names Service {named!r}, which is not among the linted files{_in_ns(w)}; "
                 "add it (headless, selecting the pods)",
             )
-        elif not named and rendezvous_service(w, svcs) is None:
+        elif not named and rendezvous_service(w, svcs) is None and not _service_world(docs, w):
             yield (
                 w.doc,
                 ("metadata", "name"),
@@ -255,10 +261,12 @@ def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
             yield w.doc, path, message
     for w, svc in _rendezvous_services(docs):
         if k8s.get(svc.data, "spec", "publishNotReadyAddresses") is not True:
+            shared = world(docs, w)
+            names = svc.name if shared is not None and shared.service == svc.name else _pod_names(w, svc.name)
             yield (
                 svc,
                 ("spec",),
-                (f"set publishNotReadyAddresses: true so {_pod_names(w, svc.name)} resolves before the pods are Ready"),
+                (f"set publishNotReadyAddresses: true so {names} resolves before the pods are Ready"),
             )
 
 
@@ -428,6 +436,8 @@ def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
             if k8s.selector_scope(_selector(s), w.doc) == "all" and k8s.get(s.data, "spec", "clusterIP") == "None"
         ]
         field_name = "subdomain" if w.doc.kind == "Job" else "serviceName"
+        if not named and _service_world(docs, w):
+            continue  # the master's address is a Service that resolves to its one pod: no pod DNS names needed
         if not named:
             hint = f" (e.g. {selecting[0].name!r})" if selecting else ""
             yield (
@@ -488,6 +498,8 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                 labels = value.lower().rstrip(".").split(".")
                 if leader and labels[0] == leader and labels[1:2] == [named]:
                     continue  # pod 0 of the workload that leads the world this one is part of
+                if shared is not None and shared.service and labels[0] == shared.service:
+                    continue  # a headless Service that selects the leader's one pod: it resolves to that pod
                 meant = _replaced(docs).get((w.doc.namespace, labels[0]))
                 if meant is not None and labels[1:2] == [named]:
                     yield (

@@ -120,6 +120,7 @@ class Step:
     read: Any = None  # kgen.launch.command.Scripted of argv
     node_rank_vars: list[str] = field(default_factory=list)  # $SLURM_NODEID ... the batch shell expanded here
     in_cmdsub: bool = False  # inside $(...): its output is read, it is not the training
+    in_loop: bool = False  # inside a for/while loop (a per-host `srun -N1 -w "$host" ... &` loop)
 
     @property
     def launches(self) -> list[torchcmd.Launch]:
@@ -346,7 +347,10 @@ class _Walker:
                     if words[0] == "export" or any("x" in x for x in words[1:] if x.startswith("-")):
                         self.s.exports.add(w.raw.split("=", 1)[0])
                 continue
+            step_count = len(self.s.steps)
             self.command(words, params, cmd.line, "cmdsub" in around)
+            if len(self.s.steps) > step_count and any(k in ("for", "while", "until") for k in around):
+                self.s.steps[-1].in_loop = True
 
     def assign(self, w: shell.Word) -> None:
         name, eq, _ = w.raw.partition("=")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,7 @@ class LintRequest:
     Every field is checked when the request is made, with `kgen lint`'s messages (UsageError; a wrong
     Python type names the field); a ``str`` for ``skip`` or ``exclude`` is one --skip or --exclude."""
 
-    paths: Sequence[str]
+    paths: Sequence[str] = ()
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     skip: Sequence[str] = ()
     strict: bool = False
@@ -51,6 +51,9 @@ class LintRequest:
     explain: bool = False
     exclude: Sequence[str] = ()
     unit: str = "dir"
+    # objects in memory (dicts, as yaml.safe_load or render(...).documents give them) instead of paths: linted
+    # as one unit named "<documents>", with field paths and no line numbers
+    documents: Sequence[Any] | None = None
 
     def __post_init__(self) -> None:
         check_lint_request(self)
@@ -94,8 +97,13 @@ def check_lint_request(request: LintRequest) -> None:
         value = getattr(request, name)
         if not isinstance(value, str) and not (value is None and name == "schema_location"):
             raise UsageError(f"must be a string, got {type(value).__name__} {value!r}", option=f"LintRequest.{name}")
-    if not request.paths:
-        raise UsageError("no input given; pass files, folders or '-' for stdin")
+    if request.documents is not None:
+        if request.paths:
+            raise UsageError("lint takes paths or documents, not both: lint them in two calls")
+        if isinstance(request.documents, (str, bytes, Mapping)) or not isinstance(request.documents, Sequence):
+            raise UsageError("documents must be a list of objects (dicts), e.g. documents=[job, service]")
+    elif not request.paths:
+        raise UsageError("no input given; pass files, folders or '-' for stdin, or documents=[...]")
     for path in request.paths:
         if not path.strip():
             raise UsageError("needs a file or folder name, got an empty string", option="PATH", hint="- reads stdin")
@@ -111,12 +119,23 @@ def check_lint_request(request: LintRequest) -> None:
         raise UsageError(_unknown_ids(unknown, rules), option="--skip")
 
 
-def lint(request: LintRequest) -> LintResult:
+def lint(request: LintRequest | None = None, *, documents: Sequence[Any] | None = None) -> LintResult:
     """Lint manifests offline: kgen.lint.api.LintResult (``findings``, ``exit_code`` 0 clean, 1 failing
     findings, 2 unreadable or unparsable input, ``skipped`` files that are no manifests). A file that is
     not valid YAML is a KG004 finding, not an exception; a missing file, an unknown version, engine or
-    rule id raise kgen.errors.KgenError."""
-    from kgen.lint.api import LintOptions, lint_paths
+    rule id raise kgen.errors.KgenError. ``documents`` (here or in the request) lints objects in memory:
+    render -> modify -> lint needs no temporary file."""
+    from kgen.errors import UsageError
+    from kgen.lint.api import LintOptions, lint_documents, lint_paths
+
+    if request is None:
+        if documents is None:
+            raise UsageError("nothing to lint: give paths (files, folders, '-') or documents=[...]")
+        request = LintRequest(documents=documents)
+    elif documents is not None:
+        if request.documents is not None:
+            raise UsageError("documents given twice: pass them to lint() or to LintRequest, not both")
+        request = replace(request, documents=documents)
 
     skip = frozenset(s.strip() for item in request.skip for s in item.split(",") if s.strip())
     options = LintOptions(
@@ -129,6 +148,8 @@ def lint(request: LintRequest) -> LintResult:
         exclude=tuple(request.exclude),
         unit=request.unit,
     )
+    if request.documents is not None:  # checked when the request was made: no paths beside them
+        return lint_documents(list(request.documents), "<documents>", options)
     return lint_paths(list(request.paths), options)
 
 

@@ -62,6 +62,9 @@ _BAD_POD = {
                 "securityContext": {"runAsUser": -1},
             },
             {"name": "Trainer_1", "image": "ubuntu"},
+            {"name": "fetch", "image": "your-registry/fetch:v1", "command": ["python", "fetch.py"]},
+            {"name": "local", "image": "medical-training:latest", "imagePullPolicy": "Always", "command": ["x"]},
+            {"name": "metrics", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5"},
         ],
     },
 }

@@ -152,6 +152,7 @@ def test_unwritable_cache_is_silently_skipped(tmp_path, monkeypatch):
 _RES = {"requests": {"cpu": "1", "memory": "1Gi"}}
 _WORKER = {
     "replicas": 1,
+    "restartPolicy": "Never",  # (OnFailure, the default, restarts forever without runPolicy.backoffLimit: KG183)
     "template": {"spec": {"containers": [{"name": "pytorch", "image": "t:1", "args": ["x"], "resources": _RES}]}},
 }
 

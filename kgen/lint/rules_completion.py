@@ -1,0 +1,120 @@
+"""Workloads that should end but never do: a training operator that restarts a deterministic crash in place
+forever (no backoff limit), and a Job-like pod whose second regular container never exits (an exporter), so
+the pod never ends after training and the Job never completes. Both hold their GPUs until someone notices.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from kgen import k8s
+from kgen.findings import Severity
+from kgen.lint import kinds
+from kgen.lint.kinds.base import get
+from kgen.lint.registry import Context, rule
+
+E, W = Severity.ERROR, Severity.WARNING
+
+
+@rule(
+    "KG183",
+    W,
+    "A PyTorchJob whose replicas restart in place (restartPolicy: OnFailure, the operator's default, or "
+    "ExitCode) without runPolicy.backoffLimit: the training-operator sets no limit, so a deterministic crash "
+    "(a bug, a bad config, out of memory) restarts forever and holds its GPUs instead of failing the job.",
+    "Set spec.runPolicy.backoffLimit (e.g. 3), or restartPolicy: Never to fail at the first crash.",
+    kinds=("PyTorchJob",),
+)
+def operator_restarts_forever(doc: Any, ctx: Context) -> Iterator:
+    if kinds.adapter_for(doc) is None:
+        return
+    limit = get(doc.data, "spec", "runPolicy", "backoffLimit")
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        return
+    offending = [t for t in kinds.templates(doc) if t.restart_policy in ("OnFailure", "ExitCode")]
+    if not offending:
+        return
+    first = offending[0]
+    said = ", ".join(
+        f"{t.role} {t.restart_policy}{'' if t.restart_path and t.restart_path[-1] == 'restartPolicy' else ' (default)'}"
+        for t in offending
+    )
+    legacy = " (spec.backoffLimit is no field of kubeflow.org/v1: it belongs in runPolicy)" if get(
+        doc.data, "spec", "backoffLimit"
+    ) is not None else ""  # fmt: skip
+    what = "a crash"
+    if any(t.restart_policy == "ExitCode" for t in offending):
+        what = "a crash (ExitCode: one with a retryable exit code, e.g. OOM-killed 137)"
+    yield (
+        first.restart_path,
+        f"restartPolicy {said} and no runPolicy.backoffLimit{legacy}: {what} restarts in place forever, holding "
+        "the GPUs; set runPolicy.backoffLimit",
+    )
+
+
+# A container that serves until it is stopped: an exporter, a log shipper, a proxy, a dashboard (the image's
+# last path component without its tag; "*-exporter" too).
+_DAEMONS = frozenset(
+    """dcgm-exporter node-exporter exporter fluent-bit fluentbit fluentd vector promtail otel-collector
+    opentelemetry-collector opentelemetry-collector-contrib cloud-sql-proxy cloudsql-proxy envoy oauth2-proxy nginx
+    redis memcached tensorboard prometheus pushgateway telegraf""".split()
+)
+
+
+def _daemon_image(image: str) -> bool:
+    name = image.split("@", 1)[0].lower()
+    last = name.rsplit("/", 1)[-1].split(":", 1)[0]
+    return last in _DAEMONS or last.endswith("-exporter") or name.split(":", 1)[0].endswith("datadog/agent")
+
+
+_FOREVER = re.compile(
+    r"\bsleep\s+(?:inf|infinity)\b|\btail\s+-[fF]\b|\bwhile\s+(?:true|:|\[\s*1\s*\])\s*;?\s*do(?![\s\S]*\b(?:break|exit)\b)"
+)
+
+
+def _never_exits(c: dict) -> str | None:
+    """Why the container runs until it is stopped, or None when it may end on its own."""
+    words = [w for key in ("command", "args") for w in (c.get(key) or []) if isinstance(w, str)]
+    text = " ".join(words)
+    if words and _FOREVER.search(text):
+        return f"it runs {_FOREVER.search(text).group(0).strip()!r}"  # type: ignore[union-attr]
+    if words:
+        return None  # its own command: may well end
+    image = c.get("image")
+    if isinstance(image, str) and _daemon_image(image):
+        return f"its image {image!r} is a server that runs until stopped"
+    if c.get("ports") and (c.get("readinessProbe") or c.get("livenessProbe")):
+        return "it serves ports with probes (a server)"
+    return None
+
+
+@rule(
+    "KG187",
+    E,
+    "A pod of a workload that runs to completion (Job, JobSet, PyTorchJob, Volcano Job, TrainJob) has a "
+    "second regular container that never exits (an exporter, a log shipper, `sleep infinity`): the pod keeps "
+    "running after training ends, so the Job never completes and keeps its GPUs.",
+    "Make it a native sidecar (an initContainer with restartPolicy: Always, Kubernetes 1.29+), which the "
+    "kubelet stops when the regular containers end; or drop it.",
+    templates_only=True,
+)
+def sidecar_never_exits(doc: Any, ctx: Context) -> Iterator:
+    facts = kinds.facts(doc)
+    if facts is None or not facts.runs_to_completion:
+        return
+    for tpl in kinds.templates(doc):
+        regular = list(k8s.containers(tpl.spec, tpl.spec_path, init=False))
+        if len(regular) < 2:
+            continue
+        daemons = [(c, p, why) for c, p in regular for why in [_never_exits(c)] if why]
+        if not daemons or len(daemons) == len(regular):
+            continue  # all of them serve: not a batch pod lint can judge
+        for c, path, why in daemons:
+            yield (
+                path + ("name",),
+                f"container {c.get('name', '?')!r} never exits ({why}): the pod keeps running after training, so "
+                f"the {facts.kind} never completes and keeps its GPUs; make it a native sidecar (initContainers "
+                "with restartPolicy: Always)",
+            )

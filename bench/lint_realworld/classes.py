@@ -175,6 +175,13 @@ RULE_CLASSES.update(
         "KG178": ("step-not-fail-stop",),
         "KG179": ("step-not-fail-stop",),
         "KG180": ("sbatch-directive",),
+        "KG181": ("image-never-pulls",),
+        "KG182": ("image-never-pulls",),
+        "KG183": ("unbounded-restarts",),
+        "KG184": ("sbatch-directive",),
+        "KG185": ("shell-error",),
+        "KG186": ("gpus-not-requested",),
+        "KG187": ("never-completes",),
     }
 )
 # rules that report, not judge (no-schema notes, --explain): never a finding about a defect

@@ -615,7 +615,21 @@ def _lws_with_claims(claim: dict) -> dict:
     }
 
 
-@pytest.mark.parametrize("make", [_jobset_with_claims, _lws_with_claims], ids=["jobset-policies", "lws-templates"])
+def _runtime_with_claims(claim: dict) -> dict:
+    jobset = _jobset_with_claims(claim)["spec"]
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "vct", "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}}, "template": {"spec": jobset}},
+    }
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_jobset_with_claims, _lws_with_claims, _runtime_with_claims],
+    ids=["jobset-policies", "lws-templates", "runtime-jobset-policies"],
+)
 def test_a_claim_template_provides_the_mounted_volume(make):
     # kubernetes-sigs/jobset examples/volume-claim-policy, kubernetes-sigs/lws docs/examples/sample: the
     # controller adds a volume per claim template to every pod

@@ -335,20 +335,38 @@ def volume_names(doc: Any, ctx: Context) -> Iterator:
             seen.add(name)
 
 
+def _claim_volumes(doc: Any) -> set:
+    """Volume names the controller adds to every pod from claim templates: a StatefulSet's or a
+    LeaderWorkerSet's volumeClaimTemplates, a JobSet's volumeClaimPolicies (also in a TrainingRuntime's
+    JobSet template)."""
+    templates: list = []
+    if doc.kind == "StatefulSet":
+        templates += k8s.get(doc.data, "spec", "volumeClaimTemplates") or []
+    elif doc.kind == "LeaderWorkerSet":
+        templates += k8s.get(doc.data, "spec", "leaderWorkerTemplate", "volumeClaimTemplates") or []
+    elif doc.kind in ("JobSet", "TrainingRuntime", "ClusterTrainingRuntime"):
+        spec = k8s.get(doc.data, "spec") if doc.kind == "JobSet" else k8s.get(doc.data, "spec", "template", "spec")
+        for policy in k8s.get(spec, "volumeClaimPolicies") or [] if isinstance(spec, dict) else []:
+            if isinstance(policy, dict) and isinstance(policy.get("templates"), list):
+                templates += policy["templates"]
+    return {
+        t["metadata"]["name"]
+        for t in templates
+        if isinstance(t, dict) and isinstance(k8s.get(t, "metadata", "name"), str)
+    }
+
+
 @rule(
     "KG052",
     E,
-    "Every volumeMount names a volume of the pod (or a StatefulSet's volumeClaimTemplate), and mountPaths are "
+    "Every volumeMount names a volume of the pod (or a claim template: StatefulSet and LeaderWorkerSet "
+    "volumeClaimTemplates, JobSet volumeClaimPolicies), and mountPaths are "
     "unique per container.",
     "Add the volume, or fix the mount's name.",
     templates_only=True,
 )
 def volume_mounts(doc: Any, ctx: Context) -> Iterator:
-    claims = set()
-    if doc.kind == "StatefulSet":  # each pod gets a PVC per volumeClaimTemplate, as a volume of that name
-        for t in k8s.get(doc.data, "spec", "volumeClaimTemplates") or []:
-            if isinstance(t, dict) and isinstance(k8s.get(t, "metadata", "name"), str):
-                claims.add(t["metadata"]["name"])
+    claims = _claim_volumes(doc)
     for spec, base in _pod(doc):
         vols = {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, dict)} | claims
         for c, path in k8s.containers(spec, base):
@@ -510,8 +528,9 @@ _NOT_A_SECRET = re.compile(r"^(?:[+-]?\d+|true|false|yes|no|on|off|none|null)$",
     "KG058",
     W,
     "A secret-looking env var (a word of its name is TOKEN, SECRET, PASSWORD, API_KEY ...: HF_TOKEN, "
-    "WANDB_API_KEY, DB_PASSWORD; not TOKENIZERS_PARALLELISM) has a literal value other than a number or a "
-    "switch: it ends up in the manifest, in git and in `kubectl get -o yaml`.",
+    "WANDB_API_KEY, DB_PASSWORD; not TOKENIZERS_PARALLELISM) has a literal value other than a number, a "
+    "switch or a shell variable ($HF_TOKEN, KG130's case): it ends up in the manifest, in git and in "
+    "`kubectl get -o yaml`.",
     "Put it in a Secret and use valueFrom.secretKeyRef.",
     templates_only=True,
 )
@@ -528,12 +547,8 @@ def secret_in_env(doc: Any, ctx: Context) -> Iterator:
                     if name.upper().endswith(_PATH_SUFFIXES) and value.startswith("/"):
                         continue  # where a secret is mounted (KGEN_SECRET_FILE, *_PASSWORD_FILE), not the secret
                     if _PLACEHOLDER.match(value):
-                        message = (
-                            f"{name} is the text {value!r}: Kubernetes expands only $(VAR), so the pod gets the "
-                            "placeholder, not the secret (a template not rendered?); use valueFrom.secretKeyRef"
-                        )
-                    else:
-                        message = f"{name} has a literal value; move it to a Secret and use valueFrom.secretKeyRef"
+                        continue  # no secret in the manifest, but a shell variable left unexpanded: KG130's case
+                    message = f"{name} has a literal value; move it to a Secret and use valueFrom.secretKeyRef"
                     yield path + ("env", i, "value"), message
 
 

@@ -308,11 +308,16 @@ def _leaves(body: shell.Sequence) -> bool:
     return any(c.argv[:1] and c.argv[0] in ("break", "exit", "return") for c in shell.walk_seq(body))
 
 
+# A whole env value that is a shell variable ($HF_TOKEN, ${MODEL}): meant for envsubst or a shell, never expanded.
+_SHELL_VARIABLE = re.compile(r"^\$\{?[A-Za-z_]\w*\}?$")
+
+
 @rule(
     "KG130",
     E,
-    "An env value holds a shell command substitution ($(command ...)): Kubernetes expands only $(VAR) "
-    "references in env values and runs no shell, so the program receives the text as it is written.",
+    "An env value holds a shell command substitution ($(command ...)) or is a shell variable ($HF_TOKEN, "
+    "${MODEL}): Kubernetes expands only $(VAR) references in env values and runs no shell, so the program "
+    "receives the text as it is written.",
     "Compute the value in the container's command (a shell script), or use valueFrom (fieldRef, configMapKeyRef).",
     templates_only=True,
 )
@@ -321,6 +326,13 @@ def shell_in_env_value(doc: Any, ctx: Context) -> Iterator:
         for i, e in enumerate(k8s.env_list(c)):
             value = e.get("value") if isinstance(e, dict) else None
             if not isinstance(value, str):
+                continue
+            if _SHELL_VARIABLE.match(value):
+                yield (
+                    path + ("env", i, "value"),
+                    f"{e.get('name')} is the text {value!r}: Kubernetes expands only $(VAR), so the program gets "
+                    "the placeholder, not a value (a template not rendered?); use $(VAR) or valueFrom",
+                )
                 continue
             m = _SHELL_CODE.search(value.replace("$$(", "\0\0"))
             if m:

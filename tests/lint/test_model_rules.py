@@ -215,6 +215,9 @@ CASES = [
     ("KG130", _set_env(BASES["job"](), "STAMP", "$(date +%s)"), _set_env(BASES["job"](), "ADDR", "$(NCCL_DEBUG)")),
     ("KG130", _set_env(BASES["job"](), "HOST", "$(hostname -i)"), _set_env(BASES["job"](), "LIT", "$$(date)")),
     ("KG130", _set_env(BASES["job"](), "ID", "run-$(uuidgen -r)"), _set_env(BASES["job"](), "TXT", "`literal`")),
+    # kubernetes-sigs/lws docs/examples (sglang, vllm): HF_TOKEN: $HF_TOKEN reaches the pod as that text
+    ("KG130", _set_env(BASES["job"](), "HF_TOKEN", "$HF_TOKEN"), _set_env(BASES["job"](), "PRICE", "$5")),
+    ("KG130", _set_env(BASES["job"](), "MODEL", "${MODEL}"), _set_env(BASES["job"](), "MODEL", "$(NCCL_DEBUG)")),
     (
         "KG131",
         _job_with(["python3", "/opt/kgen/kgen_entrypoint.py"], ["--", "torchrun", "--nproc-per-node", "8", "train.py"]),

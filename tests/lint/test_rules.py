@@ -569,12 +569,73 @@ def test_rule_fails(case):
     assert finding.severity is load_rules()[rule_id].severity
 
 
-def test_a_secret_placeholder_is_named_as_such():
-    # kubernetes-sigs/lws docs/examples/sglang/lws.yaml: HF_TOKEN: $HF_TOKEN reaches the pod as that text
+def test_a_secret_placeholder_is_an_unexpanded_variable_not_a_secret():
+    # kubernetes-sigs/lws docs/examples/sglang/lws.yaml: HF_TOKEN: $HF_TOKEN reaches the pod as that text;
+    # no secret is in the manifest (KG058), the variable is never expanded (KG130)
     docs = BASES["job"]()
     _append(ENV, {"name": "HF_TOKEN", "value": "$HF_TOKEN"})(docs)
-    [finding] = [f for f in lint_docs(docs).findings if f.rule_id == "KG058"]
+    findings = lint_docs(docs).findings
+    assert "KG058" not in {f.rule_id for f in findings}
+    [finding] = [f for f in findings if f.rule_id == "KG130"]
     assert "is the text '$HF_TOKEN'" in finding.message and "expands only $(VAR)" in finding.message
+
+
+_CLAIM = {"metadata": {"name": "ckpt"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+_MOUNTING_POD = {
+    "restartPolicy": "Never",
+    "containers": [{"name": "train", "image": "busybox:1.36", "volumeMounts": [{"name": "ckpt", "mountPath": "/c"}]}],
+}
+
+
+def _jobset_with_claims(claim: dict) -> dict:
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "vct"},
+        "spec": {
+            "volumeClaimPolicies": [{"templates": [claim]}],
+            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": _MOUNTING_POD}}}}],
+        },
+    }
+
+
+def _lws_with_claims(claim: dict) -> dict:
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "vct"},
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": 2,
+                "volumeClaimTemplates": [claim],
+                "workerTemplate": {"spec": _MOUNTING_POD},
+            },
+        },
+    }
+
+
+def _runtime_with_claims(claim: dict) -> dict:
+    jobset = _jobset_with_claims(claim)["spec"]
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "vct", "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}}, "template": {"spec": jobset}},
+    }
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_jobset_with_claims, _lws_with_claims, _runtime_with_claims],
+    ids=["jobset-policies", "lws-templates", "runtime-jobset-policies"],
+)
+def test_a_claim_template_provides_the_mounted_volume(make):
+    # kubernetes-sigs/jobset examples/volume-claim-policy, kubernetes-sigs/lws docs/examples/sample: the
+    # controller adds a volume per claim template to every pod
+    assert "KG052" not in rule_ids(lint_docs([make(_CLAIM)]))
+    other = {**_CLAIM, "metadata": {"name": "data"}}  # near miss: a claim of another name
+    assert "KG052" in rule_ids(lint_docs([make(other)]))
 
 
 @pytest.mark.parametrize("case", PASSING, ids=[_case_id(c) for c in PASSING])

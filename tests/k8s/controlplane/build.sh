@@ -2,8 +2,8 @@
 # Builds the control plane tests/k8s runs against, from source through the Go module proxy:
 #   kube-apiserver, kube-controller-manager, kube-scheduler  (k8s.io/kubernetes, kubernetes/go.mod here)
 #   etcd                                                     (go.etcd.io/etcd/server/v3, etcd/go.mod here)
-#   jobset (controller) + its CRDs                           (sigs.k8s.io/jobset)
-#   kueue (controller) + its CRDs                            (sigs.k8s.io/kueue)
+#   jobset-controller + its CRDs and webhook configuration   (sigs.k8s.io/jobset, jobset/go.mod here)
+#   kueue (controller) + its CRDs and webhook configuration  (sigs.k8s.io/kueue)
 # into a cache keyed by the versions, the Go toolchain and these files:
 #   ${KGEN_CONTROLPLANE_CACHE:-~/.cache/kgen-controlplane}/<key>/{bin,crds}
 # A second run with the same key builds nothing. Prints the bin folder's path as its last line.
@@ -81,12 +81,23 @@ build_kueue() {
     GOBIN="$bin" go install -trimpath -ldflags="$ldflags" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
 }
 
+copy_manifests() {  # the CRDs and the webhook configurations (service-based; the fixture points them at loopback)
+  local dir
+  dir="$(module_dir sigs.k8s.io/jobset "$JOBSET_VERSION")" && [ -n "$dir" ] || return 1
+  cp "$dir"/config/components/crd/bases/*.yaml "$root/crds/jobset/" &&
+    cp "$dir/config/components/webhook/manifests.yaml" "$root/crds/jobset-webhooks.yaml" || return 1
+  dir="$(module_dir sigs.k8s.io/kueue "$KUEUE_VERSION")" && [ -n "$dir" ] || return 1
+  cp "$dir"/config/components/crd/bases/*.yaml "$root/crds/kueue/" &&
+    cp "$dir/config/components/webhook/manifests.yaml" "$root/crds/kueue-webhooks.yaml"
+}
+
 failed=""
 t_all=$SECONDS
 part kubernetes build_kubernetes
 part etcd build_etcd
 part jobset build_jobset
 part kueue build_kueue
+part manifests copy_manifests
 chmod -R u+w "$root/crds"
 log "done in $((SECONDS - t_all)) s; key $key${failed:+; FAILED:$failed}"
 echo "$bin"

@@ -54,8 +54,15 @@ def k8s_bin():
 @pytest.fixture(scope="session")
 def k8s(k8s_bin):
     """The control plane plus NODES fake nodes of 8 GPUs each; kgen's cluster verbs find it through KUBECONFIG."""
+    import signal
+
     cp = ControlPlane(k8s_bin, ["127.0.0.1"])
     kubelet = None
+
+    def interrupted(*_):  # a SIGTERM (e.g. `timeout`) still tears the control plane down
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
     try:
         cp.start()
         crds = sorted((k8s_bin.parent / "crds" / "jobset").glob("*.yaml"))
@@ -89,6 +96,7 @@ def k8s(k8s_bin):
             for f in cp.root.glob("*.log"):
                 shutil.copy(f, Path(keep) / f.name)
         cp.stop()
+        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / "controlplane" / "build.sh"
 SERVICE_RANGE = "10.96.0.0/16"
+CORE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
 def free_port() -> int:
@@ -322,10 +323,11 @@ class ControlPlane:
     def _default_sa(self) -> bool:
         return self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200
 
-    def wait_for(self, cond, timeout: float, what: str) -> None:
+    def wait_for(self, cond, timeout: float, what: str, watch: str = "") -> None:
+        """Until cond() is true; fails at once when a core process (or `watch`) has exited."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            dead = [n for n, p in self.procs.items() if p.poll() is not None]
+            dead = [n for n, p in self.procs.items() if p.poll() is not None and (n in CORE or n == watch)]
             if dead:
                 raise RuntimeError(f"{dead[0]} exited ({self.procs[dead[0]].returncode}):\n{self.log(dead[0])}")
             try:
@@ -375,7 +377,8 @@ class ControlPlane:
 
     # -- JobSet and Kueue: controller-runtime managers with their webhooks served on loopback -----------------
     def start_addon(self, name: str, binary: str, config: dict, webhooks: Path, keep=lambda path: True,
-                    timeout: float = 90) -> None:  # fmt: skip
+                    timeout: float = 90, mounts: dict[str, Path] | None = None,
+                    args: tuple[str, ...] = ()) -> None:  # fmt: skip
         """Starts `binary --config` (webhook server on a loopback port with a certificate of the private CA) and
         registers its webhook configurations (from the module's manifests) pointed at it: the API server then
         calls them as in a cluster."""
@@ -400,7 +403,20 @@ class ControlPlane:
         cfg.write_text(json.dumps(config))
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
         log = open(self.root / f"{name}.log", "ab")
-        argv = [str(self.bin / binary), f"--config={cfg}", f"--kubeconfig={self.kubeconfig}"]
+        argv = [str(self.bin / binary), f"--config={cfg}", f"--kubeconfig={self.kubeconfig}", *args]
+        if mounts:  # fixed paths the binary insists on, made in a mount namespace of its own (never on the host)
+            import shlex
+            import sys
+
+            sys.path.insert(0, str(HERE.parent / "entrypoint"))
+            from podharness import shadow_mount_steps
+
+            steps = []
+            for path, src in mounts.items():
+                steps += shadow_mount_steps(path, self.root, f"{name}-stash")
+                steps.append(f"mount --bind {shlex.quote(str(src))} {shlex.quote(path)}")
+            script = " && ".join([*steps, "exec " + " ".join(shlex.quote(a) for a in argv)])
+            argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script]
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             cwd=self.root, env=env, start_new_session=True)  # fmt: skip
         log.close()
@@ -410,7 +426,7 @@ class ControlPlane:
                 sock.settimeout(1)
                 return sock.connect_ex(("127.0.0.1", port)) == 0
 
-        self.wait_for(listening, timeout, f"{name}'s webhook server listening")
+        self.wait_for(listening, timeout, f"{name}'s webhook server listening", watch=name)
         ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
         for doc in yaml.safe_load_all(webhooks.read_text()):
             if not doc:
@@ -445,6 +461,8 @@ class ControlPlane:
              "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]}},
             self.bin.parent / "crds" / "kueue-webhooks.yaml",
             keep=lambda path: any(k in path for k in ("-batch-v1-job", "jobset", "kueue-x-k8s-io")),
+            mounts={"/etc/kueue/metrics/certs": self.root / "kueue-certs"},  # its metrics server's fixed path
+            args=("--feature-gates=VisibilityOnDemand=false",),  # an aggregated API server with certs at /visibility
         )  # fmt: skip
 
     def stop(self) -> None:

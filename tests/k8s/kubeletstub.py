@@ -81,6 +81,7 @@ class Container:
         self.init_pid: int | None = None
         self.started = self.finished = 0.0
         self.exit_code: int | None = None
+        self.sent = 0  # the last signal the stand-in sent to PID 1
         self.done = threading.Event()
 
     def start(self, argv: list[str], env: dict[str, str], setup: list[str], cwd: str) -> None:
@@ -120,10 +121,15 @@ class Container:
         rc = self.proc.wait()
         self.finished = time.time()
         self.exit_code = 128 - rc if rc < 0 else rc
+        if rc == 1 and self.sent and self.lines()[-1:] and b"unshare: sigprocmask" in self.lines()[-1]:
+            # util-linux unshare --fork could not re-raise the signal that killed the pod's PID 1 and exited 1:
+            # the container's status is that signal's (what a runtime reports: 128 + N)
+            self.exit_code = 128 + self.sent
         self.done.set()
         self.pod.kubelet.kick(self.pod)
 
     def signal(self, sig: int) -> None:
+        self.sent = sig
         if self.init_pid and not self.done.is_set():
             try:
                 os.kill(self.init_pid, sig)
@@ -158,6 +164,8 @@ class RunningPod:
         self.failed_at = 0.0  # when it wrote the final phase
         self.lock = threading.Lock()
         self.message = ""
+        kubelet.pod_count += 1  # a pod IP of its own: EndpointSlices refuse loopback addresses (every name
+        self.ip = f"10.244.{kubelet.pod_count // 250}.{kubelet.pod_count % 250 + 2}"  # still maps to 127.0.0.1)
 
     @property
     def spec(self) -> dict:
@@ -186,6 +194,7 @@ class KubeletStub:
         self.port = cp.kubelet_port
         self.root = Path(tempfile.mkdtemp(prefix="kgen-kubelet-"))
         self.pods: dict[str, RunningPod] = {}  # uid -> pod
+        self.pod_count = 0
         self.lock = threading.Lock()
         self.stop_ev = threading.Event()
         self.work = threading.Condition()
@@ -498,7 +507,7 @@ class KubeletStub:
             "metadata.uid": meta["uid"],
             "spec.nodeName": p.spec.get("nodeName", ""),
             "spec.serviceAccountName": p.spec.get("serviceAccountName", ""),
-            "status.podIP": "127.0.0.1",
+            "status.podIP": p.ip,
             "status.hostIP": "127.0.0.1",
         }
         if path in simple:
@@ -711,8 +720,8 @@ class KubeletStub:
             "conditions": conds,
             "hostIP": "127.0.0.1",
             "hostIPs": [{"ip": "127.0.0.1"}],
-            "podIP": "127.0.0.1",
-            "podIPs": [{"ip": "127.0.0.1"}],
+            "podIP": p.ip,
+            "podIPs": [{"ip": p.ip}],
             "startTime": now_iso(p.started_at),
             "containerStatuses": [cs],
             "qosClass": p.obj.get("status", {}).get("qosClass", "Burstable"),

@@ -38,7 +38,8 @@ def test_statefulset_runs_once_then_idles_with_the_secret_submit_made(k8s, ns, t
         ns, "ss", 2, [str(CKPTLOOP), "--steps", "4", "--sleep", "0.05", "--ckpt", str(ckpt)], kind="statefulset"
     )
     assert get(k8s, f"/api/v1/namespaces/{ns}/secrets/ss-auth") is not None, out
-    wait(lambda: k8s.kubelet.logs(ns, "ss-").count("stopped: succeeded") == 2, 180, "both pods succeeded")
+    hold = "run succeeded; holding idle so restartPolicy Always does not retrain"
+    wait(lambda: k8s.kubelet.logs(ns, "ss-").count(hold) == 2, 180, "both pods succeeded and hold idle")
     time.sleep(5)  # idle: nobody restarts, nobody trains twice
     pods = [p for p in k8s.kubelet.history(ns, "ss-") if not p.gone]
     assert len(pods) == 2 and all(p.restarts == 0 and not p.current.done.is_set() for p in pods), [

@@ -111,9 +111,11 @@ def addon(k8s):
 
 
 def _new_ns(k8s, request, prefix: str = "") -> str:
+    import hashlib
     import re
 
-    name = prefix + re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + f"-{os.getpid() % 1000}"
+    digest = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:8]  # parameters past the cut stay apart
+    name = prefix + re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:36].strip("-") + f"-{digest}"
     name = re.sub(r"-+", "-", name)
     code, out = k8s.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
     assert code == 201, out

@@ -160,6 +160,43 @@ def _quantity_bytes(q: str) -> int:
     return int(m.group(1)) * mult
 
 
+def unshare_argv(script: str) -> list[str]:
+    """One pod: `script` run by /bin/sh as PID 1's child in new PID, mount and UTS namespaces (private mount
+    propagation, its own /proc). Also used by the kubelet stand-in of tests/k8s."""
+    return ["unshare", "--pid", "--fork", "--mount", "--uts", "--mount-proc", "--propagation", "private",
+            "/bin/sh", "-c", script]  # fmt: skip
+
+
+def shadow_mount_steps(path: str, stash_root: Path, tag: str) -> list[str]:
+    """Shell steps that make a missing mount point (e.g. /opt/kgen) exist inside the pod's own mount
+    namespace only: the host's filesystem is never written (no test may touch a system path).
+
+    The nearest existing ancestor is covered by a tmpfs into which its entries are bound back from a
+    private stash (`stash_root`/`tag`-..., so the pod still sees everything that was there), then the path
+    is created."""
+    ancestor = os.path.dirname(path.rstrip("/"))
+    while not os.path.isdir(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    ancestor = os.path.realpath(ancestor)  # /var/run -> /run
+    if ancestor == "/":
+        raise ValueError(f"harness cannot create mount point {path}: its only existing ancestor is /")
+    stash = Path(stash_root) / f"{tag}-{ancestor.strip('/').replace('/', '_')}"
+    stash.mkdir(exist_ok=True)
+    qa, qs = shlex.quote(ancestor), shlex.quote(str(stash))
+    steps = [f"mount --rbind {qa} {qs}", f"mount -t tmpfs -o mode=755 tmpfs {qa}"]
+    for entry in sorted(os.listdir(ancestor)):
+        src, dst = os.path.join(ancestor, entry), os.path.join(ancestor, entry)
+        qsrc, qdst = shlex.quote(os.path.join(str(stash), entry)), shlex.quote(dst)
+        if os.path.islink(src):
+            steps.append(f"ln -s {shlex.quote(os.readlink(src))} {qdst}")
+        elif os.path.isdir(src):
+            steps += [f"mkdir -p {qdst}", f"mount --rbind {qsrc} {qdst}"]  # -p: mount itself makes /run/mount
+        else:
+            steps += [f"touch {qdst}", f"mount --bind {qsrc} {qdst}"]
+    steps.append(f"mkdir -p {shlex.quote(path)}")
+    return steps
+
+
 class Pod:
     def __init__(self, cluster: Cluster, index: int, incarnation: int = 0) -> None:
         self.cluster, self.index, self.incarnation = cluster, index, incarnation
@@ -198,19 +235,7 @@ class Pod:
         log = open(self.log_path, "ab")
         self.started_at = time.time()
         self.proc = subprocess.Popen(
-            [
-                "unshare",
-                "--pid",
-                "--fork",
-                "--mount",
-                "--uts",
-                "--mount-proc",
-                "--propagation",
-                "private",
-                "/bin/sh",
-                "-c",
-                script,
-            ],
+            unshare_argv(script),
             env=env,
             cwd=c.workdir,
             stdout=log,
@@ -462,32 +487,7 @@ class Cluster:
         return mounts
 
     def shadow_mount_point(self, path: str, index: int) -> list[str]:
-        """Shell steps that make a missing mount point (e.g. /opt/kgen) exist inside the pod's own mount
-        namespace only: the host's filesystem is never written (no test may touch a system path).
-
-        The nearest existing ancestor is covered by a tmpfs into which its entries are bound back from a
-        private stash (so the pod still sees everything that was there), then the path is created."""
-        ancestor = os.path.dirname(path.rstrip("/"))
-        while not os.path.isdir(ancestor):
-            ancestor = os.path.dirname(ancestor)
-        ancestor = os.path.realpath(ancestor)  # /var/run -> /run
-        if ancestor == "/":
-            raise ValueError(f"harness cannot create mount point {path}: its only existing ancestor is /")
-        stash = self.root / f"stash{index}-{ancestor.strip('/').replace('/', '_')}"
-        stash.mkdir(exist_ok=True)
-        qa, qs = shlex.quote(ancestor), shlex.quote(str(stash))
-        steps = [f"mount --rbind {qa} {qs}", f"mount -t tmpfs -o mode=755 tmpfs {qa}"]
-        for entry in sorted(os.listdir(ancestor)):
-            src, dst = os.path.join(ancestor, entry), os.path.join(ancestor, entry)
-            qsrc, qdst = shlex.quote(os.path.join(str(stash), entry)), shlex.quote(dst)
-            if os.path.islink(src):
-                steps.append(f"ln -s {shlex.quote(os.readlink(src))} {qdst}")
-            elif os.path.isdir(src):
-                steps += [f"mkdir -p {qdst}", f"mount --rbind {qsrc} {qdst}"]  # -p: mount itself makes /run/mount
-            else:
-                steps += [f"touch {qdst}", f"mount --bind {qsrc} {qdst}"]
-        steps.append(f"mkdir -p {shlex.quote(path)}")
-        return steps
+        return shadow_mount_steps(path, self.root, f"stash{index}")
 
     def _configmap_dir(self, vol: dict) -> str:
         cm_name = vol["configMap"]["name"]

@@ -1,0 +1,102 @@
+"""The other kinds end to end on the real control plane: a StatefulSet (runs once, then idles; `kgen submit`
+makes its Secret), a JobSet under the real JobSet controller, and a Job with `--queue` admitted by a real Kueue
+ClusterQueue (suspended until admitted)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from k8sutil import kgen, wait
+from reformk8s import submit
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoint"))
+from podharness import CKPTLOOP  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def get(k8s, path: str) -> dict | None:
+    code, out = k8s.request("GET", path)
+    return out if code == 200 else None
+
+
+def condition(obj: dict | None, *types: str) -> dict | None:
+    for c in (obj or {}).get("status", {}).get("conditions") or []:
+        if c["type"] in types and c["status"] == "True":
+            return c
+    return None
+
+
+@pytest.mark.timeout(300)
+def test_statefulset_runs_once_then_idles_with_the_secret_submit_made(k8s, ns, tmp_path):
+    ckpt = tmp_path / "ckpt.json"
+    out = submit(
+        ns, "ss", 2, [str(CKPTLOOP), "--steps", "4", "--sleep", "0.05", "--ckpt", str(ckpt)], kind="statefulset"
+    )
+    assert get(k8s, f"/api/v1/namespaces/{ns}/secrets/ss-auth") is not None, out
+    hold = "run succeeded; holding idle so restartPolicy Always does not retrain"
+    wait(lambda: k8s.kubelet.logs(ns, "ss-").count(hold) == 2, 180, "both pods succeeded and hold idle")
+    time.sleep(5)  # idle: nobody restarts, nobody trains twice
+    pods = [p for p in k8s.kubelet.history(ns, "ss-") if not p.gone]
+    assert len(pods) == 2 and all(p.restarts == 0 and not p.current.done.is_set() for p in pods), [
+        (p.name, p.restarts) for p in pods
+    ]
+    assert len(re.findall(r"rank=0 step 3 gen=0", k8s.kubelet.logs(ns, "ss-"))) == 1
+    st = kgen("status", "ss", "-n", ns)
+    assert st.returncode == 0, st.stderr
+    print(f"\nkgen status of an idle StatefulSet after success:\n{st.stdout}")
+    assert re.search(r"(?i)succeeded", st.stdout), st.stdout
+
+
+@pytest.mark.timeout(300)
+def test_jobset_trains_under_the_real_jobset_controller(k8s, ns, addon, tmp_path):
+    addon("jobset-controller")
+    ckpt = tmp_path / "ckpt.json"
+    submit(ns, "js", 2, [str(CKPTLOOP), "--steps", "4", "--sleep", "0.05", "--ckpt", str(ckpt)], kind="jobset")
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/js"
+    done = wait(lambda: condition(get(k8s, path), "Completed", "Failed"), 240, "the JobSet finished")
+    assert done["type"] == "Completed", (done, k8s.kubelet.logs(ns))
+    st = kgen("status", "js", "-n", ns)
+    assert st.returncode == 0 and re.search(r"(?i)succeeded|complete", st.stdout), st.stdout + st.stderr
+    lg = kgen("logs", "js", "-n", ns, "--tail", "5")
+    assert lg.returncode == 0 and "stopped: succeeded" in lg.stdout, lg.stdout + lg.stderr
+
+
+def kueue_queues(k8s, ns: str, gpu: bool = False) -> None:
+    base = "/apis/kueue.x-k8s.io/v1beta2"
+    k8s.request("POST", f"{base}/resourceflavors", {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                                                     "metadata": {"name": "default"}})  # fmt: skip
+    resources = [{"name": "cpu", "nominalQuota": "8"}, {"name": "memory", "nominalQuota": "32Gi"}]
+    code, out = k8s.request("POST", f"{base}/clusterqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": f"cq-{ns}"},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"],
+                 "flavors": [{"name": "default", "resources": resources}]}]}})  # fmt: skip
+    assert code in (201, 409), out
+
+
+@pytest.mark.timeout(300)
+def test_queued_job_waits_suspended_until_kueue_admits_it(k8s, ns, addon, tmp_path):
+    addon("kueue")
+    ckpt = tmp_path / "ckpt.json"
+    submit(ns, "q", 2, [str(CKPTLOOP), "--steps", "4", "--sleep", "0.05", "--ckpt", str(ckpt)], "--queue", "lq")
+    job = f"/apis/batch/v1/namespaces/{ns}/jobs/q"
+    time.sleep(5)  # no LocalQueue yet: nothing may run
+    assert get(k8s, job)["spec"]["suspend"] is True
+    assert not k8s.kubelet.history(ns, "q-")
+    kueue_queues(k8s, ns)
+    code, out = k8s.request("POST", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/localqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq"},
+        "spec": {"clusterQueue": f"cq-{ns}"}})  # fmt: skip
+    assert code == 201, out
+    t0 = time.time()
+    wait(lambda: get(k8s, job)["spec"].get("suspend") is False, 120, "Kueue admitted and unsuspended the Job")
+    admitted = time.time() - t0
+    done = wait(lambda: condition(get(k8s, job), "Complete", "Failed"), 180, "the Job finished")
+    assert done["type"] == "Complete", (done, k8s.kubelet.logs(ns))
+    wl = k8s.request("GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads")[1]["items"]
+    assert len(wl) == 1 and condition(wl[0], "Admitted"), wl
+    print(f"\nKueue: LocalQueue created -> Job unsuspended in {admitted:.1f} s")

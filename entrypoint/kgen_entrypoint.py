@@ -18,12 +18,12 @@ job step: NNODES, the node rank, MASTER_ADDR and MASTER_PORT come from the alloc
 KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_LIVENESS_BIND (where node 0 listens: IPs or *),
 KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT, KGEN_MASTER_WAIT_TIMEOUT,
 KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT, KGEN_MAX_RESTARTS,
-KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, and for NNODES > 1 the run's
-secret, the same on every node (the liveness channel authenticates every connection with it):
+KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, KGEN_HANG_TIMEOUT, and for NNODES > 1
+the run's secret, the same on every node (the liveness channel authenticates every connection with it):
 KGEN_SECRET_FILE (a file holding it), or KGEN_JOB_UID (Kubernetes Job and JobSet pods: the UID of the
 pod's Job, from its batch.kubernetes.io/controller-uid label; the secret is derived from it with
 KGEN_NAMESPACE and KGEN_JOB_NAME). Set for the training processes: KGEN_RESTART_COUNT (the
-generation, 0 first), KGEN_RDZV_ID.
+generation, 0 first), KGEN_RDZV_ID, KGEN_PROGRESS_FILE (kgen_progress(step): the hang watchdog).
 
 Exit codes: 0 success; 2 bad environment, usage or no torch; 3 node 0 not reachable (within
 KGEN_MASTER_WAIT_TIMEOUT, or KGEN_REPLACEMENT_TIMEOUT after a loss); 4 the group could not form
@@ -33,7 +33,8 @@ stopped by user (Ctrl-C / SIGINT on any node, or --stop): every node of the grou
 own entrypoint failed on this node (an internal error, a bug in kgen, not in the training script: the
 traceback is in the log; report it); 75 a peer was lost and re-formation is off
 (KGEN_MAX_REFORMATIONS=0); 76 this node was dropped from the group (it froze or was cut off): replace
-it; otherwise torchrun's exit code; 128+N after signal N. The last log line says why:
+it; 77 a hang (KGEN_HANG_TIMEOUT: no rank made progress; node 0's log has the report); otherwise
+torchrun's exit code; 128+N after signal N. The last log line says why:
 "kgen-entrypoint: stopped: <reason>".
 
 Standard library only in the supervising parent; torch is imported by the smoke-test worker and
@@ -2568,7 +2569,7 @@ def run_single(cfg: Config, command: list[str], sigs: Signals) -> Stop:
         sigs.sleep(0.1)
         child.reap()
         if child.rc is None and HANG.due(time.monotonic()):
-            return end_hung_single(cfg, child)
+            return end_hang(cfg, child)
     child.failure()
     child.kill_tree(2.0)
     if child.rc:
@@ -2683,7 +2684,7 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                         hub.own_failure_was_a_peers()
             hub.tick(now)
             if own_rc is None and hub.state == "training" and HANG.due(now):
-                return end_hung(cfg, hub, sigs, child)
+                return end_hang(cfg, child, hub, sigs)
             if hub.state == "finishing":
                 if hub.lost is not None:
                     log(f"{hub.lost}; this node had already finished successfully")
@@ -3261,41 +3262,25 @@ def diagnose(env: dict) -> int:
 # --------------------------------------------------------------------------------------------
 # Hang watchdog and stacks (docs/entrypoint.md#when-a-run-hangs)
 #
-# Every training process can dump its Python stacks on a signal: the workers get a sitecustomize
-# (first on their PYTHONPATH, in this node's hang folder; it runs the sitecustomize that was there
-# before) that registers faulthandler on STACKS_SIGNAL with a dump file of its own and records the
-# process (rank, pid, start time, main thread) in HANG_DIR/stacks/<pid>.json. Only processes that
-# recorded themselves are ever signalled (the signal's default action would end any other).
-#
-# The watchdog (off unless KGEN_HANG_TIMEOUT > 0, values hang.timeout): progress is a line of output
-# from a rank (the Pump) or a step a rank wrote to KGEN_PROGRESS_FILE (the one-line helper
-# `kgen_progress(step)` of the docs; the sitecustomize sets the variable per process). Each node
-# tells node 0 that its ranks made progress (`prog`, at most once a second); node 0 decides for the
-# group: no progress anywhere for the timeout -> every node dumps its ranks' stacks (`dump`, answered
-# with one `stacks` line per rank and a `stacked`), node 0 groups identical stacks, names the odd
-# ones out, writes the hang report into its log (HANG_MARK: one JSON line kgen status reads) and ends
-# the run with EXIT_HANG on every node.
+# Stacks: every generation the workers get a sitecustomize (first on their PYTHONPATH, in this node's
+# hang folder; it then runs the one that was there before) that registers faulthandler on
+# STACKS_SIGNAL with a dump file of its own and records the process in <hang>/stacks/<pid>.json. Only
+# recorded processes with the recorded start time are ever signalled (the default action would end any
+# other). The watchdog (KGEN_HANG_TIMEOUT > 0): progress is a line of a rank (the Pump) or a step a rank
+# wrote to KGEN_PROGRESS_FILE (kgen_progress(step), docs); a node tells node 0 its ranks made progress
+# (`prog`, at most once per HANG_POLL); node 0 decides for the group: no progress for the timeout ->
+# every node dumps and sends its ranks' stacks (`dump` -> `stacks` per rank, `stacked`), node 0 groups
+# identical stacks (the odd ones out first), logs the report (HANG_MARK: a JSON line kgen status reads)
+# and ends the run: every node exits EXIT_HANG. The size of this section counts twice in a pod's
+# ConfigMap (tests/test_size_budget.py): keep it lean; the docs say the rest.
 # --------------------------------------------------------------------------------------------
 
 HANG_MARK = "kgen-entrypoint: hang: "
-HANG_POLL = 1.0  # progress files are looked at this often; a node reports progress to node 0 this often
-DUMP_WAIT = 2.0  # a signalled worker's dump must be complete within this
-STACKS_WAIT = 4.0  # node 0 waits this long for the other nodes' stacks
-STACK_FRAMES = 60  # frames of a rank's main thread kept for the report and the wire
-DUMP_MAX = 1 << 18  # bytes of one process's dump read (all threads)
+HANG_POLL, DUMP_WAIT, STACKS_WAIT, STACK_FRAMES = 1.0, 2.0, 4.0, 60
 STACKS_SIGNAL = signal.SIGRTMIN + 4 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
-_WRAPPERS = {"wrapper", "inner", "wrapped", "_fn", "fn", "decorate_context", "_wrapper", "__call__", "_call_impl"}
-_LIB_MARKS = ("/site-packages/", "/dist-packages/", "<frozen ")
-_DUMP_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)")
-_DUMP_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
-
-MSG_PROGRESS = "prog"  # node -> node 0: a rank of mine made progress since my last `prog` (hang watchdog)
-MSG_DUMP = "dump"  # node 0 -> nodes: no progress for KGEN_HANG_TIMEOUT: dump your ranks' stacks
-MSG_STACKS = "stacks"  # node -> node 0: one rank's stack (main thread, innermost frame first)
-MSG_STACKED = "stacked"  # node -> node 0: all my ranks' stacks were sent (`n` of them)
-_FRAME_OK = lambda f: (  # noqa: E731 - [file, line, function]
-    type(f) is list and len(f) == 3 and _TEXT(f[0]) and _int(0)(f[1]) and _TEXT(f[2])
-)
+MSG_PROGRESS, MSG_DUMP, MSG_STACKS, MSG_STACKED = "prog", "dump", "stacks", "stacked"  # docs: When a run hangs
+_WRAPPERS = {"wrapper", "inner", "wrapped", "fn", "decorate_context", "__call__"}
+_FRAME_OK = lambda f: type(f) is list and len(f) == 3 and _TEXT(f[0]) and _int(0)(f[1]) and _TEXT(f[2])  # noqa: E731
 FIELDS.update(
     {
         MSG_PROGRESS: {},
@@ -3304,81 +3289,41 @@ FIELDS.update(
             "rank": (_RANK, REQUIRED),
             "pid": (_int(0), 0),
             "frames": (lambda v: type(v) is list and len(v) <= STACK_FRAMES and all(map(_FRAME_OK, v)), []),
-            "threads": (_int(0), 0),
-            "what": (_TEXT, ""),
-            "where": (_TEXT, ""),
-            "why": (_TEXT, ""),
+            **{k: (_TEXT, "") for k in ("what", "where", "why")},
         },
-        MSG_STACKED: {"n": (_int(0), 0)},
+        MSG_STACKED: {},
     }
 )
-
-SITECUSTOMIZE = r'''"""Written by kgen_entrypoint.py for the training processes: dump the Python stacks on a signal
-(faulthandler), so that kgen can say where every rank is; then the sitecustomize that was there before."""
-import os
-import sys
-
-
-def _kgen_register():
-    d, rank = os.environ.get("KGEN_HANG_DIR"), os.environ.get("RANK")
-    if not d or rank is None or os.environ.get("LOCAL_RANK") is None or os.environ.get("KGEN_STACKS_PID"):
-        return  # not a training process (torchrun's agent), or a child of one that is already registered
-    try:
-        import faulthandler
-        import json
-        import sysconfig
-        import threading
-
-        pid = os.getpid()
-        sig = int(os.environ["KGEN_STACKS_SIGNAL"])
-        out = open(os.path.join(d, "stacks", "%d.txt" % pid), "ab", buffering=0)
-        faulthandler.register(sig, file=out, all_threads=True, chain=False)
-        sys._kgen_stacks_file = out
-        os.environ["KGEN_STACKS_PID"] = str(pid)
-        os.environ["KGEN_PROGRESS_FILE"] = os.path.join(d, "progress", str(int(rank)))
-        with open("/proc/self/stat", "rb") as fh:
-            start = fh.read().decode("ascii", "replace").rsplit(")", 1)[1].split()[19]
-        paths = sysconfig.get_paths()
-        rec = {
-            "rank": int(rank), "local_rank": int(os.environ["LOCAL_RANK"]), "pid": pid, "start": start,
-            "main": threading.get_ident(), "signal": sig,
-            "libs": sorted({paths.get("stdlib", ""), paths.get("platstdlib", ""), paths.get("purelib", ""),
-                            paths.get("platlib", "")} - {""}),
-        }
-        tmp = os.path.join(d, "stacks", "%d.json.tmp" % pid)
-        with open(tmp, "w") as fh:
-            json.dump(rec, fh)
-        os.replace(tmp, os.path.join(d, "stacks", "%d.json" % pid))
-    except Exception as exc:  # never stop a training process for this
-        sys.stderr.write("kgen: this process cannot dump its stacks on a signal: %s\n" % (exc,))
-
-
-def _kgen_chain():
-    import importlib.machinery
-    import importlib.util
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is not None and spec.loader is not None:
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["sitecustomize"] = module
-        spec.loader.exec_module(module)
-
-
-_kgen_register()
-del _kgen_register
-_kgen_chain()
-del _kgen_chain
-'''
+SITECUSTOMIZE = r"""import os, sys
+def _kgen():
+    d, r = os.environ.get("KGEN_HANG_DIR"), os.environ.get("RANK")
+    if d and r and os.environ.get("LOCAL_RANK") and not os.environ.get("KGEN_STACKS_PID"):
+        try:
+            import faulthandler, json, threading
+            p, s = os.getpid(), os.path.join(d, "stacks", "%d." % os.getpid())
+            sys._kgen_dump = open(s + "txt", "ab", buffering=0)
+            faulthandler.register(int(os.environ["KGEN_STACKS_SIGNAL"]), sys._kgen_dump, all_threads=True)
+            os.environ["KGEN_STACKS_PID"], os.environ["KGEN_PROGRESS_FILE"] = str(p), os.path.join(d, "progress", r)
+            st = open("/proc/self/stat", "rb").read().rsplit(b")", 1)[1].split()[19].decode()
+            with open(s + "tmp", "w") as fh:
+                json.dump({"rank": int(r), "pid": p, "start": st, "main": threading.get_ident()}, fh)
+            os.replace(s + "tmp", s + "json")
+        except Exception as e:
+            sys.stderr.write("kgen: no stacks on a signal in this process: %s\n" % e)
+    import importlib.machinery as m, importlib.util as u
+    h = os.path.dirname(os.path.abspath(__file__))
+    spec = m.PathFinder.find_spec("sitecustomize", [p for p in sys.path if os.path.abspath(p or ".") != h])
+    if spec and spec.loader:
+        sys.modules["sitecustomize"] = u.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["sitecustomize"])
+_kgen()
+"""
 
 
 def hang_home(env: dict) -> str:
-    """This node's hang folder: in its run directory (bare metal, Slurm), else a private folder in the
-    temporary directory named after the run's port (and NODE_RANK when set: nodes sharing a host)."""
-    run_dir = (env.get("KGEN_RUN_DIR") or "").strip()
-    if run_dir:
-        return os.path.join(run_dir, "hang")
+    """This node's hang folder: <run dir>/hang (bare metal, Slurm), else a private one in the temporary folder."""
+    if (env.get("KGEN_RUN_DIR") or "").strip():
+        return os.path.join(env["KGEN_RUN_DIR"].strip(), "hang")
     import tempfile
 
     tag = "-".join(x for x in ((env.get("MASTER_PORT") or "").strip(), (env.get("NODE_RANK") or "").strip()) if x)
@@ -3394,238 +3339,155 @@ def _private_dir(path: str) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
-def _start_time(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().decode("ascii", "replace").rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X") else fields[19]
-
-
-def is_library(path: str, libs: list[str]) -> bool:
-    """A frame of the standard library or an installed package (not the user's own code)."""
-    return any(m in path for m in _LIB_MARKS) or any(lib and path.startswith(lib.rstrip("/") + "/") for lib in libs)
-
-
-def parse_dump(text: str) -> list[tuple[int, bool, list[list]]]:
-    """faulthandler's dump: [(thread id, current, frames innermost first as [file, line, function])]."""
-    threads: list[tuple[int, bool, list[list]]] = []
+def parse_dump(text: str) -> list[tuple[int, list[list]]]:
+    """faulthandler's dump: [(thread id, frames innermost first as [file, line, function])]."""
+    threads: list[tuple[int, list[list]]] = []
     for line in text.splitlines():
-        m = _DUMP_THREAD.match(line)
-        if m:
-            threads.append((int(m.group(2), 16), m.group(1) == "Current thread", []))
-            continue
-        f = _DUMP_FRAME.match(line)
-        if f and threads:
-            threads[-1][2].append([f.group(1), int(f.group(2)), f.group(3)])
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            threads.append((int(line.split("0x", 1)[1].split()[0], 16), []))
+        elif line.startswith('  File "') and threads and " in " in line:
+            path, _, rest = line[8:].rpartition('", line ')
+            num, _, func = rest.partition(" in ")
+            if num.isdigit():
+                threads[-1][1].append([path, int(num), func])
     return threads
 
 
-def stack_summary(frames: list[list], libs: list[str]) -> tuple[str, str]:
-    """(what, where) of a stack, innermost frame first: the library call the user's innermost frame is in
-    ("queue.get", "distributed_c10d.all_reduce"; decorators skipped) and that frame's file:line."""
-    if not frames:
+def is_library(path: str) -> bool:
+    """A frame of the standard library or of an installed package: not the user's own code."""
+    import sysconfig
+
+    libs = {sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib")} - {""}
+    return "-packages/" in path or path.startswith("<frozen ") or any(path.startswith(lib + "/") for lib in libs)
+
+
+def stack_summary(frames: list[list]) -> tuple[str, str]:
+    """(what, where) of a stack (innermost frame first): the library call the user's innermost frame is in
+    ("queue.get"; decorators skipped) and that frame's file:line."""
+    user = next((i for i, f in enumerate(frames) if not is_library(f[0])), len(frames))
+    inside = [f for f in frames[:user] if f[2] not in _WRAPPERS and not f[2].startswith("_")] or frames[:user]
+    at = frames[user] if user < len(frames) else frames[-1] if frames else None
+    if at is None:
         return "", ""
-    user = next((i for i, f in enumerate(frames) if not is_library(f[0], libs)), None)
-    if user is None:
-        f = frames[0]
-        return f"{_module_of(f[0])}.{f[2]}", f"{f[0]}:{f[1]}"
-    at = frames[user]
-    inside = frames[:user]  # innermost first; the call the user made is the last of these
-    called = next((f for f in reversed(inside) if f[2] not in _WRAPPERS and not f[2].startswith("_")), None)
-    if called is None and inside:
-        called = inside[-1]
-    what = f"{_module_of(called[0])}.{called[2]}" if called else at[2]
-    return what, f"{at[0]}:{at[1]}"
-
-
-def _module_of(path: str) -> str:
-    base = os.path.basename(path)
-    return base[:-3] if base.endswith(".py") else base
+    called = f"{os.path.basename(inside[-1][0]).removesuffix('.py')}.{inside[-1][2]}" if inside else at[2]
+    return called, f"{at[0]}:{at[1]}"
 
 
 def collect_stacks(home: str, wait: float = DUMP_WAIT) -> list[dict]:
-    """Every registered training process of this node dumps its stacks (one signal each); what each
-    wrote, parsed: [{rank, pid, frames (main thread, innermost first), threads, what, where, text}]."""
-    sdir = os.path.join(home, "stacks")
-    try:
-        names = sorted(n for n in os.listdir(sdir) if n.endswith(".json"))
-    except OSError:
-        return []
-    procs = []
-    for name in names:
+    """Every registered training process of this node dumps its stacks: [{rank, pid, frames (main thread,
+    innermost first), what, where, why, threads, text}]."""
+    sdir, procs = os.path.join(home, "stacks"), []
+    for name in sorted(n for n in os.listdir(sdir) if n.endswith(".json")) if os.path.isdir(sdir) else []:
         try:
             with open(os.path.join(sdir, name)) as fh:
                 rec = json.load(fh)
-            pid, rank = int(rec["pid"]), int(rec["rank"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if _start_time(pid) != rec.get("start"):
-            continue  # gone (or its PID is another process's now): never signalled
-        path = os.path.join(sdir, f"{pid}.txt")
-        try:
+            pid, path = int(rec["pid"]), os.path.join(sdir, f"{rec['pid']}.txt")
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                if fh.read().rsplit(b")", 1)[1].split()[19].decode() != rec["start"]:
+                    continue  # gone, or its PID is another process's now: never signalled
             size = os.path.getsize(path)
-            os.kill(pid, int(rec.get("signal") or STACKS_SIGNAL))
-        except OSError:
+            os.kill(pid, STACKS_SIGNAL)
+            procs.append([rec, size, path, 0.0, -1])
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
             continue
-        procs.append({"rec": rec, "rank": rank, "pid": pid, "path": path, "from": size, "size": size, "still": 0.0})
     deadline = time.monotonic() + wait
-    while procs and time.monotonic() < deadline:
+    while procs and time.monotonic() < deadline:  # every dump written, and not growing for 0.15 s
         time.sleep(0.05)
         now = time.monotonic()
         for p in procs:
-            try:
-                size = os.path.getsize(p["path"])
-            except OSError:
-                size = p["size"]
-            if size != p["size"]:
-                p["size"], p["still"] = size, now
-        if all(p["size"] > p["from"] and now - p["still"] >= 0.15 for p in procs):
+            size = os.path.getsize(p[2]) if os.path.exists(p[2]) else p[4]
+            p[3], p[4] = (now, size) if size != p[4] else (p[3], size)
+        if all(p[4] > p[1] and now - p[3] >= 0.15 for p in procs):
             break
     out = []
-    for p in procs:
-        text = ""
+    for rec, start, path, _, _ in procs:
         try:
-            with open(p["path"], "rb") as fh:
-                fh.seek(p["from"])
-                text = fh.read(DUMP_MAX).decode("utf-8", "replace")
+            with open(path, "rb") as fh:
+                fh.seek(start)
+                text = fh.read(1 << 18).decode("utf-8", "replace")
         except OSError:
-            pass
+            text = ""
         threads = parse_dump(text)
-        main = next((t for t in threads if t[0] == p["rec"].get("main")), None)
-        frames = (main[2] if main else (threads[-1][2] if threads else []))[:STACK_FRAMES]
-        libs = [str(x) for x in p["rec"].get("libs") or []]
-        what, where = stack_summary(frames, libs)
-        why = "" if threads else f"no dump within {wait:g}s (the process is stuck outside Python, or gone)"
-        out.append(
-            {"rank": p["rank"], "pid": p["pid"], "frames": frames, "threads": len(threads), "what": what,
-             "where": where, "why": why, "text": text}
-        )  # fmt: skip
+        frames = next((t[1] for t in threads if t[0] == rec.get("main")), threads[-1][1] if threads else [])
+        what, where = stack_summary(frames[:STACK_FRAMES])
+        why = "" if threads else f"no dump within {wait:g}s (stuck outside Python?)"
+        out.append(dict(rank=rec["rank"], pid=rec["pid"], frames=frames[:STACK_FRAMES], what=what, where=where,
+                        why=why, threads=len(threads), text=text))  # fmt: skip
     return sorted(out, key=lambda r: (r["rank"], r["pid"]))
-
-
-def _short(where: str) -> str:
-    path, _, line = where.rpartition(":")
-    return f"{os.path.basename(path)}:{line}" if path else where
 
 
 def rank_spans(ranks: list[int]) -> str:
     """[0, 1, 2, 5] -> "ranks 0-2, 5"; [7] -> "rank 7"."""
-    rs = sorted(set(ranks))
-    parts, i = [], 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        parts.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(parts)
+    rs, parts = sorted(set(ranks)), []
+    for r in rs:
+        if parts and parts[-1][1] == r - 1:
+            parts[-1][1] = r
+        else:
+            parts.append([r, r])
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
 
 
 def group_stacks(stacks: list[dict], world: int | None = None) -> list[dict]:
-    """Ranks with identical main-thread stacks together; the odd ones out first (`differs`): every group
-    smaller than the one largest group, or, when the largest are tied, those not waiting inside
-    torch.distributed (the others wait for them). Ranks without a stack are a group of their own."""
-    groups: dict[tuple, dict] = {}
+    """Identical stacks together, the odd ones out first (`differs`): the groups smaller than the one largest,
+    or, the largest tied, those not inside torch.distributed; ranks without a stack are groups of their own."""
+    groups: dict = {}
     for s in stacks:
-        frames = s.get("frames") or []
-        key = tuple(tuple(f) for f in frames) if frames else ("no stack", s.get("why") or "")
-        g = groups.setdefault(key, {"ranks": [], "what": s.get("what") or "", "where": s.get("where") or "",
-                                    "frames": frames, "why": "" if frames else s.get("why") or "no stack"})  # fmt: skip
+        f = s.get("frames") or []
+        g = groups.setdefault(str(f) if f else s.get("why") or "no stack", dict(s, ranks=[], frames=f))
         g["ranks"].append(s["rank"])
-    seen = {s["rank"] for s in stacks}
-    if world is not None and len(seen) < world:
-        missing = [r for r in range(world) if r not in seen]
-        groups[("missing",)] = {
-            "ranks": missing,
-            "what": "",
-            "where": "",
-            "frames": [],
-            "why": "no stack: not registered",
-        }
-    out = list(groups.values())
-    sizes = sorted((len(g["ranks"]) for g in out if g["frames"]), reverse=True)
-    in_dist = lambda g: any("torch/distributed/" in f[0] for f in g["frames"])  # noqa: E731
-    for g in out:
-        if not g["frames"]:
-            g["differs"] = True
-        elif len(sizes) < 2:
-            g["differs"] = False
-        elif sizes[0] > sizes[1]:
-            g["differs"] = len(g["ranks"]) < sizes[0]
-        else:
-            g["differs"] = not in_dist(g) and any(in_dist(h) for h in out)
-    out.sort(key=lambda g: (not g["differs"], len(g["ranks"]), min(g["ranks"])))
-    return out
+    missing = [r for r in range(world or 0) if r not in {s["rank"] for s in stacks}]
+    if missing:
+        groups[""] = {"ranks": missing, "frames": [], "why": "no stack: not registered"}
+    out = [{k: g.get(k) or "" for k in ("what", "where", "why")} | {"ranks": g["ranks"], "frames": g["frames"]}
+           for g in groups.values()]  # fmt: skip
+    sizes = sorted((len(g["ranks"]) for g in out if g["frames"]), reverse=True) + [0, 0]
+    waits = lambda g: any("torch/distributed/" in f[0] for f in g["frames"])  # noqa: E731
+    anywait = any(map(waits, out))
+    for g in out:  # a tie of the largest: those not waiting inside torch.distributed differ (the others wait)
+        tie = not (len(g["ranks"]) < sizes[0] if sizes[0] > sizes[1] else anywait and not waits(g))
+        g["differs"] = not g["frames"] or not tie
+    return sorted(out, key=lambda g: (not g["differs"], len(g["ranks"]), min(g["ranks"])))
 
 
 def group_line(g: dict) -> str:
     if not g["frames"]:
         return f"{rank_spans(g['ranks'])}: {g['why']}"
-    text = f"{rank_spans(g['ranks'])}: {g['what']} at {_short(g['where'])}"
-    return text + (
-        " (the one that differs)" if g["differs"] and len(g["ranks"]) == 1 else " (differs)" if g["differs"] else ""
-    )
-
-
-def stacks_text(rec: dict) -> list[str]:
-    """One rank's dump for the log: a header and the main thread's frames, innermost first."""
-    lines = [f"stack of rank {rec['rank']} (pid {rec['pid']}, {rec['threads']} thread(s)): "
-             + (f"{rec['what']} at {rec['where']}" if rec["frames"] else rec["why"])]  # fmt: skip
-    lines += [f"  {f[0]}:{f[1]} in {f[2]}" for f in rec["frames"][:STACK_FRAMES]]
-    return lines
+    path, _, line = g["where"].rpartition(":")
+    odd = (" (the one that differs)" if len(g["ranks"]) == 1 else " (differs)") if g["differs"] else ""
+    return f"{rank_spans(g['ranks'])}: {g['what']} at {os.path.basename(path)}:{line}{odd}"
 
 
 class Hang:
-    """This node's watchdog state (module singleton HANG): progress of its ranks, and on node 0 the group's."""
+    """This node's watchdog (module singleton HANG): its ranks' progress; on node 0 the group's."""
 
     def __init__(self) -> None:
-        self.timeout = 0.0  # KGEN_HANG_TIMEOUT; 0 = off
-        self.home = ""  # this node's hang folder ("" = stacks off)
-        self.armed = False
-        self.last = time.monotonic()  # this node's last progress
-        self.started = self.last
-        self.seen: dict[int, float] = {}  # rank -> its last progress (this node's ranks)
-        self.steps: dict[int, str] = {}  # rank -> the last step it reported
-        self._files: dict[str, tuple] = {}
-        self._prefix: dict[str, int] = {}
-        self.next_poll = 0.0
-        self.reported = 0.0  # a spoke: the progress already told node 0
-        self.told_at = 0.0
-        self.nodes: dict[int, float] = {}  # node 0: node rank -> when it last reported progress
-        self.remote: dict[int, dict] = {}  # node 0: rank -> its `stacks` message
-        self.stacked: set[int] = set()
+        self.timeout, self.home, self.armed, self.told = 0.0, "", False, 0.0
+        self.last = self.reported = self.next_poll = 0.0
+        self.files: dict = {}
+        self.steps: dict = {}  # rank -> the last step it reported
+        self.nodes: dict = {}  # node 0: node rank -> when it last reported progress
+        self.remote: dict = {}  # node 0: rank -> its `stacks` message
+        self.stacked: set = set()
 
     def configure(self, env: dict, problems: list[str]) -> float:
-        raw = (env.get("KGEN_HANG_TIMEOUT") or "").strip()
+        raw = (env.get("KGEN_HANG_TIMEOUT") or "0").strip()
         try:
-            value = float(raw) if raw else 0.0
-            ok = math.isfinite(value) and (value == 0 or value >= 1)
-        except ValueError:
-            ok = False
-        if not ok:
+            self.timeout = float(raw)
+            assert self.timeout == 0 or 1 <= self.timeout < math.inf
+        except (ValueError, AssertionError):
+            self.timeout = 0.0
             problems.append(
                 f"KGEN_HANG_TIMEOUT={raw!r} is not 0 or a number of seconds >= 1: set values hang.timeout to the "
-                f"seconds without progress after which the run is a hang (longer than start-up and the longest "
-                f"silent phase, e.g. 600), or 0 (off)"
+                f"seconds without progress after which the run is a hang (e.g. 600), or 0 (off)"
             )
-            return 0.0
-        self.timeout = value
-        return value
+        return self.timeout
 
     def worker_env(self, env: dict) -> dict:
-        """A generation starts: a fresh hang folder, the sitecustomize; the workers' extra environment."""
-        self.armed = bool(self.timeout)
-        self.last = self.started = time.monotonic()
-        self.seen, self.steps, self._files, self.nodes, self.remote, self.stacked = {}, {}, {}, {}, {}, set()
-        if (env.get("KGEN_STACKS") or "").strip().lower() in ("0", "off", "false", "no"):
-            self.home = ""
-            return {}
+        """A generation starts: a fresh hang folder and sitecustomize; the workers' extra environment."""
+        self.armed, self.last, self.files, self.steps, self.nodes = bool(self.timeout), time.monotonic(), {}, {}, {}
         home = hang_home(env)
-        if not all(_private_dir(os.path.join(home, d)) for d in ("", "py", "stacks", "progress")):
-            log(f"note: no private folder {home} for the workers' stacks: kgen debug stacks and the hang report "
-                f"will have no stacks from this node")  # fmt: skip
+        self.home = home if all(_private_dir(os.path.join(home, d)) for d in ("", "py", "stacks", "progress")) else ""
+        if not self.home or (env.get("KGEN_STACKS") or "").strip().lower() in ("0", "off", "false", "no"):
             self.home = ""
             return {}
         for sub in ("stacks", "progress"):
@@ -3636,191 +3498,110 @@ class Hang:
                     pass
         with open(os.path.join(home, "py", "sitecustomize.py"), "w") as fh:
             fh.write(SITECUSTOMIZE)
-        self.home = home
-        path = env.get("PYTHONPATH") or ""
-        return {
-            "KGEN_HANG_DIR": home,
-            "KGEN_STACKS_SIGNAL": str(int(STACKS_SIGNAL)),
-            "PYTHONPATH": os.path.join(home, "py") + (os.pathsep + path if path else ""),
-        }
+        path = os.path.join(home, "py") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        return {"KGEN_HANG_DIR": home, "KGEN_STACKS_SIGNAL": str(int(STACKS_SIGNAL)), "PYTHONPATH": path}
 
     def saw(self, prefix: str) -> None:
-        """The Pump wrote a line of a rank (`prefix` "[rank R] "): progress."""
-        now = time.monotonic()
-        self.last = now
-        rank = self._prefix.get(prefix)
-        if rank is None:
-            try:
-                rank = self._prefix[prefix] = int(prefix.strip()[6:-1])
-            except ValueError:
-                return
-        self.seen[rank] = now
+        self.last = time.monotonic()  # the Pump wrote a line of a rank: progress
 
     def poll(self, now: float) -> None:
-        """Progress files (kgen_progress(step)) that changed since the last look."""
+        """Progress files (kgen_progress(step)) changed since the last look."""
         if now < self.next_poll or not self.home:
             return
         self.next_poll = now + HANG_POLL
         try:
-            entries = list(os.scandir(os.path.join(self.home, "progress")))
+            for e in os.scandir(os.path.join(self.home, "progress")):
+                key = (e.stat().st_mtime_ns, e.stat().st_size)
+                if self.files.get(e.name) != key and e.name.isdigit():
+                    self.files[e.name], self.last = key, now
+                    with open(e.path, "rb") as fh:
+                        self.steps[int(e.name)] = printable(fh.read(40).decode("utf-8", "replace").strip())
         except OSError:
-            return
-        for e in entries:
-            try:
-                st = e.stat()
-            except OSError:
-                continue
-            key = (st.st_mtime_ns, st.st_size)
-            if self._files.get(e.name) == key or not e.name.isdigit():
-                continue
-            self._files[e.name] = key
-            rank = int(e.name)
-            self.seen[rank] = self.last = now
-            try:
-                with open(e.path, "rb") as fh:
-                    self.steps[rank] = printable(fh.read(64).decode("utf-8", "replace").strip())
-            except OSError:
-                pass
+            pass
 
     def report(self, spoke, now: float) -> None:
-        """A node (not node 0): tell node 0 when its ranks made progress, at most once per HANG_POLL."""
-        if not self.armed:
-            return
-        self.poll(now)
-        if self.last > self.reported and now - self.told_at >= HANG_POLL and not spoke.conn.closed:
-            spoke.conn.send({"t": MSG_PROGRESS})
-            self.reported, self.told_at = self.last, now
+        """A node (not node 0): tell node 0 its ranks made progress, at most once per HANG_POLL."""
+        if self.armed:
+            self.poll(now)
+            if self.last > self.reported and now - self.told >= HANG_POLL:
+                spoke.conn.send({"t": MSG_PROGRESS})
+                self.reported, self.told = self.last, now
+
+    def silent(self, now: float) -> float:
+        return now - max([self.last, *self.nodes.values()])
 
     def due(self, now: float) -> bool:
         """Node 0 (or a single node): no rank of the group made progress for the timeout."""
-        if not self.armed:
-            return False
-        self.poll(now)
-        return now - max([self.last, *self.nodes.values()]) >= self.timeout
-
-    def silent_for(self, now: float) -> float:
-        return now - max([self.last, *self.nodes.values()])
+        if self.armed:
+            self.poll(now)
+        return self.armed and self.silent(now) >= self.timeout
 
     def from_node(self, node: int, msg: dict) -> None:
-        """Node 0: a hang message of node `node`."""
-        t = msg["t"]
-        if t == MSG_PROGRESS:
+        if msg["t"] == MSG_PROGRESS:
             self.nodes[node] = time.monotonic()
-        elif t == MSG_STACKS:
-            self.remote[msg["rank"]] = dict(msg, text="")
-        elif t == MSG_STACKED:
+        elif msg["t"] == MSG_STACKS:
+            self.remote[msg["rank"]] = msg
+        else:
             self.stacked.add(node)
 
+    def local(self) -> list[dict]:
+        """This node's ranks' stacks, each logged (header, then its main thread's frames)."""
+        stacks = collect_stacks(self.home) if self.home else []
+        for s in stacks:
+            log(f"stack of rank {s['rank']} (pid {s['pid']}, {s['threads']} thread(s)): {s['what']} at {s['where']}")
+            for f in s["frames"]:
+                log(f"  {f[0]}:{f[1]} in {f[2]}")
+        return stacks
+
     def dump_for(self, spoke) -> None:
-        """A node: node 0 asks for this node's stacks (a hang): dump, log them, send them."""
-        log("node 0 found no progress for the hang timeout: dumping this node's stacks")
-        local = collect_stacks(self.home) if self.home else []
-        for rec in local:
-            for line in stacks_text(rec):
-                log(line)
-            wire = {k: rec[k] for k in ("rank", "pid", "threads", "why")}
-            wire.update(frames=[[shown(f[0], 1000), f[1], shown(f[2], 200)] for f in rec["frames"]],
-                        what=shown(rec["what"], 300), where=shown(rec["where"], 1000))  # fmt: skip
-            spoke.conn.send(dict(wire, t=MSG_STACKS))
-        spoke.conn.send({"t": MSG_STACKED, "n": len(local)})
+        """A node: node 0 found a hang and asks for this node's stacks."""
+        log("node 0 found no progress for the hang timeout: sending this node's stacks")
+        for s in self.local():  # bounded and printable: the gate of node 0 drops a connection for less
+            frames = [[shown(f[0], 500), f[1], shown(f[2], 100)] for f in s["frames"]]
+            wire = {k: shown(s[k], 600) for k in ("what", "where", "why")}
+            spoke.conn.send({"t": MSG_STACKS, "rank": s["rank"], "pid": s["pid"], "frames": frames, **wire})
+        spoke.conn.send({"t": MSG_STACKED})
         spoke.conn.flush(1.0)
 
 
 HANG = Hang()
 
 
-def hang_report(stacks: list[dict], world: int, timeout: float, silent: float, steps: dict) -> dict:
-    """The hang report: one machine record (HANG_MARK) and its lines."""
-    groups = group_stacks(stacks, world)
-    odd = [g for g in groups if g["differs"] and g["frames"]]
-    lead = odd[0] if odd else (groups[0] if groups else None)
-    if lead is None:
-        headline = f"no rank made progress for {silent:.0f}s; no stacks"
-    else:
-        headline = f"no rank made progress for {silent:.0f}s; {group_line(lead)}"
-    return {
-        "timeout": timeout,
-        "silent": round(silent, 1),
-        "world": world,
-        "headline": headline,
-        "groups": [
-            {
-                "ranks": g["ranks"],
-                "what": g["what"],
-                "where": g["where"],
-                "differs": g["differs"],
-                "why": g["why"],
-                "frames": g["frames"][:8],
-            }
-            for g in groups
-        ],  # fmt: skip
-        "steps": {str(k): v for k, v in sorted(steps.items())},
-        "time": _utc_stamp(),
-    }
-
-
-def write_hang_report(report: dict) -> None:
-    log(f"HANG: {report['headline']}")
-    for g in report["groups"]:
-        log(f"hang report: {group_line(g)}")
-    if report["steps"]:
-        log("hang report: last steps reported: " + ", ".join(f"rank {k}: {v}" for k, v in report["steps"].items()))
-    emit(sys.stderr, f"{HANG_MARK}{json.dumps(report, sort_keys=True)}\n")
-
-
-def hang_local(cfg: Config) -> list[dict]:
+def end_hang(cfg: Config, child: Child, hub: Hub | None = None, sigs: Signals | None = None) -> Stop:
+    """No rank of the group made progress for the timeout (node 0, or a single node): every rank's stacks,
+    grouped, into the log and the HANG_MARK line, then the run ends as a hang (every node exits EXIT_HANG)."""
+    silent, HANG.armed, HANG.remote, HANG.stacked = HANG.silent(time.monotonic()), False, {}, set()
     log(
-        f"no rank made progress for {HANG.silent_for(time.monotonic()):.1f}s (KGEN_HANG_TIMEOUT={HANG.timeout:g}s): "
-        f"collecting every rank's Python stacks"
+        f"no rank made progress for {silent:.1f}s (KGEN_HANG_TIMEOUT={HANG.timeout:g}s): collecting every rank's stacks"
     )
-    local = collect_stacks(HANG.home) if HANG.home else []
-    for rec in local:
-        for line in stacks_text(rec):
-            log(line)
-    return local
-
-
-def end_hung_single(cfg: Config, child: Child) -> Stop:
-    """One node, no rank made progress for the timeout: the report, then the run ends as a hang."""
-    silent = HANG.silent_for(time.monotonic())
-    report = hang_report(hang_local(cfg), cfg.world_size, HANG.timeout, silent, HANG.steps)
-    write_hang_report(report)
-    HANG.armed = False
+    for conn in list(hub.peers.values()) if hub else []:
+        conn.send({"t": MSG_DUMP})
+    stacks, deadline = HANG.local(), time.monotonic() + STACKS_WAIT
+    while hub and sigs and not set(hub.peers) <= HANG.stacked and time.monotonic() < deadline and not sigs.pending:
+        poll(hub.sel, sigs, hub)
+        hub.tick(time.monotonic())
+    groups = group_stacks(stacks + list(HANG.remote.values()), cfg.world_size)
+    lead = next((g for g in groups if g["differs"] and g["frames"]), groups[0])
+    report = {"timeout": HANG.timeout, "silent": round(silent, 1), "world": cfg.world_size, "time": _utc_stamp(),
+              "headline": f"no rank made progress for {silent:.0f}s; {group_line(lead)}", "steps": HANG.steps,
+              "groups": [dict(g, frames=g["frames"][:8]) for g in groups]}  # fmt: skip
+    log(f"HANG: {report['headline']}")
+    for g in groups:
+        log(f"hang report: {group_line(g)}")
+    if HANG.steps:
+        log("hang report: last steps reported: " + ", ".join(f"rank {k}: {v}" for k, v in sorted(HANG.steps.items())))
+    emit(sys.stderr, f"{HANG_MARK}{json.dumps(report, sort_keys=True)}\n")
+    if hub is not None:
+        hub.end(EXIT_HANG, f"hang: {report['headline']}")
     child.kill_tree(ABORT_GRACE)
     return Stop(EXIT_HANG, f"hang: {report['headline']}")
 
 
-def end_hung(cfg: Config, hub: Hub, sigs: Signals, child: Child) -> Stop:
-    """Node 0, no rank of the group made progress for the timeout: every node dumps its ranks' stacks,
-    node 0 writes the report and ends the run as a hang (every node exits EXIT_HANG)."""
-    silent = HANG.silent_for(time.monotonic())
-    HANG.armed = False
-    HANG.remote, HANG.stacked = {}, set()
-    for conn in list(hub.peers.values()):
-        conn.send({"t": MSG_DUMP})
-    stacks = hang_local(cfg)
-    deadline = time.monotonic() + STACKS_WAIT
-    while not set(hub.peers) <= HANG.stacked and time.monotonic() < deadline and not sigs.pending:
-        poll(hub.sel, sigs, hub)
-        hub.tick(time.monotonic())
-    if not set(hub.peers) <= HANG.stacked:
-        log(f"hang: node(s) {sorted(set(hub.peers) - HANG.stacked)} sent no stacks within {STACKS_WAIT:g}s")
-    stacks += list(HANG.remote.values())
-    report = hang_report(stacks, cfg.world_size, HANG.timeout, silent, HANG.steps)
-    write_hang_report(report)
-    reason = f"hang: {report['headline']}"
-    hub.end(EXIT_HANG, reason)
-    child.kill_tree(ABORT_GRACE)
-    return Stop(EXIT_HANG, reason)
-
-
 def stacks_answer(home: str) -> dict:
-    """--stacks (a pod, by kubectl exec) and --run-dir DIR --stacks: this node's ranks' stacks, one JSON line."""
-    local = collect_stacks(home) if os.path.isdir(os.path.join(home, "stacks")) else []
-    for rec in local:
-        rec["text"] = rec["text"][-65536:]
-    note = "" if local else f"no training process of this node registered for stacks in {home}"
-    return {"host": socket.gethostname(), "ranks": local, "note": note}
+    """--stacks (kubectl exec) and --run-dir DIR --stacks: this node's ranks' stacks, one JSON line."""
+    stacks = collect_stacks(home)
+    note = "" if stacks else f"no training process of this node registered for stacks in {home}"
+    return {"host": socket.gethostname(), "ranks": [dict(s, text=s["text"][-65536:]) for s in stacks], "note": note}
 
 
 # >>> not in pods: kgen render leaves the bare-metal section out of the ConfigMap (kgen/render/podcopy.py)

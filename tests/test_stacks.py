@@ -11,8 +11,8 @@ import json
 import os
 import signal
 import subprocess
-import sysconfig
 import sys
+import sysconfig
 import time
 from pathlib import Path
 

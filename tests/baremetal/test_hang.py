@@ -68,6 +68,9 @@ def test_a_rank_deadlocked_on_a_queue_is_named_with_its_frame_within_the_timeout
         assert any(f"distributed_c10d.all_reduce at hangloop.py:{ALL_REDUCE_LINE}" in d for d in v["details"]), v
         out = kgen("logs", "stuck").stdout
         assert "HANG: no rank made progress" in out and "stack of rank 3" in out
+        status = kgen("status", "stuck")  # the transcript in docs/entrypoint.md comes from these prints
+        print("\n$ kgen status stuck\n" + status.stdout + status.stderr)
+        print("$ kgen logs stuck | grep -A8 HANG\n" + "\n".join(ln for ln in out.splitlines() if "hang" in ln.lower()))
     finally:
         kgen("stop", "stuck", "--rm", timeout=60)
 

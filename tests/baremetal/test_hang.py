@@ -82,7 +82,7 @@ def test_kgen_debug_stacks_shows_every_rank_of_a_healthy_run_in_the_training_loo
     port = free_port_pair()
     res = kgen(
         "launch", "--name", "healthy", "--local", "2", "--nproc-per-node", "2", "--port", str(port),
-        "--", "hangloop.py", "--sleep", "0.2", "--quiet", timeout=60,
+        "--hang-timeout", "8", "--", "hangloop.py", "--sleep", "0.2", "--quiet", timeout=60,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     try:
@@ -93,6 +93,7 @@ def test_kgen_debug_stacks_shows_every_rank_of_a_healthy_run_in_the_training_loo
             steps = [Path(os.environ["XDG_STATE_HOME"], "kgen", "runs", "healthy", f"node{n}", "hang", "progress")
                      for n in range(2)]  # fmt: skip
             if all(p.is_dir() and len(os.listdir(p)) == 2 for p in steps):
+                training = time.monotonic()
                 break
             assert time.monotonic() < deadline, kgen("logs", "healthy").stdout[-3000:]
             time.sleep(0.5)
@@ -107,5 +108,30 @@ def test_kgen_debug_stacks_shows_every_rank_of_a_healthy_run_in_the_training_loo
         text = kgen("debug", "stacks", "healthy")
         assert text.returncode == 0 and text.stdout.startswith("run healthy: stacks of 4/4 rank(s)"), text.stdout
         print("\n" + text.stdout)
+        # no line per step (--quiet): kgen_progress(step) alone keeps the watchdog (8 s) quiet, on both nodes
+        time.sleep(max(0.0, training + 10 - time.monotonic()))
+        v = json.loads(kgen("status", "healthy", "-o", "json").stdout)
+        assert v["state"] == "running" and "hang" not in v["headline"], v
+        assert "HANG" not in kgen("logs", "healthy").stdout
     finally:
         kgen("stop", "healthy", "--rm", timeout=60)
+
+
+@pytest.mark.timeout(150)
+def test_one_node_the_rank_that_is_not_in_the_collective_is_the_one_that_differs(kgen, tmp_path, monkeypatch):
+    shutil.copy(HANGLOOP, tmp_path / "hangloop.py")
+    monkeypatch.chdir(tmp_path)
+    port = free_port_pair()
+    res = kgen(
+        "launch", "--name", "alone", "--local", "1", "--nproc-per-node", "2", "--port", str(port),
+        "--hang-timeout", "8", "--follow", "--", "hangloop.py", "--stuck-rank", "1", timeout=120,
+    )  # fmt: skip
+    try:
+        assert res.returncode == 1, res.stdout[-4000:] + res.stderr
+        v = json.loads(kgen("status", "alone", "-o", "json").stdout)
+        # 1 against 1: rank 0 waits inside torch.distributed for rank 1, so rank 1 is the one
+        assert f"rank 1: queue.get at hangloop.py:{QUEUE_LINE} (the one that differs)" in v["headline"], v
+        assert f"rank 0: distributed_c10d.all_reduce at hangloop.py:{ALL_REDUCE_LINE}" in v["details"], v
+        assert [r["exit_code"] for r in v["rows"]] == [77]
+    finally:
+        kgen("stop", "alone", "--rm", timeout=60)

@@ -263,3 +263,21 @@ def test_hang_timeout_is_rendered_only_when_set():
     assert "KGEN_HANG_TIMEOUT" not in env_of()
     assert env_of(hang_timeout=600)["KGEN_HANG_TIMEOUT"] == "600"
     assert env_of(sets=("hang.timeout=90",))["KGEN_HANG_TIMEOUT"] == "90"
+
+
+def test_kgen_debug_stacks_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from kgen.cli import cli
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    for args, words in (
+        (["nosuch"], "no run nosuch"),
+        (["Bad/Name"], "must be a DNS label"),
+        (["x", "-o", "yaml"], "-o/--output: must be an output format, text or json"),
+    ):
+        res = CliRunner().invoke(cli, ["debug", "stacks", *args])
+        assert res.exit_code == 2 and res.stdout == "", (args, res.output)
+        lines = res.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kgen: error: ") and words in lines[0], (args, lines)

@@ -3289,7 +3289,7 @@ FIELDS.update(
             "rank": (_RANK, REQUIRED),
             "pid": (_int(0), 0),
             "frames": (lambda v: type(v) is list and len(v) <= STACK_FRAMES and all(map(_FRAME_OK, v)), []),
-            **{k: (_TEXT, "") for k in ("what", "where", "why")},
+            **{k: (_TEXT, "") for k in ("what", "where", "why", "step")},
         },
         MSG_STACKED: {},
     }
@@ -3558,7 +3558,7 @@ class Hang:
         log("node 0 found no progress for the hang timeout: sending this node's stacks")
         for s in self.local():  # bounded and printable: the gate of node 0 drops a connection for less
             frames = [[shown(f[0], 500), f[1], shown(f[2], 100)] for f in s["frames"]]
-            wire = {k: shown(s[k], 600) for k in ("what", "where", "why")}
+            wire = {k: shown(s[k], 600) for k in ("what", "where", "why")} | {"step": self.steps.get(s["rank"], "")}
             spoke.conn.send({"t": MSG_STACKS, "rank": s["rank"], "pid": s["pid"], "frames": frames, **wire})
         spoke.conn.send({"t": MSG_STACKED})
         spoke.conn.flush(1.0)
@@ -3581,15 +3581,16 @@ def end_hang(cfg: Config, child: Child, hub: Hub | None = None, sigs: Signals | 
         poll(hub.sel, sigs, hub)
         hub.tick(time.monotonic())
     groups = group_stacks(stacks + list(HANG.remote.values()), cfg.world_size)
+    steps = {r: m["step"] for r, m in HANG.remote.items() if m["step"]} | HANG.steps
     lead = next((g for g in groups if g["differs"] and g["frames"]), groups[0])
     report = {"timeout": HANG.timeout, "silent": round(silent, 1), "world": cfg.world_size, "time": _utc_stamp(),
-              "headline": f"no rank made progress for {silent:.0f}s; {group_line(lead)}", "steps": HANG.steps,
+              "headline": f"no rank made progress for {silent:.0f}s; {group_line(lead)}", "steps": steps,
               "groups": [dict(g, frames=g["frames"][:8]) for g in groups]}  # fmt: skip
     log(f"HANG: {report['headline']}")
     for g in groups:
         log(f"hang report: {group_line(g)}")
-    if HANG.steps:
-        log("hang report: last steps reported: " + ", ".join(f"rank {k}: {v}" for k, v in sorted(HANG.steps.items())))
+    if steps:
+        log("hang report: last steps reported: " + ", ".join(f"rank {k}: {v}" for k, v in sorted(steps.items())))
     emit(sys.stderr, f"{HANG_MARK}{json.dumps(report, sort_keys=True)}\n")
     if hub is not None:
         hub.end(EXIT_HANG, f"hang: {report['headline']}")

@@ -57,6 +57,8 @@ def test_a_rank_deadlocked_on_a_queue_is_named_with_its_frame_within_the_timeout
         report = "\n".join(text for _, text in logs[0] if "hang report: " in text)
         assert f"rank 3: queue.get at hangloop.py:{QUEUE_LINE} (the one that differs)" in report, report
         assert f"ranks 0-2: distributed_c10d.all_reduce at hangloop.py:{ALL_REDUCE_LINE}" in report, report
+        # every rank's last kgen_progress(step), node 1's through its `stacks` lines
+        assert "last steps reported: rank 0: 4, rank 1: 4, rank 2: 4, rank 3: 4" in report, report
         for log in logs:  # every node ended as a hang
             assert log[-1][1].startswith("kgen-entrypoint: stopped: "), log[-3:]
         ends = [json.loads(Path(os.environ["XDG_STATE_HOME"], "kgen", "runs", "stuck", f"node{r}", "exit").read_text())

@@ -109,6 +109,7 @@ VALID = {  # a right value for every field name of the protocol, so that one wro
     "what": _text,
     "where": _text,
     "why": _text,
+    "step": _text,
 }
 assert set(VALID) == {name for fields in ep.FIELDS.values() for name in fields}, "a field without a right value"
 

@@ -3326,7 +3326,8 @@ def hang_home(env: dict) -> str:
         return os.path.join(env["KGEN_RUN_DIR"].strip(), "hang")
     import tempfile
 
-    tag = "-".join(x for x in ((env.get("MASTER_PORT") or "").strip(), (env.get("NODE_RANK") or "").strip()) if x)
+    tag = "-".join(x for x in ((env.get("MASTER_PORT") or "").strip(), (env.get("NODE_RANK") or "").strip(),
+                               socket.gethostname()) if x)  # fmt: skip
     return os.path.join(tempfile.gettempdir(), f"kgen-hang-{os.getuid()}-{re.sub(r'[^0-9A-Za-z]', '_', tag)}")
 
 
@@ -3496,8 +3497,9 @@ class Hang:
                     os.unlink(os.path.join(home, sub, name))
                 except OSError:
                     pass
-        with open(os.path.join(home, "py", "sitecustomize.py"), "w") as fh:
+        with open(os.path.join(home, "py", "sitecustomize.tmp"), "w") as fh:
             fh.write(SITECUSTOMIZE)
+        os.replace(os.path.join(home, "py", "sitecustomize.tmp"), os.path.join(home, "py", "sitecustomize.py"))
         path = os.path.join(home, "py") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         return {"KGEN_HANG_DIR": home, "KGEN_STACKS_SIGNAL": str(int(STACKS_SIGNAL)), "PYTHONPATH": path}
 

@@ -20,7 +20,7 @@ from sshlab import free_port_pair
 from kgen.runs.records import parse_time
 from kgen.runs.stamps import split_ts
 
-pytestmark = [pytest.mark.torch]
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 HANGLOOP = Path(__file__).resolve().parents[1] / "entrypoint" / "hangloop.py"
 TIMEOUT = 10  # hang.timeout: above the workers' start-up (import torch) on 2 busy cores

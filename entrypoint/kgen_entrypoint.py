@@ -2829,6 +2829,7 @@ def run(cfg: Config, command: list[str]) -> int:
         raise
     except Exception as exc:  # noqa: BLE001 - kgen's own fault: said so, never "the script failed"
         stop = internal_stop(exc)
+    HANG.cleanup()  # hang watchdog section
     raise stop
 
 
@@ -3554,6 +3555,13 @@ class Hang:
             for f in s["frames"]:
                 log(f"  {f[0]}:{f[1]} in {f[2]}")
         return stacks
+
+    def cleanup(self) -> None:
+        """The node ends: its hang folder goes (a run directory's stays for kgen stop --rm)."""
+        if self.home and not os.environ.get("KGEN_RUN_DIR"):
+            import shutil
+
+            shutil.rmtree(self.home, ignore_errors=True)
 
     def dump_for(self, spoke) -> None:
         """A node: node 0 found a hang and asks for this node's stacks."""

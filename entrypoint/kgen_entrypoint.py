@@ -82,6 +82,9 @@ FAIL_VERDICT_WAIT = 2.0  # a torchrun failed: node 0 waits this long for a lost 
 STOP_GRACE = 10.0  # stopped by user: SIGTERM to the local tree, SIGKILL after this (a script may checkpoint)
 STOP_LINGER = 5.0  # stopped by user: node 0 keeps telling nodes that rejoin (between generations) this long
 STOP_BUDGET = 5.0  # --stop (and Ctrl-C on a node not connected): how long to try reaching node 0
+DENIED_BOUND = 60.0  # denials alone for this long (or until the wait's own bound) mean a wrong secret
+LISTEN_BUSY_BOUND = 15.0  # node 0's liveness port in use: retried this long (a predecessor still ending)
+RECORD_BOUND = 30.0  # a node's exit record that the disk refuses (full, failing) is tried again this long
 PROTOCOL = 3  # liveness channel wire format (docs/entrypoint.md, "Wire format"); 3: authenticated
 
 # Membership proof (docs/entrypoint.md, "Security"): limits that keep strangers cheap.
@@ -113,13 +116,17 @@ _T0 = time.monotonic()
 _OUT = threading.Lock()  # one writer at a time: every line this process writes is whole (the pump's too)
 
 
+DROPPED = [0]  # lines this process could not write (its stdout/stderr on a full or failing disk, a closed pipe)
+
+
 def emit(stream, text: str) -> None:
+    """Write whole lines; never raises (a log write never ends the run): what fails is counted in DROPPED."""
     with _OUT:
         try:
             stream.write(text)
             stream.flush()
         except (OSError, ValueError):
-            pass
+            DROPPED[0] += max(1, text.count("\n"))
 
 
 def printable(text: str, backslash: bool = False) -> str:
@@ -181,9 +188,7 @@ def internal_reason(where: str, exc: BaseException | str) -> str:
 
 def fatal(code: int, lines: list[str] | str) -> None:
     lines = [lines] if isinstance(lines, str) else lines
-    for line in lines:
-        sys.stderr.write(f"kgen-entrypoint: error: {printable(line)}\n")
-    sys.stderr.flush()
+    emit(sys.stderr, "".join(f"kgen-entrypoint: error: {printable(line)}\n" for line in lines))
     raise Stop(code, "configuration error" if code == EXIT_CONFIG else lines[0])
 
 
@@ -628,6 +633,38 @@ def set_child_subreaper() -> bool:
         return False
 
 
+SUPERVISOR_PID = "KGEN_SUPERVISOR_PID"  # set by a bare-metal/Slurm supervisor for the entrypoint it runs
+_PRCTL = []  # libc's prctl, looked up once in the parent (a forked child only calls it)
+
+
+def _prctl():
+    if not _PRCTL:
+        try:
+            import ctypes
+
+            _PRCTL.append(ctypes.CDLL(None, use_errno=True).prctl)
+        except (OSError, AttributeError):
+            _PRCTL.append(None)
+    return _PRCTL[0]
+
+
+def die_with_parent(sig: int, parent: int | None = None) -> bool:
+    """PR_SET_PDEATHSIG: this process gets `sig` when its parent dies (the supervisor and its node live and
+    die together: a killed supervisor leaves no entrypoint, torchrun or worker behind). When `parent` is no
+    longer our parent (it died before the call), `sig` is sent at once."""
+    prctl = _prctl()
+    ok = prctl is not None and prctl(1, int(sig), 0, 0, 0) == 0  # PR_SET_PDEATHSIG
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+    return ok
+
+
+def _torchrun_dies_with_us() -> None:  # pragma: no cover - runs in the forked child before exec
+    prctl = _PRCTL[0] if _PRCTL else None
+    if prctl is not None:
+        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # torchrun SIGTERMs its workers and ends
+
+
 _PROC_OURS: bool | None = None
 
 
@@ -713,7 +750,10 @@ class Child:
 
     def __init__(self, argv: list[str], env: dict | None = None, log_dir: str = "", base_rank: int = 0) -> None:
         pipe = subprocess.PIPE if log_dir else None
-        self.proc = subprocess.Popen(argv, start_new_session=True, env=env, stdout=pipe, stderr=pipe)
+        _prctl()  # looked up here: the child only calls it
+        self.proc = subprocess.Popen(
+            argv, start_new_session=True, env=env, stdout=pipe, stderr=pipe, preexec_fn=_torchrun_dies_with_us
+        )
         self.pid = self.proc.pid
         self.rc: int | None = None
         self.pump = Pump(self.proc, log_dir, base_rank) if log_dir else None
@@ -1047,6 +1087,9 @@ class Pump(threading.Thread):
             found.append(rec)
         if not found:
             return None
+        if all(r["source"] == "exit status" and r["exit"] == -signal.SIGTERM for r in found):
+            for r in found:  # torchrun SIGTERMs its workers after a local failure: here there was none
+                r["peer"] = False
         found.sort(key=lambda r: (r["peer"], r.get("time") or "9", r["rank"]))
         first = dict(found[0])
         same = (first.get("error"), first.get("message"))
@@ -1210,6 +1253,11 @@ class Conn:
         self.host = ""
         self.done = False
         self.since = time.monotonic()
+        self.sel: selectors.BaseSelector | None = None  # where it is registered: close() takes it out
+
+    def register(self, sel: selectors.BaseSelector) -> None:
+        sel.register(self.sock, selectors.EVENT_READ, ("conn", self))
+        self.sel = sel
 
     def send(self, msg: dict) -> None:
         if self.closed:
@@ -1258,6 +1306,14 @@ class Conn:
         return self.session.open(line) if self.session is not None else parse_plain(line)
 
     def close(self) -> None:
+        """Every close, also one inside flush() after a send failed: out of its selector first, so no fd of a
+        closed connection stays registered (the next accept or connect reuses the number)."""
+        if self.sel is not None:
+            try:
+                self.sel.unregister(self.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+            self.sel = None
         if not self.closed:
             self.closed = True
             try:
@@ -1581,14 +1637,20 @@ def tell_node0_stop(cfg: Config, host: str, budget: float) -> tuple[bool, str]:
     deadline = time.monotonic() + budget
     backoff = BACKOFF_FIRST
     why = "not tried"
+    denied: Denied | None = None  # the budget ended with denials alone: node 0 refuses this host's proof
     while True:
         try:
             sock, _, answer, _ = open_session(
                 cfg, {"t": MSG_STOP, "host": host}, timeout=max(0.2, min(2.0, deadline - time.monotonic()))
             )
+            denied = None
+        except Denied as exc:  # unauthenticated: not yet node 0 (see wait_for_master), unless it lasts
+            denied, why = exc, f"denied ({exc})"
         except socket.gaierror as exc:
+            denied = None
             why = f"{cfg.master_addr!r} does not resolve ({exc.strerror or exc})"
         except (OSError, ProtocolError) as exc:
+            denied = None
             why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         else:
             sock.close()
@@ -1598,6 +1660,8 @@ def tell_node0_stop(cfg: Config, host: str, budget: float) -> tuple[bool, str]:
             why = f"node 0 answered {answer['t']!r}"
         now = time.monotonic()
         if now >= deadline:
+            if denied is not None:
+                raise denied
             return False, why
         time.sleep(min(backoff, BACKOFF_MAX, deadline - now) * random.uniform(0.5, 1.0))
         backoff *= 2
@@ -1640,6 +1704,8 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
     backoff = BACKOFF_FIRST
     attempts = 0
     state = "not tried"
+    denied_since: float | None = None  # the first of the denials since the last other answer
+    denied_reason = ""
     target = f"{cfg.master_addr}:{cfg.liveness_port}"
     log(f"waiting for node 0 at {target} (liveness port; bound {bound_name}={bound:g}s)")
     while True:
@@ -1652,6 +1718,7 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
             raise Stop(128 + sig, f"signal {name}")
         attempts += 1
         now = time.monotonic()
+        denied = False
         try:
             sock, session, rest = connect_once(cfg, hello, timeout=max(0.2, min(5.0, deadline - now)))
             log(f"node 0 reachable after {time.monotonic() - start:.1f}s ({attempts} attempt(s))")
@@ -1662,7 +1729,13 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
         except socket.gaierror as exc:
             state = f"DNS: {cfg.master_addr!r} does not resolve ({exc.strerror or exc})"
         except Denied as exc:
-            wrong_secret(cfg, target, str(exc))
+            # unauthenticated: whatever answers at node 0's address before node 0 proved itself (a start
+            # window, node 0 being replaced, another process on its host) can say it; not yet this run's node 0
+            denied, denied_reason = True, str(exc)
+            denied_since = now if denied_since is None else denied_since
+            state = f"{target} denied this node's proof of the run secret ({exc}): a wrong secret, or not yet node 0"
+            if now - denied_since >= DENIED_BOUND:
+                wrong_secret(cfg, target, f"{exc}; denials alone for {now - denied_since:.0f}s")
         except Rejected as exc:
             if exc.code == EXIT_DROPPED:
                 log(f"node 0 says: {exc}")
@@ -1675,8 +1748,14 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             state = f"port: {target} resolved but not accepting ({reason})"
+        if not denied:
+            denied_since = None
         now = time.monotonic()
         if now >= deadline:
+            if denied_since is not None:  # the bound ended with denials alone
+                wrong_secret(
+                    cfg, target, f"{denied_reason}; denials alone for {now - denied_since:.0f}s, until {bound_name}"
+                )
             break
         if now >= next_progress:
             log(f"still waiting for node 0 ({now - start:.0f}s of {bound:g}s): {state}")
@@ -1759,10 +1838,43 @@ class Hub:
         self.seen_nonces: dict[str, None] = {}  # recent client nonces: a replayed proof is named as such
         Running.link = self
 
-    def listen(self) -> str:
-        """Listen where bind_addresses() says; returns where, and why, for the log."""
+    def listen(self, sigs: Signals | None = None) -> str:
+        """Listen where bind_addresses() says; returns where, and why, for the log. A port in use is retried
+        for LISTEN_BUSY_BOUND seconds (a node 0 restarted or replaced on the same host: its predecessor's
+        tree may still be ending); only a port still taken then is a configuration error."""
         hosts, why = bind_addresses(self.cfg)
-        errors = []
+        start = time.monotonic()
+        delay = BACKOFF_FIRST
+        said = False
+        while True:
+            errors = self._bind(hosts)
+            busy = [h for h, exc in errors if getattr(exc, "errno", None) == errno.EADDRINUSE]
+            if not busy or time.monotonic() - start >= LISTEN_BUSY_BOUND or (sigs is not None and sigs.pending):
+                break
+            if not said:
+                said = True
+                log(
+                    f"KGEN_LIVENESS_PORT={self.cfg.liveness_port} is in use on {busy[0]}: trying again for up to "
+                    f"{LISTEN_BUSY_BOUND:g}s (a node 0 ending on this host?)"
+                )
+            self.close_listeners()
+            (sigs.sleep if sigs is not None else time.sleep)(min(delay, BACKOFF_MAX))
+            delay *= 2
+        if said and not errors:
+            log(f"KGEN_LIVENESS_PORT={self.cfg.liveness_port} free after {time.monotonic() - start:.1f}s")
+        if not self.listeners or any(h != "::" for h, _ in errors):  # IPv6 may be off: its wildcard is optional
+            host, exc = errors[0] if errors else ("?", OSError("no socket"))
+            held = f", still in use after {LISTEN_BUSY_BOUND:g}s" if busy else ""
+            fatal(
+                EXIT_CONFIG,
+                f"KGEN_LIVENESS_PORT={self.cfg.liveness_port}: cannot listen on {host} ({exc}{held}): pick a free "
+                f"port (values livenessPort) that differs from MASTER_PORT"
+                + ("" if host in ("0.0.0.0", "::") else ", or set KGEN_LIVENESS_BIND to an address of node 0"),
+            )
+        return f"{', '.join(hosts)} ({why})"
+
+    def _bind(self, hosts: list[str]) -> list[tuple[str, OSError]]:
+        errors: list[tuple[str, OSError]] = []
         for host in hosts:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             try:
@@ -1783,15 +1895,7 @@ class Hub:
                 continue
             self.listeners.append(sock)
             self.sel.register(sock, selectors.EVENT_READ, ("listen", sock))
-        if not self.listeners or any(h != "::" for h, _ in errors):  # IPv6 may be off: its wildcard is optional
-            host, exc = errors[0] if errors else ("?", OSError("no socket"))
-            fatal(
-                EXIT_CONFIG,
-                f"KGEN_LIVENESS_PORT={self.cfg.liveness_port}: cannot listen on {host} ({exc}): pick a free port "
-                f"(values livenessPort) that differs from MASTER_PORT"
-                + ("" if host in ("0.0.0.0", "::") else ", or set KGEN_LIVENESS_BIND to an address of node 0"),
-            )
-        return f"{', '.join(hosts)} ({why})"
+        return errors
 
     def close_listeners(self) -> None:
         for sock in self.listeners:
@@ -1845,8 +1949,11 @@ class Hub:
             conn = Conn(sock, addr)
             conn.nonce = new_nonce()
             self.unproven[conn] = None
-            self.sel.register(sock, selectors.EVENT_READ, ("conn", conn))
+            conn.register(self.sel)
             conn.send({"t": MSG_CHALLENGE, "v": PROTOCOL, "n": conn.nonce})
+            if conn.closed:  # connected, then reset before its challenge went out
+                self._stranger(conn, "reset the connection before its challenge")
+                continue
             if len(self.unproven) > MAX_UNPROVEN:
                 oldest = next(iter(self.unproven))
                 self._stranger(oldest, f"dropped: more than {MAX_UNPROVEN} connections waited to prove membership")
@@ -2034,10 +2141,6 @@ class Hub:
         )
 
     def _drop(self, conn: Conn) -> None:
-        try:
-            self.sel.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
         self.unproven.pop(conn, None)
         self.members.pop(conn, None)
         conn.close()
@@ -2161,7 +2264,9 @@ class Hub:
                 self._drop(conn)
         self.strangers.roll(now)
         for _, conn in sorted(self.peers.items()):
-            if not conn.done and now - conn.last_rx > cfg.hb_timeout:
+            if conn.closed:  # a send to it failed (reset, broken pipe): closed under us
+                self._gone(conn, "broke its liveness connection (a send to it failed: reset or broken pipe)")
+            elif not conn.done and now - conn.last_rx > cfg.hb_timeout:
                 self._gone(
                     conn,
                     f"silent for {now - conn.last_rx:.1f}s (> KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): "
@@ -2199,7 +2304,7 @@ class Spoke:
         # what node 0 (or its loss) decided: ("abort", reason) | ("end", code, blame, reason) |
         # ("stop", host) | ("lost", reason)
         self.verdict: tuple | None = None
-        sel.register(conn.sock, selectors.EVENT_READ, ("conn", conn))
+        conn.register(sel)
         Running.link = self
         self._drain(True)
 
@@ -2255,15 +2360,13 @@ class Spoke:
             self.verdict = verdict
 
     def close(self) -> None:
-        try:
-            self.sel.unregister(self.conn.sock)
-        except (KeyError, ValueError):
-            pass
         self.conn.close()
 
     def tick(self, now: float) -> None:
         conn = self.conn
-        if conn.closed:
+        if conn.closed:  # closed under us (a send failed): node 0 is lost unless it said it is done
+            if not self.master_done:
+                self._set(("lost", "the liveness connection to node 0 broke (a send to it failed)"))
             return
         if now - conn.last_tx >= self.cfg.hb_interval:
             conn.send({"t": MSG_HB})
@@ -2601,7 +2704,7 @@ def stop_group(cfg: Config, hub: Hub, sigs: Signals, child: Child | None, host: 
 
 def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseSelector) -> Stop:
     hub = Hub(cfg, sel)
-    where = hub.listen()
+    where = hub.listen(sigs)
     log(
         f"liveness channel listening on port {cfg.liveness_port} at {where}; connections prove membership with "
         f"the run secret; waiting for {cfg.nnodes - 1} node(s), bound KGEN_RDZV_TIMEOUT={cfg.rdzv_timeout}s"
@@ -2647,6 +2750,12 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
             child.reap()
             now = time.monotonic()
             took = now - before  # one turn of this loop (normally <= 0.1 s)
+            finished = hub.state == "finishing"  # own torchrun succeeded: the others no longer watch node 0
+            if took > cfg.hb_timeout - cfg.hb_interval and finished:
+                log(f"this node was frozen for {took:.1f}s after it finished: the others finish by themselves")
+                hub.close()
+                hold_if_statefulset(cfg, sigs)
+                return Stop(0, "succeeded")
             if took > cfg.hb_timeout - cfg.hb_interval:  # the others have (almost surely) dropped us
                 reason = (
                     f"this node was frozen for {took:.1f}s (about KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): the "
@@ -2662,6 +2771,11 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                 return stop_group(cfg, hub, sigs, child, socket.gethostname())
             if hub.stop_host is not None:
                 return stop_group(cfg, hub, sigs, child, hub.stop_host)
+            if sigs.pending and finished:  # its training is done: a signal now ends no training
+                name = signal.Signals(sigs.pending.pop(0)).name
+                log(f"received {name} after this node finished: the others finish by themselves")
+                hub.close()
+                return Stop(0, "succeeded")
             if sigs.pending:
                 sig = sigs.pending[0]
                 reason = f"node 0 received {signal.Signals(sig).name} (pod deleted or stopped)"
@@ -3672,6 +3786,63 @@ def _write_private(path: str, data: str, exclusive: bool = False) -> None:
         os.replace(target, path)
 
 
+RESERVE_BYTES = 4096  # room kept for a node's exit record: written in place when the disk is full
+
+
+def _reserve(path: str) -> None:
+    """Keep RESERVE_BYTES of disk for the record at `path` (PATH.reserve, blanks): _record() writes into it
+    when nothing new can be written (ENOSPC). Best effort: without it a full disk may cost the record."""
+    try:
+        fd = os.open(f"{path}.reserve", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b" " * RESERVE_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        try:
+            os.unlink(f"{path}.reserve")
+        except OSError:
+            pass
+
+
+def _record(path: str, data: str, bound: float = 0.0) -> str | None:
+    """A record (exit, child, pid, end) written whole whatever the disk does: atomically as _write_private,
+    else (ENOSPC, EIO, a read-only folder) into PATH.reserve in place (its blocks exist already) and renamed
+    over PATH; tried again for `bound` seconds. Never raises: None, or why it could not be written (no
+    PATH.tmpPID is left behind either way)."""
+    deadline = time.monotonic() + bound
+    while True:
+        try:
+            _write_private(path, data)
+            try:
+                os.unlink(f"{path}.reserve")
+            except OSError:
+                pass
+            return None
+        except OSError as exc:
+            why = f"{errno.errorcode.get(exc.errno or 0, 'error')}: {exc.strerror or exc}"
+            try:
+                os.unlink(f"{path}.tmp{os.getpid()}")
+            except OSError:
+                pass
+        raw = data.encode()
+        if len(raw) <= RESERVE_BYTES:
+            try:
+                fd = os.open(f"{path}.reserve", os.O_WRONLY)
+                try:
+                    os.write(fd, raw.ljust(RESERVE_BYTES))  # JSON ends in blanks: still one value
+                finally:
+                    os.close(fd)
+                os.replace(f"{path}.reserve", path)
+                return None
+            except OSError:
+                pass
+        if time.monotonic() >= deadline:
+            return why
+        time.sleep(0.5)
+
+
 def _read_json(path: str) -> dict | None:
     try:
         with open(path) as fh:
@@ -3755,6 +3926,20 @@ def _entrypoint_line(line: str) -> bool:
     return line.startswith("[kgen ") or line.startswith("kgen-entrypoint: ")
 
 
+SIGNAL_STOP = "kgen-entrypoint: stopped: signal "  # the entrypoint's last line after SIGTERM/SIGHUP/SIGQUIT
+_RANK_PREFIX = re.compile(r"\[rank \d+\] ")
+_FINISHED = re.compile(r"\[kgen node \d+ [\d:]+ \+[\d.]+s\] torchrun finished successfully")
+CONTINUED = "[continued] "  # a further piece of a line that was not a training process's
+
+
+def _piece_prefix(first: str) -> str:
+    """What every further piece of a line cut in pieces starts with: the `[rank N] ` of its first piece
+    (a training process's line stays that process's, whatever it holds), else CONTINUED: no piece after the
+    first can ever read as a line of its own, so a script cannot forge kgen's events this way."""
+    m = _RANK_PREFIX.match(first)
+    return m.group(0) if m else CONTINUED
+
+
 class Supervisor:
     """One node of a bare-metal run, detached: keeps the node's entrypoint running, stamps its output
     into DIR/log, replaces the entrypoint after a lost-node exit (75, 76, 137, 143 when kgen stop did
@@ -3765,8 +3950,13 @@ class Supervisor:
         self.node = _read_json(os.path.join(run_dir, "node.json")) or {}
         self.env = _read_json(os.path.join(run_dir, "env")) or {}
         self.rank = self.node.get("rank", self.env.get("NODE_RANK", "?"))
-        self.logf = open(os.path.join(run_dir, "log"), "ab")
-        self.eventsf = open(os.path.join(run_dir, "events"), "ab")
+        self.logf = os.open(os.path.join(run_dir, "log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.eventsf = os.open(os.path.join(run_dir, "events"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.dropped = 0  # lines the log (or events) could not take: a full disk, an I/O error
+        self.drop_error = ""  # the first error that dropped one
+        self.said_dropped = 0  # the count the log already says
+        self.finished = False  # this attempt's entrypoint said its torchrun finished successfully
+        self.killed = False  # this attempt's entrypoint was killed by a signal
         self.t0 = time.monotonic()
         self.stopping = False
         self.pending: list[int] = []
@@ -3778,20 +3968,45 @@ class Supervisor:
         stamp = time.strftime("%H:%M:%S", time.gmtime())
         self.write_line(f"[kgen supervisor {self.rank} {stamp} +{time.monotonic() - self.t0:.1f}s] {msg}")
 
+    def _append(self, fd: int, data: bytes) -> bool:
+        """One whole line onto the log or the events. False (counted, never raised) when the disk refuses it:
+        the training is never ended for a line of its log."""
+        try:
+            n = os.write(fd, data)
+            while n < len(data):  # a short write: the disk filled in the middle of the line
+                n += os.write(fd, data[n:])
+            return True
+        except OSError as exc:
+            if not self.drop_error:
+                self.drop_error = f"{errno.errorcode.get(exc.errno or 0, 'error')}: {exc.strerror or exc}"
+            return False
+
     def write_line(self, line: str) -> None:
+        if self.dropped > self.said_dropped:  # the disk takes lines again: say first what it did not take
+            note = (
+                f"{_utc_stamp()} [kgen supervisor {self.rank}] {self.dropped - self.said_dropped} log line(s) "
+                f"dropped: could not be written ({self.drop_error}); the training went on\n"
+            ).encode()
+            if self._append(self.logf, note):
+                self.said_dropped = self.dropped
+                self._append(self.eventsf, note)
         data = f"{_utc_stamp()} {line}\n".encode("utf-8", "replace")
-        self.logf.write(data)
-        self.logf.flush()
+        if not self._append(self.logf, data):
+            self.dropped += 1
         if _entrypoint_line(line):
             if line.startswith("kgen-entrypoint: stopped:"):
                 self.last_stop_line = line
-            self.eventsf.write(data)
-            self.eventsf.flush()
+            self._append(self.eventsf, data)
+
+    def drops(self) -> dict:
+        """What the exit record says of dropped lines ({} when none)."""
+        return {"dropped": self.dropped, "drop_error": self.drop_error} if self.dropped else {}
 
     def write_pid(self) -> None:
         rec = _identity(os.getpid())
         rec.update(pgid=os.getpgid(0), sid=os.getsid(0), host=socket.gethostname(), time=_utc_stamp())
         _write_private(os.path.join(self.dir, "pid"), json.dumps(rec))
+        _reserve(os.path.join(self.dir, "exit"))
 
     def _on_signal(self, signum, _frame) -> None:
         self.pending.append(signum)
@@ -3826,7 +4041,7 @@ class Supervisor:
                 left = [p for p in run_processes(self.dir) if p != os.getpid()]
             _signal_all(left, signal.SIGKILL)
             rec = {"code": EXIT_INTERNAL, "reason": f"{reason} (report it)", "time": _utc_stamp(), "restarts": None}
-            _write_private(os.path.join(self.dir, "exit"), json.dumps(rec))
+            _record(os.path.join(self.dir, "exit"), json.dumps(dict(rec, **self.drops())), RECORD_BOUND)
             return EXIT_INTERNAL
 
     def run(self) -> int:
@@ -3841,8 +4056,19 @@ class Supervisor:
             max_restarts = 0
         restarts = 0
         while True:
+            self.finished = False
+            self.last_stop_line = ""
             code = self.run_child(restarts)
-            if code in RESTART_CODES and not self.stop_requested() and restarts < max_restarts:
+            # an entrypoint that ended by itself with its torchrun's code (torch failed with code 137) failed, it
+            # was not lost: only an entrypoint killed or ended by a signal is replaced
+            signalled = self.killed or self.last_stop_line.startswith(SIGNAL_STOP)
+            code_is_torchs = code in (128 + 9, 128 + 15) and not signalled
+            if code in RESTART_CODES and self.finished:  # its training was done: nothing to replace
+                self.say(f"node {self.rank}'s entrypoint ended with code {code} after its training finished: "
+                         "not replacing it; the node succeeded")  # fmt: skip
+                self.last_stop_line = f"kgen-entrypoint: stopped: succeeded (then {_signal_reason(code)})"
+                code = EXIT_OK
+            if code in RESTART_CODES and not code_is_torchs and not self.stop_requested() and restarts < max_restarts:
                 restarts += 1
                 delay = min(10.0, 2.0 ** (restarts - 1))
                 self.say(
@@ -3854,8 +4080,8 @@ class Supervisor:
                     continue
                 self.say("stop asked while waiting to replace the entrypoint: not replacing it")
             reason = self.last_stop_line.replace("kgen-entrypoint: stopped: ", "", 1) or _signal_reason(code)
-            exit_rec = {"code": code, "reason": reason, "time": _utc_stamp(), "restarts": restarts}
-            _write_private(os.path.join(self.dir, "exit"), json.dumps(exit_rec))
+            exit_rec = {"code": code, "reason": reason, "time": _utc_stamp(), "restarts": restarts, **self.drops()}
+            _record(os.path.join(self.dir, "exit"), json.dumps(exit_rec), RECORD_BOUND)
             return code
 
     def wait(self, seconds: float) -> bool:
@@ -3900,6 +4126,7 @@ class Supervisor:
         env = dict(os.environ)
         env.update({str(k): str(v) for k, v in self.env.items()})
         env[RUN_MARKER] = self.dir
+        env[SUPERVISOR_PID] = str(os.getpid())  # the entrypoint dies with this supervisor (die_with_parent)
         cwd = self.node.get("workdir") or None
         try:
             child = subprocess.Popen(
@@ -3909,7 +4136,7 @@ class Supervisor:
             self.write_line(f"kgen-entrypoint: error: cannot start the node's entrypoint in {cwd}: {exc}")
             self.last_stop_line = "kgen-entrypoint: stopped: configuration error"
             return EXIT_CONFIG
-        _write_private(os.path.join(self.dir, "child"), json.dumps(dict(_identity(child.pid), attempt=attempt)))
+        _record(os.path.join(self.dir, "child"), json.dumps(dict(_identity(child.pid), attempt=attempt)))
         assert child.stdout is not None
         out = child.stdout.fileno()
         os.set_blocking(out, False)
@@ -3918,6 +4145,7 @@ class Supervisor:
         sel.register(self.rfd, selectors.EVENT_READ, "sig")
         injections = [dict(i) for i in self.node.get("inject") or [] if attempt == 0]
         partial = b""
+        cont: str | None = None  # the prefix every further piece of a line cut at 64 KiB gets
         eof = False
         ended_at: float | None = None
         while True:
@@ -3943,8 +4171,17 @@ class Supervisor:
                 if len(partial) > 65536:  # a very long line without a newline: write it in pieces
                     lines.append(partial)
                     partial = b""
-                for raw in lines:
-                    self.write_line(raw.decode("utf-8", "replace").rstrip("\r"))
+                    ends = len(lines) - 1  # that last piece goes on in the next one
+                else:
+                    ends = len(lines)
+                for i, raw in enumerate(lines):
+                    text = raw.decode("utf-8", "replace").rstrip("\r")
+                    if cont is not None:  # a piece of a line: never read as a line of its own (a kgen event)
+                        text = cont + text
+                    cont = None if i < ends else _piece_prefix(text)
+                    self.write_line(text)
+                    if cont is None and _FINISHED.match(text):
+                        self.finished = True
             self._take_signals(child)
             if child.poll() is not None and ended_at is None:
                 ended_at = time.monotonic()
@@ -3956,10 +4193,11 @@ class Supervisor:
             if ended_at is not None and time.monotonic() - ended_at > 5.0:
                 break  # a writer we could not kill still holds the pipe: stop reading it
         if partial:
-            self.write_line(partial.decode("utf-8", "replace"))
+            self.write_line((cont or "") + partial.decode("utf-8", "replace"))
         sel.close()
         child.stdout.close()
         rc = child.returncode
+        self.killed = rc < 0  # killed by a signal (not an exit code that looks like one)
         return 128 - rc if rc < 0 else rc
 
     def _inject(self, inj: dict, child: subprocess.Popen, now: float) -> None:
@@ -4359,7 +4597,7 @@ def stop_node(run_dir: str, grace: float, interrupt: bool, group_wait: float) ->
     if not os.path.exists(os.path.join(run_dir, "exit")) and not procs:
         # the supervisor was killed before it could write it
         rec = {"code": 128 + 9, "reason": "killed by kgen stop", "time": _utc_stamp(), "restarts": None}
-        _write_private(os.path.join(run_dir, "exit"), json.dumps(rec))
+        _record(os.path.join(run_dir, "exit"), json.dumps(rec))
     out.update(steps=steps, left=procs, took=round(time.monotonic() - t0, 3))
     return out
 
@@ -4664,16 +4902,21 @@ class SlurmNode(Supervisor):
 
     def finish(self, code: int, reason: str) -> int:
         rec = {"code": code, "reason": reason, "time": _utc_stamp(), "attempt": self.attempt, "job": self.job,
-               "host": socket.gethostname()}  # fmt: skip
-        _write_private(os.path.join(self.dir, "exit"), json.dumps(rec))
+               "host": socket.gethostname(), **self.drops()}  # fmt: skip
+        _record(os.path.join(self.dir, "exit"), json.dumps(rec), RECORD_BOUND)
         self.note(dict(rec, event="exit"))
         return code
 
     def note(self, rec: dict) -> None:
         """One line of RUN/node<R>/attempts: every attempt's start (host) and exit, kept across requeues."""
-        fd = os.open(os.path.join(self.dir, "attempts"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "a") as fh:
-            fh.write(json.dumps(rec) + "\n")
+        try:
+            fd = os.open(os.path.join(self.dir, "attempts"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError:
+            return
+        try:
+            self._append(fd, (json.dumps(rec) + "\n").encode())
+        finally:
+            os.close(fd)
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
@@ -4684,6 +4927,7 @@ class SlurmNode(Supervisor):
         rec = _identity(os.getpid())
         rec.update(host=socket.gethostname(), attempt=self.attempt, job=self.job, time=_utc_stamp())
         _write_private(os.path.join(self.dir, "pid"), json.dumps(rec))
+        _reserve(os.path.join(self.dir, "exit"))
         self.note(
             {"event": "start", "attempt": self.attempt, "job": self.job, "host": rec["host"], "time": rec["time"]}
         )
@@ -4822,15 +5066,21 @@ USAGE = (
 def main(argv: list[str] | None = None) -> int:
     """Run, then end every log with one line saying why this node stopped."""
     try:
-        return _main(argv)
+        code = _main(argv)
     except Stop as stop:
-        sys.stderr.write(f"kgen-entrypoint: stopped: {printable(stop.reason)}\n")
-        sys.stderr.flush()
+        _said_dropped()
+        emit(sys.stderr, f"kgen-entrypoint: stopped: {printable(stop.reason)}\n")
         return stop.code
     except Exception as exc:  # noqa: BLE001 - kgen's own fault outside a run (--diagnose, --stop, a verb)
-        sys.stderr.write(f"kgen-entrypoint: stopped: {internal_error(exc)}\n")
-        sys.stderr.flush()
+        emit(sys.stderr, f"kgen-entrypoint: stopped: {internal_error(exc)}\n")
         return EXIT_INTERNAL
+    _said_dropped()
+    return code
+
+
+def _said_dropped() -> None:
+    if DROPPED[0]:
+        log(f"{DROPPED[0]} line(s) of this node's output could not be written (a full or failing disk?)")
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -4838,6 +5088,9 @@ def _main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--smoke-worker"]:
         return smoke_worker()
+    parent = os.environ.get(SUPERVISOR_PID, "")
+    if parent.isdigit():  # run by a node's supervisor: its death is this node's (SIGTERM: leave, stop torch)
+        die_with_parent(signal.SIGTERM, int(parent))
     verbs = {"--launch-node": "launch_node", "--run-dir": "run_dir_verb", "--slurm-node": "slurm_node"}
     verbs["--slurm-end"] = "slurm_end"
     if args and args[0] in verbs and verbs[args[0]] not in globals():

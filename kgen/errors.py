@@ -1,6 +1,6 @@
-"""kgen's exceptions. Nothing below cli.py prints or exits: it raises one of these.
+"""kgen's exceptions. Nothing outside kgen.cli prints or exits: it raises one of these.
 
-Exit codes (mapped in cli.py only): 0 ok, 1 lint findings of error severity, 2 bad input
+Exit codes (mapped in kgen.cli.root only): 0 ok, 1 lint findings of error severity, 2 bad input
 (usage, values, unreadable or unparsable files).
 """
 

@@ -1,5 +1,5 @@
 """docs/api.md's examples run as written (each Python block in its own process, in a temporary folder), and
-the Python API is what the CLI calls (issue 21)."""
+the Python API is what the CLI calls."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_docs_launch_example_runs(tmp_path):
         res = run_block(LAUNCHES[0], tmp_path, timeout=200)
         assert res.returncode == 0, res.stderr
     finally:  # a run the example did not end is stopped by name (its processes, its files)
-        from kgen.sdk import RunRef, StopRequest, stop
+        from kgen import RunRef, StopRequest, stop
 
         try:
             stop(StopRequest(RunRef("api-demo", on="bare-metal"), remove=True))

@@ -1,4 +1,4 @@
-"""The import contract (issue 21): kgen's rooms import one way, and no module imports itself back.
+"""The import contract: kgen's rooms import one way, and no module imports itself back.
 
 Read from the code (every ``import`` and ``from ... import`` in kgen/, at module level or inside a function:
 a lazy import is still an arrow), not from what a run happens to load. ``if TYPE_CHECKING:`` imports are
@@ -9,7 +9,7 @@ not arrows (they never run). The rooms:
     kgen.cluster | kgen.baremetal | kgen.slurm the run adapters; none imports another
     kgen.runs                                  what the adapters share: records, verdict, views
     kgen.render, kgen.lint                     never import a run adapter, kgen.runs, kgen.sdk or kgen.cli
-    leaves (errors, findings, versions, yamlio, schema, launchers, inputs, resources, jobset, output)
+    leaves (errors, findings, versions, yamlio, schema, launch/, k8s, inputs, resources, jobset, output)
 
 An AST test rather than import-linter: no dependency, it names kgen.slurm before that package exists, and
 it finds every circle at module level (import-linter's contracts are about packages and siblings).
@@ -45,14 +45,18 @@ LEAVES = (
     "kgen.versions",
     "kgen.yamlio",
     "kgen.schema",
-    "kgen.launchers",
+    "kgen.launch",
+    "kgen.launch.shell",
+    "kgen.launch.command",
+    "kgen.launch.launchers",
+    "kgen.k8s",
     "kgen.inputs",
     "kgen.resources",
     "kgen.jobset",
     "kgen.output",
 )
 # The CLI verb groups: each imports kgen.cli.options and the library, never another group or the root.
-CLI_GROUPS = ("render", "lint", "cluster", "baremetal", "completion", "debug")
+CLI_GROUPS = ("render", "lint", "runs", "baremetal", "completion", "debug")
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -156,7 +160,7 @@ def _in(module: str, room: str) -> bool:
 
 
 def test_no_import_circles():
-    """None anywhere in kgen/ (the three lint circles issue 21 named are gone: lint/api <-> lint/kubeconform,
+    """None anywhere in kgen/ (the three lint circles once found are gone: lint/api <-> lint/kubeconform,
     lint/document <-> lint/parse, lint/k8s -> lint/kinds -> lint/kinds/pytorchjob -> lint/k8s)."""
     found = sorted(sorted(c) for c in circles(import_graph()))
     assert not found, f"import circles: {found}"
@@ -183,6 +187,21 @@ def test_the_leaves_import_no_room():
         for leaf in LEAVES
         for target, line in graph[leaf].items()
         if any(_in(target, room) for room in rooms)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_shared_models_import_kgen_leaves_only():
+    """The launch model (kgen.launch) and the Kubernetes facts (kgen.k8s) are read by render and lint alike:
+    they import no room, lint included."""
+    graph = import_graph()
+    shared = [m for m in graph if _in(m, "kgen.launch") or m == "kgen.k8s"]
+    assert {"kgen.launch.shell", "kgen.launch.command", "kgen.launch.launchers", "kgen.k8s"} <= set(shared)
+    wrong = [
+        f"{m}:{line} imports {target}"
+        for m in shared
+        for target, line in graph[m].items()
+        if not (_in(target, "kgen.launch") or target in LEAVES)
     ]
     assert not wrong, "\n".join(wrong)
 
@@ -234,7 +253,7 @@ def test_no_plain_import_of_a_subpackage_named_like_a_function():
                 bad += [
                     f"{path.relative_to(KGEN.parent)}:{node.lineno}"
                     for a in node.names
-                    if a.name.startswith(("kgen.render", "kgen.lint"))
+                    if a.name.startswith(("kgen.render", "kgen.lint", "kgen.launch"))
                 ]
     assert not bad, bad
 
@@ -242,7 +261,7 @@ def test_no_plain_import_of_a_subpackage_named_like_a_function():
 def test_the_check_can_fail():
     """The graph reader sees arrows (lazy ones too) and the circle finder finds a planted circle."""
     graph = import_graph()
-    assert "kgen.cluster.client" in graph["kgen.cluster.ops"]  # imported inside connect()
+    assert "kgen.cluster.client" in graph["kgen.cluster.engine"]  # imported inside connect()
     assert "kgen.sdk" not in graph["kgen.cli.options"]
     planted = {**graph, "kgen.errors": {**graph["kgen.errors"], "kgen.render.spec": 1}}
     assert any("kgen.errors" in c for c in circles(planted))

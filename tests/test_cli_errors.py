@@ -1,5 +1,5 @@
-"""click's usage errors as kgen's one line that names the option and the fix (issue 8.5), bare groups
-print their help (exit 0), and `kgen entrypoint` (issue 8.7)."""
+"""click's usage errors as kgen's one line that names the option and the fix, bare groups
+print their help (exit 0), and `kgen entrypoint`."""
 
 import subprocess
 
@@ -60,6 +60,25 @@ USAGE_ERRORS = [
     (
         ["entrypoint", "-o", "x.py"],
         "-o/--output: kgen entrypoint has no output formats (to write a file use --output-file x.py)",
+    ),
+    # another command's format is a format asked of the wrong command, not a file name (no --output-file yaml)
+    (
+        ["lint", "-o", "yaml", "x.yaml"],
+        '-o/--output: must be an output format, text, json, junit, github or sarif; got "yaml" '
+        "(kgen lint has no yaml output)",
+    ),
+    (
+        ["render", "-o", "text"],
+        '-o/--output: must be an output format, yaml or json; got "text" (kgen render has no text output)',
+    ),
+    (
+        ["lint", "-o", "report.yaml", "x.yaml"],
+        '-o/--output: must be an output format, text, json, junit, github or sarif; got "report.yaml" '
+        "(to write a file use --output-file report.yaml)",
+    ),
+    (
+        ["render", "--kind", "slurm", "-o", "json"],
+        "-o/--output: --kind slurm prints an sbatch script, not Kubernetes objects (drop -o json)",
     ),
 ]
 

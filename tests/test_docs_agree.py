@@ -1,4 +1,4 @@
-"""Docs and help that must say what the code does (issue 15.5): the JobSet's answer to a script error
+"""Docs and help that must say what the code does: the JobSet's answer to a script error
 (read from the rendered failure policy, then from README and docs/jobset.md), JobSet support in the
 cluster docs, the variables `kgen entrypoint --help` names, and the pre-commit warning about --strict."""
 
@@ -81,7 +81,7 @@ def test_jobset_and_cluster_docs_agree_that_the_cluster_verbs_take_jobsets():
     assert "`kgen status`, `logs`, `stop`, `list` and `submit --kind jobset` work on JobSets" in JOBSET_MD
     assert "Kinds: Job, StatefulSet, and JobSet" in CLUSTER_MD
     from kgen.cluster.client import WORKLOAD_KINDS
-    from kgen.cluster.ops import STOP_KINDS
+    from kgen.cluster.engine import STOP_KINDS
 
     assert "JobSet" in STOP_KINDS and "JobSet" in WORKLOAD_KINDS
 
@@ -90,7 +90,7 @@ def test_entrypoint_help_names_every_variable_the_entrypoint_requires():
     spec = importlib.util.spec_from_file_location("kgen_entrypoint_docs", ROOT / "entrypoint" / "kgen_entrypoint.py")
     ep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ep)
-    # what a single node and a multi-node run (NNODES=2: the run's secret since issue 17) need set by hand
+    # what a single node and a multi-node run (NNODES=2: the run's secret) need set by hand
     problems = [p for env in ({}, {"NNODES": "2"}) for p in ep.load_config(env).problems]
     required = sorted({m.group(1) for p in problems for m in [re.match(r"([A-Z][A-Z0-9_]+) is not set", p)] if m})
     assert {"NNODES", "NPROC_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "KGEN_SECRET_FILE"} <= set(required)
@@ -142,7 +142,7 @@ def status_examples(text: str):
 
 def test_every_status_example_shows_the_exit_code_kgen_status_gives():
     """The README's bare-metal block showed `[exit 3]` after a running run's status (the codes before
-    contract C2); `kgen status` exits 0 unless the run failed or was stopped, `--exit-code` gives 3."""
+    the one exit-code table); `kgen status` exits 0 unless the run failed or was stopped, `--exit-code` gives 3."""
     from kgen.runs.verdict import status_exit
 
     seen = 0
@@ -155,7 +155,7 @@ def test_every_status_example_shows_the_exit_code_kgen_status_gives():
 
 
 def test_kgens_own_failure_is_named_in_the_policies_and_the_docs():
-    """Issue 23.3: exit 70 (kgen's internal error) restarts a JobSet group (counted), fails a Job by a rule of
+    """Exit 70 (kgen's internal error) restarts a JobSet group (counted), fails a Job by a rule of
     its own, and every exit-code table says so."""
     assert jobset_action(rendered_jobset(), 70) == "RestartJobSet"
     restart_row = next(line for line in JOBSET_MD.splitlines() if "another node's script error 5" in line)

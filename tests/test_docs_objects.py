@@ -1,4 +1,4 @@
-"""Issue 22.5: the README's kind table and clean-up commands, docs/cluster.md and docs/baremetal.md on
+"""The README's kind table and clean-up commands, docs/cluster.md and docs/baremetal.md on
 `kgen stop`, docs/design.md and `kgen render --help` name every object `kgen render` emits (and the Secret a
 StatefulSet run uses), checked against what it actually emits for every kind."""
 
@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from kgen.cli import cli
-from kgen.cluster.ops import STOP_KINDS
+from kgen.cluster.engine import STOP_KINDS
 from tests.conftest import ROOT
 
 KINDS = ("job", "statefulset", "jobset")

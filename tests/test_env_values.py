@@ -1,4 +1,4 @@
-"""A secret into the environment (issue 15.4): values `env` takes valueFrom (secretKeyRef,
+"""A secret into the environment: values `env` takes valueFrom (secretKeyRef,
 configMapKeyRef, fieldRef, resourceFieldRef) and `envFrom` for every kind, checked with one-line
 errors, rendered and linted clean under --strict; a patch targets the workload (or its pod template)
 whatever its kind."""

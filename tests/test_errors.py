@@ -1,4 +1,4 @@
-"""What a failed process said (issue 24): one table for the entrypoint's ErrorScan (it writes the failure record)
+"""What a failed process said: one table for the entrypoint's ErrorScan (it writes the failure record)
 and kgen.runs.errors.ErrorScan (it reads logs without one); the records, the log scan, and the fold of
 torchrun's shutdown report (kgen.runs.logtext)."""
 

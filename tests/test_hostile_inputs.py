@@ -1,4 +1,4 @@
-"""Values and streams that once hung or crashed `kgen render` (issue 15.2): empty stdin, alias bombs,
+"""Values and streams that once hung or crashed `kgen render`: empty stdin, alias bombs,
 deep nesting, endless inputs, empty and multi-document values files, stdout that cannot be written.
 
 Every refusal is one line on stderr, exit 2, nothing on stdout, no traceback. Time bounds are on this

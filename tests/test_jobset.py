@@ -2,7 +2,7 @@
 wiring, the stderr notes, and kgen lint on kgen's own output.
 
 Goldens: every preset x jobset, with and without --queue (regenerate with --update-goldens and
-review the diff, like tests/test_golden.py).
+review the diff, like tests/render/test_golden.py).
 """
 
 import re
@@ -11,10 +11,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from kgen import RenderRequest
 from kgen import jobset as js
-from kgen.api import RenderRequest, build, render, render_documents
 from kgen.cli import cli
 from kgen.lint.api import LintOptions, lint_text
+from kgen.render.pipeline import build, manifest_text, render_documents
 from kgen.yamlio import dump_yaml
 from tests.conftest import PRESETS, ROOT
 
@@ -36,7 +37,7 @@ def rendered(**kw):
     flags = {"kind": kw.pop("kind", "jobset")}
     if "queue" in kw:
         flags["queue"] = kw.pop("queue")
-    return docs_of(render(RenderRequest(flags=flags, **kw)))
+    return docs_of(manifest_text(RenderRequest(flags=flags, **kw)))
 
 
 def the(docs, kind):
@@ -109,7 +110,7 @@ def test_master_addr_is_pod_zero_in_jobset_hostname_scheme(preset):
 
 def test_same_env_resources_volumes_and_values_as_the_job():
     kw = dict(preset="4x8", sets=["nccl.socketIfname=eth0", "shmSize=32Gi"], env=["HF_HOME=/data/hf"])
-    job_docs = docs_of(render(RenderRequest(flags={"kind": "job"}, **kw)))
+    job_docs = docs_of(manifest_text(RenderRequest(flags={"kind": "job"}, **kw)))
     set_docs = rendered(**kw)
     job_c = the(job_docs, "Job")["spec"]["template"]["spec"]["containers"][0]
     set_c = trainer(set_docs)
@@ -194,13 +195,13 @@ def test_queue_label_on_the_workload_and_suspend_where_kueue_documents_it(kind, 
     tpl = pod(docs) if kind == "jobset" else wl["spec"]["template"]
     assert js.QUEUE_LABEL not in tpl["metadata"]["labels"]  # Kueue reads the workload's label
     assert tpl["metadata"]["annotations"] == {js.REQUIRED_TOPOLOGY: "cloud.google.com/gce-topology-block"}
-    text = render(RenderRequest(preset="4x8", flags={"kind": kind, "queue": QUEUE}))
+    text = manifest_text(RenderRequest(preset="4x8", flags={"kind": kind, "queue": QUEUE}))
     assert lint_text(text, "<t>", LintOptions()).exit_code == 0
 
 
 def test_without_queue_nothing_is_suspended_or_labelled():
     for kind in ("job", "jobset", "statefulset"):
-        text = render(RenderRequest(preset="4x8", flags={"kind": kind}))
+        text = manifest_text(RenderRequest(preset="4x8", flags={"kind": kind}))
         assert "kueue.x-k8s.io" not in text and "suspend" not in text
 
 
@@ -247,9 +248,11 @@ def test_bad_kueue_and_jobset_values_are_one_line_errors(args, message):
 @pytest.mark.parametrize("version", ["1.27", "1.31", "1.34", "1.37"])
 @pytest.mark.parametrize("queue", [None, QUEUE])
 def test_kgen_lint_is_clean_on_its_own_jobset_output(preset, version, queue):
-    text = render(RenderRequest(preset=preset, flags={"kind": "jobset", "queue": queue}, kubernetes_version=version))
+    text = manifest_text(
+        RenderRequest(preset=preset, flags={"kind": "jobset", "queue": queue}, kubernetes_version=version)
+    )
     result = lint_text(text, "<render>", LintOptions(kubernetes_version=version))
-    assert "kind: NetworkPolicy" in text  # issue 17: the run is fenced, so no KG134
+    assert "kind: NetworkPolicy" in text  # the run is fenced, so no KG134
     assert [f.rule_id for f in result.findings] == ["KG011"], [f.text() for f in result.findings]
     assert result.exit_code == 0
 

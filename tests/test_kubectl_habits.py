@@ -1,5 +1,5 @@
-"""What kubectl, helm and kubeconform users type (issue 15.3): `-o FORMAT` on every command and
-`--output-file FILE` for files (contract C1), `kgen render -n`, `kgen lint -f`, `kgen completion`,
+"""What kubectl, helm and kubeconform users type: `-o FORMAT` on every command and
+`--output-file FILE` for files (kubectl's output convention), `kgen render -n`, `kgen lint -f`, `kgen completion`,
 `kgen version`. The cluster side (`status -o yaml|wide`, its exit codes, `submit --dry-run=server`) is
 tested against the replay server in tests/cluster/test_cli_replay.py."""
 
@@ -92,7 +92,7 @@ def test_format_stays_an_alias_and_output_file_writes_files(tmp_path):
 
 
 def test_the_format_lists_are_the_writers():
-    from kgen.cli.cluster import LIST_FORMATS, STATUS_FORMATS
+    from kgen.cli.runs import LIST_FORMATS, STATUS_FORMATS
     from kgen.output import FORMATS
     from kgen.runs import views
 

@@ -1,4 +1,4 @@
-"""A launcher after `--` (issue 15.1, contract C5): kgen.launchers and the entrypoint's own copy read it
+"""A launcher after `--`: kgen.launch.launchers and the entrypoint's own copy read it
 alike (one table), and render, submit, values `command:` and the entrypoint refuse it with the command
 to use instead."""
 
@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from kgen.cli import cli
-from kgen.launchers import LOCAL_RANK_NOTE, PROBLEM, nested_launcher
+from kgen.launch.launchers import LOCAL_RANK_NOTE, PROBLEM, nested_launcher
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRYPOINT = ROOT / "entrypoint" / "kgen_entrypoint.py"
@@ -355,7 +355,7 @@ def test_a_launcher_without_the_separator_gets_both_fixes_at_once():
     "argv", [["env", "NCCL_DEBUG=INFO", "torchrun", "train.py"], ["bash", "-c", "exec torchrun --nnodes 2 train.py"]]
 )
 def test_a_launcher_behind_a_wrapper_or_shell_is_said_in_the_same_words(argv):
-    """kgen.launchers reads only a launcher at the start; lint (KG131, through render's self-check) sees
+    """kgen.launch.launchers reads only a launcher at the start; lint (KG131, through render's self-check) sees
     through wrappers and shells, and said it in other words ("kgen's entrypoint runs torchrun itself, so ...")."""
     line = one_line(run("render", "--nodes", "2", "--gpus", "0", "--", *argv))
     assert f"KG131: {NESTED} (`torchrun " in line and "; use `-- train.py`" in line

@@ -1,4 +1,4 @@
-"""`-o FILE` never destroys what is at the path (issue 8.1): `kgen render -o /dev/null` as root once
+"""`-o FILE` never destroys what is at the path: `kgen render -o /dev/null` as root once
 turned the machine's /dev/null into a regular file.
 
 Everything happens under tmp_path: the device is a private node made with mknod, read-only and full
@@ -289,7 +289,7 @@ WITHOUT_DAC_OVERRIDE = ["setpriv", "--inh-caps=-dac_override", "--bounding-set=-
 @needs_setpriv
 def test_a_write_protected_file_is_refused_like_the_shells_redirect(kgen_cmd, tmp_path, rendered):
     """A 0444 file in a writable folder: the shell's `>` refuses it unless the caller has CAP_DAC_OVERRIDE,
-    although a rename would get past the mode (issue 15.2). kgen refuses the same way, and still writes
+    although a rename would get past the mode. kgen refuses the same way, and still writes
     it for a caller with the capability (root as usual), as `>` does."""
     out = tmp_path / "m.yaml"
     out.write_text("previous\n")

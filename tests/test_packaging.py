@@ -1,4 +1,4 @@
-"""Install lines, the pre-commit hook and CI say what is true (issue 8.8).
+"""Install lines, the pre-commit hook and CI say what is true.
 
 `pip install kgen` installs an unrelated PyPI project; the README's pre-commit snippet named a tag that
 does not exist and, without `files:`, linted `.pre-commit-config.yaml` itself (KG003).
@@ -111,7 +111,7 @@ def test_ci_runs_the_readme_test_command_and_the_static_checks():
 
 
 def test_ci_also_tests_the_yaml_stack_at_the_floor_pyproject_declares():
-    """Issue 27: the floor in tests/constraints/yaml-floor.txt is the floor pyproject.toml declares, and CI
+    """The floor in tests/constraints/yaml-floor.txt is the floor pyproject.toml declares, and CI
     installs it and runs the parsing and limits tests with it."""
     floor_file = ROOT / "tests" / "constraints" / "yaml-floor.txt"
     pins = dict(line.split("==") for line in floor_file.read_text().splitlines() if line and not line.startswith("#"))

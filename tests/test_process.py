@@ -26,7 +26,7 @@ def test_output_is_byte_identical_to_the_in_process_cli(kgen_cmd):
         inproc = CliRunner().invoke(cli, args, catch_exceptions=False)
         assert len(done.stdout) > 10_000
         assert done.stdout == inproc.stdout_bytes
-        # a StatefulSet's render notes on stderr how to create its <name>-auth Secret (issue 22); nothing else
+        # a StatefulSet's render notes on stderr how to create its <name>-auth Secret; nothing else
         assert done.stderr == inproc.stderr_bytes
         assert done.stderr == b"" if args[1] == "--preset" else done.stderr.startswith(b"kgen: note: ")
 
@@ -65,5 +65,5 @@ def test_a_reader_that_went_away_ends_kgen_by_sigpipe_without_a_traceback(kgen_c
         )
     finally:
         os.close(write_end)
-    assert done.returncode == -signal.SIGPIPE  # as `yes | head -c0`: quiet, by the signal (issue 15.2)
+    assert done.returncode == -signal.SIGPIPE  # as `yes | head -c0`: quiet, by the signal
     assert done.stderr == b""

@@ -1,4 +1,4 @@
-"""Issue 22.4: every object kgen renders fits client-side `kubectl apply` with headroom, and the pod copy of the
+"""Every object kgen renders fits client-side `kubectl apply` with headroom, and the pod copy of the
 entrypoint that makes that possible is the same program, line for line.
 
 Client-side `kubectl apply` stores the whole object once more in its `kubectl.kubernetes.io/last-applied-
@@ -19,8 +19,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from kgen.api import RenderRequest, render
+from kgen import RenderRequest
 from kgen.cli import cli
+from kgen.render.pipeline import manifest_text
 from kgen.render.podcopy import HEADER, OMIT_BEGIN, OMIT_END, PodCopyError, pod_copy
 from kgen.resources import entrypoint_path
 
@@ -216,7 +217,7 @@ def test_a_source_that_cannot_be_cut_safely_is_refused(source, message):
 
 
 def test_render_ships_the_pod_copy():
-    docs = [d for d in yaml.safe_load_all(render(RenderRequest())) if d]
+    docs = [d for d in yaml.safe_load_all(manifest_text(RenderRequest())) if d]
     assert docs[0]["data"]["kgen_entrypoint.py"] == pod_copy(entrypoint_path().read_text())
 
 

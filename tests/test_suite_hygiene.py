@@ -1,4 +1,4 @@
-"""The suite's own guard (issue 15.6): a system path that appears on the host during a test fails that
+"""The suite's own guard: a system path that appears on the host during a test fails that
 test, with what was found and when, checked around every test (tests/conftest.py)."""
 
 import os

@@ -39,7 +39,7 @@ def test_wheel_contains_bundled_data(wheel):
 
 
 def test_wheel_metadata_names_the_pypi_distribution(wheel):
-    """`kgen` on PyPI is an unrelated project (issue 8.8): the distribution is kgen-k8s, the command kgen."""
+    """`kgen` on PyPI is an unrelated project: the distribution is kgen-k8s, the command kgen."""
     with zipfile.ZipFile(wheel) as zf:
         [meta] = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
         [entry_points] = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]

@@ -1,6 +1,7 @@
 """The render entry points of kgen 0.1, kept for code that imports them from here.
 
-They live in ``kgen.render``; ``kgen.api.render(request)`` still returns the manifest text. (A package
+They live in ``kgen.render``; ``kgen.api.render(request)`` still returns the manifest text (it is
+``kgen.render.pipeline.manifest_text``; kgen's API is ``kgen.render``, which returns a RenderResult). (A package
 rather than kgen/api.py, so that git follows that file to kgen/render/pipeline.py.)
 """
 
@@ -13,7 +14,7 @@ from kgen.render.pipeline import (
     base_preset,
     build,
     check_rendered,
-    render,
+    manifest_text,
     render_cautions,
     render_checked,
     render_documents,
@@ -23,6 +24,8 @@ from kgen.render.pipeline import (
     stderr_lines,
     warning_line,
 )
+
+render = manifest_text  # kgen 0.1's name
 
 __all__ = [
     "FLAG_NAMES",

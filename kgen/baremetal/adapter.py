@@ -38,6 +38,23 @@ LOST = re.compile(r"^(?:(?:peer lost|FAIL-STOP): (.*)|re-forming: (node 0 lost: 
 STOPPED_BY = re.compile(r"stopped (by user on \S+)")  # the entrypoint's "stopped: stopped by user on HOST"
 EXIT_STOPPED = 6
 SHOW = 110  # characters of a log line in a row
+DROPPED = re.compile(r"^\[kgen supervisor \d+\] (\d+) log line\(s\) dropped: could not be written \(([^)]*)\)")
+STOPPED_LINE = "kgen-entrypoint: stopped: "
+
+
+def dropped_lines(st: dict) -> tuple[int, str]:
+    """Log lines the node's supervisor could not write (a full or failing disk) and the error: the exit
+    record's count once it ended, else what its log said so far."""
+    raw = st.get("exit")
+    ex: dict = raw if isinstance(raw, dict) else {}
+    if isinstance(ex.get("dropped"), int) and ex["dropped"]:
+        return ex["dropped"], str(ex.get("drop_error") or "")
+    n, err = 0, ""
+    for line in st.get("events") or []:
+        m = DROPPED.match(split_ts(line)[1])
+        if m:
+            n, err = n + int(m.group(1)), err or m.group(2)
+    return n, err
 
 
 @dataclass
@@ -88,6 +105,25 @@ def _activity(events: Sequence[str]) -> tuple[str, bool]:
         if body.startswith(("node ", "liveness channel", "waiting", "still waiting")):  # (REPLACED's too)
             latest = _short(body)
     return latest or "starting", False
+
+
+def _finished(events: Sequence[str]) -> bool:
+    """The node's torchrun of its last generation finished successfully (its training is done)."""
+    for line in reversed(events):
+        body = KGEN_PREFIX.sub("", split_ts(line)[1])
+        if body.startswith("torchrun finished successfully"):
+            return True
+        if GEN_START.match(body):
+            return False
+    return False
+
+
+def _last_stop(events: Sequence[str]) -> str:
+    for line in reversed(events):
+        text = split_ts(line)[1]
+        if text.startswith(STOPPED_LINE):
+            return text[len(STOPPED_LINE) :]
+    return ""
 
 
 def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
@@ -150,6 +186,9 @@ def row_and_failures(ns: NodeState) -> tuple[Row, list[Failure], bool]:
         activity, training = _activity(events)
         row.ready = training  # running and training in the current generation (not waiting, not re-forming)
         row.meaning = "frozen (SIGSTOP): it cannot answer its peers" if row.state == "Frozen" else activity
+    elif _last_stop(events) == "succeeded" or _finished(events):  # only its supervisor's record is missing
+        row.state, row.exit_code = "Succeeded", 0
+        row.meaning = "succeeded (its log says so; its supervisor ended before writing the exit record)"
     else:
         row.state = "Lost"
         row.meaning = "its processes are gone without an exit status: the host restarted, or they were SIGKILLed"
@@ -217,4 +256,11 @@ def to_records(rec: RunRecord, states: list[NodeState]) -> RunRecords:
         for r in rows
         if r.state in ("Unreachable", "NoRunDir")
     ]
+    for ns in sorted(states, key=lambda s: s.node.rank):
+        n, err = dropped_lines(ns.state or {})
+        if n:
+            out.notes.append(
+                f"{unit} {ns.node.rank} ({ns.node.host}): {n} log line(s) dropped, the disk refused them ({err}); "
+                "the training went on"
+            )
     return out

@@ -283,7 +283,7 @@ def launch(req: LaunchRequest, transport: Transport, say: Callable[[str], None] 
         launch_id=launch_id,
     )
     R.save(rec)  # before anything starts: a launcher killed from here on leaves a run `kgen stop` finds
-    secret = secrets.token_hex(32)  # contract C3: the run's secret, to every node through stdin only
+    secret = secrets.token_hex(32)  # the run's secret: to every node through stdin only
 
     def start(c: tuple[Dialogue, dict | None]) -> dict | None:
         d = c[0]
@@ -309,7 +309,7 @@ def launch(req: LaunchRequest, transport: Transport, say: Callable[[str], None] 
         else:
             failed.append((answer or {}).get("error") or d.failed or f"{d.host}: did not start")
     if failed:
-        from kgen.baremetal import ops
+        from kgen.baremetal import engine as ops
 
         report = ops.stop(rec, transport, grace=5.0, group_stop=False)
         ops.remove(rec, transport)

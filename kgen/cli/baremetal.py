@@ -1,6 +1,6 @@
 """`kgen launch` (bare metal over ssh, or --local): flags -> kgen.sdk.launch -> stdout; --follow streams the
 merged logs (kgen.sdk.logs) and exits with the run's result. The verbs a bare-metal run shares with cluster
-runs (`kgen status/logs/stop/list`) are kgen.cli.cluster's: kgen.sdk finds the run.
+runs (`kgen status/logs/stop/list`) are kgen.cli.runs's: kgen.sdk finds the run.
 """
 
 from __future__ import annotations

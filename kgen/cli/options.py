@@ -1,4 +1,4 @@
-"""Option decorators every kgen command shares (contract C1: kubectl's output convention), and the
+"""Option decorators every kgen command shares (kubectl's output convention: -o FORMAT, --output-file FILE), and the
 command class every kgen command is (``KgenCommand``: kubectl's `-o=json` spelling, the raw arguments).
 
 ``-o/--output FORMAT`` names a format, everywhere; ``--format`` is the same option under its old name.
@@ -83,8 +83,18 @@ def check_format(value: str, formats: tuple[str, ...], *, files: bool = True) ->
         import difflib
 
         near = difflib.get_close_matches(value.lower(), formats, n=1, cutoff=0.6)
-        hint = f"did you mean {near[0]}?" if near else hint
+        if near:
+            hint = f"did you mean {near[0]}?"
+        elif value.lower() in FORMAT_NAMES:  # another command's format (lint -o yaml): not a file name
+            ctx = click.get_current_context(silent=True)
+            command = ctx.command_path if ctx is not None else "this command"
+            hint = f"{command} has no {value} output"
     raise UsageError(f'must be an output format, {choices}; got "{value}"', option=OUTPUT_OPTION, hint=hint)
+
+
+# Every output format of a kgen command (and their short spellings): a -o value among them that is not the
+# command's own is a format asked of the wrong command, never a file name to suggest --output-file for.
+FORMAT_NAMES = frozenset(("yaml", "yml", "json", "text", "txt", "wide", "markdown", "md", "junit", "github", "sarif"))
 
 
 def check_output_file(path: str | None) -> None:
@@ -271,3 +281,86 @@ def on_option(f):
         default=None,
         help="Where the run is (default: this machine's bare-metal or Slurm record of that name, else the cluster).",
     )(f)
+
+
+def complete_run_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """`kgen status|logs|stop <TAB>`: the names of this machine's bare-metal and Slurm records, and of the
+    cluster's kgen runs when a cluster is configured and answers within a few seconds (``--on`` narrows them;
+    -n/--namespace, --context and --kubeconfig typed before are used). Never an error: completion stays quiet."""
+    on = ctx.params.get("on")
+    names: set[str] = set()
+    try:
+        from kgen.runs import store
+
+        if on in (None, "bare-metal"):
+            from kgen.baremetal import record as bare_record
+
+            names.update(store.names(bare_record.runs_dir()))
+        if on in (None, "slurm"):  # kgen.slurm.record.records_dir (only kgen.sdk imports the Slurm adapter)
+            names.update(store.names(store.state_home() / "kgen" / "slurm"))
+    except Exception:  # noqa: BLE001  (a damaged state folder must not break the shell's completion)
+        pass
+    if on in (None, "cluster"):
+        names.update(
+            _cluster_run_names(ctx.params.get("namespace"), ctx.params.get("context"), ctx.params.get("kubeconfig"))
+        )
+    return sorted(n for n in names if n.startswith(incomplete))
+
+
+CLUSTER_COMPLETION_S = 3.0  # a cluster that does not answer by then offers nothing (the shell waits for it)
+
+
+def _cluster_run_names(namespace: str | None, context: str | None, kubeconfig: str | None) -> list[str]:
+    from kgen.cluster.engine import cluster_configured
+
+    if not cluster_configured(kubeconfig, context):
+        return []
+    found: list[str] = []
+
+    def ask() -> None:
+        try:
+            from kgen.cluster.client import Cluster
+            from kgen.cluster.kube_records import INSTANCE_LABEL
+            from kgen.cluster.labels import MANAGED_SELECTOR
+
+            cluster = Cluster.connect(kubeconfig=kubeconfig, context=context, namespace=namespace)
+            for kind in ("Job", "StatefulSet", "JobSet"):
+                try:
+                    workloads = cluster.list(kind, MANAGED_SELECTOR)
+                except Exception:  # noqa: BLE001  (no JobSet API on this cluster, say)
+                    continue
+                for w in workloads:
+                    meta = w.get("metadata") or {}
+                    found.append((meta.get("labels") or {}).get(INSTANCE_LABEL) or meta.get("name", ""))
+        except Exception:  # noqa: BLE001  (no client, no cluster, no access: nothing to offer)
+            return
+
+    import threading
+
+    worker = threading.Thread(target=ask, daemon=True)
+    worker.start()
+    worker.join(CLUSTER_COMPLETION_S)
+    return [n for n in list(found) if n] if not worker.is_alive() else []
+
+
+@contextlib.contextmanager
+def slurm_refusal_explained(request):
+    """sbatch's "no node fits" (Requested node configuration is not available) names the kgen value behind the
+    script's --mem and how to leave it out (kgen.render.slurmkind.explain_refusal); other errors pass as they are."""
+    try:
+        yield
+    except KgenError as exc:
+        if "sbatch" not in exc.message:
+            raise
+        from kgen.render.pipeline import build
+        from kgen.render.slurmkind import explain_refusal
+
+        try:
+            spec = build(request)
+        except KgenError:
+            raise exc from None
+        better = explain_refusal(exc.message, spec) if spec.kind == "slurm" else None
+        if better:
+            exc.message = better
+            exc.args = (exc.one_line(),)
+        raise

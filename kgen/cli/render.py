@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from kgen.cli.options import (
@@ -124,7 +126,7 @@ Values reference (every key, its type, default and meaning): kgen values
 @output_format_option(RENDER_FORMATS, "yaml", help="Output format (json: a kubectl List).")
 @output_file_option()
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS...]]")
-def render(
+def render_command(
     preset,
     nodes,
     gpus,
@@ -186,6 +188,43 @@ def render(
     for line in stderr_lines(result):  # the self-check's warnings: the manifest is printed, the user told
         click.echo(f"kgen: {line}", err=True)
     write_output(output_file, result.text)
+    if (output_file is None or output_file == "-") and result.documents and _stdout_is_terminal():
+        for line in object_summary(result.text, result.documents, output_format):
+            click.echo(line, err=True)
+
+
+def _stdout_is_terminal() -> bool:
+    try:
+        return bool(sys.stdout.isatty())
+    except (OSError, ValueError):
+        return False
+
+
+def object_summary(text: str, documents: list[dict], output_format: str) -> list[str]:
+    """What `kgen render` says on stderr when its output goes to a terminal: each object's kind, name and size
+    in lines (the entrypoint's ConfigMap is most of the text), and how to see the script or apply the objects.
+    Printed after the manifest, so that it is what the terminal shows last; stdout is the same bytes."""
+    from kgen.resources import ENTRYPOINT_FILE
+
+    if output_format == "yaml":
+        sizes = [part.count("\n") + 1 for part in text.rstrip("\n").split("\n---\n")]
+    else:
+        import json
+
+        sizes = [json.dumps(doc, indent=2, ensure_ascii=False).count("\n") + 1 for doc in documents]
+    if len(sizes) != len(documents):
+        sizes = [0] * len(documents)
+    names = [f"{d.get('kind', '?')}/{(d.get('metadata') or {}).get('name', '?')}" for d in documents]
+    width = max(len(n) for n in names)
+    total = text.count("\n")
+    out = [f"kgen: {len(documents)} objects, {total:,} lines on stdout:"]
+    for name, size, doc in zip(names, sizes, documents, strict=True):
+        what = ""
+        if doc.get("kind") == "ConfigMap" and ENTRYPOINT_FILE in (doc.get("data") or {}):
+            what = f"  {ENTRYPOINT_FILE}, kgen's in-pod entrypoint (`kgen entrypoint` prints it)"
+        out.append(f"kgen:   {name:<{width}}  {size:>6,} lines{what}")
+    out.append("kgen: apply them with `kgen render ... | kubectl apply -f -` (this summary is on stderr only)")
+    return out
 
 
 @click.group(cls=KgenGroup)
@@ -271,4 +310,4 @@ def values_reference(output_format: str) -> None:
     click.echo(sdk.values_reference(output_format), nl=False)
 
 
-COMMANDS = (render, presets, entrypoint, values_reference)
+COMMANDS = (render_command, presets, entrypoint, values_reference)

@@ -13,7 +13,7 @@ import sys
 import click
 
 from kgen import __version__
-from kgen.cli import baremetal, cluster, completion, debug, lint, render
+from kgen.cli import baremetal, completion, debug, lint, render, runs
 from kgen.cli.options import KgenCommand, KgenGroup, ReaderGone, check_format, output_format_option
 from kgen.errors import KgenError
 
@@ -137,7 +137,7 @@ def _no_such_option(exc: click.NoSuchOption, cmd: str) -> str:
     if start is not None:
         import shlex  # only on this error path
 
-        from kgen.launchers import nested_launcher, problem
+        from kgen.launch.launchers import nested_launcher, problem
 
         nested = nested_launcher(argv[start:])
         if nested is not None:  # `kgen render torchrun --nproc-per-node 8 train.py`: both mistakes at once
@@ -250,7 +250,7 @@ def version(output_format: str) -> None:
 
 for _command in (*render.COMMANDS, lint.lint, completion.completion):
     cli.add_command(_command)
-cluster.register(cli)  # status/logs/stop/submit/list (submit takes render's options: registered after it)
+runs.register(cli)  # status/logs/stop/submit/list (submit takes render's options: registered after it)
 baremetal.register(cli)  # launch
 cli.add_command(debug.debug)  # debug stacks
 

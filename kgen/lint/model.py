@@ -5,7 +5,7 @@ least one *training container*:
 
 1. a container whose command runs a recognised launcher: torchrun, ``python -m
    torch.distributed.run|launch``, deepspeed, ``accelerate launch`` or kgen's entrypoint, seen
-   through shells and wrappers (``kgen.lint.torchcmd``); or
+   through shells and wrappers (``kgen.launch.command``); or
 2. in a workload of several pods, a container whose environment names a distributed world
    (MASTER_ADDR, WORLD_SIZE, RANK, NODE_RANK, NNODES, PET_NNODES ...: env:// initialisation by
    ``python train.py``, or an image ENTRYPOINT that launches), or that requests GPUs in a
@@ -30,9 +30,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kgen.lint import k8s, kinds, scripts
+from kgen import k8s
+from kgen.launch.command import Launch, Scripted, host_of, read_container, resolve
+from kgen.lint import kinds, scripts
 from kgen.lint.kinds.base import Facts, Template
-from kgen.lint.torchcmd import Launch, Scripted, host_of, read_container, resolve
 
 DIST_ENV = {
     "MASTER_ADDR",
@@ -206,7 +207,7 @@ def _trivial(scripted: Scripted) -> bool:
     test, not training (an image ENTRYPOINT or any other program may be training)."""
     if scripted.no_command or not scripted.commands:
         return False
-    from kgen.lint.torchcmd import _SHELLS
+    from kgen.launch.command import _SHELLS
 
     return all(argv[0].rsplit("/", 1)[-1] in _TRIVIAL | _SHELLS for argv, _ in scripted.commands if argv)
 

@@ -20,12 +20,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from kgen import jobset as js
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s
+from kgen.launch.command import find_launches
 from kgen.lint.kinds.base import unknown_fields
 from kgen.lint.kinds.jobset import SERVED
 from kgen.lint.registry import RULES, Context, rule
-from kgen.lint.torchcmd import find_launches
 
 E, W = Severity.ERROR, Severity.WARNING
 

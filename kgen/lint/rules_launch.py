@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s
+from kgen.launch.command import Launch, Scripted, resolve
 from kgen.lint.kinds.base import JOB_INDEX, LWS_INDEX, RANK_ENV, STS_INDEX, VOLCANO_INDEX
 from kgen.lint.model import TRAINING_KINDS, Workload, workloads
 from kgen.lint.registry import Context, rule
@@ -26,7 +27,6 @@ from kgen.lint.rules_training import (
     _nproc_values,
     _where_path,
 )
-from kgen.lint.torchcmd import Launch, Scripted, resolve
 
 E, W = Severity.ERROR, Severity.WARNING
 

@@ -6,8 +6,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s, kinds
+from kgen.lint import kinds
 from kgen.lint.registry import Context, builtin, rule
 from kgen.schema import is_builtin_group
 

@@ -1,4 +1,4 @@
-"""NetworkPolicies around a training run (issue 17): the run's pods must reach each other on every
+"""NetworkPolicies around a training run: the run's pods must reach each other on every
 port (the rendezvous and liveness ports, torch's store, and the ephemeral ports NCCL and gloo
 connect on), and nothing else should reach them. Policies are looked up through an index built once
 per lint run (by namespace), so this stays linear in the number of documents.
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s
 from kgen.lint.model import Workload, memo, workloads
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _multi

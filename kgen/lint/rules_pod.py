@@ -6,8 +6,9 @@ import re
 from collections.abc import Iterator
 from typing import Any, TypeGuard
 
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s, kinds
+from kgen.lint import kinds
 from kgen.lint.registry import Context, rule
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO

@@ -1,6 +1,6 @@
 """Rules for sbatch scripts (KG170-KG180): how a Slurm batch script launches torchrun, read by kgen.lint.sbatch.
 
-The classes issue 26 names, each from reference/slurm.md's measurements on Slurm 22.05: one torchrun per task
+The classes of mistake, each from reference/slurm.md's measurements on Slurm 22.05: one torchrun per task
 instead of per node, ``--nnodes`` hard-coded while the allocation differs, ``MASTER_ADDR`` resolved on every
 node, no ``srun`` (the batch host trains alone), a fixed rendezvous port on shared nodes, no fail-stop (the
 survivors of a dead node wait until their timeouts or the time limit), no requeue; and what sbatch or bash
@@ -16,9 +16,9 @@ import re
 from collections.abc import Iterator
 
 from kgen.findings import Severity
+from kgen.launch.command import Launch, host_of
 from kgen.lint.registry import rule
 from kgen.lint.sbatch import ALLOC_NODE_VARS, BATCH_VALUE, SbatchScript, Step, literal_int, node_range
-from kgen.lint.torchcmd import Launch, host_of
 
 KINDS = ("sbatch",)
 PER_NODE_LAUNCHERS = ("torchrun", "deepspeed", "accelerate", "kgen")

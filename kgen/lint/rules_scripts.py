@@ -1,7 +1,7 @@
 """Rules on what a training container's command does, read through the launch model
-(``kgen.lint.torchcmd``, shells parsed by ``kgen.lint.shell``): scripts bash refuses, exit
+(``kgen.launch.command``, shells parsed by ``kgen.launch.shell``): scripts bash refuses, exit
 statuses a script loses, rendezvous ids and node counts that differ per pod, long-running kinds
-whose command ends, env values that are shell code, and launchers nested in launchers (contract C5).
+whose command ends, env values that are shell code, and launchers nested in launchers (kgen.launch.launchers).
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s, kinds, shell
+from kgen.launch import shell
+from kgen.launch.command import Launch, _skip_wrappers
+from kgen.lint import kinds
 from kgen.lint.model import containers_of, read, workloads
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _launch_path, _multi
-from kgen.lint.torchcmd import Launch, _skip_wrappers
 
 E, W = Severity.ERROR, Severity.WARNING
 _DNS_TOOLS = {"getent", "nslookup", "dig", "host", "kubectl"}
@@ -337,7 +339,7 @@ def _nested_message(outer: Launch, inner: Launch) -> str:
     if outer.form == "kgen":
         import shlex
 
-        from kgen.launchers import PROBLEM, nested_launcher, problem  # render's and the entrypoint's words (C5)
+        from kgen.launch.launchers import PROBLEM, nested_launcher, problem  # render's and the entrypoint's words (C5)
 
         after = outer.words[outer.words.index("--") + 1 :] if "--" in outer.words else inner.words
         nested = nested_launcher(after)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s, kinds
+from kgen.lint import kinds
 from kgen.lint.registry import Context, rule
 
 E = Severity.ERROR

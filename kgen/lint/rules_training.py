@@ -11,11 +11,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s
+from kgen.launch.command import _SHELLS, Launch, find_launches, resolve
 from kgen.lint.model import TRAINING_KINDS, Workload, stated_nnodes, workloads, world
 from kgen.lint.registry import Context, rule
-from kgen.lint.torchcmd import _SHELLS, Launch, find_launches, resolve
 
 E, W = Severity.ERROR, Severity.WARNING
 _HAND_SET = ("RANK", "LOCAL_RANK", "WORLD_SIZE")

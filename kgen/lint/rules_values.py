@@ -1,7 +1,7 @@
 """What a training container is given, read the way the program receives it: env values that are text
 where a field reference was meant, rank variables fed from the wrong index, GPU visibility overridden,
 exec-form arguments that keep their shell quotes, and names the API server or a CSI driver resolves
-that are still placeholders (issue 25's missed classes)."""
+that are still placeholders."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s
+from kgen.launch.command import _SHELLS, _shell_options
 from kgen.lint.model import TRAINING_KINDS, workloads
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_pod import _pod
 from kgen.lint.rules_training import _SETS_RANKS, _env_path
-from kgen.lint.torchcmd import _SHELLS, _shell_options
 
 E, W = Severity.ERROR, Severity.WARNING
 

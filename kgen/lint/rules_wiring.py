@@ -15,13 +15,14 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s, kinds
+from kgen.launch.command import host_of
+from kgen.lint import kinds
 from kgen.lint.model import TRAINING_KINDS, Workload, pod0_label, pod0_name, replaced_hostname, workloads, world
 from kgen.lint.model import memo as _memo
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _env_path, _launch_path, _multi
-from kgen.lint.torchcmd import host_of
 
 E, W = Severity.ERROR, Severity.WARNING
 _MASTERISH = {"master", "leader", "head", "chief", "rank0", "rank-0", "main", "driver", "coordinator"}

@@ -6,8 +6,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint import k8s
 from kgen.lint.registry import Context, rule
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO

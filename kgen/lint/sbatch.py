@@ -5,11 +5,11 @@
   or without a suffix are looked at (``sbatch_candidate``: their first 64 KiB).
 - **Directives**: ``#SBATCH`` lines up to the first command, as sbatch reads them (``-N 4``, ``--nodes=4``,
   ``--nodes 4``, trailing ``# comments``); a later ``#SBATCH`` line is ignored by sbatch (kept as ``late``).
-- **The script**: parsed like bash (``kgen.lint.shell``); every command in source order, with the literal values
+- **The script**: parsed like bash (``kgen.launch.shell``); every command in source order, with the literal values
   the script assigns (``X=1``, ``export X=1``, ``declare -a ARGS=(...)``) so ``srun $TORCHRUN "${ARGS[@]}"``
   reads as written.
 - **Steps**: each ``srun`` (or ``mpirun``/``mpiexec``) with its options and the command its tasks run, read by
-  kgen's launcher model (``kgen.lint.torchcmd``: torchrun, ``python -m torch.distributed.run``, deepspeed,
+  kgen's launcher model (``kgen.launch.command``: torchrun, ``python -m torch.distributed.run``, deepspeed,
   ``accelerate launch``, kgen's entrypoint, through ``bash -c '...'`` and wrappers); a launcher the batch
   script runs itself is a step of kind ``batch`` (it runs on the first node only).
 - **Who expands what**: the batch script's shell expands the words of the srun line once, on the first node,
@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgen.findings import Finding
-from kgen.lint import shell, torchcmd
+from kgen.launch import command as torchcmd
+from kgen.launch import shell
 
 SUFFIXES = (".sbatch", ".slurm")
 CANDIDATE_SUFFIXES = (".sh", ".bash", ".job", ".batch")
@@ -116,7 +117,7 @@ class Step:
     line: int
     options: dict[str, str | None] = field(default_factory=dict)  # srun's, by long name
     argv: list[str] = field(default_factory=list)  # what each task runs (batch: the command)
-    read: Any = None  # kgen.lint.torchcmd.Scripted of argv
+    read: Any = None  # kgen.launch.command.Scripted of argv
     node_rank_vars: list[str] = field(default_factory=list)  # $SLURM_NODEID ... the batch shell expanded here
     in_cmdsub: bool = False  # inside $(...): its output is read, it is not the training
 

@@ -2,7 +2,7 @@
 
 A script that lives in a ConfigMap (``bash /scripts/run.sh``, ``command: [/scripts/run.sh]``,
 ``source /etc/train/env.sh``) is as much the container's command as an inline ``bash -c``: the launch
-model (``kgen.lint.torchcmd``) reads it through a ``Files`` view of one container, built here from
+model (``kgen.launch.command``) reads it through a ``Files`` view of one container, built here from
 the pod's volumes, the container's ``volumeMounts`` and the ConfigMaps among the linted documents.
 
 How the kubelet lays the files out (``pkg/volume/configmap``, ``projected``): a ``configMap`` volume

@@ -1,4 +1,4 @@
-"""The trainer's environment from the values (issue 15.4): ``env`` entries that reference a Secret, a
+"""The trainer's environment from the values: ``env`` entries that reference a Secret, a
 ConfigMap, a pod field or a resource (``valueFrom``), and ``envFrom`` sources, checked the way the API
 server checks them (``ValidateEnv``/``validateEnvVarValueFrom``/``ValidateEnvFrom`` in
 pkg/apis/core/validation/validation.go), so a mistake is one line at render time naming the values key,
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kgen.lint.k8s import (
+from kgen.k8s import (
     ENV_FIELD_PATHS,
     ENV_VAR_NAME,
     is_configmap_key,

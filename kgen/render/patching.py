@@ -61,7 +61,7 @@ def _merge_named(items: list[dict], patch: list[dict]) -> list[dict]:
     return out
 
 
-# Targets that name a role instead of a kind, so one values file patches every --kind alike (issue 15.4).
+# Targets that name a role instead of a kind, so one values file patches every --kind alike.
 WORKLOAD = "workload"  # the Job, StatefulSet or JobSet itself
 POD_TEMPLATE = "podtemplate"  # the workload's pod template, wherever the kind keeps it
 WORKLOAD_KINDS = ("Job", "StatefulSet", "JobSet")

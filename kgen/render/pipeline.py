@@ -4,7 +4,8 @@ derived into the spec (kgen.render.spec) -> the objects (kgen.render.templating,
 the patches (kgen.render.patching) -> the self-check (kgen.render.selfcheck) -> the text (kgen.yamlio).
 
 ``build`` (values -> spec), ``render_documents`` (spec -> documents), ``render_checked`` (both, and the
-self-check) and ``render_with_warnings`` (the text) are what kgen.sdk and kgen.api call.
+self-check) and ``render_with_warnings`` (the text and what is said about it) are what kgen.sdk calls;
+``manifest_text`` is kgen 0.1's ``kgen.api.render``.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -
     return docs
 
 
-def render(request: RenderRequest) -> str:
+def manifest_text(request: RenderRequest) -> str:
     """The manifest text kgen prints; raises KgenError (nothing printed) on any problem."""
     return render_with_warnings(request).text
 
@@ -165,9 +166,9 @@ def _slurm_checked(request: RenderRequest, spec: TrainingSpec) -> Checked:
         )
     if request.output_format == "json":
         raise UsageError(
-            "--kind slurm prints an sbatch script, not Kubernetes objects", option="--format", hint="drop -o json"
+            "--kind slurm prints an sbatch script, not Kubernetes objects", option="-o/--output", hint="drop -o json"
         )
-    script = slurmkind.render(spec)
+    script = slurmkind.render_script(spec)
     warnings = check_script(script, spec) if request.lint else []
     return Checked(spec, [], warnings, [], slurmkind.cautions(spec), script)
 
@@ -192,7 +193,7 @@ def render_with_warnings(request: RenderRequest) -> RenderResult:
     from kgen.yamlio import dump_json, dump_yaml
 
     if request.output_format not in ("yaml", "json"):
-        raise UsageError(f'must be yaml or json, got "{request.output_format}"', option="--format")
+        raise UsageError(f'must be an output format, yaml or json; got "{request.output_format}"', option="-o/--output")
     checked = render_checked(request)
     if checked.spec.kind == "slurm":
         return RenderResult(checked.script, checked.warnings, checked.notes, checked.cautions, [])

@@ -20,11 +20,13 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from kgen.errors import UsageError
 from kgen.resources import templates_dir
+
+if TYPE_CHECKING:
+    import jinja2
 
 TEMPLATE = "slurm.sbatch.j2"
 WORD = re.compile(r"[A-Za-z0-9@+=:,./_-]+")  # what shlex.quote leaves bare, less %: safe in #SBATCH and shell
@@ -129,6 +131,8 @@ def _sbatch_value(value: object) -> str:
 
 @cache
 def _environment() -> jinja2.Environment:
+    import jinja2  # here, not at the top: the Slurm engine's checks (check_run_dir) need no template
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
@@ -153,7 +157,7 @@ def check_run_dir(path: str, option: str = "--run-dir") -> str:
     return path
 
 
-def render(spec: SbatchSpec) -> str:
+def sbatch_text(spec: SbatchSpec) -> str:
     """The sbatch script for ``spec`` (checked first)."""
     check(spec)
     return _environment().get_template(TEMPLATE).render(s=spec)

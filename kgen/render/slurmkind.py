@@ -166,7 +166,7 @@ def _word(spec: TrainingSpec, key: str, pattern: Any, what: str) -> str:
 
 def cpus(spec: TrainingSpec) -> int:
     """--cpus-per-task: the cpu request in whole CPUs (0: none asked)."""
-    from kgen.lint.k8s import parse_quantity
+    from kgen.k8s import parse_quantity
 
     qty = ((spec.resources or {}).get("requests") or {}).get("cpu")
     if qty in (None, ""):
@@ -182,7 +182,7 @@ def cpus(spec: TrainingSpec) -> int:
 def mem(spec: TrainingSpec) -> str:
     """--mem: the memory request in Slurm's units (K, M, G, T are powers of 1024), exact when it can be, else
     rounded up to whole MiB ("" when none is asked)."""
-    from kgen.lint.k8s import parse_quantity
+    from kgen.k8s import parse_quantity
 
     qty = ((spec.resources or {}).get("requests") or {}).get("memory")
     if qty in (None, ""):
@@ -192,6 +192,38 @@ def mem(spec: TrainingSpec) -> str:
     if amount % GIB == 0:
         return f"{int(amount // GIB)}G"
     return f"{math.ceil(amount / MIB)}M"
+
+
+# sbatch's words when no node of the partition has what the job asks per node (memory, CPUs, GPUs).
+NO_NODE_FITS = ("Requested node configuration is not available", "Memory required by task is not available")
+
+
+def mem_origin(spec: TrainingSpec) -> str | None:
+    """Where the script's --mem came from and how to leave it out (None when the script asks none): what a
+    refused submission names, since sbatch says only that no node fits."""
+    asked = mem(spec)
+    if not asked:
+        return None
+    if "memory" in spec.values["resources.requests"]:
+        where = spec.origins.get("resources.requests", "resources.requests")
+        return f"--mem={asked} is resources.requests.memory (from {where}); leave it out of resources.requests"
+    origin = spec.origins.get("memory", "default")
+    value = spec.values["memory"]
+    if value == "auto":
+        rule = f"8Gi per GPU x {spec.gpus} GPUs" if spec.gpus else f"2Gi per process x {spec.nproc_per_node}"
+        where = "" if origin == "default" else f"; memory: auto from {origin}"
+        what = f"kgen's automatic memory request ({rule}{where})"
+    else:
+        what = f"kgen's memory request {value} (from {origin})"
+    return f"--mem={asked} is {what}; leave it out with --memory '' (Slurm's default applies) or ask less: --memory QTY"
+
+
+def explain_refusal(message: str, spec: TrainingSpec) -> str | None:
+    """sbatch's refusal ``message`` with the kgen value behind it, when no node fits what the script asks."""
+    if not any(words in message for words in NO_NODE_FITS):
+        return None
+    hint = mem_origin(spec)
+    return f"{message}; {hint}" if hint else None
 
 
 def directives(spec: TrainingSpec) -> tuple[str, ...]:
@@ -259,8 +291,8 @@ def sbatch_spec(spec: TrainingSpec) -> SbatchSpec:
     )
 
 
-def render(spec: TrainingSpec) -> str:
+def render_script(spec: TrainingSpec) -> str:
     """The sbatch script's text for ``spec`` (kind slurm)."""
     from kgen.render import sbatch
 
-    return sbatch.render(sbatch_spec(spec))
+    return sbatch.sbatch_text(sbatch_spec(spec))

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from kgen import jobset as jobset_facts
 from kgen.render.runsecret import JOB_UID_LABEL, SECRET_DIR, SECRET_FILE
-from kgen.render.validate import Patch, check_values
+from kgen.render.validate import Patch, validate_values
 from kgen.versions import DEFAULT_K8S
 
 NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
@@ -235,7 +235,7 @@ class TrainingSpec(NamedTuple):
 def build_spec(values: dict[str, Any], origins: dict[str, str], k8s_minor: int = DEFAULT_K8S) -> TrainingSpec:
     """Check every value (kgen.render.validate, naming the option or file it came from) and derive the spec."""
     v = values
-    c = check_values(values, origins, k8s_minor)
+    c = validate_values(values, origins, k8s_minor)
     user_env = [
         EnvVar(key, kube_escape(val)) if isinstance(val, str) else EnvVar(key, value_from=val)
         for key, val in c.user_env

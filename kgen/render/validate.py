@@ -1,7 +1,7 @@
 """Stage 2 of render, the checks: every value checked as the API server (and kgen's entrypoint) would check
 what it becomes, before anything is rendered; each problem is one UsageError naming where the value came
 from (the flag, `file: key`, `preset P: key`, or the key). kgen.render.spec derives the spec from what
-passes (``check_values``).
+passes (``validate_values``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from kgen import jobset as jobset_facts
 from kgen.errors import NestedLauncherError, UsageError
-from kgen.lint.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, is_dns_subdomain, parse_quantity
+from kgen.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, is_dns_subdomain, parse_quantity
 from kgen.render.runsecret import SECRET_DIR
 from kgen.render.values import DNS_POLICIES, KINDS, ON_SCRIPT_ERROR, PULL_POLICIES
 from kgen.versions import DEFAULT_K8S, MAX_K8S, MIN_K8S
@@ -67,7 +67,7 @@ def command_problem(command: list[str] | tuple[str, ...]) -> str | None:
     None when the command is fine; an empty command is the smoke test."""
     if not command:
         return None
-    from kgen.launchers import nested_launcher, problem
+    from kgen.launch.launchers import nested_launcher, problem
 
     nested = nested_launcher(command)
     if nested is not None:
@@ -109,7 +109,7 @@ def _where(origins: dict[str, str], key: str) -> str:
     return f"{key} (from {source})"
 
 
-class Checked(NamedTuple):
+class CheckedValues(NamedTuple):
     """The values as checked: what the spec is derived from (kgen.render.spec.build_spec)."""
 
     kind: str
@@ -136,7 +136,7 @@ class Patch(NamedTuple):
     origin: str
 
 
-def check_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: int = DEFAULT_K8S) -> Checked:
+def validate_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: int = DEFAULT_K8S) -> CheckedValues:
     """Check every value, in a fixed order, naming the option or file it came from (the first problem
     raises UsageError)."""
     o = origins
@@ -165,12 +165,20 @@ def check_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: int
     nproc = integer("nprocPerNode", 0, 1024)
     if nproc == 0:
         nproc = gpus if gpus else 1
-    elif gpus and nproc != gpus:
+    elif gpus and (nproc > gpus or gpus % nproc):
+        fits = [str(n) for n in range(gpus, 0, -1) if gpus % n == 0][:6]
+        problem = (
+            "more processes than GPUs: two ranks on one GPU (NCCL refuses that)"
+            if nproc > gpus
+            else f"{gpus} GPUs do not split evenly among {nproc} processes"
+        )
         raise _fail(
             o,
             "nprocPerNode",
-            f"is {nproc} but gpus is {gpus}: one process per GPU",
-            hint="leave nprocPerNode at 0 (auto) for GPU jobs",
+            f"is {nproc} but gpus is {gpus}: {problem}",
+            hint=f"use {', '.join(fits[:-1])} or {fits[-1]}, or 0 for one process per GPU"
+            if len(fits) > 1
+            else "use 1, or 0 for one process per GPU",
         )
     _check_nested_launcher(v, o, gpus, nodes)
 
@@ -287,7 +295,7 @@ def check_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: int
     _check_command(v, o)
 
     user_env = _user_env(v, o)
-    return Checked(
+    return CheckedValues(
         kind,
         nodes,
         gpus,
@@ -457,7 +465,7 @@ def _check_nested_launcher(v: dict[str, Any], o: dict[str, str], gpus: int, node
     deepspeed) would run inside the entrypoint's own torchrun: refused, with the command to use instead."""
     import shlex
 
-    from kgen.launchers import correction, nested_launcher, problem
+    from kgen.launch.launchers import correction, nested_launcher, problem
 
     command = v["command"]
     nested = nested_launcher(command) if isinstance(command, list) else None
@@ -580,7 +588,7 @@ def _check_volumes(v: dict[str, Any], o: dict[str, str]) -> None:
 
 
 def _check_jobset_and_kueue(v: dict[str, Any], o: dict[str, str], kind: str, name: str, nodes: int) -> None:
-    from kgen.lint.k8s import qualified_name_problem
+    from kgen.k8s import qualified_name_problem
 
     if kind == "jobset":
         longest = jobset_facts.longest_pod_name(name, nodes)

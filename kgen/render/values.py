@@ -25,7 +25,12 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     ),
     "nodes": ("int", 2, "Number of nodes (pods). One Job/StatefulSet object whatever the count."),
     "gpus": ("int", 8, "`nvidia.com/gpu` per node (requests = limits); 0 renders a CPU job (gloo)."),
-    "nprocPerNode": ("int", 0, "Processes per node; 0 = auto (= gpus, or 1 for CPU jobs)."),
+    "nprocPerNode": (
+        "int",
+        0,
+        "Processes per node; 0 = auto (= gpus, or 1 for CPU jobs). Below gpus (a divisor: 8 GPUs, 4 processes) "
+        "each process drives several GPUs (model parallel).",
+    ),
     "image": ("str", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "Container image (needs python3 and torch)."),
     "imagePullPolicy": ("str", "IfNotPresent", "Always, IfNotPresent or Never."),
     "python": ("str", "python3", "Interpreter in the image that runs the entrypoint."),

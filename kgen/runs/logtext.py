@@ -47,13 +47,45 @@ def collapsed_line(signal: int, hidden: int | None) -> str:
     return f"kgen: torchrun stopped by {name} and ended its workers ({lines} hidden; kgen logs --full shows them)"
 
 
+# Lines a library writes on its own, which say nothing about the run: torch's C++ log lines (c10 and glog
+# style: `[W1128 12:00:00.123 4242 socket.cpp:207] The hostname of the client socket cannot be retrieved`,
+# `W1128 12:00:00.123000 140 torch/distributed/run.py:793] ...`), Python's warnings (`/x/numpy/core.py:12:
+# UserWarning: ...` and the source line after it), torchrun's banner of asterisks and torch's "(Triggered
+# internally at ...)". A node's status row shows the last line that is not one of them.
+LIBRARY_LINE = re.compile(
+    r"^\[?[WIEF]\d{4} \d\d:\d\d:\d\d(\.\d+)? +\d+ [^\]\s]+:\d+\]"
+    r"|^\[[WIEF] [^\]\s]+:\d+\]"
+    r"|^\S+\.py:\d+: \w*Warning: "
+    r"|^\*{20,}$"
+    r"|^\s*\(Triggered internally at "
+)
+PYTHON_WARNING = re.compile(r"^\S+\.py:\d+: \w*Warning: ")
+
+
+def is_library_line(text: str) -> bool:
+    """Whether ``text`` (one line, without its prefix) is a library's own warning or log line (LIBRARY_LINE)."""
+    return bool(LIBRARY_LINE.search(text))
+
+
 def last_line(lines: Iterable[str]) -> str:
-    """The last line of a log's tail as `kgen logs` shows it (``[R] `` before a process's line; torchrun's
-    shutdown report as its one line, even when the tail cut it)."""
+    """The last meaningful line of a log's tail as `kgen logs` shows it (``[R] `` before a process's line;
+    torchrun's shutdown report as its one line, even when the tail cut it): kgen's or the script's, not a
+    library's warning (``is_library_line``), unless the tail holds nothing else."""
     out = shown((None, line) for line in lines)
     if not out:
         return ""
-    _, rank, text = out[-1]
+    chosen = out[-1]
+    for i in range(len(out) - 1, -1, -1):
+        _, _, text = out[i]
+        if is_library_line(text):
+            continue
+        if i > 0 and (text[:1].isspace() or "warn" in text) and PYTHON_WARNING.search(out[i - 1][2]):
+            continue  # the source line Python prints below a warning (`  warnings.warn(`; a log may strip it)
+        if not text.strip():
+            continue
+        chosen = out[i]
+        break
+    _, rank, text = chosen
     if rank is not None:
         return f"[{rank}] {text}"
     end = BLOCK_END.search(text)

@@ -94,7 +94,7 @@ class Failure:
 
 # ------------------------------------------------------------------------------------ FAIL-STOP
 # The entrypoint's own lines are read only where they begin (after a log timestamp, if any): words a peer or
-# a script put inside a line cannot pass for them (issue 23.4).
+# a script put inside a line cannot pass for them.
 KGEN_LINE = r"^(?:\S+Z )?\[kgen node \d+ [^\]]*\] "
 FAIL_STOP = re.compile(KGEN_LINE + r"FAIL-STOP: (.*)")
 ENTRYPOINT_LAST_WORD = re.compile(r"^(?:\S+Z )?kgen-entrypoint: (?:error|stopped): ")

@@ -64,7 +64,7 @@ __all__ = [
 INCIDENT_WINDOW_S = 10.0  # failures this close to the first one belong to the same incident
 IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 
-# Exit codes of `kgen status` (contract C2; the one table, for runs on a cluster and over ssh alike).
+# Exit codes of `kgen status` (the one table, for runs on a cluster and over ssh alike).
 # By default 0 unless the run failed or was stopped (1), so `set -e` scripts survive a healthy running
 # job; 2 is always bad input or a run that cannot be found. `--exit-code` gives each state its own code.
 # "stopped": a run ended by `kgen stop` or a deliberate group stop (terminal, not a success).
@@ -201,11 +201,40 @@ def _settle_errors(incident: list[Failure]) -> None:
             f.role = "reaction"
 
 
-def _consequences(incident: list[Failure], chosen: list[Failure]) -> list[int]:
-    """The global ranks that failed because of the chosen ones (their own processes' other failures, and
-    every process of the other nodes that reacted)."""
-    lead = {f.error.rank for f in chosen if f.error is not None}
+def _waited_for_node0(incident: list[Failure], logs: Mapping[str, str]) -> None:
+    """Nodes that trained with node 0, lost it and gave up waiting for it to come back (exit 3, "node 0 not
+    back") while node 0 itself ended in the same incident (it left for good, was lost) followed it: node 0
+    is the cause, they are not. (A node 0 never reached is another story: the waiting nodes stay causes.)"""
+    zero = [f for f in incident if f.rank == 0 and f.exit_code != 3]
+    first = min((f.when for f in zero if f.when), default=None)
+
+    def followed(f: Failure) -> bool:
+        if "node 0 not back" in logs.get(f.where, ""):
+            return True
+        return first is not None and f.when is not None and first < f.when  # node 0 had ended before
+
+    waited = [f for f in incident if f.exit_code == 3 and f.rank != 0 and followed(f)]
+    if not zero or not waited:
+        return
+    for f in waited:
+        f.role = "victim"
+    for f in zero:
+        if f.role == "stopped":
+            f.role = "cause"
+
+
+def _consequences(incident: list[Failure], chosen: list[Failure], nproc: int = 1) -> list[int]:
+    """The global ranks that failed because of the chosen ones: every process of every node of the incident
+    that failed (whatever each node's record caught before it was stopped: the list is the same on every run
+    of the same failure), and the processes the records name, less the chosen ones."""
+    if any(f.error is not None and f.error.rank is not None for f in chosen):
+        lead = set(_together(chosen))
+    else:
+        lead = {r for f in chosen if f.rank is not None for r in range(f.rank * nproc, (f.rank + 1) * nproc)}
     out: set[int] = set()
+    for f in incident:
+        if f.rank is not None and f.exit_code != 0:
+            out.update(range(f.rank * nproc, (f.rank + 1) * nproc))
     for f in incident:
         e = f.error
         if e is None:
@@ -243,6 +272,7 @@ def _root_cause(
 
     unit = "node" if nproc > 1 else "rank"
     _settle_errors(incident)
+    _waited_for_node0(incident, logs)
     victims = [f for f in incident if f.role == "victim"]
     candidates = [f for f in incident if f.role in ("cause", "stopped")]
     blames = _blames_for(incident, logs)
@@ -262,7 +292,7 @@ def _root_cause(
         chosen = [f for f in causes if f.when == first] if first else causes[:1]
     others = [f for f in incident if f not in chosen]
     followers = ""
-    consequences = _consequences(incident, chosen) if chosen else []
+    consequences = _consequences(incident, chosen, nproc) if chosen else []
     if consequences:
         followers = f"{_rank_list(consequences)} failed because of it"
     if victims:
@@ -395,9 +425,11 @@ def judge(rec: RunRecords) -> Verdict:
     if rec.failed:
         v.job_reason = rec.job_reason
         v.job_message = rec.job_message
-    if rec.complete:
+    every_rank_exited_0 = expected > 0 and len(rows) == expected and all(r.exit_code == 0 for r in rows)
+    if rec.complete or every_rank_exited_0:  # never Failed when every rank exited 0
         v.state = "succeeded"
-        v.headline = f"Succeeded: {rec.succeeded}/{expected} {unit}s completed, {reform_text}"
+        done = max(rec.succeeded, expected if every_rank_exited_0 else 0)
+        v.headline = f"Succeeded: {done}/{expected} {unit}s completed, {reform_text}"
     elif rec.failed:
         v.state = "failed"
         rc = v.root_cause

@@ -1,7 +1,7 @@
 """`kgen debug stacks RUN`: every training process's Python stack, from every node of a run.
 
-The run is found as the other run verbs find it (kgen.sdk.runs.local_run: this machine's bare-metal record of
-that name); each node's entrypoint answers ``--run-dir DIR --stacks`` (one JSON line: its ranks' stacks, dumped
+The run is found as the other run verbs find it (kgen.sdk.runs.locate: this machine's bare-metal record of
+that name first); each node's entrypoint answers ``--run-dir DIR --stacks`` (one JSON line: its ranks' stacks, dumped
 on a signal through the sitecustomize it gave them), all nodes at once; kgen.runs.stacks groups them.
 Bare metal (``kgen launch``, ``--local`` and over ssh) only: a Slurm run's nodes are reached only through
 Slurm, a cluster run's pods through the API's exec (``kubectl exec POD -- python3 /opt/kgen/kgen_entrypoint.py
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kgen.errors import UsageError
 from kgen.runs.stacks import NodeStacks, StacksReport, parse_answer
-from kgen.sdk.runs import RunRef, local_run
+from kgen.sdk.runs import RunRef, locate
 
 STACKS_TIMEOUT = 20.0  # one node's answer (its ranks dump within 2 s; --local: interpreter start on a busy host)
 
@@ -26,21 +26,16 @@ class StacksRequest:
 
 
 def stacks(req: StacksRequest) -> StacksReport:
-    from kgen.runs.store import check_name
-
     ref = req.run
-    if not ref.name:
-        raise UsageError("is empty: give the run's name", option="NAME", hint="`kgen list` shows the runs kgen knows")
-    check_name(ref.name, "NAME")
-    found = local_run(ref.name, ref.on, ref.namespace, ref.context, ref.kubeconfig)
-    if found is None:
+    engine, found = locate(ref)  # checks the name; a run two engines know asks to choose
+    if engine.name == "cluster":
         raise UsageError(
             f"{ref.name}: kgen debug stacks reaches bare-metal runs (kgen launch) only; on a cluster run it "
             f"in each pod: kubectl exec POD -- python3 /opt/kgen/kgen_entrypoint.py --stacks",
             option="NAME",
             hint="`kgen list` shows the runs kgen knows",
         )
-    if found.on != "bare-metal":
+    if engine.name != "bare-metal":
         raise UsageError(
             f"{ref.name} is a Slurm run: kgen debug stacks reaches bare-metal runs (kgen launch) only; in the "
             f"job: srun --overlap --jobid JOB python3 RUN/node<R>/kgen_entrypoint.py --run-dir RUN/node<R> --stacks",
@@ -50,7 +45,7 @@ def stacks(req: StacksRequest) -> StacksReport:
 
 
 def _bare_metal(rec, timeout: float) -> StacksReport:
-    from kgen.baremetal.ops import transport_for
+    from kgen.baremetal.engine import transport_for
     from kgen.baremetal.transport import parallel
     from kgen.runs.safetext import printable
 

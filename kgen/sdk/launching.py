@@ -27,7 +27,11 @@ def _quiet(text: str) -> None:
 @dataclass(frozen=True)
 class LaunchRequest:
     """`kgen launch`: run ``name`` of ``command`` (script and arguments) on ``hosts`` (ssh destinations in rank
-    order), the hosts of ``hostfile``, or ``local`` nodes on this machine: exactly one of the three."""
+    order), the hosts of ``hostfile``, or ``local`` nodes on this machine: exactly one of the three.
+
+    The types are checked when the request is made (a wrong one names the field); one ``str`` for ``command``
+    is split as a shell splits words (a shell operator is refused), for ``env`` and ``inject`` it is one item.
+    What needs the hosts is checked by ``launch``, with `kgen launch`'s messages."""
 
     name: str
     command: Sequence[str]
@@ -43,6 +47,35 @@ class LaunchRequest:
     master_addr: str | None = None
     inject: Sequence[str] = ()  # --local only: kill:R@S, freeze:R@S[+T]
     connect_timeout: int = 10
+
+    def __post_init__(self) -> None:
+        set_field = object.__setattr__  # frozen: the normalized sequences replace what was passed
+        for key in ("command", "env", "inject"):
+            value = getattr(self, key)
+            if isinstance(value, str) and key == "command":
+                from kgen.render.layering import split_command
+
+                value = split_command(value, "LaunchRequest.command") if value.strip() else []
+            elif isinstance(value, str):
+                value = [value]
+            if isinstance(value, (bytes, dict)) or not isinstance(value, (list, tuple)):
+                raise UsageError(
+                    f"must be a list of strings, got {type(value).__name__}", option=f"LaunchRequest.{key}"
+                )
+            bad = next((x for x in value if not isinstance(x, str)), None)
+            if bad is not None:
+                raise UsageError(f"must hold strings, got {type(bad).__name__} {bad!r}", option=f"LaunchRequest.{key}")
+            set_field(self, key, tuple(value))
+        if not isinstance(self.name, str):
+            raise UsageError(f"must be a string, got {type(self.name).__name__}", option="LaunchRequest.name")
+        for key in ("local", "nproc_per_node", "port", "connect_timeout"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise UsageError(f"must be an int, got {type(value).__name__} {value!r}", option=f"LaunchRequest.{key}")
+        for key in ("hosts", "hostfile", "ssh_config", "python", "workdir", "master_addr"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, str):
+                raise UsageError(f"must be a string or None, got {type(value).__name__}", option=f"LaunchRequest.{key}")
 
 
 def _resolve_hosts(hosts, hostfile, local_n):
@@ -140,10 +173,10 @@ def launch(req: LaunchRequest, say: Say = _quiet) -> RunRecord:
 
 
 def _refuse_nested_launcher(command: list[str], nproc: int, nproc_set: bool, nodes: int) -> None:
-    """A launcher as the command (torchrun, accelerate launch, ...; contract C5) is refused before any host
+    """A launcher as the command (torchrun, accelerate launch, ...; kgen.launch.launchers) is refused before any host
     is asked, in render's words, with the launch command to run instead (its process count carried as
     --nproc-per-node): every node's entrypoint would refuse it anyway, after the run had started."""
-    from kgen.launchers import correction, nested_launcher, problem
+    from kgen.launch.launchers import correction, nested_launcher, problem
 
     nested = nested_launcher(command)
     if nested is None:

@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from kgen.errors import UsageError
 from kgen.render.request import RenderRequest, RenderResult
 from kgen.versions import DEFAULT_KUBERNETES_VERSION
 
@@ -31,12 +33,14 @@ def render(request: RenderRequest | None = None) -> RenderResult:
 
 @dataclass(frozen=True)
 class LintRequest:
-    """`kgen lint`: ``paths`` (files, folders, "-" for stdin) checked against
+    """`kgen lint`: ``paths`` (files, folders, "-" for stdin; one ``str`` is one path) checked against
     ``kubernetes_version``'s schemas and kgen's rules. ``skip``: rule ids (comma lists allowed, any case);
     ``strict``: warnings fail too; ``engine``: builtin or kubeconform (on PATH); ``schema_location``:
     schemas for CRDs; ``explain``: how lint reads each training workload (KG137 info); ``exclude``:
     .gitignore-like globs; ``unit``: what the cross-document rules see together (``dir``: each folder's own
-    files and a kustomization's resources; ``file``; ``tree``: everything given, docs/lint.md "Apply units")."""
+    files and a kustomization's resources; ``file``; ``tree``: everything given, docs/lint.md "Apply units").
+    Every field is checked when the request is made, with `kgen lint`'s messages (UsageError; a wrong
+    Python type names the field); a ``str`` for ``skip`` or ``exclude`` is one --skip or --exclude."""
 
     paths: Sequence[str]
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
@@ -47,6 +51,64 @@ class LintRequest:
     explain: bool = False
     exclude: Sequence[str] = ()
     unit: str = "dir"
+
+    def __post_init__(self) -> None:
+        check_lint_request(self)
+
+
+def _lint_strings(name: str, value: Any, option: str) -> tuple[str, ...]:
+    """A sequence field as a tuple of strings: one ``str`` (or path) is one item, as the CLI reads one word."""
+    if isinstance(value, (str, os.PathLike)):
+        value = [value]
+    if isinstance(value, (bytes, Mapping)) or not isinstance(value, (Sequence, set, frozenset)):
+        raise UsageError(
+            f"must be a list of strings, got {type(value).__name__} {value!r}"[:120], option=f"LintRequest.{name}"
+        )
+    out = []
+    for i, item in enumerate(value):
+        item = os.fspath(item) if isinstance(item, os.PathLike) and name == "paths" else item
+        if not isinstance(item, str):
+            raise UsageError(
+                f"item {i} must be a string, got {type(item).__name__} {item!r}",
+                option=f"LintRequest.{name}",
+                hint=f"{option} takes text",
+            )
+        out.append(item)
+    return tuple(out)
+
+
+def check_lint_request(request: LintRequest) -> None:
+    """``LintRequest``'s checks, with `kgen lint`'s messages: what the CLI checks before a file is read."""
+    from kgen import schema
+    from kgen.lint.check import ENGINES, _unknown_ids
+    from kgen.lint.registry import expand_ids, load_rules
+    from kgen.lint.units import UNIT_MODES
+
+    set_field = object.__setattr__  # frozen: the normalized sequences replace what was passed
+    for name, option in (("paths", "PATH"), ("skip", "--skip"), ("exclude", "--exclude")):
+        set_field(request, name, _lint_strings(name, getattr(request, name), option))
+    for name in ("strict", "explain"):
+        if not isinstance(getattr(request, name), bool):
+            raise UsageError(f"must be True or False, got {getattr(request, name)!r}", option=f"LintRequest.{name}")
+    for name in ("kubernetes_version", "engine", "unit", "schema_location"):
+        value = getattr(request, name)
+        if not isinstance(value, str) and not (value is None and name == "schema_location"):
+            raise UsageError(f"must be a string, got {type(value).__name__} {value!r}", option=f"LintRequest.{name}")
+    if not request.paths:
+        raise UsageError("no input given; pass files, folders or '-' for stdin")
+    for path in request.paths:
+        if not path.strip():
+            raise UsageError("needs a file or folder name, got an empty string", option="PATH", hint="- reads stdin")
+    schema.normalize_version(request.kubernetes_version)
+    if request.engine not in ENGINES:
+        raise UsageError(f"unknown engine {request.engine!r}; use builtin or kubeconform", option="--engine")
+    if request.unit not in UNIT_MODES:
+        raise UsageError(f"must be one of {', '.join(UNIT_MODES)}, got {request.unit!r}", option="--unit")
+    rules = load_rules()
+    skip = expand_ids(frozenset(s.strip().upper() for item in request.skip for s in item.split(",") if s.strip()))
+    unknown = sorted(s for s in skip if s not in rules)
+    if unknown:
+        raise UsageError(_unknown_ids(unknown, rules), option="--skip")
 
 
 def lint(request: LintRequest) -> LintResult:

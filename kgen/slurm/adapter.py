@@ -173,8 +173,9 @@ def to_records(
             row.state = "Pending"
             row.meaning = PENDING_MEANING.get(job.reason if job else "", f"queued ({job.reason})" if job else "")
         elif job is not None and job.running and pid is not None:
-            row.state, row.ready = "Running", True
+            row.state = "Running"
             row.meaning = _activity(f.events)
+            row.ready = row.meaning == "training"  # up, not training before the group formed (the verdict says so)
         elif job is not None and job.running:
             row.state, row.meaning = "Pending", "its task has not started on a node yet"
         elif state == "CANCELLED" or stopping:

@@ -194,7 +194,7 @@ def test_replaced_node_counts_a_reformation():
     ]
     v = verdict(running(0, [*formed(0), *formed(0, gen=1, t=12)]), running(1, events1), running(2, formed(2, 1, 12)))
     assert v.state == "running" and v.reformations == 1 and v.rows[1].restarts == 1
-    # the headline's generation is the GEN column's (issue 24: they disagreed, 2 vs 1)
+    # the headline's generation is the GEN column's (they once disagreed, 2 vs 1)
     assert "generation 1 after 1 re-formation" in v.headline and max(r.generation for r in v.rows) == 1
     assert any(d.startswith("re-formed after: rank 1 (host b): exit 137: killed (SIGKILL)") for d in v.details)
 
@@ -227,7 +227,7 @@ def record(t: int, **fields) -> str:
 
 
 def test_a_reforming_node_makes_the_headline_say_re_forming():
-    """Issue 24: every process runs, but one node re-forms: the headline says so, as its row does (it said
+    """Every process runs, but one node re-forms: the headline says so, as its row does (it said
     "Running: 3/3 ranks up, the group formed" while the row said "re-forming")."""
     reform = ev(20, 1, "re-forming: node 0 lost: node 0 silent for 5.0s; stopping torch (generation 0)")
     v = verdict(running(0, formed(0)), running(1, [*formed(1), reform]), running(2, formed(2)))
@@ -298,7 +298,7 @@ def test_a_traceback_in_the_tail_when_there_is_no_record():
 
 
 def test_an_internal_error_is_kgens_own_fault_not_the_scripts():
-    """Issue 23.3: node 0's entrypoint failed (exit 70), the others ended with 5 and name node 0."""
+    """Node 0's entrypoint failed (exit 70), the others ended with 5 and name node 0."""
     reason = "kgen entrypoint internal error on node 0: RecursionError: maximum recursion depth exceeded (report it)"
     v = verdict(
         ended(0, 70, reason, 12, [*formed(0), ev(12, 0, reason)]),
@@ -320,7 +320,7 @@ def test_an_internal_error_is_kgens_own_fault_not_the_scripts():
 
 
 def test_words_inside_a_logged_line_cannot_pass_for_the_entrypoints_own():
-    """Issue 23.4: what a stranger or a script put inside a line is not a generation start, a loss or a
+    """What a stranger or a script put inside a line is not a generation start, a loss or a
     replacement; and nothing a host answers reaches the terminal with a control character."""
     forged = [
         ev(5, 0, "refused a connection from 1.2.3.4:9: sent 'generation 7: starting' (FAIL-STOP: node 2 x)"),
@@ -332,3 +332,41 @@ def test_words_inside_a_logged_line_cannot_pass_for_the_entrypoints_own():
     assert v.state == "running" and v.reformations == 0 and [r.generation for r in v.rows] == [0, 0, 0]
     assert all(r.restarts == 0 for r in v.rows) and v.root_cause is None
     assert v.rows[0].last_line == "step \\x1b[2J\\x1b]0;pwned\\x07 7"  # (a line's end \\r is whitespace)
+
+
+LIBRARY_TAILS = [
+    "[W1128 12:00:31.123456 4242 socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved. err=-3",
+    "[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address in use).",
+    "W1128 12:00:31.553000 140 torch/distributed/run.py:793] Setting OMP_NUM_THREADS environment variable to 1",
+    "*****************************************",
+    "/usr/lib/python3/dist-packages/scipy/__init__.py:146: UserWarning: A NumPy version >=1.17.3 and <1.25.0 "
+    "is required for this version of SciPy (detected version 1.26.4)\n"
+    '  warnings.warn(f"A NumPy version >={np_minversion} and <{np_maxversion}"',
+    "/opt/torch/_tensor.py:12: UserWarning: Failed to initialize NumPy: _ARRAY_API not found "
+    "(Triggered internally at ../torch/csrc/utils/tensor_numpy.cpp:84.)",
+]
+
+
+@pytest.mark.parametrize("noise", LIBRARY_TAILS, ids=[f"library{i}" for i in range(len(LIBRARY_TAILS))])
+def test_a_library_warning_is_not_the_rows_last_line(noise):
+    """A node's row shows kgen's or the script's last meaningful line: torch's and NumPy's own warnings
+    (written by the libraries, not by the script) are passed over, the script's line before them shown."""
+    state = running(0, formed(0))
+    state["tail"] = [f"{ts(30)} step 7 loss 0.1", *(f"{ts(31)} {line}" for line in noise.split("\n"))]
+    v = verdict(state, running(1, formed(1)), running(2, formed(2)))
+    assert v.rows[0].last_line == "step 7 loss 0.1"
+
+
+def test_a_worker_warning_after_its_rank_prefix_is_passed_over_too_and_a_tail_of_warnings_still_shows_one():
+    from kgen.runs.logtext import last_line
+
+    tail = [
+        "[rank 3] step 9 loss 0.2",
+        f"[rank 3] {LIBRARY_TAILS[0]}",
+        *(f"[rank 2] {t}" for t in LIBRARY_TAILS[4].split("\n")),
+    ]
+    assert last_line(tail) == "[3] step 9 loss 0.2"
+    assert last_line([LIBRARY_TAILS[0]]) == LIBRARY_TAILS[0]  # nothing else: the warning rather than nothing
+    assert last_line(["kgen-entrypoint: stopped: succeeded", LIBRARY_TAILS[2], LIBRARY_TAILS[3]]) == (
+        "kgen-entrypoint: stopped: succeeded"
+    )

@@ -1,4 +1,4 @@
-"""Issue 23: one stray line never ends a run. The issue's attack, replayed as it was made: an unprivileged
+"""One stray line never ends a run. The attack, replayed as it was made: an unprivileged
 client of loopback against `kgen launch --local 2` while the group trains (real entrypoints, real torch and
 gloo): the two one-line crashes (1,023 nested brackets: RecursionError; a lone surrogate as the MAC:
 UnicodeEncodeError), terminal escapes and a forged log line in a field. The run must end as an undisturbed
@@ -81,7 +81,7 @@ def test_the_issues_lines_against_a_local_run_change_nothing(kgen, tmp_path, mon
             time.sleep(0.2)  # the group trains (a step is an all-reduce of both ranks)
         text = open(log0, errors="replace").read()
         assert "generation 0: starting" in text, text[-3000:]
-        # --local: the liveness channel on loopback only (issue 23.5), not 0.0.0.0 or [::]
+        # --local: the liveness channel on loopback only, not 0.0.0.0 or [::]
         assert listening(live) == {"0100007F"}, listening(live)
         for what, line in ATTACKS.items():
             first, rest = attack(live, line)
@@ -128,7 +128,7 @@ def listening_in(pid: int, port: int) -> set[str]:
     os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"), reason="needs root, unshare and ip"
 )
 def test_a_private_network_namespace_holds_a_whole_local_run(kgen_cmd, kgen, tmp_path, monkeypatch):
-    """Issue 23.5: torch 2.13's store binds every interface. For a --local run, the documented recipe
+    """Torch 2.13's store binds every interface. For a --local run, the documented recipe
     `unshare --net sh -c 'ip link set lo up && exec kgen launch --local ...'` (root, or any user with
     `unshare -rn` where user namespaces are allowed) keeps every port of the run, the store's included, out
     of the host's network; kgen status, logs and stop work from outside as usual."""

@@ -3,6 +3,8 @@ nothing on stdout; and the other verbs say which run (bare metal or cluster) the
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -48,7 +50,7 @@ def one_line_error(res, *words):
         ([*BASE, "--local", "2", "--ssh-config", "/etc/hostname", "--", "t.py"], ["--ssh-config", "not --local"]),
         ([*BASE, "--hostfile", "/dev/zero", "--", "t.py"], ["--hostfile", "larger than"]),
         ([*BASE, "--hosts", "a", "--master-addr", "a b", "--", "t.py"], ["--master-addr"]),
-        # a launcher as the command (contract C5): refused before any host is asked, the launch to run instead
+        # a launcher as the command (nested launchers): refused before any host is asked, the launch to run instead
         (
             [*BASE, "--hosts", "unused-host", "--", "torchrun", "--nproc-per-node", "4", "t.py", "--lr", "3"],
             [
@@ -151,5 +153,5 @@ def test_list_without_a_cluster_or_a_run_says_there_is_none(tmp_path, monkeypatc
         "no kgen runs in this machine's bare-metal and Slurm records\n",
         "",
     )
-    assert run("list", "-o", "json").stdout == "[]\n"
+    assert json.loads(run("list", "-o", "json").stdout) == {"version": 2, "runs": []}
     one_line_error(run("list", "--kubeconfig", str(tmp_path / "missing")), "--kubeconfig")

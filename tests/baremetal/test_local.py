@@ -31,7 +31,7 @@ def test_local_run_with_a_killed_node_reforms_and_succeeds(kgen, tmp_path, monke
     assert "Succeeded: 3/3 ranks completed, 1 re-formation" in res.stderr
     v = json.loads(kgen("status", "drill", "-o", "json").stdout)
     assert v["state"] == "succeeded" and v["reformations"] == 1
-    assert [r["restarts"] for r in v["rows"]] == [0, 1, 0]
+    assert [r["restarts"] for r in v["nodes"]] == [0, 1, 0]
     assert v["incidents"] and "rank 1" in v["incidents"][0] and "exit 137" in v["incidents"][0]
     # each node is its own session and process group, and its run directory is private
     pids = []

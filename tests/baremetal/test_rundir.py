@@ -104,7 +104,7 @@ def test_follow_merge_keeps_a_streams_end_after_its_last_lines():
     crashed) says so after the lines it had sent, not before them."""
     from datetime import datetime, timedelta, timezone
 
-    from kgen.baremetal.ops import REORDER_S, Merger
+    from kgen.baremetal.engine import REORDER_S, Merger
 
     t0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TRAINLOOP
+from conftest import TRAINLOOP
 from sshlab import end_shared_connections, free_port_pair
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
@@ -98,7 +98,8 @@ def test_three_hosts_launch_status_logs_crash_and_stop(lab, kgen, tmp_path):
     assert re.fullmatch(r"[0-9a-f]{64}", secret)
 
     v = wait_status(kgen, "demo", formed)
-    assert [r["host"] for r in v["rows"]] == ["h0", "h1", "h2"] and {r["node"] for r in v["rows"]} == {"h0", "h1", "h2"}
+    assert [r["host"] for r in v["nodes"]] == ["h0", "h1", "h2"]
+    assert {r["machine"] for r in v["nodes"]} == {"h0", "h1", "h2"}
     text = kgen("status", "demo").stdout
     assert text.splitlines()[0].split()[:3] == ["RANK", "HOST", "STATE"] and text.count("Running") >= 3
     assert "bare-metal run demo on 3 host(s) over ssh" in text
@@ -126,7 +127,7 @@ def test_three_hosts_launch_status_logs_crash_and_stop(lab, kgen, tmp_path):
     # a host crashes: every process on it dies at once; the others lose it and say so
     lab.crash(2)
     v = wait_status(kgen, "demo", lambda v: v["state"] == "degraded" and v["root_cause"], timeout=60)
-    assert v["rows"][2]["state"] == "Unreachable" and v["root_cause"]["ranks"] == [2]
+    assert v["nodes"][2]["state"] == "Unreachable" and v["root_cause"]["ranks"] == [2]
     assert v["root_cause"]["hosts"] == ["h2"] and "closed its liveness connection" in v["headline"]
 
     # stop: every process on the reachable hosts ends; the crashed host is reported, not fatal
@@ -142,13 +143,12 @@ def test_three_hosts_launch_status_logs_crash_and_stop(lab, kgen, tmp_path):
     assert out[2].startswith("rank 2 (h2): unreachable")
     assert run_processes(lab, 0) == [] and run_processes(lab, 1) == []
     v = json.loads(kgen("status", "demo", "-o", "json").stdout)
-    assert v["state"] == "stopped" and [r["state"] for r in v["rows"]][:2] == ["Stopped", "Stopped"]
+    assert v["state"] == "stopped" and [r["state"] for r in v["nodes"]][:2] == ["Stopped", "Stopped"]
 
 
 @pytest.mark.timeout(120)
 def test_hostile_arguments_and_env_land_exactly_on_every_host(lab, kgen, tmp_path):
-    sys.path.insert(0, str(REPO / "tests"))
-    from test_render_strings import HOSTILE
+    from tests.render.test_render_strings import HOSTILE
 
     lab = lab(2)
     work = code_dir(tmp_path)
@@ -229,7 +229,7 @@ def test_detached_run_survives_the_launcher_and_ssh_then_stop_is_idempotent(lab,
     # sshd dies on host 1: its node goes on; kgen says it cannot see it, and that the group is intact
     lab.kill_sshd(1)
     end_shared_connections(Path(os.environ["XDG_RUNTIME_DIR"]) / "kgen-ssh")
-    v = wait_status(kgen, "det", lambda v: v["rows"][1]["state"] == "Unreachable", timeout=30)
+    v = wait_status(kgen, "det", lambda v: v["nodes"][1]["state"] == "Unreachable", timeout=30)
     assert v["state"] == "running" and "kgen cannot see it" in v["headline"]
     assert run_processes(lab, 1), "the node on host 1 should still run"
 
@@ -264,13 +264,13 @@ def test_frozen_host_is_dropped_then_replaced_and_the_group_reforms(lab, kgen, t
     wait_status(kgen, "frz", formed)
     lab.freeze(2)  # sshd, the supervisor, the entrypoint, torch: everything on host 2 stops
     v = wait_status(kgen, "frz", lambda v: v["state"] == "degraded" and v["root_cause"], timeout=60)
-    assert v["rows"][2]["state"] == "Unreachable"
-    assert re.search(r"ConnectTimeout=3s|no answer in time", v["rows"][2]["meaning"])
+    assert v["nodes"][2]["state"] == "Unreachable"
+    assert re.search(r"ConnectTimeout=3s|no answer in time", v["nodes"][2]["meaning"])
     assert v["root_cause"]["ranks"] == [2] and "silent for" in v["headline"]
     lab.thaw(2)  # it learns it was dropped (exit 76); its supervisor replaces it; the group re-forms
     v = wait_status(kgen, "frz", lambda v: formed(v) and v["reformations"] >= 1, timeout=90)
-    assert v["rows"][2]["restarts"] == 1 and "generation 1 after 1 re-formation" in v["headline"]
-    assert max(r["generation"] for r in v["rows"]) == 1  # the headline's generation is the GEN column's
+    assert v["nodes"][2]["restarts"] == 1 and "generation 1 after 1 re-formation" in v["headline"]
+    assert max(r["generation"] for r in v["nodes"]) == 1  # the headline's generation is the GEN column's
     assert any("re-formed after: rank 2 (host h2)" in d for d in v["details"])
     assert kgen("stop", "frz").returncode == 0
     assert all(run_processes(lab, i) == [] for i in range(3))

@@ -1,4 +1,4 @@
-"""Issue 24 with real processes (`kgen launch --local`, real torch and gloo): the verdict names the failed
+"""The verdict with real processes (`kgen launch --local`, real torch and gloo): the verdict names the failed
 process, its exception, message and file:line, and the ranks that failed because of it; every log line is one
 whole line of one process after its global rank, with 2 and 8 processes per node; torchrun's shutdown report
 after a re-formation or a stop is one line (`--full`: as written)."""
@@ -68,6 +68,8 @@ def test_an_exception_on_one_rank_is_the_root_cause_with_2_processes_per_node(kg
     assert headline.startswith("Failed: rank 3 (node 1, local rank 1; host localhost")
     assert "RuntimeError: deliberate failure on rank 3 at step 2 (" in headline and "failing.py:27)" in headline
     assert "ranks 0-2 failed because of it" in headline
+    followed = kgen("logs", "boom", "-f", "--tail", "1")  # exits with the run's result, as launch --follow
+    assert followed.returncode == 1 and followed.stderr.startswith("kgen: Failed: rank 3"), followed.stderr
     assert text.splitlines()[0].split()[0] == "RANKS" and text.splitlines()[2].split()[0] == "2-3"
     # the logs: whole lines, each after its global rank, up to the failure
     lines = kgen("logs", "boom").stdout.splitlines()
@@ -78,7 +80,7 @@ def test_an_exception_on_one_rank_is_the_root_cause_with_2_processes_per_node(kg
     only3 = kgen("logs", "boom", "--rank", "3").stdout.splitlines()
     assert {line.split("]")[0] for line in only3} == {"[3"}  # node 1's own lines come with ranks 2 and 3
     assert "[3] RuntimeError: deliberate failure on rank 3 at step 2" in only3
-    # --watch of a run that has ended prints it once (issue 24: the table came twice), with its exit code
+    # --watch of a run that has ended prints it once (the table once came twice), with its exit code
     watched = kgen("status", "boom", "--watch")
     assert (
         watched.returncode == 1 and watched.stdout.count("RANKS  HOST") == 1 and watched.stdout.count("Failed: ") == 1
@@ -158,8 +160,8 @@ def test_reformation_and_stop_fold_torchrun_shutdown_reports(kgen, tmp_path, mon
         time.sleep(2)
     assert v["reformations"] == 1 and v["state"] == "running", v["headline"]
     # headline and rows agree: every row trains in the generation the headline names
-    assert f"generation {max(r['generation'] for r in v['rows'])} after 1 re-formation" in v["headline"]
-    assert all(r["ready"] for r in v["rows"])
+    assert f"generation {max(r['generation'] for r in v['nodes'])} after 1 re-formation" in v["headline"]
+    assert all(r["ready"] for r in v["nodes"])
     stopped = kgen("stop", "fold")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     lines = kgen("logs", "fold").stdout.splitlines()

@@ -18,6 +18,7 @@ from replay import Replay
 
 from kgen.cli import cli
 from kgen.cluster.verdict import decide
+from kgen.runs.views import status_document
 
 
 def run(*args, env=None):
@@ -52,7 +53,7 @@ CAPTURES = [
 
 @pytest.mark.parametrize("capture,code,headline", CAPTURES)
 def test_status_over_replay(served, capture, code, headline):
-    """Exit codes (contract C2): 0 unless the run failed (1); --exit-code gives the state's own code."""
+    """Exit codes: 0 unless the run failed (1); --exit-code gives the state's own code."""
     r, kc = served(capture)
     res = run("status", r.name, "--kubeconfig", kc)
     assert res.exit_code == (1 if code == 1 else 0), res.output
@@ -70,10 +71,11 @@ def test_status_json_is_the_pure_verdict(served):
     res = run("status", r.name, "--kubeconfig", kc, "-o", "json")
     got = json.loads(res.stdout)
     d = load("job-pfp-killed")
-    want = decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"]).to_dict()
+    want = status_document(decide(d["name"], d["pods"], d["workload"], d["events"], d["logs"]))
     assert got == json.loads(json.dumps(want, default=str))
-    assert got["state"] == "failed" and got["exit_code"] == got["state_code"] == 1 and got["root_cause"]["ranks"] == [1]
-    assert [row["rank"] for row in got["rows"]] == [0, 1, 2]
+    assert got["version"] == 2 and got["state"] == "failed" and got["exit_code"] == got["state_code"] == 1
+    assert got["root_cause"]["ranks"] == [1]
+    assert [node["node_rank"] for node in got["nodes"]] == [0, 1, 2]
 
 
 def test_status_rows_one_per_rank(served):
@@ -101,7 +103,7 @@ def test_status_watch_follows_until_the_run_ends(served):
 
 def test_status_watch_replays_the_stream(served):
     """A StatefulSet never ends: the watch loop replays both recorded streams, then its bound stops it."""
-    from kgen.cluster import ops
+    from kgen.cluster import engine as ops
     from kgen.cluster.client import Cluster
 
     r, kc = served("statefulset-running")
@@ -238,10 +240,21 @@ def test_logs_follow_since_0s_shows_only_new_lines(served):
     """With -f: the pods' past lines are skipped; pods that appear later (a re-formed group) show all."""
     r, kc = served("job-frozen-rank")
     res = run("logs", r.name, "--kubeconfig", kc, "-f", "--since", "0s")
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # the followed run failed
     first = [p for _, p, _, _ in r.requests if "follow=true" in p]
     assert first and all("sinceSeconds" not in p for p in first)
     assert any("tailLines=0" in p for p in first)
+
+
+@pytest.mark.parametrize("capture, code", [("job-succeeded", 0), ("job-worker-killed", 1)])
+def test_logs_follow_exits_with_the_runs_result(served, capture, code):
+    """`kgen logs -f` exits as `kgen launch --follow` does: 0 when the followed run succeeded, 1 when it failed
+    (its verdict on stderr); without -f the exit says only whether the logs could be read."""
+    r, kc = served(capture)
+    res = run("logs", r.name, "--kubeconfig", kc, "-f")
+    assert res.exit_code == code, res.output
+    assert (res.stderr == "") == (code == 0) and res.stdout
+    assert run("logs", r.name, "--kubeconfig", kc).exit_code == 0
 
 
 def test_logs_rank_and_tail(served):
@@ -290,7 +303,8 @@ def test_log_of_a_pod_on_a_dead_node_is_one_line_error(served):
 def test_logs_follow_all_pods_and_new_generations(served):
     r, kc = served("job-frozen-rank")
     res = run("logs", r.name, "--kubeconfig", kc, "-f")
-    assert res.exit_code == 0
+    assert res.exit_code == 1  # the run's result, as `kgen launch --follow` exits: it failed
+    assert res.stderr.startswith("kgen: Failed: rank 1") and len(res.stderr.splitlines()) == 1
     out = res.stdout
     # both generations of rank 0 and 2 (the first came from the watch), rank 1 is gone with its log
     assert "[node 0] [kgen node 0 15:09:39" in out and "[node 2] [kgen node 2 15:10:19" in out
@@ -317,7 +331,7 @@ def test_stop_deletes_everything_foreground_then_says_nothing_is_left(served):
     assert all(
         "app.kubernetes.io%2Finstance%3Drec-worker-killed" in p or "instance%3D" in p.replace("/", "%2F") for p in lists
     )
-    # issue 24: a run of which nothing is left is not "stopped" again: it is not there (kubectl delete's exit)
+    # a run of which nothing is left is not "stopped" again: it is not there (kubectl delete's exit)
     again = run("stop", r.name, "--kubeconfig", kc)
     one_line_error(again, "no run rec-worker-killed in namespace rec", "nothing was stopped", "--ignore-not-found")
     assert again.stdout == ""
@@ -378,8 +392,8 @@ def test_submit_wait_follows_until_every_rank_runs(served):
 
 def test_submit_takes_exactly_renders_options():
     """submit's render options are copied from `kgen render` (names, metavars, help): they cannot drift."""
-    from kgen.api import FLAG_NAMES
-    from kgen.cli.cluster import RENDER_OUTPUT_OPTIONS, REQUEST_FIELDS, SUBMIT_OWN_PARAMS
+    from kgen.cli.runs import RENDER_OUTPUT_OPTIONS, REQUEST_FIELDS, SUBMIT_OWN_PARAMS
+    from kgen.render.request import FLAG_NAMES
 
     render, submit = cli.commands["render"], cli.commands["submit"]
     render_opts = {p.name: p for p in render.params if isinstance(p, click.Option)}
@@ -483,7 +497,7 @@ def test_submit_rollback_leaves_objects_that_existed_before(served):
 
 
 def test_submit_makes_a_statefulsets_secret_first_fresh_and_owned_by_the_statefulset(served):
-    """A StatefulSet's pods carry no Job UID (issue 22.2): submit makes Secret <name>-auth (a fresh random value
+    """A StatefulSet's pods carry no Job UID: submit makes Secret <name>-auth (a fresh random value
     every time, applied before anything that starts a pod), then gives it an owner reference to the StatefulSet
     as the API server answered it (the recorded object: its real uid), so it is deleted with it."""
     r, kc = served("statefulset-running")
@@ -538,12 +552,13 @@ def test_list(served):
     assert lines[0].split() == ["NAMESPACE", "NAME", "KIND", "SHAPE", "STATE", "AGE", "VERDICT"]
     assert lines[1].split()[:5] == ["rec", "rec-sts-restarting", "StatefulSet", "2x1cpu", "restarting"]
     got = json.loads(run("list", "-A", "-o", "json", "--kubeconfig", kc).stdout)
-    assert got[0]["name"] == "rec-sts-restarting" and got[0]["state"] == "restarting"
+    assert got["version"] == 2 and got["runs"][0]["name"] == "rec-sts-restarting"
+    assert got["runs"][0]["state"] == "restarting" and got["runs"][0]["nodes_expected"] == 2
 
 
 def test_logs_follow_stops_at_once_on_ctrl_c(tmp_path):
     """`kgen logs -f` on a running run whose streams stay open (the replay server sends the next chunk only
-    after STREAM_PACE seconds): SIGINT ends it at once, quietly (issue 24: not "kgen: error: aborted"), exit
+    after STREAM_PACE seconds): SIGINT ends it at once, quietly (not "kgen: error: aborted"), exit
     130, although every stream is open.
 
     What is checked is that kgen does not wait for a stream: a kgen that did would end only after
@@ -636,7 +651,7 @@ def test_logs_follow_statefulset_sees_each_container_once(served):
     assert any(line.startswith("[node 1] ") for line in lines)
 
 
-# ------------------------------------------------------------------- issue 15.3: kubectl's habits
+# ------------------------------------------------------------------------------ kubectl's habits
 def test_status_yaml_is_the_json_verdict(served):
     import yaml
 
@@ -672,7 +687,7 @@ def test_list_wide_and_yaml(served):
 
     r, kc = served("statefulset-restarting/t2-crashloopbackoff")
     lines = run("list", "--kubeconfig", kc, "-o", "wide").stdout.splitlines()
-    assert lines[0].split() == ["NAMESPACE", "NAME", "KIND", "SHAPE", "STATE", "RANKS", "REFORMED", "AGE", "VERDICT"]
+    assert lines[0].split() == ["NAMESPACE", "NAME", "KIND", "SHAPE", "STATE", "NODES", "REFORMED", "AGE", "VERDICT"]
     assert lines[1].split()[5] == "0/2"
     got = yaml.safe_load(run("list", "--kubeconfig", kc, "-o", "yaml").stdout)
     assert got == json.loads(run("list", "--kubeconfig", kc, "-o", "json").stdout)

@@ -75,7 +75,7 @@ def test_bare_metal_code_never_imports_the_kubernetes_client():
     """kgen launch and a bare-metal status run without the kubernetes package (an ssh-only machine)."""
     code = BLOCK + (
         "import sys, json\n"
-        "import kgen.baremetal.launch, kgen.baremetal.ops, kgen.baremetal.adapter, kgen.cli.baremetal\n"
+        "import kgen.baremetal.launch, kgen.baremetal.engine, kgen.baremetal.adapter, kgen.cli.baremetal\n"
         "print(json.dumps([m for m in ('kubernetes', 'urllib3') if sys.modules.get(m) is not None]))\n"
     )
     out = probe(code)

@@ -1,4 +1,4 @@
-"""Issue 23.4: `kgen logs` and `kgen status` never pass a control character to the terminal, whatever a log
+"""`kgen logs` and `kgen status` never pass a control character to the terminal, whatever a log
 holds (a stranger's words the entrypoint logged, a script's escape sequences, a pod's termination message),
 and a line the entrypoint did not write cannot pass for one of its FAIL-STOP or last-word lines."""
 
@@ -71,7 +71,7 @@ def test_kgen_status_escapes_what_the_pods_and_logs_say():
 
 
 def test_an_internal_error_is_kgens_fault_not_the_scripts():
-    """Issue 23.3: exit 70 on a pod is named as kgen's own failure, with the entrypoint's words."""
+    """Exit 70 on a pod is named as kgen's own failure, with the entrypoint's words."""
     d = load("job-worker-killed")
     pods = copy.deepcopy(d["pods"])
     rank1 = next(p for p in pods if p["metadata"]["name"].startswith("rec-worker-killed-1-"))

@@ -1,4 +1,4 @@
-"""Issue 24, item 3: the cluster verbs never claim what they did not see. A server that is not a Kubernetes API
+"""The cluster verbs never claim what they did not see. A server that is not a Kubernetes API
 (one that answers a standard 404 Status to everything, or a plain web server) is named as such by every verb,
 and `kgen stop` deletes nothing and does not say "stopped"; a kubeconfig without TLS verification costs one
 warning line, not urllib3's blocks; a file that is not a kubeconfig is one line naming where it came from and
@@ -40,7 +40,7 @@ NOT_FOUND = (
 
 
 class Always404(BaseHTTPRequestHandler):
-    """Every request: the standard 404 Status of a path nobody serves (what issue 24's server answered)."""
+    """Every request: the standard 404 Status of a path nobody serves (what such a server answered)."""
 
     protocol_version = "HTTP/1.1"
     seen: list[tuple[str, str]] = []

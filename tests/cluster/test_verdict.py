@@ -378,7 +378,7 @@ def test_jobset_shape_ranks_and_restarts():
 
 
 def test_statefulset_holding_idle_after_success_is_succeeded():
-    """issue 8.3: a finished StatefulSet run keeps its pods Running, idle; node 0's last line says so."""
+    """A finished StatefulSet run keeps its pods Running, idle; node 0's last line says so."""
     from kgen.runs.verdict import IDLE_AFTER_SUCCESS
 
     d = load("statefulset-running")
@@ -394,7 +394,7 @@ def test_statefulset_holding_idle_after_success_is_succeeded():
     assert v.headline.startswith("Succeeded:") and f"kgen stop {d['name']}" in v.headline
 
 
-# ------------------------------------------------------------------------------------------ issue 24
+# ------------------------------------------------------------------------------ what users found wrong
 RECORD = (
     'kgen-entrypoint: worker failure: {"error": "RuntimeError", "exit": 1, "local_rank": 0, "message": '
     '"deliberate failure on rank 1 at step 5", "others": [], "peer": false, "rank": 1, "source": "traceback", '

@@ -1,4 +1,4 @@
-"""The liveness channel against arbitrary input (issue 23): one harness, two campaigns.
+"""The liveness channel against arbitrary input: one harness, two campaigns.
 
 `tests/entrypoint/test_fuzz.py` runs a short campaign in CI; `bench/fuzz_liveness` a long one (100,000+
 inputs). Each target drives the entrypoint's real code over real sockets (socket.socketpair): nothing is

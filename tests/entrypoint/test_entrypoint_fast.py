@@ -37,7 +37,7 @@ BASE = {
     "KGEN_SECRET_FILE": SECRET_FILE,
 }
 # A generous bound for "promptly" on a machine busy with other test runs: far below the waits a bug
-# would show (the 600 s default master wait), never a tight wall-clock figure (issue 15.6).
+# would show (the 600 s default master wait), never a tight wall-clock figure.
 BUSY_BOUND = 60.0
 
 
@@ -343,7 +343,7 @@ def test_diagnose_bad_environment_lists_failures():
         assert line.startswith(("PASS ", "FAIL ")), line
 
 
-# -- issue 8 item 7: refusals, --diagnose in a running job, no torch, the last line, /proc -------
+# -- refusals, --diagnose in a running job, no torch, the last line, /proc -------
 
 
 class Hub:

@@ -1,4 +1,4 @@
-"""Issue 23.1: no input from anyone reaches past the liveness channel's gate. A short property-based campaign
+"""No input from anyone reaches past the liveness channel's gate. A short property-based campaign
 over arbitrary byte lines and JSON trees against the decoder, the proof step, node 0's and a node's
 message handling and a node's handshake (the targets and invariants: fuzzlive.py). The long campaign
 (100,000+ inputs) is `bench/fuzz_liveness`; the two crashes of the issue replayed against a running group

@@ -1,4 +1,4 @@
-"""Issue 23.3: the runtime never blames the user for its own fault. An exception escaping kgen's own code (the
+"""The runtime never blames the user for its own fault. An exception escaping kgen's own code (the
 hub, a node's link, the bare-metal supervisor) ends that node with exit 70 and the line `kgen entrypoint
 internal error on node N: <Type>: <message> (report it)`, its traceback in the log; the other nodes end with
 5 naming that node (never "the training script failed"); no torch process is left behind.

@@ -1,4 +1,4 @@
-"""The run's secret of a Job's (and a JobSet's) pods, from the Job's UID (issue 22.2), without torch.
+"""The run's secret of a Job's (and a JobSet's) pods, from the Job's UID, without torch.
 
 The Job controller labels every pod of a Job with the Job's UID (batch.kubernetes.io/controller-uid), a
 random version-4 UUID the API server made when the Job was created; `kgen render` hands it to the
@@ -152,7 +152,7 @@ def test_a_pod_of_another_job_is_refused_and_the_same_jobs_pod_is_not(tmp_path):
         res = run_ep({**hub.env, "NODE_RANK": "1"}, "--diagnose", timeout=60)
         assert "PASS run secret: the Job's UID (KGEN_JOB_UID) (64 characters)" in res.stdout, res.stdout
         assert "node 0's entrypoint (run llm-" in res.stdout and "has 0 of 2 peers" in res.stdout, res.stdout
-        other = {**hub.env, "KGEN_JOB_UID": str(uuid.uuid4()), "NODE_RANK": "1"}
+        other = {**hub.env, "KGEN_JOB_UID": str(uuid.uuid4()), "NODE_RANK": "1", "KGEN_MASTER_WAIT_TIMEOUT": "3"}
         line = one_error(run_ep(other, "--", "/bin/true"))
         assert "wrong secret: node 0 at 127.0.0.1:" in line and "a pod of another Job" in line
         assert hub.proc.poll() is None  # node 0 is unaffected

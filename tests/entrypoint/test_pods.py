@@ -48,7 +48,7 @@ HOLD = "run succeeded; holding idle so restartPolicy Always does not retrain; kg
 
 
 def release_statefulset(c, timeout: float) -> None:
-    """StatefulSet pods hold idle after a successful run (issue 8.3): check, then stop them as
+    """StatefulSet pods hold idle after a successful run: check, then stop them as
     `kgen stop` / a scale-down would (SIGTERM); they exit 0."""
     if c.kind != "StatefulSet":
         return

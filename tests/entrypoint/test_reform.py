@@ -1,4 +1,4 @@
-"""Issue 9: a lost node costs seconds, the group re-forms in place (real torch, gloo, local pods).
+"""A lost node costs seconds, the group re-forms in place (real torch, gloo, local pods).
 
 Every test renders a CPU Job with the real CLI, runs it as local pods (podharness.py) with a
 training script that checkpoints every step (ckptloop.py), injects a fault mid-run and plays the
@@ -20,7 +20,7 @@ from podharness import CKPTLOOP, free_port_pair, render_cpu_job
 pytestmark = pytest.mark.torch
 
 REPLACEMENT_DELAY = 0.0
-BOUND = 30.0  # issue 9: from the loss of a pod to every rank training again
+BOUND = 30.0  # from the loss of a pod to every rank training again
 
 
 def expected_total(steps: int, world: int) -> float:

@@ -1,4 +1,4 @@
-"""Issue 16.5 (contract C4): a deliberate stop stops the whole group. Ctrl-C (SIGINT) on node 0 or on
+"""A deliberate stop stops the whole group. Ctrl-C (SIGINT) on node 0 or on
 a worker, or `kgen_entrypoint.py --stop` from a third shell, ends every node within seconds: exit 6
 and the last line `kgen-entrypoint: stopped: stopped by user on <host>`. A lost node (SIGTERM, SIGKILL)
 still re-forms (test_reform.py). Real torch (gloo), local pods or plain processes; `-s` prints times.

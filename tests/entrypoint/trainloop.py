@@ -45,6 +45,8 @@ def main():
     dist.barrier()
     dist.destroy_process_group()
     evt(rank, "done")
+    if os.environ.get("KGEN_TEST_LINGER_RANK") == str(rank):  # the fault matrix's shutdown phase: others wait
+        time.sleep(float(os.environ.get("KGEN_TEST_LINGER", "0")))
 
 
 if __name__ == "__main__":

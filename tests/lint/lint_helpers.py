@@ -121,7 +121,7 @@ def statefulset(name: str = "llama", nodes: int = 4, gpus: int = 8) -> dict:
 
 
 def network_policy(name: str = "llama") -> dict:
-    """The policy kgen render emits (issue 17): ingress to the run's pods only from the run's pods."""
+    """The policy kgen render emits: ingress to the run's pods only from the run's pods."""
     sel = {"matchLabels": {"app.kubernetes.io/instance": name, "kgen.dev/role": "trainer"}}
     return {
         "apiVersion": "networking.k8s.io/v1",

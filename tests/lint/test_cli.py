@@ -178,7 +178,7 @@ def test_bad_input_exits_2_with_one_line(args, needle):
 
 
 def test_yaml_syntax_error_is_reported_the_rest_linted_the_report_written_exit_2(tmp_path, bad_file):
-    """issue 8.6: one broken file no longer ends the run without a report."""
+    """One broken file no longer ends the run without a report."""
     path = tmp_path / "broken.yaml"
     path.write_text("apiVersion: v1\nkind: ConfigMap\ndata:\n  a: [1, 2\n")
     report = tmp_path / "report.xml"
@@ -233,7 +233,7 @@ def test_empty_stdin_is_an_input_error_not_a_clean_pass():
         )
 
 
-# --- issue 8.6: lint fit for CI ------------------------------------------------------------------
+# --- lint fit for CI ----------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -357,7 +357,7 @@ def test_list_rules_as_json_and_other_formats_refused(tmp_path):
 
 
 def test_findings_in_args_point_at_the_args_item(tmp_path):
-    """issue 8.6: a wrong --nnodes in args: is located at that args item, not at command:."""
+    """A wrong --nnodes in args: is located at that args item, not at command:."""
     docs = BASES["job"]()
     docs[1]["spec"]["template"]["spec"]["containers"][0]["args"][0] = "--nnodes=2"
     path = tmp_path / "job.yaml"

@@ -11,9 +11,10 @@ import json
 import pytest
 from lint_helpers import BASES, all_of, delete_at, lint_docs, rule_ids, set_at
 
+from kgen import RenderRequest
 from kgen import jobset as js
-from kgen.api import RenderRequest, build, render_documents
 from kgen.lint.registry import load_rules
+from kgen.render.pipeline import build, render_documents
 
 JS = (2,)  # ConfigMap, NetworkPolicy, JobSet
 SPEC = JS + ("spec",)
@@ -32,7 +33,7 @@ def jobset_base(queue: str | None = None) -> list:
     spec = build(RenderRequest(preset="4x8", flags={"kind": "jobset", "queue": queue}))
     docs = render_documents(spec, entrypoint_source="# stub\n")
     docs = json.loads(json.dumps(docs))  # plain dicts for the YAML dumper
-    if not any(d["kind"] == "NetworkPolicy" for d in docs):  # until render emits it (issue 17, proto branch)
+    if not any(d["kind"] == "NetworkPolicy" for d in docs):  # until render emits it
         docs.append(_network_policy(docs))
     return docs
 

@@ -293,7 +293,7 @@ def test_positions_are_read_back_exactly_after_the_documents_before(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# The depth limit is kgen's, whatever libyaml a PyYAML release bundles (issue 27). PyYAML 6.0.4 bundles
+# The depth limit is kgen's, whatever libyaml a PyYAML release bundles. PyYAML 6.0.4 bundles
 # libyaml 0.2.6, whose parser stops a whole stream at 1,000 levels (its scanner reads ahead, so flow
 # nesting fails before the first event); 6.0.3's libyaml 0.2.5 has no limit. The tests above pin kgen's
 # behaviour (MAX_DEPTH, the message, the position, the documents after); these pin the mechanism.

@@ -1,5 +1,5 @@
 """The launch model, the workload model across kinds, and the rules written on them (KG125-KG136):
-each rule with a failing case and a near miss that must stay clean; the false positives of issue 14
+each rule with a failing case and a near miss that must stay clean; the false positives once found
 gone; the cross-document lookups linear in the number of documents."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import copy
 import pytest
 from lint_helpers import BASES, dump, job, lint_docs, network_policy, rule_ids, service
 
-from kgen.lint import k8s
+from kgen import k8s
+from kgen.launch.command import read_container
 from kgen.lint.api import LintOptions, lint_documents, lint_text
 from kgen.lint.registry import load_rules
-from kgen.lint.torchcmd import read_container
 
 J, POD = (1,), (1, "spec", "template", "spec")
 C0 = POD + ("containers", 0)
@@ -330,7 +330,7 @@ CASES += [
     ("KG133", [_trainjob("template")], [_trainjob("metadata")]),
     ("KG133", [_trainjob("template")], [_trainjob("template", suspend=False)]),
     ("KG107", [_pytorchjob(nproc="16")], [_pytorchjob(nproc="8")]),
-    ("KG139", [_pytorchjob(nproc="4")], [_pytorchjob(nproc="8")]),  # GPUs idle: a warning (issue 25)
+    ("KG139", [_pytorchjob(nproc="4")], [_pytorchjob(nproc="8")]),  # GPUs idle: a warning
     ("KG110", [_pytorchjob(shm=False)], [_pytorchjob()]),
     ("KG136", [{**_pytorchjob(), "spec": {"pytorchReplicaSpecs": {"Chief": {}}}}], [_pytorchjob()]),
     # lws docs examples: the leader Service's ports are no field of networkConfig (only subdomainPolicy)
@@ -503,7 +503,7 @@ def _cpu_job(nproc_env: str) -> list:
     return docs
 
 
-# the severity review of issue 25: a 1-GPU pod without /dev/shm, counts written twice in a CPU pod
+# the severity review: a 1-GPU pod without /dev/shm, counts written twice in a CPU pod
 CASES += [
     ("KG138", _one_gpu_job(shm=False), _one_gpu_job(shm=True)),
     ("KG141", _cpu_job("2"), _cpu_job("4")),
@@ -534,7 +534,7 @@ def _patched(docs: list, path: tuple, value: object) -> list:
 
 INDEX = {"valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}
 
-# issue 25's missed classes: what the container is given
+# the missed classes: what the container is given
 CASES += [
     ("KG142", _env_job(POD_NAME={"value": "metadata.name"}), _env_job(POD_NAME={"value": "llama-pod"})),
     ("KG143", _python_job(RANK=INDEX, LOCAL_RANK=INDEX), _python_job(RANK=INDEX, LOCAL_RANK={"value": "0"})),
@@ -577,7 +577,7 @@ def test_kgens_own_network_policy_lints_clean_under_strict():
     assert lint_docs(docs, fail_on_warnings=True).findings == []
 
 
-# --- false positives of issue 14 -----------------------------------------------------------------
+# --- false positives found once -----------------------------------------------------------------
 
 
 def test_jobset_v1_is_served_and_another_groups_jobset_is_not_a_jobset():
@@ -639,7 +639,7 @@ def test_kg112_names_the_backend_it_found():
 
 
 def test_wrapped_launches_are_no_longer_invisible():
-    """issue 14: `bash -xc` made the whole pod invisible, even to the /dev/shm check."""
+    """`bash -xc` once made the whole pod invisible, even to the /dev/shm check."""
     docs = _script_job("torchrun --nproc-per-node=8 --master-addr=llama-0.llama train.py", shell=("bash", "-xc"))
     docs[1]["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] = {}
     assert {"KG110", "KG119"} <= rule_ids(lint_docs(docs))

@@ -1,4 +1,4 @@
-"""Large inputs are checked on every core (issue 25 item 4): apply-unit groups go to forked workers,
+"""Large inputs are checked on every core: apply-unit groups go to forked workers,
 and the report is the same, byte for byte and in the same order, whatever the number of processes;
 small inputs stay in one process; a worker that dies or raises never hangs the run."""
 

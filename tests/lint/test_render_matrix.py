@@ -48,7 +48,7 @@ def test_render_output_lints_clean_under_strict(preset, kind, version):
         assert sum(" KG011 info: " in line for line in lines) == 1, linted.stdout
         lines = [line for line in lines if " KG011 info: " not in line]
     if not _has_cpu_or_memory_requests(rendered.stdout):
-        # issue 8.2: render's cpu/memory requests come with the render helper's branch; until that is
+        # render's cpu/memory requests come with the render helper's branch; until that is
         # merged its pods are BestEffort, which KG118 rightly reports. Nothing else may be reported.
         lines = [line for line in lines if " KG118 warning: " not in line]
     else:

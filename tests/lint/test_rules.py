@@ -279,7 +279,7 @@ FAILING = [
     ("KG114", "job", _append(ENV, {"name": "RANK_OF_NODE", "value": "$(JOB_COMPLETION_INDEX)"}), "1.37"),
     ("KG115", "job", delete_at(J + ("spec", "completionMode")), "1.37"),
     ("KG116", "job", set_at(J + ("spec", "parallelism"), 2), "1.37"),
-    # issue 8.6: counts wherever they are written, namespaces in FQDNs
+    # counts wherever they are written, namespaces in FQDNs
     ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.default.svc.cluster.local"), "1.37"),
     ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.cluster.local"), "1.37"),
     ("KG106", "job", _append(ENV, {"name": "NNODES", "value": "2"}), "1.37"),
@@ -424,7 +424,7 @@ PASSING = [
     ("KG107", "job", set_at(C0 + ("args", 1), "--nproc-per-node=gpu"), "1.37"),
     ("KG106", "job", _append(ENV, {"name": "NNODES", "value": "4"}), "1.37"),
     ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local."), "1.37"),
-    # /dev/shm: valid alternatives to an emptyDir (issue 8.6)
+    # /dev/shm: valid alternatives to an emptyDir
     ("KG110", "job", set_at(POD + ("volumes", 0), {"name": "dshm", "hostPath": {"path": "/dev/shm"}}), "1.37"),
     (
         "KG110",

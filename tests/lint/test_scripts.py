@@ -1,4 +1,4 @@
-"""Scripts where they live (issue 25 item 3): a script from a ConfigMap of the linted set that the
+"""Scripts where they live: a script from a ConfigMap of the linted set that the
 container runs (by path under a mount, a shebang file, ``source``, a subPath or ``items`` mount,
 relative to workingDir or a ``cd``), and here-document bodies (``bash <<EOF``, ``cat <<EOF | bash``,
 ``cat > f <<EOF; bash f``) go through the same launch model as an inline ``bash -c``."""
@@ -10,8 +10,8 @@ import copy
 import pytest
 from lint_helpers import BASES, lint_docs, rule_ids
 
+from kgen.launch.command import read_container
 from kgen.lint.scripts import configmap_lookup, configmaps_by_name, files_of
-from kgen.lint.torchcmd import read_container
 
 BAD = "torchrun --standalone --nproc-per-node=8 train.py"  # KG119 in a 4-pod Job
 GOOD = "exec torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$(NODE_RANK) --master-addr=llama-0.llama train.py"

@@ -56,7 +56,7 @@ def test_seed000_2node_job_defects():
         "KG112",
         "KG117",
         "KG118",
-        "KG134",  # info: no NetworkPolicy fences the run (issue 17)
+        "KG134",  # info: no NetworkPolicy fences the run
         "KG140",
     }
 
@@ -81,7 +81,7 @@ def test_seed003_statefulset_guide_defects():
     assert "train-llm-0.train-rdzv" in found["KG105"][0].message
     assert "--node-rank" in found["KG112"][0].message
     assert {"KG102", "KG113", "KG129"} <= set(found)
-    assert found["KG138"][0].severity.value == "warning"  # a 1-GPU pod without /dev/shm (issue 25)
+    assert found["KG138"][0].severity.value == "warning"  # a 1-GPU pod without /dev/shm
 
 
 @pytest.mark.parametrize("replicas,expected", [(4, False), (3, True)])

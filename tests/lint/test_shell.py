@@ -1,4 +1,4 @@
-"""kgen.lint.shell against real bash: for every script of the table, bash itself prints the words
+"""kgen.launch.shell against real bash: for every script of the table, bash itself prints the words
 each simple command receives (NUL-separated, through command_not_found_handle and functions that
 shadow the builtins), and the parser's words, expanded with the same parameters, must be equal.
 
@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from kgen.lint.shell import Compound, ShellSyntaxError, Simple, expand, parse
+from kgen.launch.shell import Compound, ShellSyntaxError, Simple, expand, parse
 
 PARAMS = {"HOME": "/home/u", "NNODES": "4", "HOST": "h-0.svc", "SPACED": "a  b", "EMPTY": "", "LEAD": " x y "}
 ARGS = ["arg0", "torchrun", "--nnodes=2", "two words", ""]

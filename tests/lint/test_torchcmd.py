@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from lint_helpers import BASES, lint_docs, rule_ids
 
-from kgen.lint.torchcmd import find_launches, host_of, resolve
+from kgen.launch.command import find_launches, host_of, resolve
 
 
 @pytest.mark.parametrize(
@@ -169,3 +169,20 @@ def test_flags_after_a_k8s_reference_in_bash_c_are_seen_by_the_launch_rules():
     # a wrong --master-addr / --nnodes after the reference is still caught
     bad = "torchrun --node-rank=$(NODE_RANK) --nnodes=3 --nproc-per-node=8 --master-addr=llama train.py"
     assert {"KG105", "KG106"} <= rule_ids(lint_docs(_script_job(bad)))
+
+
+def test_lint_reads_launchers_by_the_one_launch_table():
+    """Lint's reading of a command (kgen.launch.command) and render's refusal of a nested launcher
+    (kgen.launch.launchers) share one table: which options take a value, which modules are launchers."""
+    from kgen.launch import command, launchers
+
+    assert command.TORCHRUN_FLAGS is launchers.TORCHRUN_FLAGS
+    assert command.PYTHON_VALUE_OPTIONS is launchers.PYTHON_VALUE_OPTIONS
+    assert command.LAUNCHER_MODULES is launchers.LAUNCHER_MODULES
+    # Python's --check-hash-based-pycs takes a value: the module after it is still the launcher
+    argv = ["python3", "--check-hash-based-pycs", "always", "-m", "torch.distributed.run", "--nnodes=4", "t.py"]
+    [launch] = find_launches({"command": argv})
+    assert launch.form == "torchrun" and launch.flag("nnodes") == "4"
+    # DeepSpeed's --enable_each_rank_log takes a folder: the script after it is the child, not the folder
+    [launch] = find_launches({"command": ["deepspeed", "--enable_each_rank_log", "/logs", "--num_nodes=2", "t.py"]})
+    assert launch.flag("nnodes") == "2" and launch.child[-1] == "t.py"

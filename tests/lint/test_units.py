@@ -1,4 +1,4 @@
-"""Apply units (issue 28): the cross-document rules see one unit at a time -- a folder's own files,
+"""Apply units: the cross-document rules see one unit at a time -- a folder's own files,
 a kustomization folder with what it lists, stdin -- so environments and apps kept side by side in
 one repository do not collide, and a reference into another unit never satisfies a rule."""
 
@@ -76,7 +76,7 @@ def test_the_units_of_a_repository(layout):
 
 
 def test_unit_tree_is_one_context_as_before(layout):
-    """What kgen did before units (issue 28's report): every document of the folder together."""
+    """What kgen did before units (as once reported): every document of the folder together."""
     code, out, _ = run(["--strict", "--unit", "tree", "envs"])
     assert code == 1
     found = rules(out)
@@ -84,7 +84,7 @@ def test_unit_tree_is_one_context_as_before(layout):
     assert (
         "envs/prod/train.yaml",
         "KG140",
-    ) in found  # one environment's Service also selects the other's Job (KG103 before the severity split: issue 25)
+    ) in found  # one environment's Service also selects the other's Job (KG103 before the severity split)
     code, out, _ = run(["--strict", "--unit", "tree", "monorepo"])
     assert code == 1 and {r for _, r in rules(out)} == {"KG027"}
 

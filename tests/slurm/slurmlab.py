@@ -8,7 +8,7 @@ socket with a private key. slurm.conf, the state and spool folders and every log
 never /etc/slurm, /etc/munge or the system munge socket. Clients (sbatch, squeue, scontrol, scancel) find
 the lab through SLURM_CONF (``env()``).
 
-What a cluster on one machine needs (issue 26): distinct `Port=` per node, `ProctrackType=proctrack/linuxproc`,
+What a cluster on one machine needs: distinct `Port=` per node, `ProctrackType=proctrack/linuxproc`,
 `TaskPlugin=task/none`, `SlurmdSpoolDir` with `%n`, slurmctld under the host name named in `SlurmctldHost`.
 For fast tests: `cred_expire=5` (a requeued job waits this long, not 120 s), `SlurmdTimeout` short (a dead
 node is DOWN in seconds), `KillWait=5`, and the scheduler woken every 2 s.

@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# What every run adapter shares (records, the one verdict, exit codes, views, local records, time stamps,
-# text safe for a terminal, a failed process's error, a node's log as `kgen logs` shows it).
-VERDICT_LEAVES = {"kgen.runs", "kgen.runs.records", "kgen.runs.verdict", "kgen.runs.exitcodes", "kgen.runs.views",
-                  "kgen.runs.store", "kgen.runs.stamps", "kgen.runs.safetext", "kgen.runs.errors",
+# What every run adapter shares (the engine protocol and its requests, records, the one verdict, exit codes, views,
+# local records, time stamps, text safe for a terminal, a failed process's error, a node's log as `kgen logs` shows).
+VERDICT_LEAVES = {"kgen.runs", "kgen.runs.engine", "kgen.runs.records", "kgen.runs.verdict", "kgen.runs.exitcodes",
+                  "kgen.runs.views", "kgen.runs.store", "kgen.runs.stamps", "kgen.runs.safetext", "kgen.runs.errors",
                   "kgen.runs.logtext"}  # fmt: skip
 LEAVES = {"kgen.errors", "kgen.resources"}
-RENDER = {"kgen.render.sbatch"}  # the sbatch script, pure (kgen render --kind slurm prints the same)
+# the sbatch script, pure (kgen render --kind slurm prints the same); what `kgen render` says on stderr (submit)
+RENDER = {"kgen.render.sbatch", "kgen.render.pipeline"}
 
 
 def kgen_imports(path: Path) -> set[str]:
@@ -45,13 +46,13 @@ def test_nothing_outside_imports_it_but_the_python_api():
             continue
         if any(n.startswith("kgen.slurm") for n in kgen_imports(path)):
             importers.add(path.relative_to(ROOT / "kgen").as_posix())
-    assert importers == {"sdk/runs.py", "sdk/slurmruns.py"}
+    assert importers == {"sdk/runs.py"}
 
 
 def test_slurm_verbs_run_without_the_kubernetes_client_or_ssh():
     code = (
         "import sys, json\nsys.modules['kubernetes'] = None\n"
-        "import kgen.slurm.ops, kgen.slurm.adapter, kgen.render.sbatch\n"
+        "import kgen.slurm.engine, kgen.slurm.adapter, kgen.render.sbatch\n"
         "print(json.dumps(sorted(m for m in sys.modules if m == 'kubernetes' and sys.modules[m] is not None"
         " or m.startswith(('kgen.baremetal', 'kgen.cli', 'kgen.cluster', 'torch', 'paramiko')))))\n"
     )

@@ -1,4 +1,4 @@
-"""kgen.slurm.ops against the real controller, without running training: what submit makes and refuses, a held
+"""kgen.slurm.engine against the real controller, without running training: what submit makes and refuses, a held
 job stopped, and the run's folder and record."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from kgen.errors import UsageError
-from kgen.render.sbatch import SbatchSpec, render
+from kgen.render.sbatch import SbatchSpec, sbatch_text
 from kgen.resources import entrypoint_path
-from kgen.slurm import commands, ops
+from kgen.slurm import commands
+from kgen.slurm import engine as ops
 from kgen.slurm import record as R
 
 
@@ -21,7 +22,7 @@ def spec(name: str, **more) -> SbatchSpec:
 
 
 def submit(s: SbatchSpec, workdir: str, run_dir: str | None = None) -> ops.Submitted:
-    return ops.submit(render(s), s.name, s.nodes, run_dir, workdir=workdir)
+    return ops.submit(sbatch_text(s), s.name, s.nodes, run_dir, workdir=workdir)
 
 
 def test_submit_makes_a_private_folder_with_the_secret_outside_the_script(slurm, tmp_path):
@@ -32,7 +33,7 @@ def test_submit_makes_a_private_folder_with_the_secret_outside_the_script(slurm,
     assert len(secret) == 64 and int(secret, 16) >= 0
     assert stat.S_IMODE(sub.secret.stat().st_mode) == 0o600
     assert secret not in sub.script.read_text()
-    assert sub.script.read_text() == render(spec("held", extra_sbatch=("--hold",)))  # the rendered bytes, as given
+    assert sub.script.read_text() == sbatch_text(spec("held", extra_sbatch=("--hold",)))  # the rendered bytes, as given
     assert str(run) in slurm.run("scontrol", "show", "job", sub.record.job_id).stdout  # its argument: the folder
     assert secret not in R.path("held").read_text()
     assert (run / "kgen_entrypoint.py").read_text() == entrypoint_path().read_text()
@@ -97,8 +98,8 @@ def test_a_run_folder_that_is_not_empty_is_refused(tmp_path):
 
 
 def test_test_only_asks_slurm_and_submits_nothing(slurm, tmp_path):
-    answer = ops.test_only(render(spec("probe")), workdir=str(tmp_path))
+    answer = ops.test_only(sbatch_text(spec("probe")), workdir=str(tmp_path))
     assert answer.startswith("Job ") and " to start at " in answer and "n[0-2]" in answer, answer
     assert slurm.run("squeue", "-h", "-o", "%i").stdout.strip() == ""
     with pytest.raises(commands.SlurmError, match="sbatch --test-only refused the job: .*(?i:invalid partition)"):
-        ops.test_only(render(spec("probe", partition="nope")), workdir=str(tmp_path))
+        ops.test_only(sbatch_text(spec("probe", partition="nope")), workdir=str(tmp_path))

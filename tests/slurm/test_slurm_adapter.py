@@ -62,6 +62,12 @@ def test_requeued_and_waiting_names_the_lost_node():
     assert v.incidents[0].startswith("1. rank 1 (host n1): its node was lost in attempt 0 (no exit record)")
     assert "2 ranks stopped by fail-stop (exit 75)" in v.incidents[0]
     assert any(d.startswith("restarting after: rank 1") or d.startswith("re-formed after: rank 1") for d in v.details)
+    # the table keeps the Slurm columns while no node is placed (no empty POD column of a Kubernetes table)
+    from kgen.runs.views import status_text
+
+    table = status_text(v).splitlines()
+    assert table[0].split()[:3] == ["RANK", "HOST", "STATE"] and "POD" not in table[0]
+    assert [line.split()[:3] for line in table[1:4]] == [[str(r), "-", "Pending"] for r in range(3)]
 
 
 def test_a_script_error_fails_with_its_rank():
@@ -110,7 +116,7 @@ def test_scontrol_show_job_fields_with_spaces():
 
 
 def test_logs_merge_every_rank_in_time_order(tmp_path):
-    from kgen.slurm import ops
+    from kgen.slurm import engine as ops
 
     run = tmp_path / "run"
     for rank, stamps in ((0, ["08:00:01", "08:00:03"]), (1, ["08:00:02", "08:00:04"])):

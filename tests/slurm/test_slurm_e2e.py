@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kgen.render.sbatch import SbatchSpec, render
-from kgen.slurm import ops
+from kgen.render.sbatch import SbatchSpec, sbatch_text
+from kgen.slurm import engine as ops
 from kgen.slurm import record as R
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def spec(name: str, tmp_path: Path, *args: str, nodes: int = 3, steps: int = 30)
 
 
 def submit(s: SbatchSpec, workdir: str) -> ops.Submitted:
-    return ops.submit(render(s), s.name, s.nodes, workdir=workdir)
+    return ops.submit(sbatch_text(s), s.name, s.nodes, workdir=workdir)
 
 
 def wait_for(pred, timeout: float, what: str, poll: float = 0.5):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kgen.lint import k8s
+from kgen import k8s
 from kgen.lint.kinds.base import RANK_ENV, Adapter, Facts, Template, as_int, get, unknown_fields
 
 ROLES = ("Master", "Worker")

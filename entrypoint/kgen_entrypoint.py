@@ -18,12 +18,12 @@ job step: NNODES, the node rank, MASTER_ADDR and MASTER_PORT come from the alloc
 KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_LIVENESS_BIND (where node 0 listens: IPs or *),
 KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT, KGEN_MASTER_WAIT_TIMEOUT,
 KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT, KGEN_MAX_RESTARTS,
-KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, and for NNODES > 1 the run's
-secret, the same on every node (the liveness channel authenticates every connection with it):
+KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, KGEN_HANG_TIMEOUT, and for NNODES > 1
+the run's secret, the same on every node (the liveness channel authenticates every connection with it):
 KGEN_SECRET_FILE (a file holding it), or KGEN_JOB_UID (Kubernetes Job and JobSet pods: the UID of the
 pod's Job, from its batch.kubernetes.io/controller-uid label; the secret is derived from it with
 KGEN_NAMESPACE and KGEN_JOB_NAME). Set for the training processes: KGEN_RESTART_COUNT (the
-generation, 0 first), KGEN_RDZV_ID.
+generation, 0 first), KGEN_RDZV_ID, KGEN_PROGRESS_FILE (kgen_progress(step): the hang watchdog).
 
 Exit codes: 0 success; 2 bad environment, usage or no torch; 3 node 0 not reachable (within
 KGEN_MASTER_WAIT_TIMEOUT, or KGEN_REPLACEMENT_TIMEOUT after a loss); 4 the group could not form
@@ -33,7 +33,8 @@ stopped by user (Ctrl-C / SIGINT on any node, or --stop): every node of the grou
 own entrypoint failed on this node (an internal error, a bug in kgen, not in the training script: the
 traceback is in the log; report it); 75 a peer was lost and re-formation is off
 (KGEN_MAX_REFORMATIONS=0); 76 this node was dropped from the group (it froze or was cut off): replace
-it; otherwise torchrun's exit code; 128+N after signal N. The last log line says why:
+it; 77 a hang (KGEN_HANG_TIMEOUT: no rank made progress; node 0's log has the report); otherwise
+torchrun's exit code; 128+N after signal N. The last log line says why:
 "kgen-entrypoint: stopped: <reason>".
 
 Standard library only in the supervising parent; torch is imported by the smoke-test worker and
@@ -69,6 +70,7 @@ EXIT_STOPPED = 6  # stopped by user: Ctrl-C (SIGINT) on any node or --stop; the 
 EXIT_INTERNAL = 70  # kgen's own code failed on this node (sysexits EX_SOFTWARE): a bug to report, not the script's
 EXIT_PEER_LOST = 75  # re-formation off (KGEN_MAX_REFORMATIONS=0): a peer was lost, the group is replaced
 EXIT_DROPPED = 76  # this node froze or was cut off and the group moved on without it: replace this pod
+EXIT_HANG = 77  # no rank made progress for KGEN_HANG_TIMEOUT: the hang report is in node 0's log; every node exits 77
 
 # Fixed tuning (documented in docs/entrypoint.md).
 ABORT_GRACE = 3.0  # fail-stop: SIGTERM to the local tree, then SIGKILL after this many seconds
@@ -220,6 +222,7 @@ class Config:
         self.notes: list[str] = []  # logged after the summary (e.g. a secret file others can read)
         self.slurm: dict | None = None  # inside a Slurm job step: what came from the allocation (slurm_environment)
         self.restart_base = 0  # KGEN_RESTART_COUNT of generation 0 (Slurm: SLURM_RESTART_COUNT, the requeues)
+        self.hang_timeout = 0.0  # KGEN_HANG_TIMEOUT (values hang.timeout): 0 = no hang watchdog
 
     @property
     def world_size(self) -> int:
@@ -604,6 +607,7 @@ def load_config(env: dict, with_rank: bool = True) -> Config:
             f"fail (default: a training script's own error fails the run) or reform"
         )
     cfg.on_script_error = ose
+    cfg.hang_timeout = HANG.configure(env, p)  # hang watchdog (section below)
     if cfg.nnodes is not None and cfg.nnodes > 1:  # one node has no liveness channel and needs no secret
         read_secret(env, cfg)
     if with_rank:
@@ -943,6 +947,8 @@ class Pump(threading.Thread):
                 out.append((st[1] + text).rstrip(" ") + "\n")
             else:
                 out.append(text + "\n")
+            if st[1]:
+                HANG.saw(st[1])  # a rank's line: progress (hang watchdog)
             if st[4] is not None:
                 st[4].feed(text)
             elif st[0] is sys.stderr:
@@ -2054,6 +2060,8 @@ class Hub:
             self.script_failed(conn.rank, msg["rc"])
         elif t == MSG_LEAVE:
             self._gone(conn, f"left: {shown(msg['reason'])}")
+        elif t in (MSG_PROGRESS, MSG_STACKS, MSG_STACKED):
+            HANG.from_node(conn.rank, msg)  # hang watchdog section
         elif t == MSG_STOP:
             conn.done = True  # its departure is not a loss
             self._stop_asked(conn, msg)
@@ -2342,6 +2350,8 @@ class Spoke:
         elif t == MSG_DONE:
             self.master_done = True
             log("node 0 finished successfully")
+        elif t == MSG_DUMP:
+            HANG.dump_for(self)  # hang watchdog section
         elif t != MSG_HB:
             raise ProtocolError(f"node 0 sent {t!r} to a joined node")
 
@@ -2583,6 +2593,7 @@ def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
     argv = torchrun_argv(cfg, command, gen, log_dir)
     restarts = str(cfg.restart_base + gen)
     env = dict(os.environ, KGEN_RESTART_COUNT=restarts, KGEN_RDZV_ID=f"{cfg.rdzv_id}-g{gen}")
+    env.update(HANG.worker_env(env))  # stacks on a signal, progress files (hang watchdog section)
     log(f"generation {gen}: starting: " + " ".join(argv[1:]))
     try:
         return Child(argv, env, log_dir, cfg.node_rank * cfg.nproc)
@@ -2660,6 +2671,8 @@ def run_single(cfg: Config, command: list[str], sigs: Signals) -> Stop:
             return stop_after_signal(sigs, child, sig)
         sigs.sleep(0.1)
         child.reap()
+        if child.rc is None and HANG.due(time.monotonic()):
+            return end_hang(cfg, child)
     child.failure()
     child.kill_tree(2.0)
     if child.rc:
@@ -2784,6 +2797,8 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                     if said and said.get("peer"):  # unless node 0's own workers only lost a peer
                         hub.own_failure_was_a_peers()
             hub.tick(now)
+            if own_rc is None and hub.state == "training" and HANG.due(now):
+                return end_hang(cfg, child, hub, sigs)
             if hub.state == "finishing":
                 if hub.lost is not None:
                     log(f"{hub.lost}; this node had already finished successfully")
@@ -2880,6 +2895,7 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
                 spoke.send({"t": MSG_FAIL, "rc": own_rc})  # first: node 0 blames whoever reports first
                 child.failure()
             spoke.tick(time.monotonic())
+            HANG.report(spoke, time.monotonic())
             if spoke.verdict is None:
                 continue
             kind = spoke.verdict[0]
@@ -2927,6 +2943,7 @@ def run(cfg: Config, command: list[str]) -> int:
         raise
     except Exception as exc:  # noqa: BLE001 - kgen's own fault: said so, never "the script failed"
         stop = internal_stop(exc)
+    HANG.cleanup()  # hang watchdog section
     raise stop
 
 
@@ -3355,6 +3372,361 @@ def diagnose(env: dict) -> int:
     failed = sum(1 for ok, _, _ in results if not ok)
     print(f"{'PASS' if not failed else 'FAIL'} summary: {len(results) - failed} passed, {failed} failed", flush=True)
     return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------------------------
+# Hang watchdog and stacks (docs/entrypoint.md#when-a-run-hangs)
+#
+# Stacks: every generation the workers get a sitecustomize (first on their PYTHONPATH, in this node's
+# hang folder; it then runs the one that was there before) that registers faulthandler on
+# STACKS_SIGNAL with a dump file of its own and records the process in <hang>/stacks/<pid>.json. Only
+# recorded processes with the recorded start time are ever signalled (the default action would end any
+# other). The watchdog (KGEN_HANG_TIMEOUT > 0): progress is a line of a rank (the Pump) or a step a rank
+# wrote to KGEN_PROGRESS_FILE (kgen_progress(step), docs); a node tells node 0 its ranks made progress
+# (`prog`, at most once per HANG_POLL); node 0 decides for the group: no progress for the timeout ->
+# every node dumps and sends its ranks' stacks (`dump` -> `stacks` per rank, `stacked`), node 0 groups
+# identical stacks (the odd ones out first), logs the report (HANG_MARK: a JSON line kgen status reads)
+# and ends the run: every node exits EXIT_HANG. The size of this section counts twice in a pod's
+# ConfigMap (tests/test_size_budget.py): keep it lean; the docs say the rest.
+# --------------------------------------------------------------------------------------------
+
+HANG_MARK = "kgen-entrypoint: hang: "
+HANG_POLL, DUMP_WAIT, STACKS_WAIT, STACK_FRAMES = 1.0, 2.0, 4.0, 60
+STACKS_SIGNAL = signal.SIGRTMIN + 4 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
+MSG_PROGRESS, MSG_DUMP, MSG_STACKS, MSG_STACKED = "prog", "dump", "stacks", "stacked"  # docs: When a run hangs
+_WRAPPERS = {"wrapper", "inner", "wrapped", "fn", "decorate_context", "__call__"}
+_FRAME_OK = lambda f: type(f) is list and len(f) == 3 and _TEXT(f[0]) and _int(0)(f[1]) and _TEXT(f[2])  # noqa: E731
+FIELDS.update(
+    {
+        MSG_PROGRESS: {},
+        MSG_DUMP: {},
+        MSG_STACKS: {
+            "rank": (_RANK, REQUIRED),
+            "pid": (_int(0), 0),
+            "frames": (lambda v: type(v) is list and len(v) <= STACK_FRAMES and all(map(_FRAME_OK, v)), []),
+            **{k: (_TEXT, "") for k in ("what", "where", "why", "step")},
+        },
+        MSG_STACKED: {},
+    }
+)
+SITECUSTOMIZE = r"""import os, sys
+def _kgen():
+    d, r = os.environ.get("KGEN_HANG_DIR"), os.environ.get("RANK")
+    if d and r and os.environ.get("LOCAL_RANK") and not os.environ.get("KGEN_STACKS_PID"):
+        try:
+            import faulthandler, json, threading
+            p, s = os.getpid(), os.path.join(d, "stacks", "%d." % os.getpid())
+            sys._kgen_dump = open(s + "txt", "ab", buffering=0)
+            faulthandler.register(int(os.environ["KGEN_STACKS_SIGNAL"]), sys._kgen_dump, all_threads=True)
+            os.environ["KGEN_STACKS_PID"], os.environ["KGEN_PROGRESS_FILE"] = str(p), os.path.join(d, "progress", r)
+            st = open("/proc/self/stat", "rb").read().rsplit(b")", 1)[1].split()[19].decode()
+            with open(s + "tmp", "w") as fh:
+                json.dump({"rank": int(r), "pid": p, "start": st, "main": threading.get_ident()}, fh)
+            os.replace(s + "tmp", s + "json")
+        except Exception as e:
+            sys.stderr.write("kgen: no stacks on a signal in this process: %s\n" % e)
+    import importlib.machinery as m, importlib.util as u
+    h = os.path.dirname(os.path.abspath(__file__))
+    spec = m.PathFinder.find_spec("sitecustomize", [p for p in sys.path if os.path.abspath(p or ".") != h])
+    if spec and spec.loader:
+        sys.modules["sitecustomize"] = u.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["sitecustomize"])
+_kgen()
+"""
+
+
+def hang_home(env: dict) -> str:
+    """This node's hang folder: <run dir>/hang (bare metal, Slurm), else a private one in the temporary folder."""
+    if (env.get("KGEN_RUN_DIR") or "").strip():
+        return os.path.join(env["KGEN_RUN_DIR"].strip(), "hang")
+    import tempfile
+
+    tag = "-".join(x for x in ((env.get("MASTER_PORT") or "").strip(), (env.get("NODE_RANK") or "").strip(),
+                               socket.gethostname()) if x)  # fmt: skip
+    return os.path.join(tempfile.gettempdir(), f"kgen-hang-{os.getuid()}-{re.sub(r'[^0-9A-Za-z]', '_', tag)}")
+
+
+def _private_dir(path: str) -> bool:
+    try:
+        os.makedirs(path, 0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def parse_dump(text: str) -> list[tuple[int, list[list]]]:
+    """faulthandler's dump: [(thread id, frames innermost first as [file, line, function])]."""
+    threads: list[tuple[int, list[list]]] = []
+    for line in text.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            threads.append((int(line.split("0x", 1)[1].split()[0], 16), []))
+        elif line.startswith('  File "') and threads and " in " in line:
+            path, _, rest = line[8:].rpartition('", line ')
+            num, _, func = rest.partition(" in ")
+            if num.isdigit():
+                threads[-1][1].append([path, int(num), func])
+    return threads
+
+
+def is_library(path: str) -> bool:
+    """A frame of the standard library or of an installed package: not the user's own code."""
+    import sysconfig
+
+    libs = {sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib")} - {""}
+    return "-packages/" in path or path.startswith("<frozen ") or any(path.startswith(lib + "/") for lib in libs)
+
+
+def stack_summary(frames: list[list]) -> tuple[str, str]:
+    """(what, where) of a stack (innermost frame first): the library call the user's innermost frame is in
+    ("queue.get"; decorators skipped) and that frame's file:line."""
+    user = next((i for i, f in enumerate(frames) if not is_library(f[0])), len(frames))
+    inside = [f for f in frames[:user] if f[2] not in _WRAPPERS and not f[2].startswith("_")] or frames[:user]
+    at = frames[user] if user < len(frames) else frames[-1] if frames else None
+    if at is None:
+        return "", ""
+    called = f"{os.path.basename(inside[-1][0]).removesuffix('.py')}.{inside[-1][2]}" if inside else at[2]
+    return called, f"{at[0]}:{at[1]}"
+
+
+def collect_stacks(home: str, wait: float = DUMP_WAIT) -> list[dict]:
+    """Every registered training process of this node dumps its stacks: [{rank, pid, frames (main thread,
+    innermost first), what, where, why, threads, text}]."""
+    sdir, procs = os.path.join(home, "stacks"), []
+    for name in sorted(n for n in os.listdir(sdir) if n.endswith(".json")) if os.path.isdir(sdir) else []:
+        try:
+            with open(os.path.join(sdir, name)) as fh:
+                rec = json.load(fh)
+            pid, path = int(rec["pid"]), os.path.join(sdir, f"{rec['pid']}.txt")
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                if fh.read().rsplit(b")", 1)[1].split()[19].decode() != rec["start"]:
+                    continue  # gone, or its PID is another process's now: never signalled
+            size = os.path.getsize(path)
+            os.kill(pid, STACKS_SIGNAL)
+            procs.append([rec, size, path, 0.0, -1])
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            continue
+    deadline = time.monotonic() + wait
+    while procs and time.monotonic() < deadline:  # every dump written, and not growing for 0.15 s
+        time.sleep(0.05)
+        now = time.monotonic()
+        for p in procs:
+            size = os.path.getsize(p[2]) if os.path.exists(p[2]) else p[4]
+            p[3], p[4] = (now, size) if size != p[4] else (p[3], size)
+        if all(p[4] > p[1] and now - p[3] >= 0.15 for p in procs):
+            break
+    out = []
+    for rec, start, path, _, _ in procs:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(start)
+                text = fh.read(1 << 18).decode("utf-8", "replace")
+        except OSError:
+            text = ""
+        threads = parse_dump(text)
+        frames = next((t[1] for t in threads if t[0] == rec.get("main")), threads[-1][1] if threads else [])
+        what, where = stack_summary(frames[:STACK_FRAMES])
+        why = "" if threads else f"no dump within {wait:g}s (stuck outside Python?)"
+        out.append(dict(rank=rec["rank"], pid=rec["pid"], frames=frames[:STACK_FRAMES], what=what, where=where,
+                        why=why, threads=len(threads), text=text))  # fmt: skip
+    return sorted(out, key=lambda r: (r["rank"], r["pid"]))
+
+
+def rank_spans(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> "ranks 0-2, 5"; [7] -> "rank 7"."""
+    rs, parts = sorted(set(ranks)), []
+    for r in rs:
+        if parts and parts[-1][1] == r - 1:
+            parts[-1][1] = r
+        else:
+            parts.append([r, r])
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
+
+
+def group_stacks(stacks: list[dict], world: int | None = None) -> list[dict]:
+    """Identical stacks together, the odd ones out first (`differs`): the groups smaller than the one largest,
+    or, the largest tied, those not inside torch.distributed; ranks without a stack are groups of their own."""
+    groups: dict = {}
+    for s in stacks:
+        f = s.get("frames") or []
+        g = groups.setdefault(str(f) if f else s.get("why") or "no stack", dict(s, ranks=[], frames=f))
+        g["ranks"].append(s["rank"])
+    missing = [r for r in range(world or 0) if r not in {s["rank"] for s in stacks}]
+    if missing:
+        groups[""] = {"ranks": missing, "frames": [], "why": "no stack: not registered"}
+    out = [{k: g.get(k) or "" for k in ("what", "where", "why")} | {"ranks": g["ranks"], "frames": g["frames"]}
+           for g in groups.values()]  # fmt: skip
+    sizes = sorted((len(g["ranks"]) for g in out if g["frames"]), reverse=True) + [0, 0]
+    waits = lambda g: any("torch/distributed/" in f[0] for f in g["frames"])  # noqa: E731
+    anywait = any(map(waits, out))
+    for g in out:  # a tie of the largest: those not waiting inside torch.distributed differ (the others wait)
+        tie = not (len(g["ranks"]) < sizes[0] if sizes[0] > sizes[1] else anywait and not waits(g))
+        g["differs"] = not g["frames"] or not tie
+    return sorted(out, key=lambda g: (not g["differs"], len(g["ranks"]), min(g["ranks"])))
+
+
+def group_line(g: dict) -> str:
+    if not g["frames"]:
+        return f"{rank_spans(g['ranks'])}: {g['why']}"
+    path, _, line = g["where"].rpartition(":")
+    odd = (" (the one that differs)" if len(g["ranks"]) == 1 else " (differs)") if g["differs"] else ""
+    return f"{rank_spans(g['ranks'])}: {g['what']} at {os.path.basename(path)}:{line}{odd}"
+
+
+class Hang:
+    """This node's watchdog (module singleton HANG): its ranks' progress; on node 0 the group's."""
+
+    def __init__(self) -> None:
+        self.timeout, self.home, self.armed, self.told = 0.0, "", False, 0.0
+        self.last = self.reported = self.next_poll = 0.0
+        self.files: dict = {}
+        self.steps: dict = {}  # rank -> the last step it reported
+        self.nodes: dict = {}  # node 0: node rank -> when it last reported progress
+        self.remote: dict = {}  # node 0: rank -> its `stacks` message
+        self.stacked: set = set()
+
+    def configure(self, env: dict, problems: list[str]) -> float:
+        raw = (env.get("KGEN_HANG_TIMEOUT") or "0").strip()
+        try:
+            self.timeout = float(raw)
+            assert self.timeout == 0 or 1 <= self.timeout < math.inf
+        except (ValueError, AssertionError):
+            self.timeout = 0.0
+            problems.append(
+                f"KGEN_HANG_TIMEOUT={raw!r} is not 0 or a number of seconds >= 1: set values hang.timeout to the "
+                f"seconds without progress after which the run is a hang (e.g. 600), or 0 (off)"
+            )
+        return self.timeout
+
+    def worker_env(self, env: dict) -> dict:
+        """A generation starts: a fresh hang folder and sitecustomize; the workers' extra environment."""
+        self.armed, self.last, self.files, self.steps, self.nodes = bool(self.timeout), time.monotonic(), {}, {}, {}
+        home = hang_home(env)
+        self.home = home if all(_private_dir(os.path.join(home, d)) for d in ("", "py", "stacks", "progress")) else ""
+        if not self.home or (env.get("KGEN_STACKS") or "").strip().lower() in ("0", "off", "false", "no"):
+            self.home = ""
+            return {}
+        for sub in ("stacks", "progress"):
+            for name in os.listdir(os.path.join(home, sub)):
+                try:
+                    os.unlink(os.path.join(home, sub, name))
+                except OSError:
+                    pass
+        with open(os.path.join(home, "py", "sitecustomize.tmp"), "w") as fh:
+            fh.write(SITECUSTOMIZE)
+        os.replace(os.path.join(home, "py", "sitecustomize.tmp"), os.path.join(home, "py", "sitecustomize.py"))
+        path = os.path.join(home, "py") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        return {"KGEN_HANG_DIR": home, "KGEN_STACKS_SIGNAL": str(int(STACKS_SIGNAL)), "PYTHONPATH": path}
+
+    def saw(self, prefix: str) -> None:
+        self.last = time.monotonic()  # the Pump wrote a line of a rank: progress
+
+    def poll(self, now: float) -> None:
+        """Progress files (kgen_progress(step)) changed since the last look."""
+        if now < self.next_poll or not self.home:
+            return
+        self.next_poll = now + HANG_POLL
+        try:
+            for e in os.scandir(os.path.join(self.home, "progress")):
+                key = (e.stat().st_mtime_ns, e.stat().st_size)
+                if self.files.get(e.name) != key and e.name.isdigit():
+                    self.files[e.name], self.last = key, now
+                    with open(e.path, "rb") as fh:
+                        self.steps[int(e.name)] = printable(fh.read(40).decode("utf-8", "replace").strip())
+        except OSError:
+            pass
+
+    def report(self, spoke, now: float) -> None:
+        """A node (not node 0): tell node 0 its ranks made progress, at most once per HANG_POLL."""
+        if self.armed:
+            self.poll(now)
+            if self.last > self.reported and now - self.told >= HANG_POLL:
+                spoke.conn.send({"t": MSG_PROGRESS})
+                self.reported, self.told = self.last, now
+
+    def silent(self, now: float) -> float:
+        return now - max([self.last, *self.nodes.values()])
+
+    def due(self, now: float) -> bool:
+        """Node 0 (or a single node): no rank of the group made progress for the timeout."""
+        if self.armed:
+            self.poll(now)
+        return self.armed and self.silent(now) >= self.timeout
+
+    def from_node(self, node: int, msg: dict) -> None:
+        if msg["t"] == MSG_PROGRESS:
+            self.nodes[node] = time.monotonic()
+        elif msg["t"] == MSG_STACKS:
+            self.remote[msg["rank"]] = msg
+        else:
+            self.stacked.add(node)
+
+    def local(self) -> list[dict]:
+        """This node's ranks' stacks, each logged (header, then its main thread's frames)."""
+        stacks = collect_stacks(self.home) if self.home else []
+        for s in stacks:
+            log(f"stack of rank {s['rank']} (pid {s['pid']}, {s['threads']} thread(s)): {s['what']} at {s['where']}")
+            for f in s["frames"]:
+                log(f"  {f[0]}:{f[1]} in {f[2]}")
+        return stacks
+
+    def cleanup(self) -> None:
+        """The node ends: its hang folder goes (a run directory's stays for kgen stop --rm)."""
+        if self.home and not os.environ.get("KGEN_RUN_DIR"):
+            import shutil
+
+            shutil.rmtree(self.home, ignore_errors=True)
+
+    def dump_for(self, spoke) -> None:
+        """A node: node 0 found a hang and asks for this node's stacks."""
+        log("node 0 found no progress for the hang timeout: sending this node's stacks")
+        for s in self.local():  # bounded and printable: the gate of node 0 drops a connection for less
+            frames = [[shown(f[0], 500), f[1], shown(f[2], 100)] for f in s["frames"]]
+            wire = {k: shown(s[k], 600) for k in ("what", "where", "why")} | {"step": self.steps.get(s["rank"], "")}
+            spoke.conn.send({"t": MSG_STACKS, "rank": s["rank"], "pid": s["pid"], "frames": frames, **wire})
+        spoke.conn.send({"t": MSG_STACKED})
+        spoke.conn.flush(1.0)
+
+
+HANG = Hang()
+
+
+def end_hang(cfg: Config, child: Child, hub: Hub | None = None, sigs: Signals | None = None) -> Stop:
+    """No rank of the group made progress for the timeout (node 0, or a single node): every rank's stacks,
+    grouped, into the log and the HANG_MARK line, then the run ends as a hang (every node exits EXIT_HANG)."""
+    silent, HANG.armed, HANG.remote, HANG.stacked = HANG.silent(time.monotonic()), False, {}, set()
+    log(
+        f"no rank made progress for {silent:.1f}s (KGEN_HANG_TIMEOUT={HANG.timeout:g}s): collecting every rank's stacks"
+    )
+    for conn in list(hub.peers.values()) if hub else []:
+        conn.send({"t": MSG_DUMP})
+    stacks, deadline = HANG.local(), time.monotonic() + STACKS_WAIT
+    while hub and sigs and not set(hub.peers) <= HANG.stacked and time.monotonic() < deadline and not sigs.pending:
+        poll(hub.sel, sigs, hub)
+        hub.tick(time.monotonic())
+    groups = group_stacks(stacks + list(HANG.remote.values()), cfg.world_size)
+    steps = {r: m["step"] for r, m in HANG.remote.items() if m["step"]} | HANG.steps
+    lead = next((g for g in groups if g["differs"] and g["frames"]), groups[0])
+    report = {"timeout": HANG.timeout, "silent": round(silent, 1), "world": cfg.world_size, "time": _utc_stamp(),
+              "headline": f"no rank made progress for {silent:.0f}s; {group_line(lead)}", "steps": steps,
+              "groups": [dict(g, frames=g["frames"][:8]) for g in groups]}  # fmt: skip
+    log(f"HANG: {report['headline']}")
+    for g in groups:
+        log(f"hang report: {group_line(g)}")
+    if steps:
+        log("hang report: last steps reported: " + ", ".join(f"rank {k}: {v}" for k, v in sorted(steps.items())))
+    emit(sys.stderr, f"{HANG_MARK}{json.dumps(report, sort_keys=True)}\n")
+    if hub is not None:
+        hub.end(EXIT_HANG, f"hang: {report['headline']}")
+    child.kill_tree(ABORT_GRACE)
+    return Stop(EXIT_HANG, f"hang: {report['headline']}")
+
+
+def stacks_answer(home: str) -> dict:
+    """--stacks (kubectl exec) and --run-dir DIR --stacks: this node's ranks' stacks, one JSON line."""
+    stacks = collect_stacks(home)
+    note = "" if stacks else f"no training process of this node registered for stacks in {home}"
+    return {"host": socket.gethostname(), "ranks": [dict(s, text=s["text"][-65536:]) for s in stacks], "note": note}
 
 
 # >>> not in pods: kgen render leaves the bare-metal section out of the ConfigMap (kgen/render/podcopy.py)
@@ -4295,6 +4667,9 @@ def run_dir_verb(args: list[str]) -> int:
     if verb == "--remove-node":
         _reply(remove_node(run_dir))
         return EXIT_OK
+    if verb == "--stacks":
+        _reply(dict(stacks_answer(os.path.join(run_dir, "hang")), dir=run_dir))
+        return EXIT_OK
     if verb == "--detach":  # by hand: DIR/env (JSON) written beforehand; the command after --
         if not command:
             fatal(EXIT_CONFIG, "--detach needs the training command after --")
@@ -4675,11 +5050,13 @@ USAGE = (
     "  --smoke-test          all-reduce check instead of training\n"
     "  --diagnose            environment and network checks, one PASS/FAIL line each\n"
     "  --stop                stop the whole group (with the run's environment, on any host)\n"
+    "  --stacks              this node's training processes' Python stacks, one JSON line\n"
     "bare metal (kgen launch; docs/baremetal.md):\n"
     "  --run-dir DIR --detach -- COMMAND   start this node detached (DIR/env: its environment, JSON)\n"
     "  --run-dir DIR --state               the node's run state, one JSON line\n"
     "  --run-dir DIR --log [--tail N] [--follow]\n"
     "  --run-dir DIR --stop-node [--grace S] [--interrupt]   end every process of the node\n"
+    "  --run-dir DIR --stacks              the node's training processes' Python stacks, one JSON line\n"
     "slurm (docs/slurm.md):\n"
     "  --slurm-node RUN -- COMMAND   this node of the job step (srun, one task per node)\n"
     "  --slurm-end RUN RC            after srun: succeeded, failed, stopped, or requeue the job\n"
@@ -4737,6 +5114,9 @@ def _main(argv: list[str] | None = None) -> int:
         if len(args) > 1:
             fatal(EXIT_CONFIG, "--diagnose takes no arguments")
         return diagnose(dict(os.environ))
+    if args[:1] == ["--stacks"]:  # a pod (kubectl exec): this node's ranks' stacks, one JSON line
+        print(json.dumps(stacks_answer(hang_home(dict(os.environ)))), flush=True)
+        return 0
     if args[:1] == ["--stop"]:
         if len(args) > 1:
             fatal(EXIT_CONFIG, "--stop takes no arguments")

@@ -56,7 +56,7 @@ LEAVES = (
     "kgen.output",
 )
 # The CLI verb groups: each imports kgen.cli.options and the library, never another group or the root.
-CLI_GROUPS = ("render", "lint", "runs", "baremetal", "completion")
+CLI_GROUPS = ("render", "lint", "runs", "baremetal", "completion", "debug")
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:

@@ -36,7 +36,11 @@ def commands_with_o():
     return list(walk(cli, []))
 
 
-ARGS = {"status": ["run-x", "--kubeconfig", "/nonexistent"], "list": ["--kubeconfig", "/nonexistent"]}
+ARGS = {
+    "status": ["run-x", "--kubeconfig", "/nonexistent"],
+    "list": ["--kubeconfig", "/nonexistent"],
+    "debug": ["run-x"],
+}
 
 
 def test_o_is_a_format_on_every_command():

@@ -47,6 +47,12 @@ exits with the run's result (0 succeeded, 1 failed or stopped; Ctrl-C leaves the
 @click.option("--workdir", metavar="DIR", help="Working directory of the script on every host [current directory].")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for every node (repeatable).")
 @click.option(
+    "--hang-timeout",
+    type=ASCII_INT,
+    metavar="S",
+    help="Seconds without progress from any rank after which the run is a hang: stacks reported, exit 77 [0: off].",
+)
+@click.option(
     "--port", default=29500, show_default=True, type=ASCII_INT, metavar="P", help="Master port (P+1: liveness)."
 )
 @click.option("--master-addr", metavar="ADDR", help="Node 0's address on the training fabric [as ssh reached it].")
@@ -71,6 +77,7 @@ def launch(
     nproc_per_node,
     workdir,
     env,
+    hang_timeout,
     port,
     master_addr,
     inject,
@@ -81,6 +88,8 @@ def launch(
     """Start a multi-node run on ssh hosts (or --local N), detached; then kgen status/logs/stop RUN."""
     from kgen import sdk
 
+    if hang_timeout is not None:  # the hang watchdog (docs/entrypoint.md, When a run hangs)
+        env = (*env, f"KGEN_HANG_TIMEOUT={hang_timeout}")
     request = sdk.LaunchRequest(
         name=name,
         command=list(command),

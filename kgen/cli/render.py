@@ -93,6 +93,12 @@ Values reference (every key, its type, default and meaning): kgen values
 )
 @click.option("--cpu", metavar="QTY", help="CPU request per pod, e.g. 32 (default auto: 2 per GPU).")
 @click.option("--memory", metavar="QTY", help="Memory request per pod, e.g. 256Gi (default auto: 8Gi per GPU).")
+@click.option(
+    "--hang-timeout",
+    metavar="S",
+    help="Seconds without progress from any rank after which the run is a hang: stacks reported, exit 77 "
+    "(values hang.timeout; default 0 = off).",
+)
 @click.option("--env", "env", metavar="KEY=VALUE", multiple=True, help="Extra environment variable (repeatable).")
 @click.option(
     "-f",
@@ -131,6 +137,7 @@ def render_command(
     queue,
     cpu,
     memory,
+    hang_timeout,
     env,
     values_files,
     sets,
@@ -172,6 +179,7 @@ def render_command(
         queue=queue,
         cpu=cpu,
         memory=memory,
+        hang_timeout=hang_timeout,
         kubernetes_version=kubernetes_version,
         output_format=output_format,
     )

@@ -13,7 +13,7 @@ import sys
 import click
 
 from kgen import __version__
-from kgen.cli import baremetal, completion, lint, render, runs
+from kgen.cli import baremetal, completion, debug, lint, render, runs
 from kgen.cli.options import KgenCommand, KgenGroup, ReaderGone, check_format, output_format_option
 from kgen.errors import KgenError
 
@@ -252,6 +252,7 @@ for _command in (*render.COMMANDS, lint.lint, completion.completion):
     cli.add_command(_command)
 runs.register(cli)  # status/logs/stop/submit/list (submit takes render's options: registered after it)
 baremetal.register(cli)  # launch
+cli.add_command(debug.debug)  # debug stacks
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,6 +22,7 @@ FLAG_NAMES = {
     "queue": "--queue",
     "cpu": "--cpu",
     "memory": "--memory",
+    "hang.timeout": "--hang-timeout",
 }
 
 # Values that describe what runs (the shape and the command). A request that sets any of them is
@@ -56,6 +57,7 @@ class RenderRequest:
     queue: str | None = None
     cpu: int | str | None = None
     memory: str | None = None
+    hang_timeout: int | str | None = None  # values hang.timeout (--hang-timeout)
     env: Sequence[str] = ()  # KEY=VALUE from --env
     command: Sequence[str] = ()  # after "--"
     kubernetes_version: str | None = None
@@ -71,7 +73,7 @@ class RenderRequest:
         """The flags as the values layering takes them: values key -> text, in --help's order."""
         out = dict(self.flags or {})
         for key in FLAG_NAMES:
-            value = getattr(self, key)
+            value = getattr(self, key.replace(".", "_"))
             if value is not None:
                 out[key] = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
         return out

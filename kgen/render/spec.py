@@ -298,6 +298,8 @@ def _kgen_env(
         EnvVar("KGEN_REPLACEMENT_TIMEOUT", str(v["reform.replacementTimeout"])),
         EnvVar("KGEN_ON_SCRIPT_ERROR", v["reform.onScriptError"]),
     ]
+    if v["hang.timeout"]:  # the hang watchdog (off by default: not rendered)
+        env.append(EnvVar("KGEN_HANG_TIMEOUT", str(v["hang.timeout"])))
     if v["nccl.debug"]:
         env.append(EnvVar("NCCL_DEBUG", v["nccl.debug"]))
     if v["nccl.socketIfname"]:

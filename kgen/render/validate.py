@@ -278,6 +278,7 @@ def validate_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: 
     integer("reform.replacementTimeout", 1)
     if text("reform.onScriptError") not in ON_SCRIPT_ERROR:
         raise _fail(o, "reform.onScriptError", f'must be fail or reform, got "{v["reform.onScriptError"]}"')
+    integer("hang.timeout", 0)
     if v["reform.nodeLostTolerationSeconds"] is not None:
         integer("reform.nodeLostTolerationSeconds", 0, INT64_MAX)  # tolerationSeconds: int64
     integer("terminationGracePeriodSeconds", 0, INT64_MAX)  # int64 in the API

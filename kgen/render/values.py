@@ -131,6 +131,12 @@ VALUES: dict[str, tuple[str, Any, str]] = {
     ),
     "reform.replacementTimeout": ("int", 300, "Seconds the others wait for a lost node's replacement to join."),
     "reform.onScriptError": ("str", "fail", "A training script's own non-zero exit: `fail` the run, or `reform`."),
+    "hang.timeout": (
+        "int",
+        0,
+        "Seconds without progress from any rank (a line of output, or kgen_progress(step)) after which the run "
+        "is a hang: every rank's Python stacks are reported and the run ends with exit 77; 0 = off.",
+    ),
     "reform.nodeLostTolerationSeconds": (
         "int?",
         30,

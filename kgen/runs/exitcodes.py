@@ -36,6 +36,8 @@ TABLE: dict[int, ExitMeaning] = {
         ExitMeaning(70, "kgen entrypoint internal error: a bug in kgen, not the training script (report it)", "cause"),
         ExitMeaning(75, "fail-stop: a peer died, froze or was cut off", "victim"),
         ExitMeaning(76, "dropped from the group: this node froze or was cut off", "cause"),
+        # 77: the hang watchdog (hang.timeout): node 0's log has the report (kgen.runs.stacks.hang_record)
+        ExitMeaning(77, "hang: no rank made progress for hang.timeout (the report names ranks and frames)", "cause"),
         ExitMeaning(130, "interrupted (SIGINT)", "stopped"),
         ExitMeaning(134, "aborted (SIGABRT)", "cause"),
         ExitMeaning(137, "killed (SIGKILL)", "cause"),

@@ -474,7 +474,25 @@ def judge(rec: RunRecords) -> Verdict:
     if v.state == "failed" or (v.state == "succeeded" and incident_lines):
         v.details.append(f"{reform_text}" + (f"; incidents: {len(incident_lines)}" if incident_lines else ""))
     v.details.extend(rec.notes)
+    _hang(v, rec)
     return _printable(v)
+
+
+def _hang(v: Verdict, rec: RunRecords) -> None:
+    """The hang watchdog's report in a log (node 0's): the verdict names the ranks that differ and their frames."""
+    from kgen.runs.stacks import hang_lines, hang_record
+
+    for log in rec.logs.values():
+        found = hang_record(log)
+        if found is None:
+            continue
+        lines = hang_lines(found)
+        if v.state == "failed":
+            v.headline = f"Failed: {lines[0]}"
+            v.details[:0] = [line.strip() for line in lines[1:]]
+        else:
+            v.details[:0] = [lines[0], *(line.strip() for line in lines[1:])]
+        return
 
 
 def _printable(obj):

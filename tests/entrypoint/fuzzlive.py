@@ -104,6 +104,12 @@ VALID = {  # a right value for every field name of the protocol, so that one wro
     "rc": st.integers(0, 256),
     "internal": _text,
     "nodes": st.lists(_small, max_size=4),
+    "pid": st.integers(0, 1 << 22),  # the hang watchdog's `stacks`
+    "frames": st.lists(st.tuples(_text, st.integers(0, 9999), _text).map(list), max_size=4),
+    "what": _text,
+    "where": _text,
+    "why": _text,
+    "step": _text,
 }
 assert set(VALID) == {name for fields in ep.FIELDS.values() for name in fields}, "a field without a right value"
 

@@ -1,0 +1,74 @@
+"""`kgen debug stacks RUN`: every training process's Python stack, from every node of a run.
+
+The run is found as the other run verbs find it (kgen.sdk.runs.locate: this machine's bare-metal record of
+that name first); each node's entrypoint answers ``--run-dir DIR --stacks`` (one JSON line: its ranks' stacks, dumped
+on a signal through the sitecustomize it gave them), all nodes at once; kgen.runs.stacks groups them.
+Bare metal (``kgen launch``, ``--local`` and over ssh) only: a Slurm run's nodes are reached only through
+Slurm, a cluster run's pods through the API's exec (``kubectl exec POD -- python3 /opt/kgen/kgen_entrypoint.py
+--stacks`` prints the same line by hand).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kgen.errors import UsageError
+from kgen.runs.stacks import NodeStacks, StacksReport, parse_answer
+from kgen.sdk.runs import RunRef, locate
+
+STACKS_TIMEOUT = 20.0  # one node's answer (its ranks dump within 2 s; --local: interpreter start on a busy host)
+
+
+@dataclass
+class StacksRequest:
+    run: RunRef
+    timeout: float = STACKS_TIMEOUT
+
+
+def stacks(req: StacksRequest) -> StacksReport:
+    ref = req.run
+    engine, found = locate(ref)  # checks the name; a run two engines know asks to choose
+    if engine.name == "cluster":
+        raise UsageError(
+            f"{ref.name}: kgen debug stacks reaches bare-metal runs (kgen launch) only; on a cluster run it "
+            f"in each pod: kubectl exec POD -- python3 /opt/kgen/kgen_entrypoint.py --stacks",
+            option="NAME",
+            hint="`kgen list` shows the runs kgen knows",
+        )
+    if engine.name != "bare-metal":
+        raise UsageError(
+            f"{ref.name} is a Slurm run: kgen debug stacks reaches bare-metal runs (kgen launch) only; in the "
+            f"job: srun --overlap --jobid JOB python3 RUN/node<R>/kgen_entrypoint.py --run-dir RUN/node<R> --stacks",
+            option="NAME",
+        )
+    return _bare_metal(found.record, req.timeout)
+
+
+def _bare_metal(rec, timeout: float) -> StacksReport:
+    from kgen.baremetal.engine import transport_for
+    from kgen.baremetal.transport import parallel
+    from kgen.runs.safetext import printable
+
+    transport = transport_for(rec)
+    bound = timeout + float(getattr(transport, "connect_timeout", 0) or 0)
+
+    def one(node) -> NodeStacks:
+        if not node.dir:
+            return NodeStacks(node.rank, node.host, note="never started (no run directory)")
+        res = transport.call(node.host, ["--run-dir", node.dir, "--stacks"], timeout=bound)
+        answer = None
+        if res.ok:
+            for line in reversed(res.out.decode("utf-8", "replace").splitlines()):
+                if line.startswith("{"):
+                    answer = parse_answer(line)
+                    break
+        if answer is None:
+            last = [ln for ln in res.err.splitlines() if ln.strip()]
+            why = res.unreachable or (last[-1].strip() if last else f"exit {res.rc}")
+            if "unknown verb" in why:
+                why = "its entrypoint predates --stacks (a run launched by an older kgen)"
+            return NodeStacks(node.rank, node.host, note=printable(f"no answer: {why}"))
+        return NodeStacks(node.rank, node.host, answer["ranks"], printable(answer["note"]))
+
+    nodes = parallel(rec.nodes, one)
+    return StacksReport(rec.name, len(rec.nodes) * rec.nproc, nodes)

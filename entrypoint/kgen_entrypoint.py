@@ -2429,7 +2429,7 @@ def torchrun_literal(arg: str) -> str:
 
 
 # A launcher as the command nests launchers: every node's inner torchrun (accelerate, deepspeed) would form
-# its own one-node world. Read as the launcher reads its arguments; kgen.launchers holds the same reading
+# its own one-node world. Read as the launcher reads its arguments; kgen.launch.launchers holds the same reading
 # (tests/test_launchers.py keeps the two on one table). Options not listed as flags take one value.
 NESTED_PROBLEM = (
     "{launcher} is a launcher, and kgen's entrypoint already starts torchrun on every node "
@@ -3741,7 +3741,7 @@ def stacks_answer(home: str) -> dict:
 #
 #   DIR = $XDG_STATE_HOME (default ~/.local/state)/kgen/runs/<RUN>/node<RANK>, 0700, files 0600:
 #   env        the node's environment (JSON), from the launcher's stdin: never a command line
-#   secret     the run's secret (KGEN_SECRET_FILE, contract C3)
+#   secret     the run's secret (KGEN_SECRET_FILE: the secret never in argv)
 #   node.json  command, working directory, rank, fault injections (--local --inject)
 #   kgen_entrypoint.py   this file, as the node runs it
 #   pid        the supervisor: pid, process group, session, start time, boot id
@@ -4527,7 +4527,7 @@ def print_log(run_dir: str, tail: int | None, follow: bool) -> int:
 
 def stop_node(run_dir: str, grace: float, interrupt: bool, group_wait: float) -> dict:
     """--stop-node: end every process of this node. With `interrupt`, first the deliberate group stop
-    (SIGINT to the node's entrypoint: contract C4); every node then waits up to `group_wait` s for the
+    (SIGINT to the node's entrypoint: the group stop); every node then waits up to `group_wait` s for the
     group to end by itself; then SIGTERM to the entrypoint (it stops torchrun, which stops the workers),
     SIGTERM to whatever is left after ORDERLY_STOP s (with SIGCONT, for a frozen tree), SIGKILL at
     `grace` s; verified by a /proc scan of the run's marker. Idempotent."""
@@ -4573,7 +4573,7 @@ def stop_node(run_dir: str, grace: float, interrupt: bool, group_wait: float) ->
         return procs
 
     if interrupt and _same_process(child):
-        os.kill(child["pid"], signal.SIGINT)  # the deliberate group stop (contract C4)
+        os.kill(child["pid"], signal.SIGINT)  # the deliberate group stop (the group stop every node joins)
         steps.append("SIGINT (group stop)")
     if group_wait > 0:  # every node gives the group stop this long to end it
         procs = wait_until(t0 + min(group_wait, grace))

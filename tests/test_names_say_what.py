@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACKER = re.compile(r"\bissues? ?#?[0-9]+|contract " + "C[0-9]", re.IGNORECASE)
-PLACES = ("kgen", "tests", "docs", "bench", ".ci")
+PLACES = ("kgen", "tests", "docs", "bench", ".ci", "entrypoint")
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sbatch", ".txt", ""}
 
 

@@ -403,7 +403,8 @@ def test_submit_takes_exactly_renders_options():
     for name, p in submit_opts.items():
         q = render_opts[name]
         assert (p.opts, p.metavar, p.help, p.multiple, p.is_flag) == (q.opts, q.metavar, q.help, q.multiple, q.is_flag)
-        assert name in REQUEST_FIELDS or name in FLAG_NAMES, f"render's --{name}: tell submit how to pass it on"
+        flag_key = {k.replace(".", "_"): k for k in FLAG_NAMES}.get(name)  # hang_timeout is the flag of hang.timeout
+        assert name in REQUEST_FIELDS or flag_key in FLAG_NAMES, f"render's --{name}: tell submit how to pass it on"
     # render's --namespace is submit's -n/--namespace; every render spelling works on submit
     spellings = {o for p in submit.params for o in p.opts}
     assert {o for p in render_opts.values() if p.name not in RENDER_OUTPUT_OPTIONS for o in p.opts} <= spellings

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from kgen import RenderRequest
+from kgen.errors import RenderError
 from kgen.render.pipeline import manifest_text
 
 HOSTILE = [
@@ -77,8 +78,8 @@ HOSTILE = [
     "$$",
     "$$(MASTER_ADDR)",
     "a$",
-    "$HOME",
-    "${HOME}",
+    "$HOME/bin",
+    "${HOME}/bin",
 ]
 
 
@@ -111,6 +112,14 @@ def render_with(values_text=None, tmp_path=None, **kw):
         p.write_text(values_text)
         files = [str(p)]
     return manifest_text(RenderRequest(preset="4x8", values_files=files, **kw))
+
+
+@pytest.mark.parametrize("value", ["$HOME", "${HOME}"])
+def test_an_env_value_that_is_only_a_shell_variable_is_refused_naming_the_field(value):
+    """Kubernetes never expands $HOME (only $(HOME)): the program would get the text, so render's self-check
+    refuses it (KG130) and names the field, rather than printing a manifest that passes the placeholder on."""
+    with pytest.raises(RenderError, match=r"KG130: MY_VAR is the text .*use \$\(VAR\).*env\[\d+\]\.value"):
+        manifest_text(RenderRequest(preset="4x8", env=[f"MY_VAR={value}"]))
 
 
 @pytest.mark.parametrize("value", HOSTILE)

@@ -4,12 +4,13 @@ import re
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from kgen import RenderRequest
 from kgen.errors import RenderError
+from kgen.lint.rules_scripts import _SHELL_VARIABLE
 from kgen.render.pipeline import manifest_text
 
 HOSTILE = [
@@ -173,6 +174,8 @@ def test_newline_in_a_value_cannot_add_a_key():
     | st.text(alphabet="$()NODES_", max_size=12),
 )
 def test_property_any_string_round_trips(value, arg):
+    # an env value that is only a shell variable ($NODES) is refused by the self-check (KG130), tested above
+    assume(not _SHELL_VARIABLE.match(value))
     text = manifest_text(
         RenderRequest(preset="4x8", env=[f"P={value}"], command=["train.py", arg]),
     )

@@ -190,12 +190,27 @@ def test_a_cpu_job_carries_the_process_count_into_nproc_per_node():
     )
 
 
-def test_a_process_count_that_disagrees_with_the_gpus_is_said_not_carried():
+def test_a_process_count_that_divides_the_gpus_is_carried_as_model_parallel():
     line = one_line(run("render", "--nodes", "4", "--gpus", "8", "--", "torchrun", "--nproc-per-node=4", "train.py"))
     assert line == (
-        f"kgen: error: -- COMMAND: {NESTED}; its --nproc-per-node 4 disagrees with 8 GPUs per node "
-        "(kgen starts one process per GPU); use: kgen render --nodes 4 --gpus 8 -- train.py"
+        f"kgen: error: -- COMMAND: {NESTED}; use: kgen render --nodes 4 --gpus 8 --set nprocPerNode=4 -- train.py"
     )
+    # and what it suggests renders: 4 processes per node, each driving 2 of the 8 GPUs
+    suggested = run("render", "--nodes", "4", "--gpus", "8", "--set", "nprocPerNode=4", "--", "train.py")
+    assert suggested.exit_code == 0, suggested.stderr
+
+
+def test_a_process_count_that_does_not_divide_the_gpus_is_said_not_carried():
+    line = one_line(run("render", "--nodes", "4", "--gpus", "8", "--", "torchrun", "--nproc-per-node=3", "train.py"))
+    assert line == (
+        f"kgen: error: -- COMMAND: {NESTED}; its --nproc-per-node 3 disagrees with 8 GPUs per node "
+        "(kgen starts one process per GPU, or nprocPerNode processes when it divides the GPU count); "
+        "use: kgen render --nodes 4 --gpus 8 -- train.py"
+    )
+    chosen = one_line(
+        run("render", "--gpus", "8", "--set", "nprocPerNode=2", "--", "torchrun", "--nproc-per-node=4", "train.py")
+    )
+    assert "its --nproc-per-node 4 disagrees with 8 GPUs per node" in chosen
 
 
 def test_a_cpu_job_with_its_own_nproc_per_node_says_which_disagrees():

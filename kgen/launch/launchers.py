@@ -328,7 +328,8 @@ def correction(nested: Nested, *, gpus: int, nproc: int, nproc_set: bool, nodes:
 
     ``gpus`` and ``nodes`` are the spec's, ``nproc`` the values' nprocPerNode (0 = auto); ``*_set`` say
     whether the user chose them (anything but the built-in default). Processes per node: a GPU job runs
-    one per GPU, so a launcher count that differs is a note, never carried; a CPU job takes it as
+    one per GPU, or fewer that divide the GPU count (model parallel: carried as nprocPerNode unless chosen
+    already), so another count is a note; a CPU job takes it as
     nprocPerNode unless nprocPerNode was chosen already (then a note when they differ). Nodes: carried
     when the user left the default, a note when they chose another count (``--standalone`` or a one-node
     count is the single-box habit being migrated away from: ignored)."""
@@ -336,8 +337,13 @@ def correction(nested: Nested, *, gpus: int, nproc: int, nproc_set: bool, nodes:
     notes: list[str] = []
     n = nested.nproc
     if n is not None:
-        if gpus and n != gpus:
-            notes.append(f"its {nested.option} disagrees with {gpus} GPUs per node (kgen starts one process per GPU)")
+        if gpus and n != gpus and not nproc_set and n > 0 and gpus % n == 0:
+            carry_nproc = n  # fewer processes than GPUs, each driving gpus/n of them (model parallel)
+        elif gpus and n != gpus and (not nproc_set or n != nproc):
+            notes.append(
+                f"its {nested.option} disagrees with {gpus} GPUs per node (kgen starts one process per GPU, "
+                "or nprocPerNode processes when it divides the GPU count)"
+            )
         elif not gpus and nproc_set and nproc and n != nproc:
             notes.append(f"its {nested.option} disagrees with nprocPerNode {nproc}")
         elif not gpus and not nproc_set and n != 1:

@@ -260,6 +260,22 @@ def local_reform(root: Path) -> str:
     return rec.text()
 
 
+def local_hang(root: Path) -> str:
+    """README: rank 3 waits on a queue at step 20 while the others wait for it in the next all-reduce; the hang
+    watchdog (--hang-timeout 15) names it and its frame, ends the run (exit 77), and status and logs say so."""
+    rec = Recorder(root)
+    port = str(free_port_pair())
+    rec.kgen(
+        "launch", "--name", "stuck", "--local", "2", "--nproc-per-node", "2", "--hang-timeout", "15",
+        "--env", "PYTHONWARNINGS=ignore", "--", "train.py", "--stuck-rank", "3", "--stuck-step", "20",
+        extra=("--port", port),
+    )  # fmt: skip
+    rec.wait("stuck", lambda v: v["state"] in ("failed", "succeeded", "stopped"), 150, "the run's end")
+    rec.kgen("status", "stuck")
+    rec.kgen("logs", "stuck", "--tail", "2")
+    return rec.text()
+
+
 def ssh_crash(root: Path) -> str:
     """README: three ssh hosts (tests/baremetal/sshlab.py), 2 processes each, then host gpu2 crashes."""
     sys.path.insert(0, str(ROOT / "tests" / "baremetal"))
@@ -371,6 +387,7 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {
     "local-failure": Scenario(local_failure, "local"),
     "local-reform": Scenario(local_reform, "local"),
+    "local-hang": Scenario(local_hang, "local"),
     "ssh-crash": Scenario(ssh_crash, "ssh"),
     "slurm": Scenario(slurm_runs, "slurm", ("slurm-loop", "slurm-crash", "slurm-crash-readme")),
 }

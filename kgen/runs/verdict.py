@@ -310,7 +310,9 @@ def _root_cause(
         followers = f"{followers}; {tail}" if followers else tail
     detail = ""
     if chosen:
-        for f in chosen:
+        # in rank order, not arrival order: nodes that end in the same second (a hang ends every node, node 0
+        # first by decision but not always first on the record) must give the same detail on every run
+        for f in sorted(chosen, key=lambda f: -1 if f.rank is None else f.rank):
             errs = error_lines(logs.get(f.where, ""))
             if errs:
                 detail = errs[-1]

@@ -21,8 +21,9 @@ Examples:
 Every training process of every node dumps its Python stack (faulthandler, on a signal, through the
 sitecustomize the entrypoint gives the workers); ranks with the same stack are grouped: "rank 7:
 queue.get at data.py:88 (the one that differs)", then "ranks 0-6: distributed_c10d.all_reduce at
-train.py:42". Bare-metal runs (kgen launch, --local or over ssh). In a pod: kubectl exec POD --
-python3 /opt/kgen/kgen_entrypoint.py --stacks prints one node's as JSON.
+train.py:42". Bare-metal runs (kgen launch, --local or over ssh) and Slurm runs (one srun --overlap
+step in the running job). In a pod: kubectl exec POD -- python3 /opt/kgen/kgen_entrypoint.py --stacks
+prints one node's as JSON.
 """
 
 

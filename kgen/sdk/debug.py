@@ -3,9 +3,9 @@
 The run is found as the other run verbs find it (kgen.sdk.runs.locate: this machine's bare-metal record of
 that name first); each node's entrypoint answers ``--run-dir DIR --stacks`` (one JSON line: its ranks' stacks, dumped
 on a signal through the sitecustomize it gave them), all nodes at once; kgen.runs.stacks groups them.
-Bare metal (``kgen launch``, ``--local`` and over ssh) only: a Slurm run's nodes are reached only through
-Slurm, a cluster run's pods through the API's exec (``kubectl exec POD -- python3 /opt/kgen/kgen_entrypoint.py
---stacks`` prints the same line by hand).
+Bare metal (``kgen launch``, ``--local`` and over ssh) through its transport; Slurm through one ``srun --overlap``
+step in the running job (kgen.slurm.stacks). A cluster run's pods are not reached yet (``kubectl exec POD --
+python3 /opt/kgen/kgen_entrypoint.py --stacks`` prints the same line by hand).
 """
 
 from __future__ import annotations
@@ -30,17 +30,15 @@ def stacks(req: StacksRequest) -> StacksReport:
     engine, found = locate(ref)  # checks the name; a run two engines know asks to choose
     if engine.name == "cluster":
         raise UsageError(
-            f"{ref.name}: kgen debug stacks reaches bare-metal runs (kgen launch) only; on a cluster run it "
+            f"{ref.name}: kgen debug stacks reaches bare-metal and Slurm runs, not yet pods; on a cluster run it "
             f"in each pod: kubectl exec POD -- python3 /opt/kgen/kgen_entrypoint.py --stacks",
             option="NAME",
             hint="`kgen list` shows the runs kgen knows",
         )
-    if engine.name != "bare-metal":
-        raise UsageError(
-            f"{ref.name} is a Slurm run: kgen debug stacks reaches bare-metal runs (kgen launch) only; in the "
-            f"job: srun --overlap --jobid JOB python3 RUN/node<R>/kgen_entrypoint.py --run-dir RUN/node<R> --stacks",
-            option="NAME",
-        )
+    if engine.name == "slurm":
+        from kgen.slurm.stacks import stacks as slurm_stacks
+
+        return slurm_stacks(found.record, req.timeout)
     return _bare_metal(found.record, req.timeout)
 
 

@@ -168,3 +168,15 @@ def scancel(job: str, signal: str | None = None, env: Mapping[str, str] | None =
     res = _run(argv, env=env)
     if res.returncode != 0 and "already completing or completed" not in (res.stderr + res.stdout):
         raise SlurmError(f"{' '.join(argv)}: {_last_words(res)}")
+
+
+def srun(
+    args: list[str], env: Mapping[str, str] | None = None, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess:
+    """``srun ARGS`` (a step, e.g. ``--overlap`` in a running job): what it printed, whatever its exit status."""
+    return _run(["srun", *args], env=env, timeout=timeout)
+
+
+def last_words(res: subprocess.CompletedProcess) -> str:
+    """A command's last non-empty line of output (stderr first), or its exit status."""
+    return _last_words(res)

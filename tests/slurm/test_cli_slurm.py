@@ -4,6 +4,7 @@ of docs/slurm.md, then logs, list, stop and stop --rm through `--on slurm`; dry 
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -103,12 +104,24 @@ def test_render_lint_submit_status_logs_list_stop(slurm, tmp_path, monkeypatch):
     assert not Path(run).exists() and R.load("loop") is None
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_stop_from_the_command_line(slurm, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = kgen("submit", "--kind", "slurm", "--name", "halt", "--wait", *FLAGS, *command(tmp_path, "halt", 10000))
     assert res.exit_code == 0, res.output  # --wait: until every rank runs
     assert res.stdout.splitlines()[-2].startswith("Running: 3/3 ranks up"), res.stdout
+
+    # kgen debug stacks through one `srun --overlap` step in the running job: every rank in the training loop
+    def in_the_loop():  # every rank's stack has ckptloop's main(); the first asks may find torch still importing
+        res = kgen("debug", "stacks", "halt", "-o", "json")
+        assert res.exit_code == 0, res.output
+        data = json.loads(res.stdout)
+        looping = sorted(r["rank"] for r in data["ranks"] if any(f[0].endswith("ckptloop.py") and f[2] == "main"
+                                                                 for f in r["frames"]))  # fmt: skip
+        return data if looping == [0, 1, 2] else None
+
+    data = wait_for(in_the_loop, 90, "every rank's stack in the training loop", poll=2)
+    assert data["groups"] and not data["notes"], data
     res = kgen("stop", "halt", "--grace", "20")
     assert res.exit_code == 0, res.output
     assert re.fullmatch(r"Slurm job \d+ ended after [\d.]+s: SIGINT to every task \(group stop\); Slurm: \w+\n",
@@ -116,6 +129,8 @@ def test_stop_from_the_command_line(slurm, tmp_path, monkeypatch):
     wait_for(lambda: not any(slurm.job_processes(n) for n in ("n0", "n1", "n2", "n3")), 30, "no job process left")
     res = kgen("status", "halt", "--exit-code")
     assert res.exit_code == 1 and "Stopped: " in res.stdout, res.output
+    res = kgen("debug", "stacks", "halt")
+    assert res.exit_code == 2 and res.stdout == "" and "is not running" in res.stderr, res.output
 
 
 @pytest.mark.timeout(120)

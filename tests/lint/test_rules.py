@@ -386,6 +386,19 @@ PASSING = [
     ("KG043", "job", _append(ENV, {"name": "1GPU", "value": "1"}), "1.32"),  # relaxed env names
     ("KG042", "job", set_at(C0 + ("ports", 0, "name"), "c10d-rendezvous"), "1.37"),  # 15 characters
     ("KG049", "job", delete_at(RES + ("requests", "nvidia.com/gpu")), "1.37"),  # limit alone is fine
+    # GPU counts as users write them: a quantity string (as render and the API server write it) or a number
+    (
+        "KG049",
+        "job",
+        all_of(set_at(RES + ("requests", "nvidia.com/gpu"), "8"), set_at(RES + ("limits", "nvidia.com/gpu"), 8)),
+        "1.37",
+    ),
+    (
+        "KG050",
+        "job",
+        all_of(set_at(RES + ("requests", "nvidia.com/gpu"), "8.0"), set_at(RES + ("limits", "nvidia.com/gpu"), "8")),
+        "1.37",
+    ),
     ("KG053", "job", set_at(POD + ("volumes", 0, "emptyDir", "medium"), ""), "1.37"),
     (
         "KG058",

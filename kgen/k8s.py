@@ -39,7 +39,14 @@ ENV_FIELD_PATH_SUBSCRIPTED = re.compile(r"metadata\.(labels|annotations)\['([^']
 
 def is_env_field_path(path: Any) -> bool:
     """Whether env's valueFrom.fieldRef.fieldPath may be ``path``."""
-    return isinstance(path, str) and (path in ENV_FIELD_PATHS or bool(ENV_FIELD_PATH_SUBSCRIPTED.fullmatch(path)))
+    if not isinstance(path, str):
+        return False
+    if path in ENV_FIELD_PATHS:
+        return True
+    m = ENV_FIELD_PATH_SUBSCRIPTED.fullmatch(path)
+    # the key in brackets is a label/annotation key (validateObjectFieldSelector: ValidateQualifiedName; an
+    # annotation key lower-cased first)
+    return m is not None and qualified_name_problem(m[2].lower() if m[1] == "annotations" else m[2]) is None
 
 
 def is_configmap_key(value: Any) -> bool:

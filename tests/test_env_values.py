@@ -111,6 +111,7 @@ BAD = [
     ("env: {A: {valueFrom: {secretKeyRef: {name: x, key: k, optional: maybe}}}}", "optional: must be true or false"),
     ("env: {A: {valueFrom: {secretKeyRef: {name: x, key: k, keyy: 1}}}}", "unknown field keyy (did you mean key?)"),
     ("env: {A: {valueFrom: {fieldRef: {fieldPath: status.ip}}}}", '"status.ip" is not a field env can read'),
+    ("env: {A: {valueFrom: {fieldRef: {fieldPath: \"metadata.labels['a b']\"}}}}", '"a b" in "metadata.labels'),
     ("env: {A: {valueFrom: {resourceFieldRef: {resource: limits.gpu}}}}", '"limits.gpu" is not a resource env can'),
     (
         "env: {A: {valueFrom: {resourceFieldRef: {resource: limits.cpu, containerName: sidecar}}}}",

@@ -161,6 +161,14 @@ def field_ref(doc: Any, ctx: Context) -> Iterator:
             for i, e in enumerate(k8s.env_list(c)):
                 fp = k8s.get(e, "valueFrom", "fieldRef", "fieldPath")
                 if isinstance(fp, str) and not k8s.is_env_field_path(fp):
+                    sub = k8s.ENV_FIELD_PATH_SUBSCRIPTED.fullmatch(fp)
+                    if sub:
+                        yield (
+                            path + ("env", i, "valueFrom", "fieldRef", "fieldPath"),
+                            f"fieldPath {fp!r}: {sub[2]!r} is not a valid {sub[1][:-1]} key "
+                            f"({k8s.qualified_name_problem(sub[2])})",
+                        )
+                        continue
                     yield (
                         path + ("env", i, "valueFrom", "fieldRef", "fieldPath"),
                         f"fieldPath {fp!r} is not supported; use metadata.name, metadata.labels['...'], "

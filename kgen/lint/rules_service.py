@@ -96,7 +96,8 @@ def port_numbers(doc: Any, ctx: Context) -> Iterator:
 @rule(
     "KG033",
     E,
-    "targetPort is a number 1-65535 or an IANA service name (at most 15 characters, lower case).",
+    "targetPort is a number 1-65535 (0 means unset: the port) or an IANA service name (at most 15 characters, "
+    "lower case).",
     "Use the container port's number or its (short) name.",
     kinds=["Service"],
 )
@@ -107,7 +108,7 @@ def target_port(doc: Any, ctx: Context) -> Iterator:
             continue
         path = ("spec", "ports", i, "targetPort")
         if isinstance(tp, int) and not isinstance(tp, bool):
-            if not 1 <= tp <= 65535:
+            if not 0 <= tp <= 65535:  # 0 means unset: the server defaults it to the port
                 yield path, f"targetPort {tp} is out of range 1-65535"
         elif isinstance(tp, str):
             problem = k8s.iana_port_name_problem(tp)

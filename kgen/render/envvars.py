@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from kgen.k8s import (
+    ENV_FIELD_PATH_SUBSCRIPTED,
     ENV_FIELD_PATHS,
     ENV_VAR_NAME,
     is_configmap_key,
@@ -120,6 +121,9 @@ def _check_source(kind: str, ref: dict, at: str, containers: set[str]) -> None:
             raise EnvProblem(f'{at}.key: must be a {what} key (letters, digits, "-", "_", "."), got "{key}"')
     elif kind == "fieldRef":
         path = ref["fieldPath"]
+        sub = ENV_FIELD_PATH_SUBSCRIPTED.fullmatch(path)
+        if sub and not is_env_field_path(path):
+            raise EnvProblem(f'{at}.fieldPath: "{sub[2]}" in "{path}" is not a valid {sub[1][:-1]} key')
         if not is_env_field_path(path):
             raise EnvProblem(
                 f'{at}.fieldPath: "{path}" is not a field env can read{_did_you_mean(path, ENV_FIELD_PATHS)}',

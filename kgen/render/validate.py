@@ -352,14 +352,23 @@ def _resources(v: dict[str, Any], o: dict[str, str], gpus: int, nproc: int) -> d
                 hint=f"raise the limit, or lower {source}",
             )
     if gpus:
-        requests["nvidia.com/gpu"] = gpus
-        limits["nvidia.com/gpu"] = gpus
+        requests["nvidia.com/gpu"] = str(gpus)
+        limits["nvidia.com/gpu"] = str(gpus)
+    # Quantities as the API server stores them: strings. A number (8, or 4 from --set) is re-applied as an int
+    # where the server keeps "8", which a JobSet (a CRD, int-or-string) reports as a spec change.
+    requests = {res: _quantity_text(q) for res, q in requests.items()}
+    limits = {res: _quantity_text(q) for res, q in limits.items()}
     out: dict[str, dict[str, Any]] = {}
     if requests:
         out["requests"] = requests
     if limits:
         out["limits"] = limits
     return out
+
+
+def _quantity_text(qty: Any) -> Any:
+    """A number as its quantity string (8 -> "8"); a string (already checked by parse_quantity) as given."""
+    return str(qty) if isinstance(qty, (int, float)) and not isinstance(qty, bool) else qty
 
 
 def _dns_policy(v: dict[str, Any], o: dict[str, str]) -> str:

@@ -71,29 +71,14 @@ def apply_twice(k8s, ns: str, docs: list[dict]) -> None:
         assert kgen_entry(out) == kgen_entry(was), f"{d['kind']}: a no-op apply changed kgen's fields"
 
 
-# kgen renders nvidia.com/gpu as an integer (kgen/render/validate.py); a Job or StatefulSet stores it as the
-# quantity it is, but a JobSet (a CRD, int-or-string) keeps the stored value "8" while the re-applied 8 differs:
-# the second apply of the same bytes changes the JobSet's spec (generation +1). Fix: render the count as a string.
-GPU_INT = pytest.mark.xfail(
-    strict=True, reason='a JobSet\'s re-apply changes nvidia.com/gpu "8" -> 8 (rendered as an int)'
-)
-
-
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=[GPU_INT] if k == "jobset" else [], id=k) for k in KINDS])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_kind_applies_twice(k8s, inert_ns, preset, kind):
     docs = render("--preset", preset, "--kind", kind, "-n", inert_ns, "--name", f"r-{kind[:3]}")
     apply_twice(k8s, inert_ns, docs)
 
 
-@pytest.mark.parametrize(
-    "kind, variant",
-    [
-        pytest.param(k, v, id=f"{k}-{v}", marks=[GPU_INT] if k == "jobset" and "--gpus" not in VARIANTS[v] else [])
-        for k in KINDS
-        for v in sorted(VARIANTS)
-    ],
-)
+@pytest.mark.parametrize("kind, variant", [pytest.param(k, v, id=f"{k}-{v}") for k in KINDS for v in sorted(VARIANTS)])
 def test_value_applies_twice(k8s, inert_ns, kind, variant):
     args = VARIANTS[variant]
     docs = render("--kind", kind, "-n", inert_ns, "--name", "v", "--nodes", "3", *args)

@@ -43,47 +43,7 @@ LINT_STRICTER: dict[str, str] = {
 
 # lint's gaps, for the lint owner: lint accepts what the server rejects (or the reverse, said so). xfail(strict):
 # the day lint is fixed the case passes, fails as XPASS, and must leave this list.
-LINT_GAPS: dict[str, str] = {
-    "env-value-and-valuefrom": "lint accepts, the API server rejects: an env item with both value and valueFrom",
-    "env-fieldref-bad-label-key": "lint accepts, the API server rejects: a fieldRef to metadata.labels['<key>'] whose key is not a valid label key",
-    "env-valuefrom-empty": "lint accepts, the API server rejects: valueFrom with none of fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef, fileKeyRef",
-    "volume-mount-path-empty": "lint accepts, the API server rejects: an empty volumeMounts[].mountPath (Required)",
-    "termination-message-policy-unknown": "lint accepts, the API server rejects: terminationMessagePolicy not File or FallbackToLogsOnError",
-    "privileged-without-escalation": "lint accepts, the API server rejects: privileged: true with allowPrivilegeEscalation: false",
-    "probe-without-handler": "lint accepts, the API server rejects: a probe without a handler (exec, httpGet, tcpSocket, grpc)",
-    "probe-period-negative": "lint accepts, the API server rejects: a negative probe periodSeconds",
-    "probe-two-handlers": "lint accepts, the API server rejects: a probe with two handler types",
-    "prestop-without-handler": "lint accepts, the API server rejects: a lifecycle hook without a handler",
-    "dns-policy-none-without-config": "lint accepts, the API server rejects: dnsPolicy None without dnsConfig",
-    "dns-config-four-nameservers": "lint accepts, the API server rejects: more than 3 dnsConfig.nameservers",
-    "node-affinity-no-terms": "lint accepts, the API server rejects: required node affinity with an empty nodeSelectorTerms",
-    "node-affinity-operator-unknown": "lint accepts, the API server rejects: a node selector requirement with an unknown operator",
-    "spread-max-skew-zero": "lint accepts, the API server rejects: topologySpreadConstraints maxSkew 0",
-    "spread-when-unsatisfiable-unknown": "lint accepts, the API server rejects: topologySpreadConstraints whenUnsatisfiable not DoNotSchedule/ScheduleAnyway",
-    "share-pid-and-host-pid": "lint accepts, the API server rejects: shareProcessNamespace together with hostPID",
-    "sysctl-name-invalid": "lint accepts, the API server rejects: a securityContext.sysctls name that is not a sysctl name",
-    "host-alias-ip-invalid": "lint accepts, the API server rejects: hostAliases[].ip that is not an IP address",
-    "runtime-class-invalid": "lint accepts, the API server rejects: runtimeClassName that is not a DNS subdomain",
-    "priority-class-invalid": "lint accepts, the API server rejects: priorityClassName that is not a DNS subdomain",
-    "volume-two-sources": "lint accepts, the API server rejects: a volume with two sources (emptyDir and configMap)",
-    "volume-default-mode-too-big": "lint accepts, the API server rejects: configMap defaultMode above 0777",
-    "job-pfp-condition-status-unknown": "lint accepts, the API server rejects: podFailurePolicy onPodConditions status not True/False/Unknown",
-    "job-success-policy-empty-rules": "lint accepts, the API server rejects: a Job successPolicy with no rules",
-    "job-managed-by-invalid": "lint accepts, the API server rejects: Job spec.managedBy that is not a domain-prefixed path",
-    "service-session-affinity-unknown": "lint accepts, the API server rejects: Service sessionAffinity not ClientIP/None",
-    "service-traffic-policy-clusterip": "lint accepts, the API server rejects: externalTrafficPolicy on a ClusterIP (headless) Service",
-    "configmap-binary-not-base64": "lint accepts, the API server rejects: ConfigMap binaryData that is not base64",
-    "netpol-policy-type-unknown": "lint accepts, the API server rejects: NetworkPolicy policyTypes not Ingress/Egress",
-    "netpol-cidr-invalid": "lint accepts, the API server rejects: an ipBlock cidr that is not a CIDR",
-    "netpol-except-outside-cidr": "lint accepts, the API server rejects: an ipBlock except entry outside its cidr",
-    "netpol-match-operator-unknown": "lint accepts, the API server rejects: a label selector requirement with an unknown operator",
-    "netpol-match-in-no-values": "lint accepts, the API server rejects: a label selector In/NotIn requirement without values",
-    "netpol-ipblock-with-selector": "lint accepts, the API server rejects: an ingress peer with ipBlock and podSelector together",
-    "sts-min-ready-negative": "lint accepts, the API server rejects: StatefulSet minReadySeconds < 0",
-    "sts-ordinals-negative": "lint accepts, the API server rejects: StatefulSet ordinals.start < 0",
-    "sts-pvc-retention-unknown": "lint accepts, the API server rejects: persistentVolumeClaimRetentionPolicy whenDeleted not Retain/Delete",
-    "service-target-port-zero": "lint rejects (KG033), the API server accepts: targetPort 0 means unset, defaulted to the port",
-}
+LINT_GAPS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,7 @@ _BAD_POD = {
         "restartPolicy": "Sometimes",
         "hostname": "a.b",
         "serviceAccountName": "V_KSA",
+        "priorityClassName": "High Priority",
         "activeDeadlineSeconds": 0,
         "tolerations": [{"operator": "Exists", "value": "x", "tolerationSeconds": 5}],
         "volumes": [
@@ -60,6 +61,7 @@ _BAD_POD = {
                 },
                 "volumeMounts": [{"name": "missing", "mountPath": "/a"}, {"name": "missing", "mountPath": "/a"}],
                 "securityContext": {"runAsUser": -1},
+                "terminationMessagePolicy": "Always",
             },
             {"name": "Trainer_1", "image": "ubuntu"},
             {"name": "fetch", "image": "your-registry/fetch:v1", "command": ["python", "fetch.py"]},

@@ -377,6 +377,94 @@ FAILING = [
         _append((), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "llama-config", "namespace": "ml"}}),
         "1.37",
     ),
+    # fields the API server checks beyond the schemas (rules_podfields.py, rules_objfields.py)
+    ("KG045", "job", set_at(ENV + (0, "valueFrom", "fieldRef", "fieldPath"), "metadata.labels['a b']"), "1.37"),
+    ("KG200", "job", set_at(ENV + (1, "valueFrom"), {"fieldRef": {"fieldPath": "metadata.name"}}), "1.37"),
+    ("KG200", "job", set_at(ENV + (0, "valueFrom"), {}), "1.37"),
+    ("KG200", "job", set_at(C0 + ("volumeMounts", 0, "mountPath"), ""), "1.37"),
+    ("KG200", "job", set_at(C0 + ("terminationMessagePolicy",), "Sometimes"), "1.37"),
+    (
+        "KG200",
+        "job",
+        set_at(C0 + ("securityContext",), {"privileged": True, "allowPrivilegeEscalation": False}),
+        "1.37",
+    ),
+    ("KG200", "job", set_at(C0 + ("readinessProbe",), {"periodSeconds": 5}), "1.37"),
+    ("KG200", "job", set_at(C0 + ("livenessProbe",), {"tcpSocket": {"port": 29500}, "periodSeconds": -1}), "1.37"),
+    (
+        "KG200",
+        "job",
+        set_at(C0 + ("livenessProbe",), {"tcpSocket": {"port": 29500}, "exec": {"command": ["true"]}}),
+        "1.37",
+    ),
+    ("KG200", "job", set_at(C0 + ("lifecycle",), {"preStop": {}}), "1.37"),
+    ("KG201", "job", set_at(POD + ("dnsPolicy",), "None"), "1.37"),
+    (
+        "KG201",
+        "job",
+        set_at(POD + ("dnsConfig",), {"nameservers": ["1.1.1.1", "1.0.0.1", "8.8.8.8", "8.8.4.4"]}),
+        "1.37",
+    ),
+    (
+        "KG201",
+        "job",
+        set_at(
+            POD + ("affinity",),
+            {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
+        ),
+        "1.37",
+    ),
+    (
+        "KG201",
+        "job",
+        set_at(
+            POD + ("topologySpreadConstraints",),
+            [{"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}],
+        ),
+        "1.37",
+    ),
+    ("KG201", "job", all_of(set_at(POD + ("hostPID",), True), set_at(POD + ("shareProcessNamespace",), True)), "1.37"),
+    ("KG201", "job", set_at(POD + ("securityContext",), {"sysctls": [{"name": "net..bad", "value": "1"}]}), "1.37"),
+    ("KG201", "job", set_at(POD + ("hostAliases",), [{"ip": "300.1.1.1", "hostnames": ["a"]}]), "1.37"),
+    ("KG201", "job", set_at(POD + ("priorityClassName",), "Bad Class"), "1.37"),
+    ("KG201", "job", set_at(POD + ("volumes", 0, "configMap"), {"name": "x"}), "1.37"),
+    (
+        "KG201",
+        "job",
+        _append(POD + ("volumes",), {"name": "cfg", "configMap": {"name": "x", "defaultMode": 4096}}),
+        "1.37",
+    ),
+    (
+        "KG202",
+        "job",
+        set_at((2, "spec", "podSelector"), {"matchExpressions": [{"key": "a", "operator": "Equals", "values": ["b"]}]}),
+        "1.37",
+    ),
+    ("KG202", "pdb", set_at((0, "spec", "selector"), {"matchExpressions": [{"key": "a", "operator": "In"}]}), "1.37"),
+    ("KG203", "job", set_at((2, "spec", "policyTypes"), ["Both"]), "1.37"),
+    ("KG203", "job", set_at((2, "spec", "ingress", 0, "from", 0, "ipBlock"), {"cidr": "10.0.0.0/8"}), "1.37"),
+    (
+        "KG203",
+        "job",
+        set_at((2, "spec", "ingress", 0, "from"), [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["192.168.0.0/16"]}}]),
+        "1.37",
+    ),
+    (
+        "KG204",
+        "job",
+        set_at(
+            J + ("spec", "podFailurePolicy"),
+            {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "Yes"}]}]},
+        ),
+        "1.37",
+    ),
+    ("KG204", "job", set_at(J + ("spec", "successPolicy"), {"rules": []}), "1.37"),
+    ("KG204", "job", set_at(J + ("spec", "managedBy"), "not a domain"), "1.37"),
+    ("KG204", "sts", set_at(J + ("spec", "ordinals"), {"start": -1}), "1.37"),
+    ("KG204", "sts", set_at(J + ("spec", "persistentVolumeClaimRetentionPolicy"), {"whenDeleted": "Keep"}), "1.37"),
+    ("KG205", "job", set_at(SVC + ("spec", "sessionAffinity"), "Sticky"), "1.37"),
+    ("KG205", "job", set_at(SVC + ("spec", "externalTrafficPolicy"), "Local"), "1.37"),
+    ("KG205", "cm", set_at((0, "binaryData"), {"b": "***"}), "1.37"),
 ]
 
 # (rule, base, mutation, version) -- near-misses that must NOT report `rule`
@@ -386,6 +474,69 @@ PASSING = [
     ("KG043", "job", _append(ENV, {"name": "1GPU", "value": "1"}), "1.32"),  # relaxed env names
     ("KG042", "job", set_at(C0 + ("ports", 0, "name"), "c10d-rendezvous"), "1.37"),  # 15 characters
     ("KG049", "job", delete_at(RES + ("requests", "nvidia.com/gpu")), "1.37"),  # limit alone is fine
+    ("KG033", "job", set_at(SVC + ("spec", "ports", 0, "targetPort"), 0), "1.37"),  # 0: unset, defaults to port
+    (  # an empty value beside valueFrom is no value
+        "KG200",
+        "job",
+        all_of(
+            set_at(ENV + (1, "value"), ""), set_at(ENV + (1, "valueFrom"), {"fieldRef": {"fieldPath": "metadata.name"}})
+        ),
+        "1.37",
+    ),
+    ("KG200", "job", set_at(C0 + ("securityContext",), {"privileged": True}), "1.37"),
+    (
+        "KG200",
+        "job",
+        set_at(C0 + ("livenessProbe",), {"tcpSocket": {"port": "rendezvous"}, "periodSeconds": 0}),
+        "1.37",
+    ),
+    ("KG200", "job", set_at(C0 + ("lifecycle",), {"preStop": {"sleep": {"seconds": 5}}}), "1.37"),
+    (
+        "KG201",
+        "job",
+        all_of(set_at(POD + ("dnsPolicy",), "None"), set_at(POD + ("dnsConfig",), {"nameservers": ["10.0.0.10"]})),
+        "1.37",
+    ),
+    (
+        "KG201",
+        "job",
+        set_at(POD + ("securityContext",), {"sysctls": [{"name": "net.core.somaxconn", "value": "1024"}]}),
+        "1.37",
+    ),
+    ("KG201", "job", set_at(POD + ("volumes", 0, "emptyDir", "sizeLimit"), "1Gi"), "1.37"),
+    (
+        "KG202",
+        "job",
+        set_at((2, "spec", "podSelector"), {"matchExpressions": [{"key": "a", "operator": "Exists"}]}),
+        "1.37",
+    ),
+    (
+        "KG203",
+        "job",
+        set_at((2, "spec", "ingress", 0, "from"), [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}]),
+        "1.37",
+    ),
+    ("KG204", "job", set_at(J + ("spec", "managedBy"), "kueue.x-k8s.io/multikueue"), "1.37"),
+    (
+        "KG205",
+        "job",
+        all_of(set_at(SVC + ("spec", "type"), "NodePort"), set_at(SVC + ("spec", "externalTrafficPolicy"), "Local")),
+        "1.37",
+    ),
+    ("KG205", "cm", set_at((0, "binaryData"), {"b": "eA=="}), "1.37"),
+    # GPU counts as users write them: a quantity string (as render and the API server write it) or a number
+    (
+        "KG049",
+        "job",
+        all_of(set_at(RES + ("requests", "nvidia.com/gpu"), "8"), set_at(RES + ("limits", "nvidia.com/gpu"), 8)),
+        "1.37",
+    ),
+    (
+        "KG050",
+        "job",
+        all_of(set_at(RES + ("requests", "nvidia.com/gpu"), "8.0"), set_at(RES + ("limits", "nvidia.com/gpu"), "8")),
+        "1.37",
+    ),
     ("KG053", "job", set_at(POD + ("volumes", 0, "emptyDir", "medium"), ""), "1.37"),
     (
         "KG058",

@@ -28,7 +28,7 @@ def test_render_without_arguments_is_the_2node_test_smoke_test():
     assert job["spec"]["completions"] == 2
     trainer = job["spec"]["template"]["spec"]["containers"][0]
     assert trainer["args"] == ["--smoke-test"]
-    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "8"
     env = {e["name"]: e.get("value") for e in trainer["env"]}
     assert env["NCCL_DEBUG"] == "INFO"
 
@@ -273,7 +273,7 @@ def test_fewer_processes_than_gpus_set_explicitly_render_with_a_note(nproc, shar
     job = next(d for d in docs_of(res.stdout) if d["kind"] == "Job")
     trainer = job["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in trainer["env"]}
-    assert env["NPROC_PER_NODE"] == str(nproc) and trainer["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert env["NPROC_PER_NODE"] == str(nproc) and trainer["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert res.stderr == (
         f"kgen: note: nprocPerNode {nproc} with 8 GPUs per node: each process sees all 8 GPUs and drives {share} of "
         f"them (model parallel); the script picks its own (from cuda:LOCAL_RANK*{share} on)\n"

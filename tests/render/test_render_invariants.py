@@ -41,14 +41,15 @@ def test_world_size_and_replicas_agree(preset, kind):
     e = env(docs)
     nodes = int(e["NNODES"])
     nproc = int(e["NPROC_PER_NODE"])
-    gpus = trainer(docs).get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)
+    gpus = trainer(docs).get("resources", {}).get("limits", {}).get("nvidia.com/gpu", "0")
+    assert isinstance(gpus, str), "a quantity, as the API server stores it"
     if kind == "job":
         assert w["spec"]["completions"] == w["spec"]["parallelism"] == nodes
         assert w["spec"]["completionMode"] == "Indexed"
     else:
         assert w["spec"]["replicas"] == nodes
         assert w["spec"]["podManagementPolicy"] == "Parallel"
-    assert nproc == gpus  # one process per GPU: world size = nodes x GPUs
+    assert nproc == int(gpus)  # one process per GPU: world size = nodes x GPUs
     assert "WORLD_SIZE" not in e and "RANK" not in e and "LOCAL_RANK" not in e
 
 
@@ -88,7 +89,7 @@ def test_dns_wiring_master_addr_is_pod_zero(preset, kind):
 def test_gpu_requests_equal_limits_and_shm_is_memory(preset, kind):
     docs = rendered(preset=preset, kind=kind)
     res = trainer(docs)["resources"]
-    assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"] > 0
+    assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"] != "0"
     vols = {v["name"]: v for v in pod_spec(docs)["volumes"]}
     assert vols["dshm"]["emptyDir"]["medium"] == "Memory"
     mounts = {m["mountPath"]: m["name"] for m in trainer(docs)["volumeMounts"]}
@@ -188,8 +189,8 @@ gloo: {socketIfname: eth0}
     assert ps["imagePullSecrets"] == [{"name": "regcred"}]
     assert ps["serviceAccountName"] == "trainer" and ps["automountServiceAccountToken"] is False
     res = trainer(docs)["resources"]
-    assert res["requests"] == {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": 8}
-    assert res["limits"] == {"memory": "256Gi", "nvidia.com/gpu": 8}
+    assert res["requests"] == {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}
+    assert res["limits"] == {"memory": "256Gi", "nvidia.com/gpu": "8"}
     e = env(docs)
     assert (e["NCCL_SOCKET_IFNAME"], e["GLOO_SOCKET_IFNAME"], e["NCCL_IB_DISABLE"]) == ("eth0", "eth0", "1")
     assert workload(docs)["spec"]["ttlSecondsAfterFinished"] == 86400

@@ -119,13 +119,13 @@ def test_every_preset_and_the_defaults_render_burstable_gpu_pods(preset, kind):
 
 def test_auto_requests_follow_the_shape_and_flags_override_them():
     docs = docs_of(run("render", "--gpus", "4"))
-    assert trainer(docs)["resources"]["requests"] == {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": 4}
+    assert trainer(docs)["resources"]["requests"] == {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4"}
     cpu_job = docs_of(run("render", "--gpus", "0", "--set", "nprocPerNode=3"))
     assert trainer(cpu_job)["resources"] == {"requests": {"cpu": "3", "memory": "6Gi"}}
     flags = docs_of(run("render", "--preset", "4x8", "--cpu", "48", "--memory", "512Gi"))
-    assert trainer(flags)["resources"]["requests"] == {"cpu": "48", "memory": "512Gi", "nvidia.com/gpu": 8}
+    assert trainer(flags)["resources"]["requests"] == {"cpu": "48", "memory": "512Gi", "nvidia.com/gpu": "8"}
     none = docs_of(run("render", "--preset", "4x8", "--set", "cpu=", "--set", "memory="))
-    assert trainer(none)["resources"]["requests"] == {"nvidia.com/gpu": 8}
+    assert trainer(none)["resources"]["requests"] == {"nvidia.com/gpu": "8"}
     specific = docs_of(run("render", "--preset", "4x8", "--set", "resources.requests.cpu=40"))
     assert trainer(specific)["resources"]["requests"]["cpu"] == "40"  # the more specific key wins
 
@@ -133,7 +133,7 @@ def test_auto_requests_follow_the_shape_and_flags_override_them():
 def test_guaranteed_sets_limits_equal_to_requests():
     docs = docs_of(run("render", "--preset", "4x8", "--set", "guaranteed=true"))
     res = trainer(docs)["resources"]
-    assert res["limits"] == res["requests"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 8}
+    assert res["limits"] == res["requests"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"}
     assert qos(pod(docs)) == "Guaranteed"
 
 

@@ -7,7 +7,9 @@ in a folder of their own whose path is shown as /tmp/demo (code in /tmp/demo/cod
 /tmp/demo/state); options that only the lab needs (ports, the lab's ssh config and interpreter, short bounds)
 run but are not shown. Two transcripts are the same when they differ only in times, durations, ids, ports,
 addresses and PIDs, and in what depends on the moment of a snapshot: the training's progress, how many
-processes a stop found alive, the order in which two nodes' log lines came (``normalized``, ``comparable``).
+processes or pods a stop found, the order in which two nodes' log lines came, which of two pods failing in the
+same second the Job controller saw first, how many progress lines a wait printed (``normalized``,
+``comparable``).
 """
 
 from __future__ import annotations
@@ -68,8 +70,18 @@ RULES = [
     (re.compile(r"\b\d+ lines of its shutdown report"), "<n> lines of its shutdown report"),
     (re.compile(r"\b\d+ process\(es\) ended"), "<n> process(es) ended"),  # alive at the stop: timing
     (re.compile(r"\S*\.\.\.(?=\s|$)"), "..."),  # a clipped cell: where it is cut depends on ids' lengths
+    (re.compile(r"\b([a-z0-9-]+-\d+)-[bcdfghjklmnpqrstvwxz2456789]{5}\b"), r"\1-<id>"),  # a pod's generated name
+    (re.compile(r"\bnode-\d+\b"), "node-<n>"),  # where the scheduler put a pod (the kubelet stand-in's nodes)
+    (re.compile(r"\b\d+(s|m|h|d)\b(?= +\S)"), "<age>"),  # kgen list's AGE
     (re.compile(r"\b\d{4,}\b"), "<n>"),  # PIDs, job ids, ports elsewhere
 ]
+
+
+# of two pods that failed in the same second, the one the Job controller saw first is the moment's (its FailJob rule)
+FIRST_SEEN = re.compile(r"^( *Job reason: PodFailurePolicy: ).*$")
+# `kgen stop --wait`'s progress lines (as many as the wait took) and how many pods were still there to delete (the
+# Job controller removes a failed Job's pods on its own schedule)
+PROGRESS = re.compile(r"^kgen: waiting: |^\d+ pod\(s\) deleting$")
 
 
 def normalized(text: str) -> list[str]:
@@ -77,6 +89,9 @@ def normalized(text: str) -> list[str]:
     spaces made one (a wider cell shifts a table's columns), the commands' lines as written."""
     out = []
     for line in text.rstrip("\n").splitlines():
+        if PROGRESS.match(line):
+            continue
+        line = FIRST_SEEN.sub(r"\1<the first failed pod the Job controller saw>", line)
         if not line.startswith("$ "):
             for rule, repl in RULES:
                 line = rule.sub(repl, line)
@@ -119,6 +134,7 @@ class Recorder:
     hidden: list[tuple[str, str]] = field(default_factory=list)  # (real text, shown text) replaced in outputs
 
     def __post_init__(self) -> None:
+        given = dict(self.env)
         self.code = self.root / "code"
         self.state = self.root / "state"
         self.code.mkdir(parents=True, exist_ok=True)
@@ -131,8 +147,8 @@ class Recorder:
             "COLUMNS": "200",
             **self.env,
         }
-        self.env.pop("KUBECONFIG", None)
-        self.env["KUBECONFIG"] = str(self.root / "no-kubeconfig")  # no cluster: `kgen list` shows this machine's
+        if "KUBECONFIG" not in given:  # no cluster: `kgen list` shows this machine's
+            self.env["KUBECONFIG"] = str(self.root / "no-kubeconfig")
 
     def shown(self, text: str) -> str:
         for real, shown in self.hidden:
@@ -166,7 +182,7 @@ class Recorder:
         )
         if redirect:
             (self.code / redirect).write_text(res.stdout)
-        line = "$ " + shlex.join(["kgen", *shown]) + (f" > {redirect}" if redirect else "")
+        line = self.shown("$ " + shlex.join(["kgen", *shown]) + (f" > {redirect}" if redirect else ""))
         if comment:
             line = f"{line:<65} # {comment}"
         if self.lines and blank:
@@ -190,12 +206,14 @@ class Recorder:
 
     def wait(self, name: str, done: Callable[[dict], bool], timeout: float, what: str, *extra: str) -> dict:
         deadline = time.monotonic() + timeout
+        v: dict = {}
         while time.monotonic() < deadline:
             v = self.status(name, *extra)
             if v and done(v):
                 return v
             time.sleep(0.5)
-        raise TimeoutError(f"{name}: timed out after {timeout:g}s waiting for {what}")
+        seen = json.dumps({k: v.get(k) for k in ("state", "headline", "nodes")})[:3000]
+        raise TimeoutError(f"{name}: timed out after {timeout:g}s waiting for {what}; last status: {seen}")
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
@@ -309,6 +327,100 @@ def ssh_crash(root: Path) -> str:
         lab.cleanup()
 
 
+# the kubelet stand-in's pods (tests/k8s/kubeletstub.py) are local processes on one loopback: a CPU job of small
+# requests, its own ports, gloo on lo, the lab's short bounds; run, not shown
+def _k8s_hidden() -> tuple[str, ...]:
+    port = free_port_pair()
+    return ("--cpu", "1", "--memory", "1Gi", "--set", f"port={port}", "--set", f"livenessPort={port + 1}",
+            "--set", "gloo.socketIfname=lo", "--set", "timeouts.heartbeat=5", "--set", "shmSize=256Mi",
+            "--set", "timeouts.masterWait=60")  # fmt: skip
+
+
+def k8s_day(root: Path, cp=None) -> dict[str, str]:
+    """README, "The day of a run": the cluster verbs on a real control plane (tests/k8s/cplab.py: API server,
+    controller manager, scheduler, etcd) with the kubelet stand-in's four nodes of 8 GPUs running the pods as
+    local processes: a 3-node Job trains, a second submit of its name is refused, a run asking for 16 GPUs per
+    pod stays unschedulable, a killed pod is replaced by the Job controller and the group re-forms, a script error
+    fails a run naming rank, exception and line, then list and stop. ``cp``: a running control plane whose
+    ``kubelet`` is the stand-in (tests/k8s's session fixture); else one is started and stopped here."""
+    sys.path.insert(0, str(ROOT / "tests" / "k8s"))
+    import signal
+
+    from cplab import ControlPlane, build
+    from kubeletstub import KubeletStub
+
+    own = cp is None
+    kubelet = None
+    if own:
+        bindir, why = build(600)
+        if bindir is None:
+            raise RuntimeError(f"the control plane cannot run here: {why}")
+        cp = ControlPlane(bindir, ["127.0.0.1"])
+    try:
+        if own:
+            cp.start()
+            kubelet = KubeletStub(cp, nodes=4)
+            kubelet.start()
+            cp.kubelet = kubelet
+        code, out = cp.request("POST", "/api/v1/namespaces", {"metadata": {"name": "demo"}})
+        assert code in (201, 409), out
+        rec = Recorder(root, env={"KUBECONFIG": str(cp.kubeconfig)})
+        ns = ("-n", "demo")
+        train = str(rec.code / "train.py")
+        rec.kgen("submit", "--name", "llama", *ns, "--nodes", "3", "--gpus", "0", "--", train, extra=_k8s_hidden())
+        rec.kgen("submit", "--name", "llama", *ns, "--nodes", "3", "--gpus", "0", "--", train, extra=_k8s_hidden())
+
+        def steps(prefix: str) -> dict[int, list[int]]:  # each rank's step lines, from the pods' own logs
+            out: dict[int, list[int]] = {}
+            for r, n in re.findall(r"rank (\d+)/\d+ step (\d+) loss", cp.kubelet.logs("demo", prefix)):
+                out.setdefault(int(r), []).append(int(n))
+            return out
+
+        def trained(prefix: str, done: Callable[[dict[int, list[int]]], bool]) -> None:
+            deadline = time.monotonic() + 180
+            while not done(steps(prefix)):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{prefix}: not training within 180s:\n{cp.kubelet.logs('demo')[-5000:]}")
+                time.sleep(0.5)
+
+        trained("llama-", lambda st: len(st) == 3 and min(max(v) for v in st.values()) >= 20)
+        rec.kgen("status", "llama", *ns, comment="exit 0 (--exit-code: 3, running)")
+        rec.kgen("logs", "llama", *ns, "--tail", "1", comment="-f follows every rank at once")
+        rec.kgen("submit", "--name", "big", *ns, "--nodes", "3", "--gpus", "16", "--", train, extra=_k8s_hidden())
+        rec.wait("big", lambda v: "unschedulable" in v.get("headline", ""), 120, "the scheduler's verdict", *ns)
+        rec.kgen("status", "big", *ns, comment="exit 0 (--exit-code: 4, pending)")
+        day = rec.text()
+
+        rec.lines = []
+        victim = next(p for p in cp.kubelet.running("demo", "llama-") if p.name.startswith("llama-1-"))
+        before = {r: len(v) for r, v in steps("llama-").items()}
+        victim.current.signal(signal.SIGKILL)
+        rec.wait("llama", lambda v: v.get("reformations", 0) >= 1 and v["state"] == "running", 240,
+                 "the re-formed group running", *ns)  # fmt: skip
+        trained("llama-", lambda st: all(len(st.get(r, [])) >= n + 2 for r, n in before.items()))  # trains again
+        rec.kgen("status", "llama", *ns, comment="pod llama-1 was SIGKILLed: replaced, re-formed")
+        rec.kgen("submit", "--name", "t3", *ns, "--nodes", "2", "--gpus", "0", "--set", "nprocPerNode=2", "--",
+                 train, "--fail-rank", "3", "--fail-step", "35", extra=_k8s_hidden())  # fmt: skip
+        rec.wait("t3", lambda v: v["state"] in ("failed", "succeeded"), 240, "the run's end", *ns)
+        rec.kgen("status", "t3", *ns, comment="exit 1: failed")
+        rec.kgen("logs", "t3", *ns, "--rank", "3", "--tail", "5")
+        failure = rec.text()
+
+        rec.lines = []
+        rec.kgen("list", *ns)
+        rec.kgen("stop", "llama", *ns, "--wait")
+        rec.kgen("stop", "llama", *ns, comment="again: nothing is left, exit 2")
+        for name in ("big", "t3"):
+            rec.kgen("stop", name, *ns, "--wait")
+        stop = rec.text()
+        return {"k8s-day": day, "k8s-failure": failure, "k8s-stop": stop}
+    finally:
+        if own:
+            if kubelet is not None:
+                kubelet.stop()
+            cp.stop()
+
+
 # the Slurm lab's CPU nodes and short bounds (tests/slurm/test_cli_slurm.py): run, not shown
 SLURM_HIDDEN = ("--gpus", "0", "--memory", "500Mi", "--set", f"python={sys.executable}", "--set", "slurm.stepWait=8",
                 "--set", "timeouts.heartbeat=3", "--set", "reform.maxReformations=2")  # fmt: skip
@@ -380,7 +492,7 @@ def _short_script(text: str) -> str:
 @dataclass
 class Scenario:
     run: Callable[[Path], str | dict[str, str]]
-    lab: str  # "local" | "ssh" | "slurm": what it needs
+    lab: str  # "local" | "ssh" | "slurm" | "k8s": what it needs
     blocks: tuple[str, ...] = ()  # the transcripts it records (default: its own name)
 
 
@@ -390,6 +502,7 @@ SCENARIOS: dict[str, Scenario] = {
     "local-hang": Scenario(local_hang, "local"),
     "ssh-crash": Scenario(ssh_crash, "ssh"),
     "slurm": Scenario(slurm_runs, "slurm", ("slurm-loop", "slurm-crash", "slurm-crash-readme")),
+    "k8s": Scenario(k8s_day, "k8s", ("k8s-day", "k8s-failure", "k8s-stop")),
 }
 
 

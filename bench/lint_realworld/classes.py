@@ -182,6 +182,7 @@ RULE_CLASSES.update(
         "KG185": ("shell-error",),
         "KG186": ("gpus-not-requested",),
         "KG187": ("never-completes",),
+        "KG191": ("exit-status-lost",),
     }
 )
 # rules that report, not judge (no-schema notes, --explain): never a finding about a defect

@@ -30,7 +30,6 @@ _IN_PLACE = ("OnFailure", "ExitCode", "Always")
     "crash (a bug, a bad config, out of memory) restarts forever and holds its GPUs instead of failing the job.",
     "PyTorchJob: set spec.runPolicy.backoffLimit (e.g. 3), or restartPolicy: Never to fail at the first crash; "
     "Volcano Job: restartPolicy: Never with a PodFailed policy (RestartJob) and maxRetry.",
-    templates_only=True,
 )
 def operator_restarts_forever(doc: Any, ctx: Context) -> Iterator:
     facts = kinds.facts(doc)

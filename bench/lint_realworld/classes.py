@@ -183,6 +183,7 @@ RULE_CLASSES.update(
         "KG186": ("gpus-not-requested",),
         "KG187": ("never-completes",),
         "KG191": ("exit-status-lost",),
+        "KG192": ("gpus-not-requested",),
     }
 )
 # rules that report, not judge (no-schema notes, --explain): never a finding about a defect

@@ -184,6 +184,7 @@ RULE_CLASSES.update(
         "KG187": ("never-completes",),
         "KG191": ("exit-status-lost",),
         "KG192": ("gpus-not-requested",),
+        "KG193": ("sbatch-directive", "placeholder-value"),
     }
 )
 # rules that report, not judge (no-schema notes, --explain): never a finding about a defect

@@ -185,6 +185,7 @@ RULE_CLASSES.update(
         "KG191": ("exit-status-lost",),
         "KG192": ("gpus-not-requested",),
         "KG193": ("sbatch-directive", "placeholder-value"),
+        "KG194": ("procs-gpus-mismatch",),
     }
 )
 # rules that report, not judge (no-schema notes, --explain): never a finding about a defect

@@ -241,7 +241,8 @@ FAILING = [
     ("KG106", "job", set_at(C0 + ("args", 0), "--nnodes=2"), "1.37"),
     ("KG106", "sts", set_at(J + ("spec", "replicas"), 8), "1.37"),
     ("KG107", "job", set_at(C0 + ("args", 1), "--nproc_per_node=16"), "1.37"),
-    ("KG139", "job", set_at(C0 + ("args", 1), "--nproc_per_node=4"), "1.37"),
+    ("KG139", "job", set_at(C0 + ("args", 1), "--nproc_per_node=3"), "1.37"),
+    ("KG194", "job", set_at(C0 + ("args", 1), "--nproc_per_node=4"), "1.37"),
     (
         "KG108",
         "job",
@@ -285,7 +286,8 @@ FAILING = [
     ("KG106", "job", _append(ENV, {"name": "NNODES", "value": "2"}), "1.37"),
     ("KG106", "sts", _append(ENV, {"name": "PET_NNODES", "value": "8"}), "1.37"),
     ("KG107", "job", _append(ENV, {"name": "GPUS_PER_NODE", "value": "9"}), "1.37"),
-    ("KG139", "job", _append(ENV, {"name": "GPUS_PER_NODE", "value": "4"}), "1.37"),
+    ("KG139", "job", _append(ENV, {"name": "GPUS_PER_NODE", "value": "5"}), "1.37"),
+    ("KG194", "job", _append(ENV, {"name": "GPUS_PER_NODE", "value": "2"}), "1.37"),
     # failure policy that retries one pod alone
     ("KG117", "job", set_at(POD + ("restartPolicy",), "OnFailure"), "1.37"),
     ("KG117", "job", set_at(J + ("spec", "backoffLimit"), 3), "1.37"),

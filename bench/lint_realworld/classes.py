@@ -182,6 +182,10 @@ RULE_CLASSES.update(
         "KG185": ("shell-error",),
         "KG186": ("gpus-not-requested",),
         "KG187": ("never-completes",),
+        "KG191": ("exit-status-lost",),
+        "KG192": ("gpus-not-requested",),
+        "KG193": ("sbatch-directive", "placeholder-value"),
+        "KG194": ("procs-gpus-mismatch",),
     }
 )
 # rules that report, not judge (no-schema notes, --explain): never a finding about a defect

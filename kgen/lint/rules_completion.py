@@ -12,45 +12,49 @@ from typing import Any
 from kgen import k8s
 from kgen.findings import Severity
 from kgen.lint import kinds
-from kgen.lint.kinds.base import get
+from kgen.lint.kinds.base import as_int
 from kgen.lint.registry import Context, rule
 
 E, W = Severity.ERROR, Severity.WARNING
 
 
+_IN_PLACE = ("OnFailure", "ExitCode", "Always")
+
+
 @rule(
     "KG183",
     W,
-    "A PyTorchJob whose replicas restart in place (restartPolicy: OnFailure, the operator's default, or "
-    "ExitCode) without runPolicy.backoffLimit: the training-operator sets no limit, so a deterministic crash "
-    "(a bug, a bad config, out of memory) restarts forever and holds its GPUs instead of failing the job.",
-    "Set spec.runPolicy.backoffLimit (e.g. 3), or restartPolicy: Never to fail at the first crash.",
-    kinds=("PyTorchJob",),
+    "An operator workload whose pods restart in place (restartPolicy OnFailure, a PyTorchJob's default, "
+    "ExitCode or Always) with nothing bounding those restarts: a PyTorchJob without runPolicy.backoffLimit "
+    "(kubedl's: spec.backoffLimit), or a Volcano Job, whose maxRetry counts only failed pods. A deterministic "
+    "crash (a bug, a bad config, out of memory) restarts forever and holds its GPUs instead of failing the job.",
+    "PyTorchJob: set spec.runPolicy.backoffLimit (e.g. 3), or restartPolicy: Never to fail at the first crash; "
+    "Volcano Job: restartPolicy: Never with a PodFailed policy (RestartJob) and maxRetry.",
 )
 def operator_restarts_forever(doc: Any, ctx: Context) -> Iterator:
-    if kinds.adapter_for(doc) is None:
+    facts = kinds.facts(doc)
+    if facts is None or facts.restarts_unbounded is None:
         return
-    limit = get(doc.data, "spec", "runPolicy", "backoffLimit")
-    if isinstance(limit, int) and not isinstance(limit, bool):
-        return
-    offending = [t for t in kinds.templates(doc) if t.restart_policy in ("OnFailure", "ExitCode")]
+    offending = []
+    for t in kinds.templates(doc):
+        policy = t.restart_policy or t.spec.get("restartPolicy")
+        if policy not in _IN_PLACE or as_int(t.spec.get("activeDeadlineSeconds")) is not None:
+            continue  # fails at the first crash, or the kubelet fails the pod at its deadline
+        path = t.restart_path or t.spec_path + ("restartPolicy",)
+        offending.append((t, policy, path))
     if not offending:
         return
-    first = offending[0]
     said = ", ".join(
-        f"{t.role} {t.restart_policy}{'' if t.restart_path and t.restart_path[-1] == 'restartPolicy' else ' (default)'}"
-        for t in offending
+        f"{t.role} {policy}{'' if path[-1] == 'restartPolicy' else ' (default)'}".strip()
+        for t, policy, path in offending
     )
-    legacy = " (spec.backoffLimit is no field of kubeflow.org/v1: it belongs in runPolicy)" if get(
-        doc.data, "spec", "backoffLimit"
-    ) is not None else ""  # fmt: skip
     what = "a crash"
-    if any(t.restart_policy == "ExitCode" for t in offending):
+    if any(policy == "ExitCode" for _, policy, _ in offending):
         what = "a crash (ExitCode: one with a retryable exit code, e.g. OOM-killed 137)"
+    missing, fix = facts.restarts_unbounded
     yield (
-        first.restart_path,
-        f"restartPolicy {said} and no runPolicy.backoffLimit{legacy}: {what} restarts in place forever, holding "
-        "the GPUs; set runPolicy.backoffLimit",
+        offending[0][2],
+        f"restartPolicy {said} and {missing}: {what} restarts in place forever, holding the GPUs; {fix}",
     )
 
 

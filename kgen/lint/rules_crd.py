@@ -25,12 +25,14 @@ QUEUE_LABEL = js.QUEUE_LABEL
     E,
     "Structure of the training CRDs, written from their API references (field names, types, required fields, "
     "enums): PyTorchJob (kubeflow.org/v1: Master/Worker, one Master, a container named pytorch, elasticPolicy, "
-    "nprocPerNode), TrainJob and (Cluster)TrainingRuntime (trainer.kubeflow.org/v1alpha1), Volcano Job "
+    "nprocPerNode), MPIJob (kubeflow.org/v2beta1 or v1: one Launcher, Workers; older versions are served no "
+    "more), TrainJob and (Cluster)TrainingRuntime (trainer.kubeflow.org/v1alpha1), Volcano Job "
     "(batch.volcano.sh/v1alpha1: tasks, policies, plugins), LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) and "
     "AppWrapper (workload.codeflare.dev/v1beta2).",
     "Fix the field named in the message; --schema-location with the CRD's published schema checks the rest.",
     kinds=[
         "PyTorchJob",
+        "MPIJob",
         "TrainJob",
         "TrainingRuntime",
         "ClusterTrainingRuntime",

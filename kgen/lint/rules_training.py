@@ -151,24 +151,50 @@ def nnodes_agree(docs: list, ctx: Context) -> Iterator:
     scope="stream",
 )
 def nproc_agree(docs: list, ctx: Context) -> Iterator:
-    yield from _nproc_vs_gpus(docs, more=True)
+    yield from _nproc_vs_gpus(docs, "more")
 
 
 @rule(
     "KG139",
     W,
-    "Processes per node fewer than the GPUs per pod (nvidia.com/gpu limit): the pod holds GPUs no process "
-    "uses (the run trains, slower than the GPUs it reserved).",
+    "Processes per node fewer than the GPUs per pod (nvidia.com/gpu limit), and no even share of them (3 "
+    "processes on 8 GPUs): the pod holds GPUs no process uses (the run trains, slower than the GPUs it "
+    "reserved). An even share (4 processes on 8 GPUs) is KG194's.",
     "Set --nproc-per-node to the GPU limit (or 'gpu'), or request fewer GPUs.",
     kinds=TRAINING_KINDS,
     scope="stream",
 )
 def nproc_below_gpus(docs: list, ctx: Context) -> Iterator:
-    yield from _nproc_vs_gpus(docs, more=False)
+    yield from _nproc_vs_gpus(docs, "fewer")
 
 
-def _nproc_vs_gpus(docs: list, more: bool) -> Iterator:
-    """Processes per node stated for a GPU container that exceed (``more``) or fall short of its GPUs."""
+@rule(
+    "KG194",
+    INFO,
+    "GPUs per pod a whole multiple (2x or more) of the processes per node (8 GPUs, --nproc-per-node=4): right "
+    "when each process drives several GPUs itself (model parallel inside a process, as kgen render "
+    "--set nprocPerNode allows), otherwise the extra GPUs stay idle.",
+    "If each process uses one GPU, set --nproc-per-node to the GPU limit (or 'gpu'), or request fewer GPUs; "
+    "if each process drives its share, nothing to change.",
+    kinds=TRAINING_KINDS,
+    scope="stream",
+)
+def gpus_shared_by_processes(docs: list, ctx: Context) -> Iterator:
+    yield from _nproc_vs_gpus(docs, "share")
+
+
+def _compare(value: int, gpus: int) -> str:
+    """How processes per node compare with the GPUs: more, fewer (GPUs idle), share (an even share each), equal."""
+    if value == gpus:
+        return "equal"
+    if value > gpus:
+        return "more"
+    return "share" if value > 0 and gpus % value == 0 else "fewer"
+
+
+def _nproc_vs_gpus(docs: list, mode: str) -> Iterator:
+    """Processes per node stated for a GPU container that compare with its GPUs as ``mode`` says (more, fewer,
+    share)."""
     for w in workloads(docs):
         stated = w.facts.nproc_stated
         for c, cpath, launches in _each(w):
@@ -176,16 +202,27 @@ def _nproc_vs_gpus(docs: list, more: bool) -> Iterator:
             if not gpus:
                 continue
             if stated is not None and stated[0].isdigit() and int(stated[0]) != gpus and w.primary:
-                if (int(stated[0]) > gpus) == more:
-                    yield w.doc, stated[1], f"{stated[2]}: {stated[0]} but the trainer has {gpus} GPUs; use {gpus}"
+                value = int(stated[0])
+                if _compare(value, gpus) == mode:
+                    yield w.doc, stated[1], _message(f"{stated[2]}: {value}", value, gpus, mode, "the trainer")
                 stated = None
             env = w.env(c)
             for launch in launches:
                 for value, where in _nproc_values(launch, env):
-                    if value != gpus and (value > gpus) == more:
+                    if _compare(value, gpus) == mode:
                         path = _where_path(cpath, c, launch, "nproc_per_node", where)
-                        why = "ranks without a GPU fail" if more else f"{gpus - value} GPU(s) stay idle"
-                        yield w.doc, path, f"{where} but the container has {gpus} GPUs ({why}); use {gpus}"
+                        yield w.doc, path, _message(where, value, gpus, mode, "the container")
+
+
+def _message(said: str, value: int, gpus: int, mode: str, holder: str) -> str:
+    if mode == "more":
+        return f"{said} but {holder} has {gpus} GPUs (ranks without a GPU fail); use {gpus}"
+    if mode == "fewer":
+        return f"{said} but {holder} has {gpus} GPUs ({gpus - value} GPU(s) stay idle); use {gpus}"
+    return (
+        f"{said} with {gpus} GPUs: {gpus // value} GPUs per process, right if each process drives its share "
+        f"(model parallel); if each uses one GPU, {gpus - value} stay idle: use {gpus}"
+    )
 
 
 @rule(

@@ -121,6 +121,7 @@ class Step:
     node_rank_vars: list[str] = field(default_factory=list)  # $SLURM_NODEID ... the batch shell expanded here
     in_cmdsub: bool = False  # inside $(...): its output is read, it is not the training
     in_loop: bool = False  # inside a for/while loop (a per-host `srun -N1 -w "$host" ... &` loop)
+    node: Any = None  # the kgen.launch.shell.Simple command it was read from
 
     @property
     def launches(self) -> list[torchcmd.Launch]:
@@ -148,6 +149,7 @@ class SbatchScript:
     scalars: dict[str, str] = field(default_factory=dict)  # every literal the script assigns (the last)
     exports: set[str] = field(default_factory=set)  # the variables it exports
     skip: frozenset[str] = frozenset()  # ids in `# kgen.dev/lint-skip: KG177,...` comments
+    parsed: Any = None  # the kgen.launch.shell.Script bash reads (None when it does not parse)
 
     lines: list[str] = field(default_factory=list)  # the text's lines (read once)
 
@@ -247,6 +249,7 @@ def read(text: str, file: str = "<stdin>") -> SbatchScript:
     except RecursionError:
         s.error = (1, "the script nests too deeply to read")
         return s
+    s.parsed = script
     _Walker(s, script).run()
     return s
 
@@ -349,8 +352,9 @@ class _Walker:
                 continue
             step_count = len(self.s.steps)
             self.command(words, params, cmd.line, "cmdsub" in around)
-            if len(self.s.steps) > step_count and any(k in ("for", "while", "until") for k in around):
-                self.s.steps[-1].in_loop = True
+            if len(self.s.steps) > step_count:
+                self.s.steps[-1].node = cmd
+                self.s.steps[-1].in_loop = any(k in ("for", "while", "until") for k in around)
 
     def assign(self, w: shell.Word) -> None:
         name, eq, _ = w.raw.partition("=")

@@ -333,7 +333,7 @@ CASES += [
     ("KG133", [_trainjob("template")], [_trainjob("metadata")]),
     ("KG133", [_trainjob("template")], [_trainjob("template", suspend=False)]),
     ("KG107", [_pytorchjob(nproc="16")], [_pytorchjob(nproc="8")]),
-    ("KG139", [_pytorchjob(nproc="4")], [_pytorchjob(nproc="8")]),  # GPUs idle: a warning
+    ("KG139", [_pytorchjob(nproc="3")], [_pytorchjob(nproc="8")]),  # GPUs idle: a warning
     ("KG110", [_pytorchjob(shm=False)], [_pytorchjob()]),
     ("KG136", [{**_pytorchjob(), "spec": {"pytorchReplicaSpecs": {"Chief": {}}}}], [_pytorchjob()]),
     # lws docs examples: the leader Service's ports are no field of networkConfig (only subdomainPolicy)

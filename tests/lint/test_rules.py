@@ -241,7 +241,8 @@ FAILING = [
     ("KG106", "job", set_at(C0 + ("args", 0), "--nnodes=2"), "1.37"),
     ("KG106", "sts", set_at(J + ("spec", "replicas"), 8), "1.37"),
     ("KG107", "job", set_at(C0 + ("args", 1), "--nproc_per_node=16"), "1.37"),
-    ("KG139", "job", set_at(C0 + ("args", 1), "--nproc_per_node=4"), "1.37"),
+    ("KG139", "job", set_at(C0 + ("args", 1), "--nproc_per_node=3"), "1.37"),
+    ("KG194", "job", set_at(C0 + ("args", 1), "--nproc_per_node=4"), "1.37"),
     (
         "KG108",
         "job",
@@ -285,7 +286,8 @@ FAILING = [
     ("KG106", "job", _append(ENV, {"name": "NNODES", "value": "2"}), "1.37"),
     ("KG106", "sts", _append(ENV, {"name": "PET_NNODES", "value": "8"}), "1.37"),
     ("KG107", "job", _append(ENV, {"name": "GPUS_PER_NODE", "value": "9"}), "1.37"),
-    ("KG139", "job", _append(ENV, {"name": "GPUS_PER_NODE", "value": "4"}), "1.37"),
+    ("KG139", "job", _append(ENV, {"name": "GPUS_PER_NODE", "value": "5"}), "1.37"),
+    ("KG194", "job", _append(ENV, {"name": "GPUS_PER_NODE", "value": "2"}), "1.37"),
     # failure policy that retries one pod alone
     ("KG117", "job", set_at(POD + ("restartPolicy",), "OnFailure"), "1.37"),
     ("KG117", "job", set_at(J + ("spec", "backoffLimit"), 3), "1.37"),
@@ -821,6 +823,8 @@ def test_every_registered_rule_has_a_failing_case():
     tested |= {r for r in load_rules() if "KG150" <= r <= "KG169"}  # tests/lint/test_jobset_rules.py
     tested |= {r for r in load_rules() if "KG125" <= r <= "KG149"}  # tests/lint/test_model_rules.py
     tested |= {r for r in load_rules() if "KG170" <= r <= "KG189"}  # tests/lint/test_sbatch.py
+    # every sbatch rule: test_sbatch.py requires a failing fixture and a near miss of each
+    tested |= {r.id for r in load_rules().values() if r.scope == "sbatch"}
     assert set(load_rules()) - tested == set()
 
 

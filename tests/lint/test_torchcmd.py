@@ -82,7 +82,8 @@ def _entrypoint_job(nodes_env, nproc_env, completions=4, gpus=8):
 def test_kgen_entrypoint_env_is_checked_against_completions_and_gpus():
     assert lint_docs(_entrypoint_job("4", "8")).findings == []
     assert rule_ids(lint_docs(_entrypoint_job("2", "8"))) == {"KG106"}
-    assert rule_ids(lint_docs(_entrypoint_job("4", "4"))) == {"KG139"}  # 4 of 8 GPUs idle
+    assert rule_ids(lint_docs(_entrypoint_job("4", "4"))) == {"KG194"}  # 2 GPUs per process: info
+    assert rule_ids(lint_docs(_entrypoint_job("4", "3"))) == {"KG139"}  # no even share: 2 of 8 GPUs idle
     assert rule_ids(lint_docs(_entrypoint_job("4", "16"))) == {"KG107"}  # 8 ranks without a GPU
 
 

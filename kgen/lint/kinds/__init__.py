@@ -22,10 +22,10 @@ _ADAPTERS: dict[tuple[str, str], Adapter] | None = None
 def _registry() -> dict[tuple[str, str], Adapter]:
     global _ADAPTERS
     if _ADAPTERS is None:
-        from kgen.lint.kinds import appwrapper, builtin, jobset, lws, pytorchjob, trainer, volcano
+        from kgen.lint.kinds import appwrapper, builtin, jobset, lws, mpijob, pytorchjob, trainer, volcano
 
         table: dict[tuple[str, str], Adapter] = {}
-        for module in (builtin, jobset, pytorchjob, trainer, volcano, lws, appwrapper):
+        for module in (builtin, jobset, pytorchjob, mpijob, trainer, volcano, lws, appwrapper):
             for adapter in module.ADAPTERS:
                 for group in adapter.groups:
                     table[(group, adapter.kind)] = adapter

@@ -103,6 +103,10 @@ class Facts:
     # only these or template labels, serves pod 0 alone -- a stable master address.
     pod_identity: dict = field(default_factory=dict)
     pod0_index: dict = field(default_factory=dict)
+    # Operator kinds whose pods restart in place (restartPolicy OnFailure, ExitCode, Always) with nothing in
+    # the object bounding those restarts: (what is missing, how to bound them); None when a limit is set or
+    # the controller bounds them by default (a batch Job's backoffLimit, MPIJob's launcher Job).
+    restarts_unbounded: tuple[str, str] | None = None
 
 
 class Adapter:

@@ -109,6 +109,13 @@ class PyTorchJobAdapter(Adapter):
         stated = nproc_per_node(doc)
         if stated is not None:
             facts.nproc_stated = (stated[0], stated[1], "nprocPerNode")
+        if as_int(get(doc.data, "spec", "runPolicy", "backoffLimit")) is None:
+            legacy = (
+                " (spec.backoffLimit is no field of kubeflow.org/v1: it belongs in runPolicy)"
+                if get(doc.data, "spec", "backoffLimit") is not None
+                else ""
+            )
+            facts.restarts_unbounded = (f"no runPolicy.backoffLimit{legacy}", "set runPolicy.backoffLimit")
         return facts
 
     def structure(self, doc: Any, ctx: Any) -> Iterator[tuple[tuple, str]]:
@@ -192,4 +199,25 @@ def nproc_per_node(doc: Any) -> tuple[str, tuple] | None:
     return None
 
 
-ADAPTERS = [PyTorchJobAdapter()]
+class KubeDLPyTorchJobAdapter(PyTorchJobAdapter):
+    """kubedl's PyTorchJob (training.kubedl.io/v1alpha1): the same replica specs and injected variables, with
+    the RunPolicy fields inline in spec (spec.backoffLimit, not runPolicy) and more of its own (modelVersion,
+    cacheBackend ...), so only the replica specs are checked structurally."""
+
+    groups = ("training.kubedl.io",)
+
+    def facts(self, doc: Any) -> Facts:
+        facts = super().facts(doc)
+        facts.kind = "kubedl PyTorchJob"
+        facts.restarts_unbounded = (
+            None
+            if as_int(get(doc.data, "spec", "backoffLimit")) is not None
+            else ("no spec.backoffLimit", "set spec.backoffLimit")
+        )
+        return facts
+
+    def structure(self, doc: Any, ctx: Any) -> Iterator[tuple[tuple, str]]:
+        return iter(())
+
+
+ADAPTERS = [PyTorchJobAdapter(), KubeDLPyTorchJobAdapter()]

@@ -140,6 +140,12 @@ class VolcanoJobAdapter(Adapter):
         else:
             facts.dns = "none"
         facts.kueue_managed = False
+        # maxRetry and the PodFailed/PodEvicted policies count failed pods; a container restarted in place
+        # (OnFailure, Always) never fails its pod, so nothing of a Volcano Job bounds those restarts
+        facts.restarts_unbounded = (
+            "a Volcano Job bounds no in-place restarts (maxRetry and PodFailed policies see only failed pods)",
+            "set restartPolicy: Never and let a PodFailed policy (action: RestartJob) with maxRetry restart the job",
+        )
         return facts
 
     def structure(self, doc: Any, ctx: Any) -> Iterator[tuple[tuple, str]]:

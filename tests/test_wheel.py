@@ -36,6 +36,7 @@ def test_wheel_contains_bundled_data(wheel):
     for preset in ("2node-test", "4x8", "64x8", "4x1"):
         assert f"kgen/_bundled/presets/{preset}.yaml" in names
     assert "kgen/_bundled/entrypoint/kgen_entrypoint.py" in names
+    assert "kgen/_bundled/entrypoint/pod/kgen_entrypoint.py" in names  # what render puts in the ConfigMap
 
 
 def test_wheel_metadata_names_the_pypi_distribution(wheel):
@@ -60,10 +61,8 @@ def test_fresh_venv_outside_the_repo_renders_and_lints(wheel, tmp_path):
     out = sh([str(bindir / "kgen"), "render", "--preset", "4x8"], cwd=work)
     docs = [d for d in yaml.safe_load_all(out) if d]
     assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
-    from kgen.render.podcopy import pod_copy
-
-    shipped = (ROOT / "entrypoint" / "kgen_entrypoint.py").read_text()
-    assert docs[0]["data"]["kgen_entrypoint.py"] == pod_copy(shipped)  # the pod copy, from the wheel's own file
+    shipped = (ROOT / "entrypoint" / "pod" / "kgen_entrypoint.py").read_text()
+    assert docs[0]["data"]["kgen_entrypoint.py"] == shipped  # the pod copy, from the wheel's own file
     assert "kgen_entrypoint" not in str(work)  # nothing was read from the repository
     listing = sh([str(bindir / "kgen"), "presets", "list"], cwd=work)
     assert "64x8" in listing

@@ -1,16 +1,20 @@
 """The entrypoint's parts and the two files assembled from them (entrypoint/assemble.py): the shipped whole
 file and the pod copy are what a fresh assembly makes, the parts use the standard library only, the pod copy is
-the pod parts line for line."""
+the pod parts line for line, and `kgen entrypoint --where` names the part and line of any line."""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
+from kgen.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS_DIR = ROOT / "entrypoint" / "parts"
@@ -117,6 +121,7 @@ def test_the_pod_copy_is_the_pod_parts_line_for_line():
 
 TRICKY = '''#!/usr/bin/env python3
 """Module docstring # not a comment."""
+import re
 
 X = "a # b"  # a comment
 Y = 'it''s' "#"  # two strings, then a comment
@@ -183,3 +188,38 @@ def test_the_pod_copy_reads_strings_and_comments_as_python_does():
         assert gone not in pod, gone
     for gone in ("like a comment", "Class docstring", "single-quoted docstring", "-> int", ": str"):
         assert gone not in pod, gone
+
+
+def test_where_names_the_part_and_line_of_every_line():
+    whole = (ROOT / "entrypoint" / "kgen_entrypoint.py").read_text()
+    lines = whole.split("\n")[:-1]
+    parts = {p.name: p.read_text().split("\n") for p in PARTS_DIR.glob("*.py")}
+    from kgen import sdk
+
+    checked = 0
+    for number, text in enumerate(lines, start=1):
+        place = sdk.entrypoint_where(number, whole)
+        m = re.fullmatch(r"entrypoint/parts/(\w+\.py):(\d+)", place)
+        if not text.strip() or text.startswith("# ===="):
+            continue
+        if m is None:
+            assert place.startswith("entrypoint/assemble.py: "), (number, place)
+            continue
+        assert parts[m.group(1)][int(m.group(2)) - 1] == text, (number, place)
+        checked += 1
+    assert checked > 0.8 * len(lines)
+
+
+def test_kgen_entrypoint_where():
+    whole = (ROOT / "entrypoint" / "kgen_entrypoint.py").read_text().split("\n")
+    hub = (PARTS_DIR / "hub.py").read_text().split("\n")
+    res = CliRunner().invoke(cli, ["entrypoint", "--where", str(whole.index("class Hub:") + 1)])
+    assert res.exit_code == 0 and res.output == f"entrypoint/parts/hub.py:{hub.index('class Hub:') + 1}\n"
+    res = CliRunner().invoke(cli, ["entrypoint", "--where", "2"])
+    assert res.output == "entrypoint/parts/header.py:2\n"
+    for bad in ("0", str(len(whole))):
+        res = CliRunner().invoke(cli, ["entrypoint", "--where", bad])
+        assert res.exit_code == 2
+        assert res.output == (
+            f"kgen: error: --where: must be a line of the entrypoint, 1 to {len(whole) - 1}, got {bad}\n"
+        )

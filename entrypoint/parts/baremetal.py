@@ -67,8 +67,8 @@ ORDERLY_STOP = 3.0  # --stop-node: after SIGTERM to the entrypoint, this long be
 
 
 def state_home(env: dict | None = None) -> str:
-    env = os.environ if env is None else env
-    base = env.get("XDG_STATE_HOME") or ""
+    env = os.environ if env is None else env  # type: ignore[assignment]
+    base = env.get("XDG_STATE_HOME") or ""  # type: ignore[union-attr]
     return base if os.path.isabs(base) else os.path.join(os.path.expanduser("~"), ".local", "state")
 
 
@@ -584,7 +584,7 @@ def _module_problems(name: str, workdir: str, pythonpath: str) -> list[str]:
 
     here = os.path.dirname(os.path.abspath(globals().get("__file__") or "")) if globals().get("__file__") else None
     search: list[str] | None = [workdir] + [p for p in pythonpath.split(os.pathsep) if p]
-    search += [p for p in sys.path if p and p != here and p not in search]
+    search += [p for p in sys.path if p and p != here and p not in search]  # type: ignore[operator]
     parts = name.split(".")
     for i, part in enumerate(parts):
         spec = PathFinder.find_spec(part, search) or (BuiltinImporter.find_spec(part) if i == 0 else None)
@@ -874,7 +874,7 @@ def stop_node(run_dir: str, grace: float, interrupt: bool, group_wait: float) ->
         return procs
 
     if interrupt and _same_process(child):
-        os.kill(child["pid"], signal.SIGINT)  # the deliberate group stop (the group stop every node joins)
+        os.kill(child["pid"], signal.SIGINT)  # type: ignore[index]  # the deliberate group stop (the group stop every node joins)
         steps.append("SIGINT (group stop)")
     if group_wait > 0:  # every node gives the group stop this long to end it
         procs = wait_until(t0 + min(group_wait, grace))
@@ -882,7 +882,7 @@ def stop_node(run_dir: str, grace: float, interrupt: bool, group_wait: float) ->
             steps.append("ended by the group stop")
     if procs and _same_process(child):
         # the orderly way first: the entrypoint stops torchrun, which stops the workers
-        _signal_all([child["pid"]], signal.SIGTERM)
+        _signal_all([child["pid"]], signal.SIGTERM)  # type: ignore[index]
         _signal_all(procs, signal.SIGCONT)  # a frozen (SIGSTOPped) tree acts on signals only once continued
         steps.append("SIGTERM entrypoint")
         procs = wait_until(min(time.monotonic() + ORDERLY_STOP, t0 + grace))

@@ -26,7 +26,11 @@ class Config:
 
     def __init__(self) -> None:
         self.problems: list[str] = []
-        self.nnodes = self.nproc = self.master_port = self.liveness_port = None
+        # None until load_config sets them (a Config with problems never runs): typed as a run sees them
+        self.nnodes: int = None  # type: ignore[assignment]
+        self.nproc: int = None  # type: ignore[assignment]
+        self.master_port: int = None  # type: ignore[assignment]
+        self.liveness_port: int = None  # type: ignore[assignment]
         self.master_addr = ""
         self.node_rank: int | None = None
         self.rank_source = ""
@@ -424,7 +428,7 @@ def load_config(env: dict, with_rank: bool = True) -> Config:
         lo=1,
         fix="seconds to wait for a lost node's replacement (values reform.replacementTimeout), e.g. 300",
     )
-    ose = (env.get("KGEN_ON_SCRIPT_ERROR") or d["KGEN_ON_SCRIPT_ERROR"]).strip()
+    ose = (env.get("KGEN_ON_SCRIPT_ERROR") or d["KGEN_ON_SCRIPT_ERROR"]).strip()  # type: ignore[union-attr]
     if ose not in ON_SCRIPT_ERROR:
         p.append(
             f"KGEN_ON_SCRIPT_ERROR={ose!r} is not 'fail' or 'reform': set values reform.onScriptError to "

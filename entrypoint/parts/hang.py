@@ -180,7 +180,8 @@ def collect_stacks(home: str, wait: float = DUMP_WAIT) -> list[dict]:
 
 def rank_spans(ranks: list[int]) -> str:
     """[0, 1, 2, 5] -> "ranks 0-2, 5"; [7] -> "rank 7"."""
-    rs, parts = sorted(set(ranks)), []
+    rs = sorted(set(ranks))
+    parts: list[list[int]] = []
     for r in rs:
         if parts and parts[-1][1] == r - 1:
             parts[-1][1] = r

@@ -116,7 +116,7 @@ def _main(argv: list[str] | None = None) -> int:
     cfg = load_config(dict(os.environ))
     if cfg.problems:
         fatal(EXIT_CONFIG, cfg.problems)
-    _TAG = f"kgen node {cfg.node_rank}"
+    _TAG = f"kgen node {cfg.node_rank}"  # type: ignore[name-defined]  # header's: one module once assembled
     log(cfg.summary())
     for note in cfg.notes:
         log(f"note: {note}")

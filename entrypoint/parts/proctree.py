@@ -31,7 +31,7 @@ def set_child_subreaper() -> bool:
 
 
 SUPERVISOR_PID = "KGEN_SUPERVISOR_PID"  # set by a bare-metal/Slurm supervisor for the entrypoint it runs
-_PRCTL = []  # libc's prctl, looked up once in the parent (a forked child only calls it)
+_PRCTL: list = []  # libc's prctl, looked up once in the parent (a forked child only calls it)
 
 
 def _prctl():

@@ -289,7 +289,7 @@ class Pump(threading.Thread):
         found.sort(key=lambda r: (r["peer"], r.get("time") or "9", r["rank"]))
         first = dict(found[0])
         same = (first.get("error"), first.get("message"))
-        first["others"] = [
+        first["others"] = [  # type: ignore[assignment]
             dict({k: r[k] for k in ("rank", "exit", "error", "peer") if r.get(k) is not None},
                  **({"same": True} if (r.get("error"), r.get("message")) == same and not r["peer"] else {}))
             for r in found[1:16]

@@ -35,7 +35,7 @@ def _slurm_int(name: str, default: int = 0) -> int:
 
 def slurm_max_requeues(env: dict) -> int:
     raw = (env.get("KGEN_MAX_REFORMATIONS") or "").strip()
-    return int(raw) if raw.isdigit() else int(DEFAULTS["KGEN_MAX_REFORMATIONS"])
+    return int(raw) if raw.isdigit() else int(DEFAULTS["KGEN_MAX_REFORMATIONS"])  # type: ignore[call-overload]
 
 
 class SlurmNode(Supervisor):
@@ -138,7 +138,7 @@ def slurm_outcome(exits: dict, nnodes: int, attempt: int, job: str, srun_rc: int
 
     def said(r: int) -> str:
         rec = current.get(r) or {}
-        return f"node {r}: exit {codes[r]} ({rec.get('reason') or _signal_reason(codes[r])})"
+        return f"node {r}: exit {codes[r]} ({rec.get('reason') or _signal_reason(codes[r])})"  # type: ignore[arg-type]
 
     if stopping:
         return "stopped", EXIT_STOPPED, "stopped by user (kgen stop)"
@@ -153,7 +153,7 @@ def slurm_outcome(exits: dict, nnodes: int, attempt: int, job: str, srun_rc: int
     whole = [r for r, c in codes.items() if c == EXIT_RUN_FAILED]
     if causes or whole:
         first = (causes or whole)[0]
-        return "failed", codes[first], said(first)
+        return "failed", codes[first], said(first)  # type: ignore[return-value]
     lost = [f"node {r}: no exit record (its node was lost)" for r in missing]
     lost += [said(r) for r, c in sorted(codes.items()) if c in (EXIT_DROPPED, 128 + 9)]
     why = "; ".join(lost or [said(r) for r, c in sorted(codes.items()) if c != 0][:3])

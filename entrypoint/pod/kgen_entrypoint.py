@@ -209,7 +209,11 @@ class Config:
 
  def __init__(self):
   self.problems:list[str]=[]
-  self.nnodes=self.nproc=self.master_port=self.liveness_port=None
+
+  self.nnodes:int=None
+  self.nproc:int=None
+  self.master_port:int=None
+  self.liveness_port:int=None
   self.master_addr=''
   self.node_rank:int|None=None
   self.rank_source=''
@@ -646,7 +650,7 @@ def set_child_subreaper():
 
 
 SUPERVISOR_PID='KGEN_SUPERVISOR_PID'
-_PRCTL=[]
+_PRCTL:list=[]
 
 
 def _prctl():
@@ -3586,7 +3590,8 @@ def collect_stacks(home,wait=DUMP_WAIT):
 
 def rank_spans(ranks):
 
- rs,parts=sorted(set(ranks)),[]
+ rs=sorted(set(ranks))
+ parts:list[list[int]]=[]
  for r in rs:
   if parts and parts[-1][1]==r-1:
    parts[-1][1]=r

@@ -1,20 +1,29 @@
-"""Assemble the entrypoint's parts into the files kgen ships.
+"""Assemble the entrypoint's parts into the two files kgen ships.
 
     python entrypoint/assemble.py           write entrypoint/kgen_entrypoint.py and entrypoint/pod/kgen_entrypoint.py
     python entrypoint/assemble.py --check   exit 1 (naming the files) when they differ from a fresh assembly
 
 entrypoint/parts/ holds the runtime's source, one job per module; each part imports what it uses (the standard
-library, and `from .part import name` for the other parts), so ruff and mypy check every part. The shipped file
-is the parts in the order of PARTS below, each under a banner naming its source file and line
-(`# ==== entrypoint/parts/hub.py:12 ====`); the relative imports and the repeated `from __future__` lines are
-left out (found by `ast`, by line range). The pod parts come first, the parts only bare metal and Slurm run after
-them, and the `if __name__ == "__main__"` guard last.
+library, one `import x` a line, and `from .part import name` for the other parts), so ruff and mypy check every
+part. The shipped file is the parts in the order of PARTS below: the first part's #! line and docstring, the
+standard library imports of every part gathered once, then each part under a banner naming its source file and
+line (`# ==== entrypoint/parts/hub.py:12 ====`: the next line is line 12 of hub.py; `kgen entrypoint --where`
+reads these). The parts' imports and repeated `from __future__` lines are left out, found by `ast` by line range.
+The pod parts come first, the parts only bare metal and Slurm run after them, and the `__main__` guard last.
 
-The pod copy (what `kgen render` puts in the ConfigMap) is the pod parts and the guard: comments and the
-docstrings of the parts, functions and classes left out, one space per indentation level, and every line at the
-number it has in the whole file (line 1 says what the file is). Both are pure functions of the parts: standard
-library only, run at build time, their output committed; tests/test_entrypoint_assembly.py checks that the
-committed files equal a fresh assembly.
+The pod copy (what `kgen render` puts in the ConfigMap) is the pod parts and the guard, as small as Python
+allows without moving a line: no comments, no docstrings of the parts, functions and classes (the file's own
+stays), no annotations of functions (nothing evaluates them: `from __future__ import annotations`), one space
+per indentation level, no spaces between tokens that do not need them, single quotes where a string has no
+quote inside (a double quote costs two bytes in JSON), and every line at the number it has in the whole file
+(line 1 says what the file is; where the pod copy has the guard, the whole file has a comment saying so). The
+syntax tree is the whole file's but for what is left out (tests/test_entrypoint_assembly.py checks it, node by
+node and line by line). Both files are pure functions of the parts (standard library, `ast` and `tokenize`, the
+same bytes on Python 3.10 to 3.13), made at build time and committed; the test fails, naming the command above,
+when they are stale.
+
+A new part: a module in entrypoint/parts/ and one line in PARTS (before `main` if the pods run it, after it if
+only bare metal or Slurm does), then the command above.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ PARTS = (
     ("slurmenv", True),
     ("main", True),
     ("baremetal", False),
+    ("nodeverbs", False),
     ("slurm", False),
 )
 

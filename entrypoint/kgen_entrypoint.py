@@ -4088,7 +4088,7 @@ def _main(argv: list[str] | None = None) -> int:
 """Bare metal: one node's run directory and its supervisor (kgen launch). Not in pods."""
 
 
-# ==== entrypoint/parts/baremetal.py:34 ====
+# ==== entrypoint/parts/baremetal.py:30 ====
 # --------------------------------------------------------------------------------------------
 # Bare metal: one node's run directory (`kgen launch`, docs/baremetal.md)
 #
@@ -4589,6 +4589,12 @@ def _signal_reason(code: int) -> str:
     return f"exit code {code}"
 
 
+# ==== entrypoint/parts/nodeverbs.py:1 ====
+"""kgen launch's verbs on a node: --launch-node (the checks, then the detached supervisor) and --run-dir DIR
+--state | --log | --stop-node | --stacks. Not in pods."""
+
+
+# ==== entrypoint/parts/nodeverbs.py:36 ====
 def detach(run_dir: str) -> dict:
     """Start this node's supervisor in its own session (double fork); return its pid record once written."""
     r, w = os.pipe()

@@ -7,11 +7,11 @@ import os
 import signal
 import sys
 
-from .baremetal import launch_node, run_dir_verb
 from .config import load_config
 from .diagnose import diagnose
 from .hang import hang_home, stacks_answer
 from .header import DROPPED, EXIT_CONFIG, EXIT_INTERNAL, Stop, emit, fatal, internal_error, log, printable
+from .nodeverbs import launch_node, run_dir_verb
 from .proctree import SUPERVISOR_PID, die_with_parent
 from .slurm import slurm_end, slurm_node
 from .smoke import smoke_worker

@@ -1,5 +1,6 @@
-"""Every object kgen renders fits client-side `kubectl apply` with headroom, and the pod copy of the
-entrypoint that makes that possible is the same program, line for line.
+"""Every object kgen renders fits client-side `kubectl apply` with headroom, render ships the pod copy of the
+entrypoint that makes that possible, and a traceback in it reads like the whole file's (that it is the pod parts,
+line for line: tests/test_entrypoint_assembly.py).
 
 Client-side `kubectl apply` stores the whole object once more in its `kubectl.kubernetes.io/last-applied-
 configuration` annotation, and the API server caps all annotations of an object at 256 KiB (262,144 bytes).

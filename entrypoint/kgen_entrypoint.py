@@ -43,6 +43,7 @@ by the GPU check of --diagnose. How it works and what was measured: docs/entrypo
 
 from __future__ import annotations
 
+# ==== entrypoint/assemble.py: the standard library imports of every part ====
 import errno
 import hmac
 import json
@@ -61,6 +62,7 @@ import sys
 import threading
 import time
 
+# ==== entrypoint/parts/header.py:50 ====
 EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_MASTER_UNREACHABLE = 3
@@ -192,6 +194,11 @@ def fatal(code: int, lines: list[str] | str) -> None:
     raise Stop(code, "configuration error" if code == EXIT_CONFIG else lines[0])
 
 
+# ==== entrypoint/parts/config.py:1 ====
+"""Configuration: the node's environment read into one Config, with every problem found at once."""
+
+
+# ==== entrypoint/parts/config.py:19 ====
 # --------------------------------------------------------------------------------------------
 # Configuration
 # --------------------------------------------------------------------------------------------
@@ -202,7 +209,11 @@ class Config:
 
     def __init__(self) -> None:
         self.problems: list[str] = []
-        self.nnodes = self.nproc = self.master_port = self.liveness_port = None
+        # None until load_config sets them (a Config with problems never runs): typed as a run sees them
+        self.nnodes: int = None  # type: ignore[assignment]
+        self.nproc: int = None  # type: ignore[assignment]
+        self.master_port: int = None  # type: ignore[assignment]
+        self.liveness_port: int = None  # type: ignore[assignment]
         self.master_addr = ""
         self.node_rank: int | None = None
         self.rank_source = ""
@@ -600,7 +611,7 @@ def load_config(env: dict, with_rank: bool = True) -> Config:
         lo=1,
         fix="seconds to wait for a lost node's replacement (values reform.replacementTimeout), e.g. 300",
     )
-    ose = (env.get("KGEN_ON_SCRIPT_ERROR") or d["KGEN_ON_SCRIPT_ERROR"]).strip()
+    ose = (env.get("KGEN_ON_SCRIPT_ERROR") or d["KGEN_ON_SCRIPT_ERROR"]).strip()  # type: ignore[union-attr]
     if ose not in ON_SCRIPT_ERROR:
         p.append(
             f"KGEN_ON_SCRIPT_ERROR={ose!r} is not 'fail' or 'reform': set values reform.onScriptError to "
@@ -617,6 +628,11 @@ def load_config(env: dict, with_rank: bool = True) -> Config:
     return cfg
 
 
+# ==== entrypoint/parts/proctree.py:1 ====
+"""The local process tree: this node's children, signals, and ending them all."""
+
+
+# ==== entrypoint/parts/proctree.py:17 ====
 # --------------------------------------------------------------------------------------------
 # Local process tree
 # --------------------------------------------------------------------------------------------
@@ -634,7 +650,7 @@ def set_child_subreaper() -> bool:
 
 
 SUPERVISOR_PID = "KGEN_SUPERVISOR_PID"  # set by a bare-metal/Slurm supervisor for the entrypoint it runs
-_PRCTL = []  # libc's prctl, looked up once in the parent (a forked child only calls it)
+_PRCTL: list = []  # libc's prctl, looked up once in the parent (a forked child only calls it)
 
 
 def _prctl():
@@ -819,6 +835,11 @@ class Child:
         self.reap()
 
 
+# ==== entrypoint/parts/pump.py:1 ====
+"""Worker output and failures: the Pump writes torchrun's and the workers' lines, and reads failures."""
+
+
+# ==== entrypoint/parts/pump.py:18 ====
 # --------------------------------------------------------------------------------------------
 # Worker output and failures (docs/entrypoint.md#logs). torchrun writes each worker's stdout and
 # stderr to files (--redirects 3 --log-dir); the Pump writes their lines and torchrun's own (pipes)
@@ -1093,7 +1114,7 @@ class Pump(threading.Thread):
         found.sort(key=lambda r: (r["peer"], r.get("time") or "9", r["rank"]))
         first = dict(found[0])
         same = (first.get("error"), first.get("message"))
-        first["others"] = [
+        first["others"] = [  # type: ignore[assignment]
             dict({k: r[k] for k in ("rank", "exit", "error", "peer") if r.get(k) is not None},
                  **({"same": True} if (r.get("error"), r.get("message")) == same and not r["peer"] else {}))
             for r in found[1:16]
@@ -1108,6 +1129,11 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
+# ==== entrypoint/parts/channel.py:1 ====
+"""The liveness channel: authenticated newline-delimited JSON over TCP (Conn, Session)."""
+
+
+# ==== entrypoint/parts/channel.py:18 ====
 # --------------------------------------------------------------------------------------------
 # Liveness channel: newline-delimited JSON over TCP, node 0 is the hub, every connection proves
 # that it belongs to the run before anything it says counts (docs/entrypoint.md, "Wire format").
@@ -1503,6 +1529,11 @@ class Signals:
         self.drain()
 
 
+# ==== entrypoint/parts/reform.py:1 ====
+"""Re-formation: the protocol's messages, the verdict (decide), --stop and the wait for node 0."""
+
+
+# ==== entrypoint/parts/reform.py:49 ====
 # --------------------------------------------------------------------------------------------
 # Re-formation protocol (docs/entrypoint.md, "Re-formation")
 #
@@ -1811,6 +1842,11 @@ class StrangerLog:
         self.window_start, self.lines, self.suppressed = now, 0, 0
 
 
+# ==== entrypoint/parts/hub.py:1 ====
+"""Node 0's Hub (the group's membership and generations) and every other node's Spoke."""
+
+
+# ==== entrypoint/parts/hub.py:63 ====
 class Hub:
     """Node 0's side: proves every connection's membership, accepts every other node, numbers the
     generations, watches the nodes."""
@@ -2389,6 +2425,11 @@ class Spoke:
             self.close()
 
 
+# ==== entrypoint/parts/torchrun.py:1 ====
+"""torchrun: the command, one generation's run, and the node's run loop."""
+
+
+# ==== entrypoint/parts/torchrun.py:54 ====
 # --------------------------------------------------------------------------------------------
 # torchrun
 # --------------------------------------------------------------------------------------------
@@ -2523,10 +2564,10 @@ def nested_launcher(command: list[str]) -> tuple[str, list[str], int | None, str
     if family == "accelerate" and "num_processes" in opts:
         total, machines = number("num_processes"), number("num_machines") or 1
         nproc = total // machines if total is not None and total % machines == 0 else None
-        option = " ".join(opts["num_processes"]) + (f" over {machines} machines" if machines > 1 else "")
+        option = " ".join(opts["num_processes"]) + (f" over {machines} machines" if machines > 1 else "")  # type: ignore[arg-type]
     for name in _NPROC_OPTIONS.get(family, ()):
         if name in opts and not option:
-            nproc, option = number(name), " ".join(opts[name])
+            nproc, option = number(name), " ".join(opts[name])  # type: ignore[arg-type]
     nnodes = number({"torchrun": "nnodes", "accelerate": "num_machines", "deepspeed": "num_nodes"}[family])
     local_rank_arg = (family == "deepspeed" and "no_local_rank" not in opts) or (
         launcher.endswith("torch.distributed.launch") and "use_env" not in opts
@@ -2563,7 +2604,7 @@ def check_command(command: list[str], env: dict | None = None) -> None:
             "no command after '--': give the training command, e.g. "
             "-- train.py --lr 3e-4, or use --smoke-test / --diagnose",
         )
-    nested = launcher_problem(command, os.environ if env is None else env)
+    nested = launcher_problem(command, os.environ if env is None else env)  # type: ignore[arg-type]
     if nested:
         fatal(EXIT_CONFIG, nested)
     head = command[0]
@@ -2596,7 +2637,7 @@ def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
     env.update(HANG.worker_env(env))  # stacks on a signal, progress files (hang watchdog section)
     log(f"generation {gen}: starting: " + " ".join(argv[1:]))
     try:
-        return Child(argv, env, log_dir, cfg.node_rank * cfg.nproc)
+        return Child(argv, env, log_dir, cfg.node_rank * cfg.nproc)  # type: ignore[operator]
     except OSError as exc:
         fatal(EXIT_CONFIG, f"cannot start torchrun with {sys.executable}: {exc}")
         raise AssertionError from exc  # unreachable
@@ -2811,7 +2852,7 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                     hold_if_statefulset(cfg, sigs)
                     return Stop(0, "succeeded")
                 continue
-            fault, blame = None, None
+            fault, blame = None, None  # type: ignore[assignment]
             if hub.script_fail is not None and hub.script_fail[3]:  # a lost connection follows it: not the cause
                 blame, _, _, reason = hub.script_fail
                 fault, what = "internal", "the run failed"
@@ -2825,13 +2866,13 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
             verdict, code, why = decide(cfg, fault, hub.gen)
             if verdict == REFORM:
                 log(f"{what}: {reason}; stopping torch and re-forming (generation {hub.gen + 1})")
-                hub.abort(reason)
+                hub.abort(reason)  # type: ignore[arg-type]
                 child.kill_tree(ABORT_GRACE)
                 break
             if code == EXIT_RUN_FAILED and fault == "lost":
                 reason = f"{why}: {reason}"
             log(f"FAIL-STOP: {reason}")
-            hub.end(code, reason, blame)
+            hub.end(code, reason, blame)  # type: ignore[arg-type]
             child.kill_tree(ABORT_GRACE)
             if own_rc and blame == 0:
                 return Stop(own_rc, f"torch failed with code {own_rc}")
@@ -2863,13 +2904,13 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
         if spoke.start_gen is None:
             verdict = spoke.verdict
             spoke.close()
-            if verdict[0] == "stop":
-                log(f"node 0 says: stopped by user on {verdict[1]}")
-                return end_local(cfg, sigs, None, stopped_by_user(verdict[1]))
-            if verdict[0] == "end":
-                log(f"FAIL-STOP: node 0 ended the run: {verdict[-1]}")
-                return Stop(verdict[1], f"node 0 ended the run ({verdict[-1]})")
-            log(f"node 0 lost while waiting to start ({verdict[-1]}): joining again")
+            if verdict[0] == "stop":  # type: ignore[index]
+                log(f"node 0 says: stopped by user on {verdict[1]}")  # type: ignore[index]
+                return end_local(cfg, sigs, None, stopped_by_user(verdict[1]))  # type: ignore[index]
+            if verdict[0] == "end":  # type: ignore[index]
+                log(f"FAIL-STOP: node 0 ended the run: {verdict[-1]}")  # type: ignore[index]
+                return Stop(verdict[1], f"node 0 ended the run ({verdict[-1]})")  # type: ignore[index]
+            log(f"node 0 lost while waiting to start ({verdict[-1]}): joining again")  # type: ignore[index]
             continue
         gen = spoke.start_gen
         child = start_torchrun(cfg, command, gen)
@@ -2911,8 +2952,8 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
                     return Stop(own_rc, f"torch failed with code {own_rc}")
                 return Stop(spoke.verdict[1], f"node 0 ended the run ({reason})")
             if kind == "lost":
-                verdict, code, why = decide(cfg, "lost", gen)
-                if verdict != REFORM:
+                verdict, code, why = decide(cfg, "lost", gen)  # type: ignore[assignment]
+                if verdict != REFORM:  # type: ignore[comparison-overlap]
                     log(f"FAIL-STOP: {reason}")
                     child.kill_tree(ABORT_GRACE)
                     what = "peer lost" if code == EXIT_PEER_LOST else why
@@ -2997,6 +3038,11 @@ def request_stop(env: dict) -> int:
     return 0
 
 
+# ==== entrypoint/parts/smoke.py:1 ====
+"""The --smoke-test worker (run by torchrun on every rank): an all-reduce check."""
+
+
+# ==== entrypoint/parts/smoke.py:9 ====
 # --------------------------------------------------------------------------------------------
 # --smoke-test worker (run by torchrun on every rank)
 # --------------------------------------------------------------------------------------------
@@ -3069,6 +3115,11 @@ def smoke_worker() -> int:
     return 0
 
 
+# ==== entrypoint/parts/diagnose.py:1 ====
+"""--diagnose: one PASS/FAIL line per check of the environment and the network."""
+
+
+# ==== entrypoint/parts/diagnose.py:24 ====
 # --------------------------------------------------------------------------------------------
 # --diagnose
 # --------------------------------------------------------------------------------------------
@@ -3374,6 +3425,11 @@ def diagnose(env: dict) -> int:
     return 1 if failed else 0
 
 
+# ==== entrypoint/parts/hang.py:1 ====
+"""The hang watchdog and the training processes' stacks (--stacks)."""
+
+
+# ==== entrypoint/parts/hang.py:23 ====
 # --------------------------------------------------------------------------------------------
 # Hang watchdog and stacks (docs/entrypoint.md#when-a-run-hangs)
 #
@@ -3534,7 +3590,8 @@ def collect_stacks(home: str, wait: float = DUMP_WAIT) -> list[dict]:
 
 def rank_spans(ranks: list[int]) -> str:
     """[0, 1, 2, 5] -> "ranks 0-2, 5"; [7] -> "rank 7"."""
-    rs, parts = sorted(set(ranks)), []
+    rs = sorted(set(ranks))
+    parts: list[list[int]] = []
     for r in rs:
         if parts and parts[-1][1] == r - 1:
             parts[-1][1] = r
@@ -3729,7 +3786,309 @@ def stacks_answer(home: str) -> dict:
     return {"host": socket.gethostname(), "ranks": [dict(s, text=s["text"][-65536:]) for s in stacks], "note": note}
 
 
-# >>> not in pods: kgen render leaves the bare-metal section out of the ConfigMap (kgen/render/podcopy.py)
+# ==== entrypoint/parts/slurmenv.py:1 ====
+"""A Slurm job step's environment: host lists, ports, and the verdict inside a step."""
+
+
+# ==== entrypoint/parts/slurmenv.py:11 ====
+# --------------------------------------------------------------------------------------------
+# Slurm: one task per node of a job step (docs/slurm.md)
+#
+# Inside `srun` (SLURM_JOB_ID and SLURM_STEP_ID set) the node rank is SLURM_NODEID, NNODES the step's
+# node count, MASTER_ADDR the first host of the step's node list (parsed here, as `scontrol show
+# hostnames` does: no scontrol needed inside a container), MASTER_PORT 20000 + 2 x (job id % 5000)
+# (below the ephemeral range; the liveness port is the next one, so two jobs sharing a node never share
+# a port), the run id the job id, and KGEN_RESTART_COUNT follows SLURM_RESTART_COUNT. A value set
+# explicitly must agree with the allocation (NNODES and NODE_RANK both set: ranks by hand, nothing is
+# derived). A lost node is never replaced inside a step: the survivors fail-stop (75), the step ends,
+# and --slurm-end requeues the job (`scontrol requeue`) to resume from the checkpoint, at most
+# KGEN_MAX_REFORMATIONS times; a script error fails the job at once (5).
+#
+#   RUN = the run's folder on a file system every node shares (kgen submit makes it, 0700):
+#   secret, kgen_entrypoint.py, job.sbatch   written at submit time (the secret never in the script)
+#   node<R>/log, node<R>/events            every line of node R, "<UTC time> <line>", all attempts
+#   node<R>/exit    {"code", "reason", "time", "attempt", "job", "host"} of node R's last attempt
+#   node<R>/pid     node R's task: host, pid, attempt, job
+#   node<R>/attempts  one JSON line per start (host) and exit of node R, every attempt (a requeue keeps them)
+#   end, history    --slurm-end's decision on the last attempt (JSON); every decision (JSON lines)
+#   stopping        kgen stop was asked: nothing is requeued, a requeued attempt does not start
+#
+# Verbs: --slurm-node RUN -- COMMAND (the task srun starts on every node: the entrypoint under a
+# foreground supervisor that stamps its lines into RUN/node<R>), --slurm-end RUN RC (the batch script,
+# after srun: succeeded, failed, stopped, or requeue).
+# --------------------------------------------------------------------------------------------
+
+SLURM_PORT_BASE, SLURM_PORT_PAIRS = 20000, 5000  # ports 20000-29999: below Linux's ephemeral range
+SLURM_REQUEUE_CODES = (EXIT_PEER_LOST, EXIT_DROPPED, 128 + 9, 128 + 15)  # a lost, frozen or killed node
+HOSTLIST_MAX = 65536  # names one host list may expand to
+
+
+def hostlist(text: str) -> list[str]:
+    """Slurm's host list -> host names in order, as `scontrol show hostnames` prints them:
+    ``n[0-2]`` -> n0 n1 n2; ``gpu-[01-03,7],login1`` keeps the zero padding and the order;
+    ``r[1-2]-n[0-1]`` -> r1-n0 r1-n1 r2-n0 r2-n1. ValueError on anything else."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        if depth not in (0, 1):
+            raise ValueError(f"unbalanced brackets in host list {text!r}")
+    if depth:
+        raise ValueError(f"unbalanced brackets in host list {text!r}")
+    parts.append(text[start:])
+    names: list[str] = []
+    for part in parts:
+        part = part.strip()
+        if not part:
+            continue
+        names.extend(_hostlist_part(part, HOSTLIST_MAX - len(names)))
+    return names
+
+
+def _hostlist_part(part: str, room: int) -> list[str]:
+    m = re.fullmatch(r"([^\[\]]*)\[([^\[\]]*)\](.*)", part)
+    if not m:
+        if "[" in part or "]" in part or any(c.isspace() for c in part):
+            raise ValueError(f"bad host name {part!r}")
+        return [part]
+    prefix, ranges, rest = m.groups()
+    tails = _hostlist_part(rest, room) if rest else [""]
+    out: list[str] = []
+    for item in ranges.split(","):
+        lo, sep, hi = item.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"bad range {item!r} in host list {part!r}")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first or (last - first + 1) * len(tails) > room - len(out):
+            raise ValueError(f"range {item!r} in {part!r} is reversed or longer than {HOSTLIST_MAX} names")
+        out.extend(f"{prefix}{str(k).zfill(len(lo))}{t}" for k in range(first, last + 1) for t in tails)
+    return out
+
+
+def slurm_port(job: str) -> int:
+    """MASTER_PORT of a Slurm job (the liveness channel takes the next port): pairs never overlap."""
+    try:
+        key = int(job)
+    except ValueError:
+        key = sum(job.encode()) * 7919
+    return SLURM_PORT_BASE + 2 * (key % SLURM_PORT_PAIRS)
+
+
+def slurm_environment(env: dict, cfg: Config) -> dict:
+    """Inside a Slurm job step: the run's settings from the allocation, into a copy of ``env`` (the
+    contract's names, so everything after reads them as on any other platform); cfg.slurm says what came
+    from where. Outside Slurm, or with KGEN_SLURM=0: ``env`` unchanged."""
+    job = _raw(env, "SLURM_JOB_ID") or _raw(env, "SLURM_JOBID")
+    if job is None or _raw(env, "KGEN_SLURM") == "0":
+        return env
+    p = cfg.problems
+    step = _raw(env, "SLURM_STEP_ID") or _raw(env, "SLURM_STEPID")
+    if step is None:
+        if _raw(env, "NODE_RANK") is None and (_raw(env, "SLURM_NNODES") or "1") != "1":
+            p.append(
+                f"this is the batch script (or allocation) of Slurm job {job}, not a job step (no SLURM_STEP_ID): "
+                "start the entrypoint with srun, one task per node (srun --ntasks-per-node=1 "
+                '--ntasks="$SLURM_NNODES" ...), or it runs on the batch host alone as node 0'
+            )
+        return env
+    if _raw(env, "NNODES") is not None and _raw(env, "NODE_RANK") is not None:
+        return env  # ranks given by hand (kgen launch in a Slurm shell, or a script of your own): taken as given
+    out = dict(env)
+
+    def count(*names: str) -> int | None:
+        for name in names:
+            raw = _raw(env, name)
+            if raw is not None:
+                if raw.isdigit():
+                    return int(raw)
+                p.append(f"{name}={raw!r} is not a number: this is not a Slurm job step's environment")
+                return None
+        return None
+
+    nodes = count("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+    tasks = count("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
+    node_id = count("SLURM_NODEID")
+    restart = count("SLURM_RESTART_COUNT") or 0
+    if nodes is None or node_id is None:
+        p.append("SLURM_STEP_NUM_NODES and SLURM_NODEID are not set in this Slurm job step: start it with srun")
+        return env
+    if tasks is not None and tasks != nodes:
+        p.append(
+            f"Slurm job step with {tasks} tasks on {nodes} node(s) (SLURM_STEP_NUM_TASKS): kgen runs one task per "
+            'node, torchrun starts the per-GPU processes: srun --ntasks-per-node=1 --ntasks="$SLURM_NNODES"'
+        )
+    for name, value in (("NNODES", nodes), ("NODE_RANK", node_id)):
+        given = _raw(env, name)
+        if given is not None and given != str(value):
+            origin = "SLURM_STEP_NUM_NODES" if name == "NNODES" else "SLURM_NODEID"
+            p.append(
+                f"{name}={given} but the Slurm step says {value} ({origin}): unset {name}, kgen takes it from Slurm"
+            )
+        out[name] = str(value)
+    listed = _raw(env, "SLURM_STEP_NODELIST") or _raw(env, "SLURM_JOB_NODELIST") or _raw(env, "SLURM_NODELIST") or ""
+    addr = _raw(env, "MASTER_ADDR")
+    if addr is None:
+        try:
+            hosts = hostlist(listed)
+        except ValueError as exc:
+            hosts = []
+            p.append(f"SLURM_STEP_NODELIST={listed!r}: {exc}: set MASTER_ADDR to node 0's host")
+        if hosts:
+            out["MASTER_ADDR"] = addr = hosts[0]
+        elif listed == "":
+            p.append("SLURM_STEP_NODELIST is not set: set MASTER_ADDR to node 0's host")
+    if _raw(env, "MASTER_PORT") is None:
+        out["MASTER_PORT"] = str(slurm_port(job))
+    if _raw(env, "KGEN_RUN_ID") is None:
+        out["KGEN_RUN_ID"] = job
+    if _raw(env, "KGEN_JOB_NAME") is None and _raw(env, "SLURM_JOB_NAME"):
+        out["KGEN_JOB_NAME"] = re.sub(r"[^A-Za-z0-9_.-]", "-", _raw(env, "SLURM_JOB_NAME") or "")[:63]
+    if _raw(env, "KGEN_RESTART_ATTEMPT") is None:
+        out["KGEN_RESTART_ATTEMPT"] = str(restart)
+    cfg.restart_base = restart
+    cfg.slurm = {"job": job, "step": step, "nodes": nodes, "restart": restart, "nodelist": listed}
+    port_from = " (from the job id)" if _raw(env, "MASTER_PORT") is None else ""
+    cfg.notes.append(
+        f"Slurm job {job} step {step}: {nodes} node(s) (SLURM_STEP_NUM_NODES), node rank from SLURM_NODEID, "
+        f"MASTER_ADDR {addr} (first host of {listed or '?'}), MASTER_PORT {out.get('MASTER_PORT')}{port_from}, "
+        f"restart {restart} (SLURM_RESTART_COUNT)"
+    )
+    return out
+
+
+def slurm_decide(cfg: Config, fault: str) -> tuple[str, int, str]:
+    """decide() inside a Slurm step: nothing re-forms in place (the step has no replacement node)."""
+    if fault == "script" and cfg.on_script_error == "fail":
+        return FAIL, EXIT_RUN_FAILED, "a training script failed (KGEN_ON_SCRIPT_ERROR=fail)"
+    return FAIL, EXIT_PEER_LOST, "the Slurm step ends; the job is requeued and resumes from the checkpoint"
+
+
+# ==== entrypoint/parts/main.py:1 ====
+"""main: the command line, and the one last line that says why this node stopped."""
+
+
+# ==== entrypoint/parts/main.py:20 ====
+# --------------------------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------------------------
+
+USAGE = (
+    "usage: kgen_entrypoint.py [--diagnose | --smoke-test | --stop | -- COMMAND [ARGS...]]\n"
+    "  -- train.py ARGS      run a script on every worker through torchrun\n"
+    "  -- -m pkg.mod ARGS    run a module\n"
+    "  -- PROGRAM ARGS       run any program (torchrun --no-python)\n"
+    "  --smoke-test          all-reduce check instead of training\n"
+    "  --diagnose            environment and network checks, one PASS/FAIL line each\n"
+    "  --stop                stop the whole group (with the run's environment, on any host)\n"
+    "  --stacks              this node's training processes' Python stacks, one JSON line\n"
+    "bare metal (kgen launch; docs/baremetal.md):\n"
+    "  --run-dir DIR --detach -- COMMAND   start this node detached (DIR/env: its environment, JSON)\n"
+    "  --run-dir DIR --state               the node's run state, one JSON line\n"
+    "  --run-dir DIR --log [--tail N] [--follow]\n"
+    "  --run-dir DIR --stop-node [--grace S] [--interrupt]   end every process of the node\n"
+    "  --run-dir DIR --stacks              the node's training processes' Python stacks, one JSON line\n"
+    "slurm (docs/slurm.md):\n"
+    "  --slurm-node RUN -- COMMAND   this node of the job step (srun, one task per node)\n"
+    "  --slurm-end RUN RC            after srun: succeeded, failed, stopped, or requeue the job\n"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, then end every log with one line saying why this node stopped."""
+    try:
+        code = _main(argv)
+    except Stop as stop:
+        _said_dropped()
+        emit(sys.stderr, f"kgen-entrypoint: stopped: {printable(stop.reason)}\n")
+        return stop.code
+    except Exception as exc:  # noqa: BLE001 - kgen's own fault outside a run (--diagnose, --stop, a verb)
+        emit(sys.stderr, f"kgen-entrypoint: stopped: {internal_error(exc)}\n")
+        return EXIT_INTERNAL
+    _said_dropped()
+    return code
+
+
+def _said_dropped() -> None:
+    if DROPPED[0]:
+        log(f"{DROPPED[0]} line(s) of this node's output could not be written (a full or failing disk?)")
+
+
+def _main(argv: list[str] | None = None) -> int:
+    global _TAG
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--smoke-worker"]:
+        return smoke_worker()
+    parent = os.environ.get(SUPERVISOR_PID, "")
+    if parent.isdigit():  # run by a node's supervisor: its death is this node's (SIGTERM: leave, stop torch)
+        die_with_parent(signal.SIGTERM, int(parent))
+    verbs = {"--launch-node": "launch_node", "--run-dir": "run_dir_verb", "--slurm-node": "slurm_node"}
+    verbs["--slurm-end"] = "slurm_end"
+    if args and args[0] in verbs and verbs[args[0]] not in globals():
+        fatal(
+            EXIT_CONFIG,
+            f"{args[0]} is for bare metal or Slurm: this is the pod copy kgen render ships, without that "
+            "section; `kgen entrypoint` prints the whole file",
+        )
+    if args[:1] == ["--launch-node"]:  # kgen launch, over ssh (bare metal, docs/baremetal.md)
+        return launch_node(globals().get("KGEN_SOURCE"))
+    if args[:1] == ["--run-dir"]:
+        return run_dir_verb(args[1:])
+    if args[:1] == ["--slurm-node"]:  # a Slurm job step's task, one per node (docs/slurm.md)
+        return slurm_node(args[1:])
+    if args[:1] == ["--slurm-end"]:  # the sbatch script after srun: succeeded, failed, stopped or requeue
+        return slurm_end(args[1:])
+    if args[:1] in (["-h"], ["--help"]):
+        sys.stdout.write(USAGE)
+        return 0
+    if args[:1] == ["--diagnose"]:
+        if len(args) > 1:
+            fatal(EXIT_CONFIG, "--diagnose takes no arguments")
+        return diagnose(dict(os.environ))
+    if args[:1] == ["--stacks"]:  # a pod (kubectl exec): this node's ranks' stacks, one JSON line
+        print(json.dumps(stacks_answer(hang_home(dict(os.environ)))), flush=True)
+        return 0
+    if args[:1] == ["--stop"]:
+        if len(args) > 1:
+            fatal(EXIT_CONFIG, "--stop takes no arguments")
+        return request_stop(dict(os.environ))
+    if args[:1] == ["--smoke-test"]:
+        if len(args) > 1:
+            fatal(EXIT_CONFIG, "--smoke-test takes no arguments")
+        command = [os.path.abspath(__file__), "--smoke-worker"]
+    elif args[:1] == ["--"]:
+        command = args[1:]
+        check_command(command)
+    elif args and not args[0].startswith("-"):
+        command = args
+        check_command(command)
+    else:
+        sys.stderr.write(USAGE)
+        fatal(EXIT_CONFIG, f"unknown option {args[0]!r}" if args else "no command given")
+    cfg = load_config(dict(os.environ))
+    if cfg.problems:
+        fatal(EXIT_CONFIG, cfg.problems)
+    _TAG = f"kgen node {cfg.node_rank}"  # type: ignore[name-defined]  # header's: one module once assembled
+    log(cfg.summary())
+    for note in cfg.notes:
+        log(f"note: {note}")
+    return run(cfg, command)
+
+
+# ==== entrypoint/assemble.py: the guard ====
+# The pod copy ends here with the guard, `if __name__ == "__main__": sys.exit(main())`; the whole
+# file runs it at its end, after the parts only bare metal and Slurm run.
+
+
+# ==== entrypoint/parts/baremetal.py:1 ====
+"""Bare metal: one node's run directory and its supervisor (kgen launch). Not in pods."""
+
+
+# ==== entrypoint/parts/baremetal.py:30 ====
 # --------------------------------------------------------------------------------------------
 # Bare metal: one node's run directory (`kgen launch`, docs/baremetal.md)
 #
@@ -3766,8 +4125,8 @@ ORDERLY_STOP = 3.0  # --stop-node: after SIGTERM to the entrypoint, this long be
 
 
 def state_home(env: dict | None = None) -> str:
-    env = os.environ if env is None else env
-    base = env.get("XDG_STATE_HOME") or ""
+    env = os.environ if env is None else env  # type: ignore[assignment]
+    base = env.get("XDG_STATE_HOME") or ""  # type: ignore[union-attr]
     return base if os.path.isabs(base) else os.path.join(os.path.expanduser("~"), ".local", "state")
 
 
@@ -4230,6 +4589,12 @@ def _signal_reason(code: int) -> str:
     return f"exit code {code}"
 
 
+# ==== entrypoint/parts/nodeverbs.py:1 ====
+"""kgen launch's verbs on a node: --launch-node (the checks, then the detached supervisor) and --run-dir DIR
+--state | --log | --stop-node | --stacks. Not in pods."""
+
+
+# ==== entrypoint/parts/nodeverbs.py:36 ====
 def detach(run_dir: str) -> dict:
     """Start this node's supervisor in its own session (double fork); return its pid record once written."""
     r, w = os.pipe()
@@ -4283,7 +4648,7 @@ def _module_problems(name: str, workdir: str, pythonpath: str) -> list[str]:
 
     here = os.path.dirname(os.path.abspath(globals().get("__file__") or "")) if globals().get("__file__") else None
     search: list[str] | None = [workdir] + [p for p in pythonpath.split(os.pathsep) if p]
-    search += [p for p in sys.path if p and p != here and p not in search]
+    search += [p for p in sys.path if p and p != here and p not in search]  # type: ignore[operator]
     parts = name.split(".")
     for i, part in enumerate(parts):
         spec = PathFinder.find_spec(part, search) or (BuiltinImporter.find_spec(part) if i == 0 else None)
@@ -4573,7 +4938,7 @@ def stop_node(run_dir: str, grace: float, interrupt: bool, group_wait: float) ->
         return procs
 
     if interrupt and _same_process(child):
-        os.kill(child["pid"], signal.SIGINT)  # the deliberate group stop (the group stop every node joins)
+        os.kill(child["pid"], signal.SIGINT)  # type: ignore[index]  # the deliberate group stop (the group stop every node joins)
         steps.append("SIGINT (group stop)")
     if group_wait > 0:  # every node gives the group stop this long to end it
         procs = wait_until(t0 + min(group_wait, grace))
@@ -4581,7 +4946,7 @@ def stop_node(run_dir: str, grace: float, interrupt: bool, group_wait: float) ->
             steps.append("ended by the group stop")
     if procs and _same_process(child):
         # the orderly way first: the entrypoint stops torchrun, which stops the workers
-        _signal_all([child["pid"]], signal.SIGTERM)
+        _signal_all([child["pid"]], signal.SIGTERM)  # type: ignore[index]
         _signal_all(procs, signal.SIGCONT)  # a frozen (SIGSTOPped) tree acts on signals only once continued
         steps.append("SIGTERM entrypoint")
         procs = wait_until(min(time.monotonic() + ORDERLY_STOP, t0 + grace))
@@ -4686,185 +5051,11 @@ def run_dir_verb(args: list[str]) -> int:
     return EXIT_CONFIG
 
 
-# <<< not in pods
-# --------------------------------------------------------------------------------------------
-# Slurm: one task per node of a job step (docs/slurm.md)
-#
-# Inside `srun` (SLURM_JOB_ID and SLURM_STEP_ID set) the node rank is SLURM_NODEID, NNODES the step's
-# node count, MASTER_ADDR the first host of the step's node list (parsed here, as `scontrol show
-# hostnames` does: no scontrol needed inside a container), MASTER_PORT 20000 + 2 x (job id % 5000)
-# (below the ephemeral range; the liveness port is the next one, so two jobs sharing a node never share
-# a port), the run id the job id, and KGEN_RESTART_COUNT follows SLURM_RESTART_COUNT. A value set
-# explicitly must agree with the allocation (NNODES and NODE_RANK both set: ranks by hand, nothing is
-# derived). A lost node is never replaced inside a step: the survivors fail-stop (75), the step ends,
-# and --slurm-end requeues the job (`scontrol requeue`) to resume from the checkpoint, at most
-# KGEN_MAX_REFORMATIONS times; a script error fails the job at once (5).
-#
-#   RUN = the run's folder on a file system every node shares (kgen submit makes it, 0700):
-#   secret, kgen_entrypoint.py, job.sbatch   written at submit time (the secret never in the script)
-#   node<R>/log, node<R>/events            every line of node R, "<UTC time> <line>", all attempts
-#   node<R>/exit    {"code", "reason", "time", "attempt", "job", "host"} of node R's last attempt
-#   node<R>/pid     node R's task: host, pid, attempt, job
-#   node<R>/attempts  one JSON line per start (host) and exit of node R, every attempt (a requeue keeps them)
-#   end, history    --slurm-end's decision on the last attempt (JSON); every decision (JSON lines)
-#   stopping        kgen stop was asked: nothing is requeued, a requeued attempt does not start
-#
-# Verbs: --slurm-node RUN -- COMMAND (the task srun starts on every node: the entrypoint under a
-# foreground supervisor that stamps its lines into RUN/node<R>), --slurm-end RUN RC (the batch script,
-# after srun: succeeded, failed, stopped, or requeue).
-# --------------------------------------------------------------------------------------------
-
-SLURM_PORT_BASE, SLURM_PORT_PAIRS = 20000, 5000  # ports 20000-29999: below Linux's ephemeral range
-SLURM_REQUEUE_CODES = (EXIT_PEER_LOST, EXIT_DROPPED, 128 + 9, 128 + 15)  # a lost, frozen or killed node
-HOSTLIST_MAX = 65536  # names one host list may expand to
+# ==== entrypoint/parts/slurm.py:1 ====
+"""Slurm: the task's supervisor and the batch script's decision after srun. Not in pods."""
 
 
-def hostlist(text: str) -> list[str]:
-    """Slurm's host list -> host names in order, as `scontrol show hostnames` prints them:
-    ``n[0-2]`` -> n0 n1 n2; ``gpu-[01-03,7],login1`` keeps the zero padding and the order;
-    ``r[1-2]-n[0-1]`` -> r1-n0 r1-n1 r2-n0 r2-n1. ValueError on anything else."""
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        if c == "[":
-            depth += 1
-        elif c == "]":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-        if depth not in (0, 1):
-            raise ValueError(f"unbalanced brackets in host list {text!r}")
-    if depth:
-        raise ValueError(f"unbalanced brackets in host list {text!r}")
-    parts.append(text[start:])
-    names: list[str] = []
-    for part in parts:
-        part = part.strip()
-        if not part:
-            continue
-        names.extend(_hostlist_part(part, HOSTLIST_MAX - len(names)))
-    return names
-
-
-def _hostlist_part(part: str, room: int) -> list[str]:
-    m = re.fullmatch(r"([^\[\]]*)\[([^\[\]]*)\](.*)", part)
-    if not m:
-        if "[" in part or "]" in part or any(c.isspace() for c in part):
-            raise ValueError(f"bad host name {part!r}")
-        return [part]
-    prefix, ranges, rest = m.groups()
-    tails = _hostlist_part(rest, room) if rest else [""]
-    out: list[str] = []
-    for item in ranges.split(","):
-        lo, sep, hi = item.strip().partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(f"bad range {item!r} in host list {part!r}")
-        first, last = int(lo), int(hi) if sep else int(lo)
-        if last < first or (last - first + 1) * len(tails) > room - len(out):
-            raise ValueError(f"range {item!r} in {part!r} is reversed or longer than {HOSTLIST_MAX} names")
-        out.extend(f"{prefix}{str(k).zfill(len(lo))}{t}" for k in range(first, last + 1) for t in tails)
-    return out
-
-
-def slurm_port(job: str) -> int:
-    """MASTER_PORT of a Slurm job (the liveness channel takes the next port): pairs never overlap."""
-    try:
-        key = int(job)
-    except ValueError:
-        key = sum(job.encode()) * 7919
-    return SLURM_PORT_BASE + 2 * (key % SLURM_PORT_PAIRS)
-
-
-def slurm_environment(env: dict, cfg: Config) -> dict:
-    """Inside a Slurm job step: the run's settings from the allocation, into a copy of ``env`` (the
-    contract's names, so everything after reads them as on any other platform); cfg.slurm says what came
-    from where. Outside Slurm, or with KGEN_SLURM=0: ``env`` unchanged."""
-    job = _raw(env, "SLURM_JOB_ID") or _raw(env, "SLURM_JOBID")
-    if job is None or _raw(env, "KGEN_SLURM") == "0":
-        return env
-    p = cfg.problems
-    step = _raw(env, "SLURM_STEP_ID") or _raw(env, "SLURM_STEPID")
-    if step is None:
-        if _raw(env, "NODE_RANK") is None and (_raw(env, "SLURM_NNODES") or "1") != "1":
-            p.append(
-                f"this is the batch script (or allocation) of Slurm job {job}, not a job step (no SLURM_STEP_ID): "
-                "start the entrypoint with srun, one task per node (srun --ntasks-per-node=1 "
-                '--ntasks="$SLURM_NNODES" ...), or it runs on the batch host alone as node 0'
-            )
-        return env
-    if _raw(env, "NNODES") is not None and _raw(env, "NODE_RANK") is not None:
-        return env  # ranks given by hand (kgen launch in a Slurm shell, or a script of your own): taken as given
-    out = dict(env)
-
-    def count(*names: str) -> int | None:
-        for name in names:
-            raw = _raw(env, name)
-            if raw is not None:
-                if raw.isdigit():
-                    return int(raw)
-                p.append(f"{name}={raw!r} is not a number: this is not a Slurm job step's environment")
-                return None
-        return None
-
-    nodes = count("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
-    tasks = count("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
-    node_id = count("SLURM_NODEID")
-    restart = count("SLURM_RESTART_COUNT") or 0
-    if nodes is None or node_id is None:
-        p.append("SLURM_STEP_NUM_NODES and SLURM_NODEID are not set in this Slurm job step: start it with srun")
-        return env
-    if tasks is not None and tasks != nodes:
-        p.append(
-            f"Slurm job step with {tasks} tasks on {nodes} node(s) (SLURM_STEP_NUM_TASKS): kgen runs one task per "
-            'node, torchrun starts the per-GPU processes: srun --ntasks-per-node=1 --ntasks="$SLURM_NNODES"'
-        )
-    for name, value in (("NNODES", nodes), ("NODE_RANK", node_id)):
-        given = _raw(env, name)
-        if given is not None and given != str(value):
-            origin = "SLURM_STEP_NUM_NODES" if name == "NNODES" else "SLURM_NODEID"
-            p.append(
-                f"{name}={given} but the Slurm step says {value} ({origin}): unset {name}, kgen takes it from Slurm"
-            )
-        out[name] = str(value)
-    listed = _raw(env, "SLURM_STEP_NODELIST") or _raw(env, "SLURM_JOB_NODELIST") or _raw(env, "SLURM_NODELIST") or ""
-    addr = _raw(env, "MASTER_ADDR")
-    if addr is None:
-        try:
-            hosts = hostlist(listed)
-        except ValueError as exc:
-            hosts = []
-            p.append(f"SLURM_STEP_NODELIST={listed!r}: {exc}: set MASTER_ADDR to node 0's host")
-        if hosts:
-            out["MASTER_ADDR"] = addr = hosts[0]
-        elif listed == "":
-            p.append("SLURM_STEP_NODELIST is not set: set MASTER_ADDR to node 0's host")
-    if _raw(env, "MASTER_PORT") is None:
-        out["MASTER_PORT"] = str(slurm_port(job))
-    if _raw(env, "KGEN_RUN_ID") is None:
-        out["KGEN_RUN_ID"] = job
-    if _raw(env, "KGEN_JOB_NAME") is None and _raw(env, "SLURM_JOB_NAME"):
-        out["KGEN_JOB_NAME"] = re.sub(r"[^A-Za-z0-9_.-]", "-", _raw(env, "SLURM_JOB_NAME") or "")[:63]
-    if _raw(env, "KGEN_RESTART_ATTEMPT") is None:
-        out["KGEN_RESTART_ATTEMPT"] = str(restart)
-    cfg.restart_base = restart
-    cfg.slurm = {"job": job, "step": step, "nodes": nodes, "restart": restart, "nodelist": listed}
-    port_from = " (from the job id)" if _raw(env, "MASTER_PORT") is None else ""
-    cfg.notes.append(
-        f"Slurm job {job} step {step}: {nodes} node(s) (SLURM_STEP_NUM_NODES), node rank from SLURM_NODEID, "
-        f"MASTER_ADDR {addr} (first host of {listed or '?'}), MASTER_PORT {out.get('MASTER_PORT')}{port_from}, "
-        f"restart {restart} (SLURM_RESTART_COUNT)"
-    )
-    return out
-
-
-def slurm_decide(cfg: Config, fault: str) -> tuple[str, int, str]:
-    """decide() inside a Slurm step: nothing re-forms in place (the step has no replacement node)."""
-    if fault == "script" and cfg.on_script_error == "fail":
-        return FAIL, EXIT_RUN_FAILED, "a training script failed (KGEN_ON_SCRIPT_ERROR=fail)"
-    return FAIL, EXIT_PEER_LOST, "the Slurm step ends; the job is requeued and resumes from the checkpoint"
-
-
-# >>> not in pods: the Slurm task's supervisor and the batch script's decision (kgen/render/podcopy.py)
+# ==== entrypoint/parts/slurm.py:31 ====
 def _slurm_int(name: str, default: int = 0) -> int:
     raw = (os.environ.get(name) or "").strip()
     return int(raw) if raw.isdigit() else default
@@ -4872,7 +5063,7 @@ def _slurm_int(name: str, default: int = 0) -> int:
 
 def slurm_max_requeues(env: dict) -> int:
     raw = (env.get("KGEN_MAX_REFORMATIONS") or "").strip()
-    return int(raw) if raw.isdigit() else int(DEFAULTS["KGEN_MAX_REFORMATIONS"])
+    return int(raw) if raw.isdigit() else int(DEFAULTS["KGEN_MAX_REFORMATIONS"])  # type: ignore[call-overload]
 
 
 class SlurmNode(Supervisor):
@@ -4975,7 +5166,7 @@ def slurm_outcome(exits: dict, nnodes: int, attempt: int, job: str, srun_rc: int
 
     def said(r: int) -> str:
         rec = current.get(r) or {}
-        return f"node {r}: exit {codes[r]} ({rec.get('reason') or _signal_reason(codes[r])})"
+        return f"node {r}: exit {codes[r]} ({rec.get('reason') or _signal_reason(codes[r])})"  # type: ignore[arg-type]
 
     if stopping:
         return "stopped", EXIT_STOPPED, "stopped by user (kgen stop)"
@@ -4990,7 +5181,7 @@ def slurm_outcome(exits: dict, nnodes: int, attempt: int, job: str, srun_rc: int
     whole = [r for r, c in codes.items() if c == EXIT_RUN_FAILED]
     if causes or whole:
         first = (causes or whole)[0]
-        return "failed", codes[first], said(first)
+        return "failed", codes[first], said(first)  # type: ignore[return-value]
     lost = [f"node {r}: no exit record (its node was lost)" for r in missing]
     lost += [said(r) for r, c in sorted(codes.items()) if c in (EXIT_DROPPED, 128 + 9)]
     why = "; ".join(lost or [said(r) for r, c in sorted(codes.items()) if c != 0][:3])
@@ -5037,112 +5228,6 @@ def slurm_end(args: list[str]) -> int:
     return code
 
 
-# <<< not in pods
-# --------------------------------------------------------------------------------------------
-# main
-# --------------------------------------------------------------------------------------------
-
-USAGE = (
-    "usage: kgen_entrypoint.py [--diagnose | --smoke-test | --stop | -- COMMAND [ARGS...]]\n"
-    "  -- train.py ARGS      run a script on every worker through torchrun\n"
-    "  -- -m pkg.mod ARGS    run a module\n"
-    "  -- PROGRAM ARGS       run any program (torchrun --no-python)\n"
-    "  --smoke-test          all-reduce check instead of training\n"
-    "  --diagnose            environment and network checks, one PASS/FAIL line each\n"
-    "  --stop                stop the whole group (with the run's environment, on any host)\n"
-    "  --stacks              this node's training processes' Python stacks, one JSON line\n"
-    "bare metal (kgen launch; docs/baremetal.md):\n"
-    "  --run-dir DIR --detach -- COMMAND   start this node detached (DIR/env: its environment, JSON)\n"
-    "  --run-dir DIR --state               the node's run state, one JSON line\n"
-    "  --run-dir DIR --log [--tail N] [--follow]\n"
-    "  --run-dir DIR --stop-node [--grace S] [--interrupt]   end every process of the node\n"
-    "  --run-dir DIR --stacks              the node's training processes' Python stacks, one JSON line\n"
-    "slurm (docs/slurm.md):\n"
-    "  --slurm-node RUN -- COMMAND   this node of the job step (srun, one task per node)\n"
-    "  --slurm-end RUN RC            after srun: succeeded, failed, stopped, or requeue the job\n"
-)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run, then end every log with one line saying why this node stopped."""
-    try:
-        code = _main(argv)
-    except Stop as stop:
-        _said_dropped()
-        emit(sys.stderr, f"kgen-entrypoint: stopped: {printable(stop.reason)}\n")
-        return stop.code
-    except Exception as exc:  # noqa: BLE001 - kgen's own fault outside a run (--diagnose, --stop, a verb)
-        emit(sys.stderr, f"kgen-entrypoint: stopped: {internal_error(exc)}\n")
-        return EXIT_INTERNAL
-    _said_dropped()
-    return code
-
-
-def _said_dropped() -> None:
-    if DROPPED[0]:
-        log(f"{DROPPED[0]} line(s) of this node's output could not be written (a full or failing disk?)")
-
-
-def _main(argv: list[str] | None = None) -> int:
-    global _TAG
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["--smoke-worker"]:
-        return smoke_worker()
-    parent = os.environ.get(SUPERVISOR_PID, "")
-    if parent.isdigit():  # run by a node's supervisor: its death is this node's (SIGTERM: leave, stop torch)
-        die_with_parent(signal.SIGTERM, int(parent))
-    verbs = {"--launch-node": "launch_node", "--run-dir": "run_dir_verb", "--slurm-node": "slurm_node"}
-    verbs["--slurm-end"] = "slurm_end"
-    if args and args[0] in verbs and verbs[args[0]] not in globals():
-        fatal(
-            EXIT_CONFIG,
-            f"{args[0]} is for bare metal or Slurm: this is the pod copy kgen render ships, without that "
-            "section; `kgen entrypoint` prints the whole file",
-        )
-    if args[:1] == ["--launch-node"]:  # kgen launch, over ssh (bare metal, docs/baremetal.md)
-        return launch_node(globals().get("KGEN_SOURCE"))
-    if args[:1] == ["--run-dir"]:
-        return run_dir_verb(args[1:])
-    if args[:1] == ["--slurm-node"]:  # a Slurm job step's task, one per node (docs/slurm.md)
-        return slurm_node(args[1:])
-    if args[:1] == ["--slurm-end"]:  # the sbatch script after srun: succeeded, failed, stopped or requeue
-        return slurm_end(args[1:])
-    if args[:1] in (["-h"], ["--help"]):
-        sys.stdout.write(USAGE)
-        return 0
-    if args[:1] == ["--diagnose"]:
-        if len(args) > 1:
-            fatal(EXIT_CONFIG, "--diagnose takes no arguments")
-        return diagnose(dict(os.environ))
-    if args[:1] == ["--stacks"]:  # a pod (kubectl exec): this node's ranks' stacks, one JSON line
-        print(json.dumps(stacks_answer(hang_home(dict(os.environ)))), flush=True)
-        return 0
-    if args[:1] == ["--stop"]:
-        if len(args) > 1:
-            fatal(EXIT_CONFIG, "--stop takes no arguments")
-        return request_stop(dict(os.environ))
-    if args[:1] == ["--smoke-test"]:
-        if len(args) > 1:
-            fatal(EXIT_CONFIG, "--smoke-test takes no arguments")
-        command = [os.path.abspath(__file__), "--smoke-worker"]
-    elif args[:1] == ["--"]:
-        command = args[1:]
-        check_command(command)
-    elif args and not args[0].startswith("-"):
-        command = args
-        check_command(command)
-    else:
-        sys.stderr.write(USAGE)
-        fatal(EXIT_CONFIG, f"unknown option {args[0]!r}" if args else "no command given")
-    cfg = load_config(dict(os.environ))
-    if cfg.problems:
-        fatal(EXIT_CONFIG, cfg.problems)
-    _TAG = f"kgen node {cfg.node_rank}"
-    log(cfg.summary())
-    for note in cfg.notes:
-        log(f"note: {note}")
-    return run(cfg, command)
-
-
+# ==== entrypoint/assemble.py: the guard ====
 if __name__ == "__main__":
     sys.exit(main())

@@ -40,7 +40,13 @@ ENTRYPOINT_FILE = "kgen_entrypoint.py"
 
 
 def entrypoint_path() -> Path:
+    """The whole entrypoint, as `kgen entrypoint`, `kgen launch` and Slurm ship it (entrypoint/assemble.py)."""
     return entrypoint_dir() / ENTRYPOINT_FILE
+
+
+def pod_entrypoint_path() -> Path:
+    """The pod copy `kgen render` puts in the ConfigMap: the pod parts of the same file, line for line."""
+    return entrypoint_dir() / "pod" / ENTRYPOINT_FILE
 
 
 def cache_dir() -> Path | None:

@@ -1,18 +1,19 @@
-"""Every object kgen renders fits client-side `kubectl apply` with headroom, and the pod copy of the
-entrypoint that makes that possible is the same program, line for line.
+"""Every object kgen renders fits client-side `kubectl apply` with headroom, render ships the pod copy of the
+entrypoint that makes that possible, and a traceback in it reads like the whole file's (that it is the pod parts,
+line for line: tests/test_entrypoint_assembly.py).
 
 Client-side `kubectl apply` stores the whole object once more in its `kubectl.kubernetes.io/last-applied-
 configuration` annotation, and the API server caps all annotations of an object at 256 KiB (262,144 bytes).
 kubectl writes that annotation as Go's encoding/json does (compact, map keys sorted, `<`, `>` and `&` as
 `\\u003c`, `\\u003e`, `\\u0026`, U+2028/U+2029 escaped, a newline at the end): `last_applied` does the same.
-The budget is 144 KiB (it was half the cap, 128 KiB, until the hang watchdog and stacks), for the largest
+The budget is half the cap, 128 KiB (144 KiB for a while after the hang watchdog and stacks, until the pod
+copy became the pod parts without annotations and spare spaces: entrypoint/assemble.py), for the largest
 configuration (64x8, every kind, a long command and environment, every optional object); the test fails loudly,
 with the sizes, when the entrypoint outgrows it.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 
 import pytest
@@ -22,10 +23,9 @@ from click.testing import CliRunner
 from kgen import RenderRequest
 from kgen.cli import cli
 from kgen.render.pipeline import manifest_text
-from kgen.render.podcopy import HEADER, OMIT_BEGIN, OMIT_END, PodCopyError, pod_copy
-from kgen.resources import entrypoint_path
+from kgen.resources import entrypoint_path, pod_entrypoint_path
 
-BUDGET = 144 * 1024  # bytes of last-applied-configuration per object (the annotations' cap is 256 KiB)
+BUDGET = 128 * 1024  # bytes of last-applied-configuration per object (the annotations' cap is 256 KiB)
 ANNOTATIONS_CAP = 262144
 
 LONG_COMMAND = ["train.py", *(f"--option-{i:03d}=value-{i:03d}-{'x' * 24}" for i in range(100))]  # ~5 KiB
@@ -65,160 +65,17 @@ def test_every_object_of_the_largest_configuration_is_within_budget(kind):
     assert sizes[biggest] <= BUDGET, (
         f"{biggest} is {sizes[biggest]:,} bytes as kubectl's last-applied-configuration, over the budget of "
         f"{BUDGET:,} (the API server refuses more than {ANNOTATIONS_CAP:,} for all annotations of an object): "
-        f"keep the entrypoint lean, or mark code the pods never run with {OMIT_BEGIN!r} ... {OMIT_END!r} "
-        f"(kgen/render/podcopy.py); sizes: {sizes}"
+        f"keep the entrypoint lean, or move code the pods never run to a part after the pod parts "
+        f"(PARTS in entrypoint/assemble.py); sizes: {sizes}"
     )
     assert {d["kind"] for d in docs} >= {"ConfigMap", "NetworkPolicy", "PodDisruptionBudget"}
 
 
-# ---- the pod copy: the same program, line for line ------------------------------------------------
-def _without_omitted(source: str) -> str:
-    out, omitting = [], False
-    for line in source.split("\n"):
-        omitting = omitting or line.startswith(OMIT_BEGIN)
-        out.append("" if omitting else line)
-        if line.startswith(OMIT_END):
-            omitting = False
-    return "\n".join(out)
-
-
-class _DropDocstrings(ast.NodeTransformer):
-    def _strip(self, node):
-        self.generic_visit(node)
-        body = node.body
-        first = body[0]
-        if len(body) > 1 and isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-            if isinstance(first.value.value, str):
-                node.body = body[1:]
-        return node
-
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _strip
-
-
-def same_program(source: str, pod: str) -> None:
-    expected = _DropDocstrings().visit(ast.parse(_without_omitted(source)))
-    assert ast.dump(ast.parse(pod)) == ast.dump(expected)
-    lines, pod_lines = source.split("\n"), pod.split("\n")
-    if not source.endswith("\n"):
-        lines.append("")
-    assert len(pod_lines) == len(lines)  # a traceback's line N in a pod is line N of the whole file
-    for n, (full, cut) in enumerate(zip(lines[1:], pod_lines[1:], strict=True), start=2):
-        assert full.lstrip().startswith(cut.lstrip()), f"line {n}: {cut!r} is not the start of {full!r}"
-
-
-def test_the_pod_copy_is_the_entrypoint_without_comments_docstrings_and_the_bare_metal_section():
-    source = entrypoint_path().read_text()
-    pod = pod_copy(source)
-    same_program(source, pod)
-    assert pod.startswith(HEADER + "\n")
-    assert '"""kgen in-pod entrypoint' in pod  # the module docstring stays: what the file is
-    assert "def launch_node(" in source and "def launch_node(" not in pod
-    assert "def diagnose(" in pod and "def request_stop(" in pod and "def smoke_worker(" in pod
-    assert source.count(OMIT_BEGIN) == source.count(OMIT_END) >= 1
-    print(f"\nentrypoint {len(source.encode()):,} B, pod copy {len(pod.encode()):,} B")
-
-
-def test_the_pod_copy_depends_on_the_text_only():
-    source = entrypoint_path().read_text()
-    assert pod_copy(source) == pod_copy(source)
-    assert pod_copy(source.rstrip("\n")) == pod_copy(source)
-
-
-TRICKY = '''#!/usr/bin/env python3
-"""Module docstring # not a comment."""
-import re
-
-X = "a # b"  # a comment
-Y = 'it''s' "#"  # two strings, then a comment
-Z = r"\\\\" # raw, then a comment
-W = """
-# inside a string: kept
-"""  # after it: gone
-R = re.compile(r"""['"]#""")
-
-
-def f(
-    a: int = 1,  # an argument's comment
-) -> int:
-    """A docstring that goes.
-
-    # with a line like a comment
-    """
-    return a
-
-
-def only_doc():
-    """The only statement: kept, or the body would be empty."""
-
-
-class C:
-    """Class docstring: goes."""
-
-    x = 1
-
-    def g(self):
-        "single-quoted docstring: goes"
-        return "not a docstring"
-
-
-if X:
-    """A string after if: not a docstring, kept."""
-    pass
-# >>> not in pods
-def bare_metal():
-    return 1
-# <<< not in pods
-print(f"{X!r} # not a comment {'#'}")
-'''
-
-
-def test_the_pod_copy_reads_strings_and_comments_as_python_does():
-    pod = pod_copy(TRICKY)
-    same_program(TRICKY, pod)
-    for kept in (
-        'X = "a # b"',
-        "Y = 'it''s' \"#\"",
-        'Z = r"\\\\"',
-        "# inside a string: kept",
-        "only statement",
-        "A string after if",
-        "print(f\"{X!r} # not a comment {'#'}\")",
-        '"""Module docstring',
-    ):
-        assert kept in pod, kept
-    for gone in (
-        "# a comment",
-        "# two strings",
-        "# raw,",
-        "# an argument's",
-        "# after it",
-        "A docstring that goes",
-        "like a comment",
-        "Class docstring",
-        "single-quoted docstring",
-        "bare_metal",
-    ):
-        assert gone not in pod, gone
-
-
-@pytest.mark.parametrize(
-    "source, message",
-    [
-        ("#\nx = '''never closed\n", "a string that never ends"),
-        (f"#\n{OMIT_BEGIN}\nx = 1\n", "without '# <<< not in pods' after it"),
-        (f"#\n{OMIT_END}\n", "without '# >>> not in pods' before it"),
-        (f"#\n{OMIT_BEGIN}\n{OMIT_BEGIN}\n{OMIT_END}\n", "inside a section already left out"),
-        ("x = 1\n", "line 1 is code"),
-    ],
-)
-def test_a_source_that_cannot_be_cut_safely_is_refused(source, message):
-    with pytest.raises(PodCopyError, match=message.replace("(", r"\(")):
-        pod_copy(source)
-
-
+# ---- the pod copy: what render ships, and tracebacks that read like the whole file's ---------------------
+# (tests/test_entrypoint_assembly.py checks that it is the pod parts, line for line, as entrypoint/assemble.py makes it)
 def test_render_ships_the_pod_copy():
     docs = [d for d in yaml.safe_load_all(manifest_text(RenderRequest())) if d]
-    assert docs[0]["data"]["kgen_entrypoint.py"] == pod_copy(entrypoint_path().read_text())
+    assert docs[0]["data"]["kgen_entrypoint.py"] == pod_entrypoint_path().read_text()
 
 
 def test_a_traceback_in_the_pod_copy_shows_the_lines_of_the_whole_file(tmp_path):
@@ -229,7 +86,7 @@ def test_a_traceback_in_the_pod_copy_shows_the_lines_of_the_whole_file(tmp_path)
 
     source = entrypoint_path().read_text()
     pod = tmp_path / "kgen_entrypoint.py"
-    pod.write_text(pod_copy(source))
+    pod.write_text(pod_entrypoint_path().read_text())
     code = (
         "import importlib.util, sys; s = importlib.util.spec_from_file_location('ep', sys.argv[1]); "
         "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); m.secret_from_job_uid(None, 'ns', 'x')"
@@ -240,7 +97,8 @@ def test_a_traceback_in_the_pod_copy_shows_the_lines_of_the_whole_file(tmp_path)
     [at] = [i for i, ln in enumerate(lines) if f'File "{pod}"' in ln and "in secret_from_job_uid" in ln]
     number = int(lines[at].split(", line ")[1].split(",")[0])
     shown = lines[at + 1].strip()
-    assert shown and shown == source.split("\n")[number - 1].strip(), (shown, number)
+    whole = source.split("\n")[number - 1]  # the same line, but for its spaces and quotes (the pod copy's are fewer)
+    assert shown and "".join(shown.split()) == "".join(whole.split()).replace('"', "'"), (shown, number, whole)
 
 
 def test_every_name_the_pod_copy_uses_is_defined_in_it(tmp_path):
@@ -253,7 +111,7 @@ def test_every_name_the_pod_copy_uses_is_defined_in_it(tmp_path):
     import sys
 
     copy = tmp_path / "kgen_entrypoint.py"
-    copy.write_text(pod_copy(entrypoint_path().read_text()))
+    copy.write_text(pod_entrypoint_path().read_text())
     done = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", "F821,F822,F823",
          "--output-format", "concise", str(copy)],

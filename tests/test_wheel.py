@@ -36,6 +36,7 @@ def test_wheel_contains_bundled_data(wheel):
     for preset in ("2node-test", "4x8", "64x8", "4x1"):
         assert f"kgen/_bundled/presets/{preset}.yaml" in names
     assert "kgen/_bundled/entrypoint/kgen_entrypoint.py" in names
+    assert "kgen/_bundled/entrypoint/pod/kgen_entrypoint.py" in names  # what render puts in the ConfigMap
 
 
 def test_wheel_metadata_names_the_pypi_distribution(wheel):
@@ -60,10 +61,8 @@ def test_fresh_venv_outside_the_repo_renders_and_lints(wheel, tmp_path):
     out = sh([str(bindir / "kgen"), "render", "--preset", "4x8"], cwd=work)
     docs = [d for d in yaml.safe_load_all(out) if d]
     assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
-    from kgen.render.podcopy import pod_copy
-
-    shipped = (ROOT / "entrypoint" / "kgen_entrypoint.py").read_text()
-    assert docs[0]["data"]["kgen_entrypoint.py"] == pod_copy(shipped)  # the pod copy, from the wheel's own file
+    pod_copy = (ROOT / "entrypoint" / "pod" / "kgen_entrypoint.py").read_text()
+    assert docs[0]["data"]["kgen_entrypoint.py"] == pod_copy  # the pod copy, from the wheel's own file
     assert "kgen_entrypoint" not in str(work)  # nothing was read from the repository
     listing = sh([str(bindir / "kgen"), "presets", "list"], cwd=work)
     assert "64x8" in listing
@@ -71,7 +70,7 @@ def test_fresh_venv_outside_the_repo_renders_and_lints(wheel, tmp_path):
     manifest.write_text(out)
     sh([str(bindir / "kgen"), "lint", str(manifest)], cwd=work)  # the bundled schemas are found
     script = sh([str(bindir / "kgen"), "entrypoint"], cwd=work)
-    assert script == shipped
+    assert script == (ROOT / "entrypoint" / "kgen_entrypoint.py").read_text()
     installed = sh([str(bindir / "kgen"), "entrypoint", "--path"], cwd=work).strip()
     assert installed.startswith(str(env_dir)) and installed.endswith("kgen/_bundled/entrypoint/kgen_entrypoint.py")
     site = sh([str(bindir / "python"), "-c", "import kgen, sys; print(kgen.__file__)"], cwd=work)

@@ -259,9 +259,16 @@ def presets_show(name: str) -> None:
 
 @click.command("entrypoint", cls=KgenCommand)
 @click.option("--path", "show_path", is_flag=True, help="Print where the installed script is instead of its text.")
+@click.option(
+    "--where",
+    "where",
+    type=int,
+    metavar="LINE",
+    help="Print the source (entrypoint/parts/PART.py:N) of line LINE of the script or of a pod's traceback.",
+)
 @output_file_option("Write the script to FILE (safely; - for stdout).")
 @no_formats_option("kgen entrypoint")
-def entrypoint(show_path: bool, output_file: str | None) -> None:
+def entrypoint(show_path: bool, where: int | None, output_file: str | None) -> None:
     """Print the in-pod entrypoint script (kgen_entrypoint.py), for bare metal and custom images.
 
     \b
@@ -272,8 +279,9 @@ def entrypoint(show_path: bool, output_file: str | None) -> None:
                                                         #   one node) KGEN_SECRET_FILE set
       kgen entrypoint > docker/kgen_entrypoint.py       # custom image: COPY it in
       kgen entrypoint --path
+      kgen entrypoint --where 2210                      # a traceback's line 2210: its source part and line
     `kgen render` ships its pod copy in the <name>-entrypoint ConfigMap: the same program and line
-    numbers, without comments, docstrings and the bare-metal and Slurm sections (docs/entrypoint.md).
+    numbers, without comments, docstrings and the bare-metal and Slurm parts (docs/entrypoint.md).
     KGEN_SECRET_FILE names a file holding the run's secret, the same on every node (README, Security);
     `kgen launch` sets all of these itself.
     """
@@ -283,6 +291,11 @@ def entrypoint(show_path: bool, output_file: str | None) -> None:
     check_output_file(output_file)
     if show_path and output_file:
         raise KgenError("cannot be used with --output-file; choose one", option="--path")
+    if where is not None:
+        if show_path or output_file:
+            raise KgenError("cannot be used with --path or --output-file; choose one", option="--where")
+        click.echo(sdk.entrypoint_where(where))
+        return
     if show_path:
         click.echo(str(path))
         return

@@ -26,7 +26,7 @@ from kgen.render.selfcheck import (
 )
 from kgen.render.spec import TrainingSpec, build_spec
 from kgen.render.validate import parse_k8s_version
-from kgen.resources import ENTRYPOINT_FILE, entrypoint_path
+from kgen.resources import ENTRYPOINT_FILE, pod_entrypoint_path
 from kgen.versions import DEFAULT_K8S
 
 __all__ = [  # the stages' names kgen.api re-exports
@@ -100,12 +100,10 @@ def render_documents(spec: TrainingSpec, entrypoint_source: str | None = None) -
     from kgen.yamlio import parse_documents
 
     if entrypoint_source is None:
-        from kgen.render.podcopy import PodCopyError, pod_copy
-
         try:
-            entrypoint_source = pod_copy(entrypoint_path().read_text(encoding="utf-8"))
-        except PodCopyError as exc:
-            raise RenderError(f"kgen's entrypoint cannot be cut for the pods ({exc}): report it") from None
+            entrypoint_source = pod_entrypoint_path().read_text(encoding="utf-8")
+        except OSError as exc:
+            raise RenderError(f"cannot read kgen's pod entrypoint ({exc.strerror}): reinstall kgen") from None
     # The script is kgen's own file, not user input: it is placed into the parsed ConfigMap after
     # the re-parse, which saves quoting and re-parsing 50 KB (~7 ms) on every render.
     docs = parse_documents(render_text(spec, ENTRYPOINT_PLACEHOLDER))

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kgen.sdk.manifests import (
         LintRequest,
         entrypoint_path,
+        entrypoint_where,
         lint,
         lint_rules,
         preset,
@@ -55,6 +56,7 @@ _HOME = {
     "RenderResult": "kgen.render.request",
     "LintRequest": "kgen.sdk.manifests",
     "entrypoint_path": "kgen.sdk.manifests",
+    "entrypoint_where": "kgen.sdk.manifests",
     "lint": "kgen.sdk.manifests",
     "lint_rules": "kgen.sdk.manifests",
     "preset": "kgen.sdk.manifests",
@@ -100,6 +102,7 @@ __all__ = [
     "SubmitResult",
     "check_submit",
     "entrypoint_path",
+    "entrypoint_where",
     "launch",
     "lint",
     "lint_rules",

@@ -186,3 +186,33 @@ def entrypoint_path() -> Path:
     from kgen.resources import entrypoint_path as path
 
     return path()
+
+
+def entrypoint_where(line: int, text: str | None = None) -> str:
+    """`kgen entrypoint --where LINE`: the source of line LINE of the shipped entrypoint (a pod's traceback
+    has the same numbers), as `entrypoint/parts/hub.py:210`, read from the file's banners
+    (`# ==== entrypoint/parts/hub.py:12 ====`: the next line is that part's line 12). Lines above the first
+    banner are the first part's own; a banner that names no line (the gathered imports, the guard) is said
+    as it stands. An out-of-range LINE raises UsageError."""
+    import re
+
+    from kgen.errors import UsageError
+
+    if text is None:
+        text = entrypoint_path().read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    if not 1 <= line <= len(lines):
+        raise UsageError(f"must be a line of the entrypoint, 1 to {len(lines)}, got {line}", option="--where")
+    banner = re.compile(r"# ==== (.+?) ====$")
+    for number in range(line, 0, -1):
+        m = banner.match(lines[number - 1])
+        if not m:
+            continue
+        place = m.group(1)
+        named = re.fullmatch(r"(\S+\.py):(\d+)", place)
+        if not named:
+            return place
+        return f"{named.group(1)}:{int(named.group(2)) + max(0, line - number - 1)}"
+    return f"entrypoint/parts/header.py:{line}"

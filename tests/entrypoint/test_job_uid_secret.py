@@ -99,10 +99,10 @@ def test_a_missing_secret_volume_names_the_secret_and_the_command(tmp_path):
 
 
 def test_the_pod_copy_refuses_bare_metal_verbs_in_one_line(tmp_path):
-    from kgen.render.podcopy import pod_copy
+    from kgen.resources import pod_entrypoint_path
 
     pod = tmp_path / "kgen_entrypoint.py"
-    pod.write_text(pod_copy(ENTRYPOINT.read_text()))
+    pod.write_text(pod_entrypoint_path().read_text())
     for verb in ("--run-dir", "--launch-node", "--slurm-node", "--slurm-end"):
         res = subprocess.run([sys.executable, str(pod), verb, "x"], capture_output=True, text=True, timeout=30)
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr

@@ -123,11 +123,10 @@ def test_output_size_does_not_grow_with_nodes(kind):
 
 
 def test_entrypoint_configmap_carries_the_pod_copy_of_the_entrypoint_file():
-    from kgen.render.podcopy import pod_copy
-    from kgen.resources import entrypoint_path
+    from kgen.resources import pod_entrypoint_path
 
     docs = rendered()
-    assert docs["ConfigMap"]["data"]["kgen_entrypoint.py"] == pod_copy(entrypoint_path().read_text())
+    assert docs["ConfigMap"]["data"]["kgen_entrypoint.py"] == pod_entrypoint_path().read_text()
     vols = {v["name"]: v for v in pod_spec(docs)["volumes"]}
     assert vols["kgen-entrypoint"]["configMap"]["name"] == docs["ConfigMap"]["metadata"]["name"]
     assert trainer(docs)["command"][1] == "/opt/kgen/kgen_entrypoint.py"

@@ -1,0 +1,659 @@
+"""torchrun: the command, one generation's run, and the node's run loop."""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import shlex
+import signal
+import socket
+import sys
+import time
+
+from .channel import Denied, Signals
+from .config import Config, load_config
+from .hang import HANG, end_hang
+from .header import (
+    ABORT_GRACE,
+    EXIT_CONFIG,
+    EXIT_DROPPED,
+    EXIT_INTERNAL,
+    EXIT_MASTER_UNREACHABLE,
+    EXIT_PEER_LOST,
+    EXIT_PEERS_MISSING,
+    EXIT_RUN_FAILED,
+    EXIT_STOPPED,
+    FAIL_VERDICT_WAIT,
+    SIGNAL_GRACE,
+    STOP_BUDGET,
+    STOP_GRACE,
+    STOP_LINGER,
+    Stop,
+    fatal,
+    internal_error,
+    log,
+    shown,
+)
+from .hub import Hub, Spoke
+from .proctree import Child, Running, set_child_subreaper, signal_tree
+from .reform import (
+    MSG_DONE,
+    MSG_FAIL,
+    MSG_LEAVE,
+    MSG_STOP,
+    REFORM,
+    check_torch,
+    decide,
+    stopped_by_user,
+    tell_node0_stop,
+    wait_for_master,
+    wrong_secret,
+)
+
+# --------------------------------------------------------------------------------------------
+# torchrun
+# --------------------------------------------------------------------------------------------
+
+
+def torchrun_argv(cfg: Config, command: list[str], gen: int = 0, log_dir: str = "") -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={cfg.nnodes}",
+        f"--nproc-per-node={cfg.nproc}",
+        "--rdzv-backend=static",
+        f"--master-addr={cfg.master_addr}",
+        f"--master-port={cfg.master_port}",
+        f"--node-rank={cfg.node_rank}",
+        f"--rdzv-id={cfg.rdzv_id}-g{gen}",
+        f"--rdzv-conf=timeout={cfg.rdzv_timeout}",
+        "--max-restarts=0",
+        "--monitor-interval=0.1",
+    ]
+    if log_dir:  # each worker's output into files the Pump reads (whole lines, "[rank R] ")
+        argv += ["--redirects=3", f"--log-dir={log_dir}"]
+    if command[0] == "-m":
+        return argv + ["-m"] + [torchrun_literal(a) for a in command[1:]]
+    if command[0].endswith(".py"):
+        return argv + [torchrun_literal(a) for a in command]
+    return argv + ["--no-python", command[0]] + [torchrun_literal(a) for a in command[1:]]
+
+
+_NOT_TORCHRUN_MACRO = re.compile(r"\$(?!\{local_rank\}|local_rank(?![A-Za-z0-9_]))")
+
+
+def torchrun_literal(arg: str) -> str:
+    """torchrun passes every worker argument through string.Template (its ${local_rank} macro), which
+    turns "$$" into "$": escape every other "$" so that the script gets its arguments exactly."""
+    return _NOT_TORCHRUN_MACRO.sub("$$", arg)
+
+
+# A launcher as the command nests launchers: every node's inner torchrun (accelerate, deepspeed) would form
+# its own one-node world. Read as the launcher reads its arguments; kgen.launch.launchers holds the same reading
+# (tests/test_launchers.py keeps the two on one table). Options not listed as flags take one value.
+NESTED_PROBLEM = (
+    "{launcher} is a launcher, and kgen's entrypoint already starts torchrun on every node "
+    "(nested, each node would train alone as its own one-node world)"
+)
+LOCAL_RANK_NOTE = "the script gets LOCAL_RANK in its environment, not a --local_rank argument"
+_LAUNCHER_FLAGS = {
+    "torchrun": {"standalone", "m", "module", "no_python", "run_path", "virtual_local_rank", "use_env", "h"},
+    "accelerate": {"h", "help", "q", "quiet", "cpu", "multi_gpu", "tpu", "ipex", "enable_cpu_affinity",
+                   "dynamo_use_fullgraph", "dynamo_use_dynamic", "use_deepspeed", "use_fsdp", "use_megatron_lm",
+                   "use_xpu", "same_network", "m", "module", "no_python", "tpu_cluster", "no_tpu_cluster",
+                   "tpu_use_sudo", "downcast_bf16", "fp8_use_autocast_during_eval", "debug"},
+    "deepspeed": {"h", "help", "module", "no_python", "no_local_rank", "no_ssh", "no_ssh_check", "force_multi",
+                  "save_pid", "elastic_training", "bind_cores_to_rank"},
+}  # fmt: skip
+_LAUNCHER_MODULES = {
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torchrun",
+    "accelerate.commands.launch": "accelerate",
+    "deepspeed.launcher.runner": "deepspeed",
+}
+_NPROC_OPTIONS = {"torchrun": ("nproc_per_node",), "deepspeed": ("num_gpus", "num_accelerators")}
+
+
+def _launcher_start(command: list[str]) -> tuple[str, str, int] | None:
+    """(the launcher as written, its family, where its options start) when `command` starts with one."""
+    head = command[0].rsplit("/", 1)[-1] if command else ""
+    if head in ("torchrun", "deepspeed", "accelerate-launch"):
+        return command[0], {"accelerate-launch": "accelerate"}.get(head, head), 1
+    if head == "accelerate":
+        i = 1
+        while i < len(command) and command[i].startswith("-") and command[i] not in ("-h", "--help"):
+            i += 1
+        return (f"{command[0]} launch", "accelerate", i + 1) if command[i : i + 1] == ["launch"] else None
+    at = 0
+    if re.fullmatch(r"python(\d+(\.\d+)*)?", head):  # python [options] -m MODULE
+        at = 1
+        while at < len(command) and not (command[at] == "-m" or re.match(r"-m[^-]", command[at])):
+            if not command[at].startswith("-") or command[at] in ("-", "-c", "--"):
+                return None
+            at += 2 if command[at] in ("-X", "-W", "--check-hash-based-pycs") else 1
+    if at < len(command) - 1 and command[at] == "-m":
+        module, first = command[at + 1], at + 2
+    elif at < len(command) and re.match(r"-m[^-]", command[at]):
+        module, first = command[at][2:], at + 1
+    else:
+        return None
+    family = _LAUNCHER_MODULES.get(module)
+    return (" ".join([*command[:at], "-m", module]), family, first) if family else None
+
+
+def nested_launcher(command: list[str]) -> tuple[str, list[str], int | None, str, int | None, bool] | None:
+    """(launcher as written, the training command inside it, processes per node it was asked for and how,
+    nodes it was asked for, whether it passed --local_rank to the script) when `command` is a launcher."""
+    found = _launcher_start(command)
+    if found is None:
+        return None
+    launcher, family, i = found
+    opts: dict[str, tuple[str, str | None]] = {}
+    while i < len(command) and command[i].startswith("-") and command[i] != "-":
+        word = command[i]
+        if word == "--":
+            i += 1
+            break
+        name = word.split("=", 1)[0]
+        if word.startswith("--") and "=" in word:
+            opts[name.lstrip("-").replace("-", "_")] = (name, word.split("=", 1)[1])
+            i += 1
+        elif not word.startswith("--") and word[1:2] in "rtHie" and len(word) > 2:
+            opts[word[1]] = (word[:2], word[2:])
+            i += 1
+        elif word.lstrip("-").replace("-", "_") in _LAUNCHER_FLAGS[family]:
+            opts[word.lstrip("-").replace("-", "_")] = (word, None)
+            i += 1
+        else:
+            opts[word.lstrip("-").replace("-", "_")] = (word, command[i + 1] if i + 1 < len(command) else None)
+            i += 2
+    script, args = (command[i], command[i + 1 :]) if i < len(command) else ("SCRIPT", [])
+    if "m" in opts or "module" in opts:
+        inner = ["-m", script, *args]
+    elif "no_python" in opts or script.endswith(".py") or script == "SCRIPT":
+        inner = [script, *args]
+    else:
+        inner = ["python3", script, *args]
+
+    def number(name: str) -> int | None:
+        value = opts.get(name, ("", None))[1]
+        return int(value) if value is not None and re.fullmatch(r"\d+", value.strip()) else None
+
+    nproc, option = None, ""
+    if family == "accelerate" and "num_processes" in opts:
+        total, machines = number("num_processes"), number("num_machines") or 1
+        nproc = total // machines if total is not None and total % machines == 0 else None
+        option = " ".join(opts["num_processes"]) + (f" over {machines} machines" if machines > 1 else "")  # type: ignore[arg-type]
+    for name in _NPROC_OPTIONS.get(family, ()):
+        if name in opts and not option:
+            nproc, option = number(name), " ".join(opts[name])  # type: ignore[arg-type]
+    nnodes = number({"torchrun": "nnodes", "accelerate": "num_machines", "deepspeed": "num_nodes"}[family])
+    local_rank_arg = (family == "deepspeed" and "no_local_rank" not in opts) or (
+        launcher.endswith("torch.distributed.launch") and "use_env" not in opts
+    )
+    return launcher, inner, nproc, option, 1 if "standalone" in opts else nnodes, local_rank_arg
+
+
+def launcher_problem(command: list[str], env: dict) -> str | None:
+    """The refusal of a launcher as the command, with the command to run instead (`use: ...`)."""
+    nested = nested_launcher(command)
+    if nested is None:
+        return None
+    launcher, inner, nproc, option, nnodes, local_rank_arg = nested
+    notes, prefix = [], []
+    for var, asked, how in (("NPROC_PER_NODE", nproc, f"its {option}"), ("NNODES", nnodes, f"its {nnodes} nodes")):
+        have = (env.get(var) or "").strip()
+        if asked is None or (var == "NNODES" and asked < 2):
+            continue
+        if not have:
+            prefix.append(f"{var}={asked}")
+        elif have != str(asked):
+            notes.append(f"{how} disagree{'s' * (var == 'NPROC_PER_NODE')} with {var}={have}")
+    if local_rank_arg:
+        notes.append(LOCAL_RANK_NOTE)
+    me = sys.argv[0] if os.path.basename(sys.argv[0]) == os.path.basename(__file__) else os.path.basename(__file__)
+    use = " ".join(shlex.quote(w) for w in [*prefix, "python3", me, "--", *inner])
+    return "; ".join([NESTED_PROBLEM.format(launcher=launcher), *notes, f"use: {use}"])
+
+
+def check_command(command: list[str], env: dict | None = None) -> None:
+    if not command:
+        fatal(
+            EXIT_CONFIG,
+            "no command after '--': give the training command, e.g. "
+            "-- train.py --lr 3e-4, or use --smoke-test / --diagnose",
+        )
+    nested = launcher_problem(command, os.environ if env is None else env)  # type: ignore[arg-type]
+    if nested:
+        fatal(EXIT_CONFIG, nested)
+    head = command[0]
+    if head == "-m":
+        if len(command) < 2 or command[1].startswith("-"):
+            fatal(EXIT_CONFIG, "'-m' needs a module name: -- -m package.module [args]")
+    elif head.startswith("-"):
+        fatal(
+            EXIT_CONFIG, f"command starts with the option {head!r}: give a script, '-m module' or a program after '--'"
+        )
+    elif head.endswith(".py") and not os.path.isfile(head):
+        fatal(
+            EXIT_CONFIG,
+            f"training script {head!r} not found (working directory "
+            f"{os.getcwd()}): check the path, the image and workingDir",
+        )
+
+
+def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
+    try:
+        import tempfile
+
+        log_dir = tempfile.mkdtemp(prefix=f"kgen-torchrun-g{gen}-")
+    except OSError as exc:
+        log(f"note: no temporary folder for the workers' output ({exc}): their lines go out unprefixed")
+        log_dir = ""
+    argv = torchrun_argv(cfg, command, gen, log_dir)
+    restarts = str(cfg.restart_base + gen)
+    env = dict(os.environ, KGEN_RESTART_COUNT=restarts, KGEN_RDZV_ID=f"{cfg.rdzv_id}-g{gen}")
+    env.update(HANG.worker_env(env))  # stacks on a signal, progress files (hang watchdog section)
+    log(f"generation {gen}: starting: " + " ".join(argv[1:]))
+    try:
+        return Child(argv, env, log_dir, cfg.node_rank * cfg.nproc)  # type: ignore[operator]
+    except OSError as exc:
+        fatal(EXIT_CONFIG, f"cannot start torchrun with {sys.executable}: {exc}")
+        raise AssertionError from exc  # unreachable
+
+
+def poll(sel: selectors.BaseSelector, sigs: Signals, link, timeout: float = 0.1) -> None:
+    """One turn of the event loop: wait up to `timeout` for messages or signals and handle them."""
+    for key, _ in sel.select(timeout=timeout):
+        if key.data[0] == "signal":
+            sigs.drain()
+        elif link is not None:
+            link.on_event(key.data)
+
+
+def excuse_own_absence(conns, took: float, cfg: Config) -> None:
+    """This process was not running for `took` seconds (stopped, starved): that silence is ours,
+    not the peers'; do not count it against them. (Whether they dropped us, node 0 tells.)"""
+    if took > 2 * cfg.hb_interval:
+        for conn in conns:
+            conn.last_rx += took
+
+
+def stop_after_signal(sigs: Signals, child: Child | None, sig: int) -> Stop:
+    """Forward `sig` to torchrun, give it SIGNAL_GRACE, then kill what is left."""
+    name = signal.Signals(sig).name
+    log(f"received {name}: stopping torchrun (SIGKILL after {SIGNAL_GRACE:g}s)")
+    if child is not None and child.rc is None:
+        try:
+            os.killpg(child.pid, sig)
+        except OSError:
+            pass
+        deadline = time.monotonic() + SIGNAL_GRACE
+        while child.rc is None and time.monotonic() < deadline:
+            if sigs.pending:
+                log(f"received {signal.Signals(sigs.pending.pop(0)).name} again: killing the local process tree now")
+                break
+            sigs.sleep(0.05)
+            child.reap()
+        finished = child.rc is not None
+        child.kill_tree(2.0 if finished else 0.0, signal.SIGTERM if finished else signal.SIGKILL)
+        log(f"stopped after {name} (torchrun exit code {child.rc})")
+    return Stop(128 + sig, f"signal {name}")
+
+
+def end_local(cfg: Config, sigs: Signals, child: Child | None, stop: Stop) -> Stop:
+    """Stopped by user: end this node's torch tree (SIGTERM, SIGKILL after STOP_GRACE or at a second
+    Ctrl-C), then exit with `stop` (a StatefulSet pod holds idle instead: it would retrain)."""
+    if child is not None:
+        log(f"{stop.reason}: stopping torch (SIGTERM, SIGKILL after {STOP_GRACE:g}s)")
+        child.kill_tree(STOP_GRACE, sigs=sigs)
+    hold_if_statefulset(cfg, sigs, "stopped by user")
+    return stop
+
+
+def hold_if_statefulset(cfg: Config, sigs: Signals, what: str = "run succeeded") -> None:
+    """StatefulSet pods restart on any exit (restartPolicy Always): after a successful or stopped
+    run, idle until the pod is deleted (SIGTERM)."""
+    if cfg.kind != "statefulset":
+        return
+    log(f"{what}; holding idle so restartPolicy Always does not retrain; kgen stop NAME to remove")
+    while not sigs.pending:
+        sigs.sleep(3600)
+
+
+def run_single(cfg: Config, command: list[str], sigs: Signals) -> Stop:
+    child = start_torchrun(cfg, command, 0)
+    while child.rc is None:
+        if sigs.pending:
+            sig = sigs.pending.pop(0)
+            if sig == signal.SIGINT:
+                return end_local(cfg, sigs, child, stopped_by_user(socket.gethostname()))
+            return stop_after_signal(sigs, child, sig)
+        sigs.sleep(0.1)
+        child.reap()
+        if child.rc is None and HANG.due(time.monotonic()):
+            return end_hang(cfg, child)
+    child.failure()
+    child.kill_tree(2.0)
+    if child.rc:
+        return Stop(child.rc, f"torch failed with code {child.rc}")
+    hold_if_statefulset(cfg, sigs)
+    return Stop(0, "succeeded")
+
+
+def stop_group(cfg: Config, hub: Hub, sigs: Signals, child: Child | None, host: str) -> Stop:
+    """Node 0: stopped by user on `host` (its own Ctrl-C, a node's, or --stop). Every node is told
+    at once; nodes that were between generations are told when they rejoin, for STOP_LINGER."""
+    stop = stopped_by_user(host)
+    log(f"{stop.reason}: stopping every node")
+    hub.stop_all(host)
+    if child is not None and child.rc is None:
+        signal_tree(signal.SIGTERM, child.pid)  # torch ends while the last nodes are told
+        child.termed = True  # once: a second SIGTERM cuts torchrun's own shutdown report short
+    deadline = time.monotonic() + STOP_LINGER
+    while not hub.all_told() and time.monotonic() < deadline and not sigs.pending:
+        poll(hub.sel, sigs, hub)
+        hub.tick(time.monotonic())
+        if child is not None:
+            child.reap()
+    if not hub.all_told():
+        log(f"node rank(s) {sorted(hub.expected - hub.told)} not connected: not told")
+    hub.close()
+    return end_local(cfg, sigs, child, stop)
+
+
+def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseSelector) -> Stop:
+    hub = Hub(cfg, sel)
+    where = hub.listen(sigs)
+    log(
+        f"liveness channel listening on port {cfg.liveness_port} at {where}; connections prove membership with "
+        f"the run secret; waiting for {cfg.nnodes - 1} node(s), bound KGEN_RDZV_TIMEOUT={cfg.rdzv_timeout}s"
+    )
+    while True:
+        # joining / re-forming: every node must (re)join with a hello
+        while not hub.complete():
+            poll(sel, sigs, hub)
+            if sigs.pending and sigs.pending[0] == signal.SIGINT:
+                sigs.pending.pop(0)
+                return stop_group(cfg, hub, sigs, None, socket.gethostname())
+            if sigs.pending:
+                hub.close()
+                return stop_after_signal(sigs, None, sigs.pending.pop(0))
+            if hub.stop_host is not None:
+                return stop_group(cfg, hub, sigs, None, hub.stop_host)
+            now = time.monotonic()
+            hub.tick(now)
+            reason = hub.form_deadline_passed(now)
+            if hub.script_fail is not None and hub.script_fail[3]:  # a node's entrypoint failed meanwhile
+                blame, _, _, reason = hub.script_fail
+                log(f"FAIL-STOP: {reason}")
+                hub.end(EXIT_RUN_FAILED, reason, blame)
+                return Stop(EXIT_RUN_FAILED, f"the run failed ({reason})")
+            if reason is not None:
+                log(f"FAIL-STOP: {reason}")
+                hub.end(EXIT_PEERS_MISSING if cfg.max_reformations else EXIT_PEER_LOST, reason)
+                return Stop(EXIT_PEERS_MISSING, f"group could not form: {reason}")
+        gen = hub.next_generation()
+        if gen > 0 and gen > cfg.max_reformations:
+            reason = f"re-formation limit reached (KGEN_MAX_REFORMATIONS={cfg.max_reformations}): {hub.why_forming}"
+            hub.end(EXIT_RUN_FAILED, reason)
+            return Stop(EXIT_RUN_FAILED, reason)
+        formed = time.monotonic() - hub.form_started
+        log(f"all {cfg.nnodes} nodes connected after {formed:.1f}s: generation {gen}")
+        hub.start(gen)
+        child = start_torchrun(cfg, command, gen)
+        own_rc: int | None = None
+        now = time.monotonic()
+        while True:
+            before = now
+            poll(sel, sigs, hub)
+            child.reap()
+            now = time.monotonic()
+            took = now - before  # one turn of this loop (normally <= 0.1 s)
+            finished = hub.state == "finishing"  # own torchrun succeeded: the others no longer watch node 0
+            if took > cfg.hb_timeout - cfg.hb_interval and finished:
+                log(f"this node was frozen for {took:.1f}s after it finished: the others finish by themselves")
+                hub.close()
+                hold_if_statefulset(cfg, sigs)
+                return Stop(0, "succeeded")
+            if took > cfg.hb_timeout - cfg.hb_interval:  # the others have (almost surely) dropped us
+                reason = (
+                    f"this node was frozen for {took:.1f}s (about KGEN_HEARTBEAT_TIMEOUT={cfg.hb_timeout:g}s): the "
+                    f"others have dropped it"
+                )
+                log(f"FAIL-STOP: {reason}")
+                hub.close()
+                child.kill_tree(ABORT_GRACE)
+                return Stop(EXIT_DROPPED, f"dropped from the group ({reason})")
+            excuse_own_absence(hub.peers.values(), took, cfg)
+            if sigs.pending and sigs.pending[0] == signal.SIGINT:
+                sigs.pending.pop(0)
+                return stop_group(cfg, hub, sigs, child, socket.gethostname())
+            if hub.stop_host is not None:
+                return stop_group(cfg, hub, sigs, child, hub.stop_host)
+            if sigs.pending and finished:  # its training is done: a signal now ends no training
+                name = signal.Signals(sigs.pending.pop(0)).name
+                log(f"received {name} after this node finished: the others finish by themselves")
+                hub.close()
+                return Stop(0, "succeeded")
+            if sigs.pending:
+                sig = sigs.pending[0]
+                reason = f"node 0 received {signal.Signals(sig).name} (pod deleted or stopped)"
+                verdict, code, _ = decide(cfg, "lost", hub.gen)
+                if hub.state == "training":
+                    hub.abort(reason) if verdict == REFORM else hub.end(code, reason)
+                hub.close()
+                return stop_after_signal(sigs, child, sigs.pending.pop(0))
+            if child.rc is not None and own_rc is None:
+                own_rc = child.rc
+                if own_rc == 0:
+                    child.kill_tree(2.0)
+                    log("torchrun finished successfully; waiting for the other nodes to finish")
+                    hub.finish()
+                else:
+                    log(f"torchrun exited with code {own_rc}")
+                    hub.script_failed(0, own_rc)  # first: who reported first is who node 0 blames,
+                    said = child.failure()
+                    if said and said.get("peer"):  # unless node 0's own workers only lost a peer
+                        hub.own_failure_was_a_peers()
+            hub.tick(now)
+            if own_rc is None and hub.state == "training" and HANG.due(now):
+                return end_hang(cfg, child, hub, sigs)
+            if hub.state == "finishing":
+                if hub.lost is not None:
+                    log(f"{hub.lost}; this node had already finished successfully")
+                    hub.close()
+                    hold_if_statefulset(cfg, sigs)
+                    return Stop(0, "succeeded")
+                if hub.all_done():
+                    hub.close()
+                    log("all nodes finished")
+                    hold_if_statefulset(cfg, sigs)
+                    return Stop(0, "succeeded")
+                continue
+            fault, blame = None, None  # type: ignore[assignment]
+            if hub.script_fail is not None and hub.script_fail[3]:  # a lost connection follows it: not the cause
+                blame, _, _, reason = hub.script_fail
+                fault, what = "internal", "the run failed"
+            elif hub.lost is not None:
+                fault, reason, what = "lost", hub.lost, "peer lost"
+            elif hub.script_fail is not None and now - hub.script_fail[2] >= FAIL_VERDICT_WAIT:
+                blame, rc, _, _ = hub.script_fail
+                fault, reason, what = "script", f"node {blame}'s torchrun exited with code {rc}", "script failed"
+            if fault is None:
+                continue
+            verdict, code, why = decide(cfg, fault, hub.gen)
+            if verdict == REFORM:
+                log(f"{what}: {reason}; stopping torch and re-forming (generation {hub.gen + 1})")
+                hub.abort(reason)  # type: ignore[arg-type]
+                child.kill_tree(ABORT_GRACE)
+                break
+            if code == EXIT_RUN_FAILED and fault == "lost":
+                reason = f"{why}: {reason}"
+            log(f"FAIL-STOP: {reason}")
+            hub.end(code, reason, blame)  # type: ignore[arg-type]
+            child.kill_tree(ABORT_GRACE)
+            if own_rc and blame == 0:
+                return Stop(own_rc, f"torch failed with code {own_rc}")
+            return Stop(code, f"{what} ({reason})")
+
+
+def spoke_signal(cfg: Config, sigs: Signals, spoke: Spoke, child: Child | None) -> Stop:
+    """A signal on a connected node: Ctrl-C (SIGINT) stops the whole group through node 0; any
+    other signal (SIGTERM: pod deleted) makes this node leave, and the group re-forms without it."""
+    sig = sigs.pending.pop(0)
+    if sig == signal.SIGINT:
+        host = socket.gethostname()
+        spoke.send({"t": MSG_STOP, "host": host}, True)
+        log("received SIGINT: stopped by user; node 0 told to stop every node")
+        return end_local(cfg, sigs, child, stopped_by_user(host))
+    spoke.send({"t": MSG_LEAVE, "reason": f"received {signal.Signals(sig).name} (pod deleted or stopped)"}, True)
+    return stop_after_signal(sigs, child, sig)
+
+
+def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseSelector) -> Stop:
+    last = -1
+    while True:
+        spoke = Spoke(cfg, sel, wait_for_master(cfg, sigs, last))
+        while spoke.start_gen is None and spoke.verdict is None:
+            poll(sel, sigs, spoke)
+            if sigs.pending:
+                return spoke_signal(cfg, sigs, spoke, None)
+            spoke.tick(time.monotonic())
+        if spoke.start_gen is None:
+            verdict = spoke.verdict
+            spoke.close()
+            if verdict[0] == "stop":  # type: ignore[index]
+                log(f"node 0 says: stopped by user on {verdict[1]}")  # type: ignore[index]
+                return end_local(cfg, sigs, None, stopped_by_user(verdict[1]))  # type: ignore[index]
+            if verdict[0] == "end":  # type: ignore[index]
+                log(f"FAIL-STOP: node 0 ended the run: {verdict[-1]}")  # type: ignore[index]
+                return Stop(verdict[1], f"node 0 ended the run ({verdict[-1]})")  # type: ignore[index]
+            log(f"node 0 lost while waiting to start ({verdict[-1]}): joining again")  # type: ignore[index]
+            continue
+        gen = spoke.start_gen
+        child = start_torchrun(cfg, command, gen)
+        own_rc: int | None = None
+        now = time.monotonic()
+        while True:
+            before = now
+            poll(sel, sigs, spoke)
+            child.reap()
+            now = time.monotonic()
+            excuse_own_absence([spoke.conn], now - before, cfg)
+            if sigs.pending:
+                return spoke_signal(cfg, sigs, spoke, child)
+            if child.rc is not None and own_rc is None:
+                own_rc = child.rc
+                if own_rc == 0:
+                    child.kill_tree(2.0)
+                    log("torchrun finished successfully")
+                    spoke.send({"t": MSG_DONE}, True)
+                    hold_if_statefulset(cfg, sigs)
+                    return Stop(0, "succeeded")
+                log(f"torchrun exited with code {own_rc}; node 0 decides: a lost node (re-form) or a script error")
+                spoke.send({"t": MSG_FAIL, "rc": own_rc})  # first: node 0 blames whoever reports first
+                child.failure()
+            spoke.tick(time.monotonic())
+            HANG.report(spoke, time.monotonic())
+            if spoke.verdict is None:
+                continue
+            kind = spoke.verdict[0]
+            reason = spoke.verdict[-1]
+            spoke.close()
+            if kind == "stop":
+                log(f"node 0 says: stopped by user on {reason}")
+                return end_local(cfg, sigs, child, stopped_by_user(reason))
+            if kind == "end":
+                log(f"FAIL-STOP: node 0 ended the run: {reason}")
+                child.kill_tree(ABORT_GRACE)
+                if own_rc and spoke.verdict[2] == cfg.node_rank:
+                    return Stop(own_rc, f"torch failed with code {own_rc}")
+                return Stop(spoke.verdict[1], f"node 0 ended the run ({reason})")
+            if kind == "lost":
+                verdict, code, why = decide(cfg, "lost", gen)  # type: ignore[assignment]
+                if verdict != REFORM:  # type: ignore[comparison-overlap]
+                    log(f"FAIL-STOP: {reason}")
+                    child.kill_tree(ABORT_GRACE)
+                    what = "peer lost" if code == EXIT_PEER_LOST else why
+                    return Stop(code, f"{what} (node 0: {reason})")
+                reason = f"node 0 lost: {reason}"
+            log(f"re-forming: {reason}; stopping torch (generation {gen})")
+            child.kill_tree(ABORT_GRACE)
+            last = gen
+            break
+
+
+def run(cfg: Config, command: list[str]) -> int:
+    """Wait for node 0 (non-masters), start torchrun, supervise it and the liveness channel.
+    Ends by raising Stop (exit code and reason), which main() turns into the last log line."""
+    sigs = Signals()
+    sel = selectors.DefaultSelector()
+    sel.register(sigs.rfd, selectors.EVENT_READ, ("signal", None))
+    set_child_subreaper()
+    check_torch()
+    try:
+        if cfg.nnodes == 1:
+            stop = run_single(cfg, command, sigs)
+        elif cfg.is_master:
+            stop = run_hub(cfg, command, sigs, sel)
+        else:
+            stop = run_spoke(cfg, command, sigs, sel)
+    except Stop:
+        raise
+    except Exception as exc:  # noqa: BLE001 - kgen's own fault: said so, never "the script failed"
+        stop = internal_stop(exc)
+    HANG.cleanup()  # hang watchdog section
+    raise stop
+
+
+def internal_stop(exc: BaseException) -> Stop:
+    """kgen's own code failed on this node (a bug): the traceback and the reason into the log, the group
+    told (node 0 ends the run, every other node exits 5; a node tells node 0, which does the same), this
+    node's torch processes ended, exit EXIT_INTERNAL."""
+    reason = internal_error(exc)
+    link, child = Running.link, Running.child
+    try:
+        if isinstance(link, Hub):
+            link.end(EXIT_RUN_FAILED, reason, 0)
+            link.close()
+        elif isinstance(link, Spoke) and not link.conn.closed:
+            what = f"{type(exc).__name__}: {shown(str(exc), 300)}"
+            link.send({"t": MSG_FAIL, "rc": EXIT_INTERNAL, "internal": what}, then_close=True)
+    except Exception:  # noqa: BLE001 - best effort: the others notice the closed connection anyway
+        pass
+    try:
+        if child is not None:
+            child.kill_tree(ABORT_GRACE)
+        else:
+            signal_tree(signal.SIGKILL)
+    except Exception:  # noqa: BLE001
+        signal_tree(signal.SIGKILL, child.pid if child is not None else None)
+    return Stop(EXIT_INTERNAL, reason)
+
+
+def request_stop(env: dict) -> int:
+    """--stop: ask node 0 over the liveness channel to stop the whole group (run's environment,
+    any host). 0: node 0 is stopping it; 3: node 0 not reachable; 2: configuration, wrong secret."""
+    cfg = load_config(env, with_rank=False)
+    if cfg.problems:
+        fatal(EXIT_CONFIG, cfg.problems)
+    if cfg.nnodes == 1:
+        fatal(EXIT_CONFIG, "--stop: NNODES=1 has no liveness channel: stop that node with Ctrl-C (SIGINT)")
+    target = f"{cfg.master_addr}:{cfg.liveness_port}"
+    host = socket.gethostname()
+    try:
+        told, detail = tell_node0_stop(cfg, host, STOP_BUDGET)
+    except Denied as exc:
+        wrong_secret(cfg, target, str(exc))
+        raise AssertionError from exc  # unreachable
+    if not told:  # one line: this command is no node, so no "stopped:" line follows (fatal would add one)
+        sys.stderr.write(
+            f"kgen-entrypoint: error: --stop: node 0 at {target} not reachable within {STOP_BUDGET:g}s ({detail}): "
+            "nothing was stopped; the run may have ended, or node 0 is down (then Ctrl-C each node)\n"
+        )
+        return EXIT_MASTER_UNREACHABLE
+    print(f"kgen-entrypoint: stop: {detail}; every node exits {EXIT_STOPPED} (stopped by user on {host})", flush=True)
+    return 0

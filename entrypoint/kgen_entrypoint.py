@@ -18,7 +18,8 @@ job step: NNODES, the node rank, MASTER_ADDR and MASTER_PORT come from the alloc
 KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_LIVENESS_BIND (where node 0 listens: IPs or *),
 KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT, KGEN_MASTER_WAIT_TIMEOUT,
 KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT, KGEN_MAX_RESTARTS,
-KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, KGEN_HANG_TIMEOUT, and for NNODES > 1
+KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, KGEN_HANG_TIMEOUT, KGEN_HEALTH_GATE
+(KGEN_HEALTH_TIMEOUT), and for NNODES > 1
 the run's secret, the same on every node (the liveness channel authenticates every connection with it):
 KGEN_SECRET_FILE (a file holding it), or KGEN_JOB_UID (Kubernetes Job and JobSet pods: the UID of the
 pod's Job, from its batch.kubernetes.io/controller-uid label; the secret is derived from it with
@@ -33,7 +34,8 @@ stopped by user (Ctrl-C / SIGINT on any node, or --stop): every node of the grou
 own entrypoint failed on this node (an internal error, a bug in kgen, not in the training script: the
 traceback is in the log; report it); 75 a peer was lost and re-formation is off
 (KGEN_MAX_REFORMATIONS=0); 76 this node was dropped from the group (it froze or was cut off): replace
-it; 77 a hang (KGEN_HANG_TIMEOUT: no rank made progress; node 0's log has the report); otherwise
+it; 77 a hang (KGEN_HANG_TIMEOUT: no rank made progress; node 0's log has the report); 78 the health
+gate failed before training (KGEN_HEALTH_GATE=fail; node 0's log names the node); otherwise
 torchrun's exit code; 128+N after signal N. The last log line says why:
 "kgen-entrypoint: stopped: <reason>".
 
@@ -223,6 +225,7 @@ class Config:
         self.slurm: dict | None = None  # inside a Slurm job step: what came from the allocation (slurm_environment)
         self.restart_base = 0  # KGEN_RESTART_COUNT of generation 0 (Slurm: SLURM_RESTART_COUNT, the requeues)
         self.hang_timeout = 0.0  # KGEN_HANG_TIMEOUT (values hang.timeout): 0 = no hang watchdog
+        self.health_gate = "warn"  # KGEN_HEALTH_GATE (values health.gate): off | warn | fail
 
     @property
     def world_size(self) -> int:
@@ -253,7 +256,7 @@ class Config:
                 if self.slurm is None
                 else f"a lost node ends the step, requeues up to {self.max_reformations}"
             )
-            + f", on script error: {self.on_script_error}"
+            + f", on script error: {self.on_script_error}, health gate: {self.health_gate}"
             + (f"; run secret from {self.secret_source}" if self.secret is not None else "")
         )
 
@@ -608,6 +611,7 @@ def load_config(env: dict, with_rank: bool = True) -> Config:
         )
     cfg.on_script_error = ose
     cfg.hang_timeout = HANG.configure(env, p)  # hang watchdog (section below)
+    cfg.health_gate = HEALTH.configure(env, p)  # health gate (section below)
     if cfg.nnodes is not None and cfg.nnodes > 1:  # one node has no liveness channel and needs no secret
         read_secret(env, cfg)
     if with_rank:
@@ -2741,6 +2745,9 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
         formed = time.monotonic() - hub.form_started
         log(f"all {cfg.nnodes} nodes connected after {formed:.1f}s: generation {gen}")
         hub.start(gen)
+        stop = HEALTH.run(cfg, sigs, hub, gen)  # the health gate (generation 0): a Stop ends the run here
+        if stop is not None:
+            return stop
         child = start_torchrun(cfg, command, gen)
         own_rc: int | None = None
         now = time.monotonic()
@@ -2872,6 +2879,9 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
             log(f"node 0 lost while waiting to start ({verdict[-1]}): joining again")
             continue
         gen = spoke.start_gen
+        stop = HEALTH.run(cfg, sigs, spoke, gen)  # the health gate (generation 0): a Stop ends the run here
+        if stop is not None:
+            return stop
         child = start_torchrun(cfg, command, gen)
         own_rc: int | None = None
         now = time.monotonic()
@@ -3727,6 +3737,249 @@ def stacks_answer(home: str) -> dict:
     stacks = collect_stacks(home)
     note = "" if stacks else f"no training process of this node registered for stacks in {home}"
     return {"host": socket.gethostname(), "ranks": [dict(s, text=s["text"][-65536:]) for s in stacks], "note": note}
+
+
+# --------------------------------------------------------------------------------------------
+# Health gate (docs/entrypoint.md#the-health-gate)
+#
+# KGEN_HEALTH_GATE=off|warn|fail (values health.gate, default warn). Generation 0 of a group of 2+ nodes,
+# after node 0 said start and before this node's torchrun: every node runs HEALTH_WORKER (python, torch)
+# with the rank of its node and the run's master address and port (the store the training's rendezvous
+# uses next). It checks the devices (GPUs visible as NPROC_PER_NODE, nvidia-smi's uncorrected ECC errors),
+# all-reduces a few MiB over the real backend (nccl on GPUs, gloo on CPU) and then times a ping-pong with
+# every other node (round-robin pairs); each node's phases and numbers go to the store, so every node reads
+# the same result and judges it alike (health_verdict). A link far slower than the median link (or above
+# HEALTH_LINK_MS) is slow; a node whose every link is slow is the slow node. The worker is bounded by
+# KGEN_HEALTH_TIMEOUT: at the bound it reports how far each node got (the ones that did not answer).
+# Node 0 logs one line per node and HEALTH_MARK (a JSON line kgen status reads); each other node its own.
+# fail: a failed gate ends the run before training (EXIT_HEALTH on every node, node 0 names the node).
+# The heartbeats go on meanwhile. This section counts twice in a pod's ConfigMap: keep it lean.
+# --------------------------------------------------------------------------------------------
+
+HEALTH_MARK = "kgen-entrypoint: health: "
+EXIT_HEALTH = 78  # the health gate failed with KGEN_HEALTH_GATE=fail: every node exits 78
+HEALTH_GATES = ("off", "warn", "fail")
+HEALTH_SLOW, HEALTH_FLOOR_MS, HEALTH_LINK_MS, HEALTH_WAIT = 5.0, 20.0, 100.0, 10.0
+HEALTH_PHASES = ("store connection", "process group", "all-reduce", "ping-pongs", "answer")
+HEALTH_WORKER = r"""import json, os, shutil, subprocess, sys, threading, time
+from datetime import timedelta
+c = json.loads(os.environ["KGEN_HEALTH"]); R, N, T = c["rank"], c["world"], c["timeout"]; t0 = time.monotonic()
+def out(d):
+    sys.stdout.write(json.dumps(d) + "\n"); sys.stdout.flush()
+import torch, torch.distributed as dist
+KEYS = ("up", "pg", "ar", "pp")
+def late():
+    time.sleep(max(0.1, T - 1 - (time.monotonic() - t0)))
+    got = []
+    try:
+        s = dist.TCPStore(c["addr"], c["port"], N, False, timedelta(seconds=2))
+        got = [sum(1 for k in KEYS if s.check([k + str(r)])) for r in range(N)]
+    except Exception as e:
+        got = str(e)[:300]
+    out({"timeout": T, "reached": got}); os._exit(3)
+threading.Thread(target=late, daemon=True).start()
+dev, gpus = {}, c["gpus"]
+cuda = torch.cuda.is_available()
+if gpus:
+    n = torch.cuda.device_count() if cuda else 0
+    if n < gpus:
+        dev["problem"] = f"{n} GPU(s) visible, {gpus} expected"
+    if shutil.which("nvidia-smi"):
+        q = subprocess.run(["nvidia-smi", "--query-gpu=index,ecc.errors.uncorrected.volatile.total",
+                            "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        rows = [l.split(",") for l in q.stdout.splitlines()]
+        bad = [r[0] for r in rows if r[-1].strip().isdigit() and int(r[-1]) > 0]
+        if q.returncode:
+            dev["problem"] = f"nvidia-smi exit {q.returncode}: {(q.stderr or q.stdout)[-200:].strip()}"
+        elif bad:
+            dev["problem"] = f"uncorrected ECC errors on GPU(s) {', '.join(bad)}"
+d = torch.device("cuda", 0) if cuda else torch.device("cpu")
+sync = torch.cuda.synchronize if cuda else (lambda: None)
+try:
+    s = dist.TCPStore(c["addr"], c["port"], N, R == 0, timedelta(seconds=T), wait_for_workers=False)
+    s.set(f"up{R}", json.dumps(dev))
+    if cuda:
+        torch.cuda.set_device(0)
+    pg = dist.PrefixStore("pg", s)
+    dist.init_process_group("nccl" if cuda else "gloo", store=pg, rank=R, world_size=N, timeout=timedelta(seconds=T))
+    s.set(f"pg{R}", "")
+    x, times = torch.empty(c["mb"] << 18, device=d), []
+    for i in range(c["iters"]):
+        x.fill_(1.0); sync(); t = time.monotonic(); dist.all_reduce(x); sync(); times.append(time.monotonic() - t)
+        if x[0].item() != N or x[-1].item() != N:
+            raise RuntimeError(f"all-reduce sum {x[0].item()} != {N}")
+        spent = torch.tensor([sum(times)], dtype=torch.float64, device=d); dist.all_reduce(spent, op=dist.ReduceOp.MAX)
+        if spent.item() > c["budget"]:
+            break
+    s.set(f"ar{R}", str(min(times) * 1e3))
+    M, y, pp = N + N % 2, torch.ones(c["kb"] << 8, device=d), {}
+    for rnd in range(M - 1):
+        ring = [0] + [1 + (k + rnd) % (M - 1) for k in range(M - 1)]
+        p = next(ring[M - 1 - k] if ring[k] == R else ring[k] for k in range(M) if R in (ring[k], ring[M - 1 - k]))
+        if p >= N:
+            continue
+        best = 1e9
+        for _ in range(c["reps"]):
+            t = time.monotonic()
+            if R < p:
+                dist.send(y, p); dist.recv(y, p)
+            else:
+                dist.recv(y, p); dist.send(y, p)
+            sync(); best = min(best, time.monotonic() - t)
+        pp[p] = best * 1e3
+    s.set(f"pp{R}", json.dumps(pp))
+except Exception as e:
+    out({"error": f"{type(e).__name__}: {str(e)[:300]}"}); os._exit(2)
+keys = [f"pp{r}" for r in range(N)]
+s.wait(keys, timedelta(seconds=max(1, T - 1 - (time.monotonic() - t0))))
+out({"up": [json.loads(s.get(f"up{r}")) for r in range(N)], "ar": [float(s.get(f"ar{r}")) for r in range(N)],
+     "pp": [json.loads(s.get(k)) for k in keys], "took": time.monotonic() - t0})
+s.set(f"done{R}", "")
+if R == 0:
+    s.wait([f"done{r}" for r in range(N)], timedelta(seconds=max(1, T - 1 - (time.monotonic() - t0))))
+os._exit(0)
+"""
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2 if v else 0.0
+
+
+def health_verdict(res: dict, n: int, timeout: float) -> tuple[list[str], list[int]]:
+    """Every node's line and the nodes at fault, from one worker's answer (every node reads the same)."""
+    if "reached" in res:
+        got = res["reached"]
+        if not isinstance(got, list):
+            return [f"node {r}: no answer within {timeout:g}s (the store on node 0 did not answer: {got})"
+                    for r in range(n)], list(range(n))  # fmt: skip
+        low = min(got)
+        lines = [f"node {r}: " + (f"no answer within {timeout:g}s: did not get past the {HEALTH_PHASES[k]}"
+                 if k == low else f"got past the {HEALTH_PHASES[k - 1]}") for r, k in enumerate(got)]  # fmt: skip
+        return lines, [r for r, k in enumerate(got) if k == low]
+    if "error" in res:
+        return [f"node {r}: the collective test failed: {res['error']}" for r in range(n)], list(range(n))
+    links: dict[tuple, float] = {}
+    for r, pp in enumerate(res["pp"]):
+        for p, ms in pp.items():
+            key = (min(r, int(p)), max(r, int(p)))
+            links[key] = min(ms, links.get(key, ms))
+    mine = {r: [t for k, t in links.items() if r in k] for r in range(n)}
+    base = _median([min(v) for v in mine.values() if v])  # the median node's best link
+    slow = {
+        k for k, t in links.items() if t > HEALTH_LINK_MS or (t > HEALTH_SLOW * base and t - base > HEALTH_FLOOR_MS)
+    }
+    nodes = {r for r in range(n) if n > 2 and mine[r] and all(k in slow for k in links if r in k)}
+    nodes = nodes if len(nodes) < n else set()
+    lines, bad = [], []
+    for r in range(n):
+        others = sorted(k[0] + k[1] - r for k in slow if r in k and (r in nodes or not nodes & set(k)))
+        fast = [t for k, t in links.items() if r in k and k not in slow] or mine[r]
+        problem = res["up"][r].get("problem")
+        if problem:
+            lines.append(f"node {r}: {problem}")
+        elif r in nodes:
+            best, to = min(mine[r]), ", ".join(map(str, others))
+            lines.append(f"node {r}: {best / max(base, 1e-3):.0f}x slower than the median node "
+                         f"(links to nodes {to}: {best:.1f} ms or more, median {base:.1f} ms)")  # fmt: skip
+        elif others:
+            worst, to = max(links[(min(r, o), max(r, o))] for o in others), ", ".join(map(str, others))
+            lines.append(f"node {r}: slow link to node{'s' * (len(others) > 1)} {to} ({worst:.1f} ms, median "
+                         f"{base:.1f} ms{'; with 2 nodes, either end' * (n == 2)})")  # fmt: skip
+        else:
+            lines.append(f"node {r}: ok {_median(fast):.1f} ms (all-reduce {res['ar'][r]:.1f} ms)")
+            continue
+        bad.append(r)
+    return lines, bad
+
+
+def _interrupted(sigs: Signals, link) -> bool:
+    return bool(sigs.pending) or any(getattr(link, a, None) is not None for a in ("verdict", "lost", "stop_host"))
+
+
+class Health:
+    """The health gate (module singleton HEALTH)."""
+
+    def __init__(self) -> None:
+        self.gate, self.timeout = "warn", 30.0
+
+    def configure(self, env: dict, problems: list[str]) -> str:
+        gate = (env.get("KGEN_HEALTH_GATE") or "warn").strip().lower()
+        raw = (env.get("KGEN_HEALTH_TIMEOUT") or "30").strip()
+        if gate not in HEALTH_GATES:
+            problems.append(f"KGEN_HEALTH_GATE={gate!r} is not off, warn or fail: set values health.gate")
+        try:
+            self.timeout = float(raw)
+            assert 5 <= self.timeout < math.inf
+        except (ValueError, AssertionError):
+            problems.append(f"KGEN_HEALTH_TIMEOUT={raw!r} is not a number of seconds >= 5")
+        self.gate = gate
+        return gate
+
+    def run(self, cfg: Config, sigs: Signals, link, gen: int) -> Stop | None:
+        """Before this node's torchrun: the gate (None: go on; a Stop: the run ends here)."""
+        if self.gate == "off" or gen or cfg.nnodes < 2:
+            return None
+        import tempfile
+
+        vis = (os.environ.get("NVIDIA_VISIBLE_DEVICES") or "").strip().lower()
+        spec = {"rank": cfg.node_rank, "world": cfg.nnodes, "addr": cfg.master_addr, "port": cfg.master_port,
+                "timeout": self.timeout, "mb": 4, "iters": 3, "budget": 1.0, "kb": 256, "reps": 3,
+                "gpus": cfg.nproc if vis not in ("", "void", "none") else 0}  # fmt: skip
+        t0 = time.monotonic()
+        log(f"health gate ({self.gate}): devices, all-reduce of {spec['mb']} MiB, ping-pong with every node; "
+            f"bound KGEN_HEALTH_TIMEOUT={self.timeout:g}s")  # fmt: skip
+        with tempfile.TemporaryFile() as out:
+            proc = subprocess.Popen([sys.executable, "-c", HEALTH_WORKER], stdout=out, stderr=subprocess.STDOUT,
+                                    env=dict(os.environ, KGEN_HEALTH=json.dumps(spec)), start_new_session=True,
+                                    preexec_fn=_torchrun_dies_with_us)  # fmt: skip
+            while proc.poll() is None and time.monotonic() - t0 < self.timeout + 5:
+                poll(link.sel, sigs, link)
+                link.tick(time.monotonic())
+                if _interrupted(sigs, link):
+                    break
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            out.seek(0)
+            text = out.read().decode("utf-8", "replace")
+        if _interrupted(sigs, link):
+            return None  # the main loop sees it
+        found = [ln for ln in text.splitlines() if ln.startswith("{")]
+        try:
+            res = json.loads(found[-1])
+        except (IndexError, ValueError):
+            tail = printable(" | ".join(text.strip().splitlines()[-3:]))[-400:]
+            res = {"error": f"the gate's worker on node {cfg.node_rank} ended with code {proc.returncode}: {tail}"}
+        lines, bad = health_verdict(res, cfg.nnodes, self.timeout)
+        took = time.monotonic() - t0
+        for line in lines if cfg.is_master else lines[cfg.node_rank : cfg.node_rank + 1]:
+            log(f"kgen health: {line}")
+        if cfg.is_master:
+            emit(sys.stderr, HEALTH_MARK + json.dumps({"gate": self.gate, "lines": lines, "bad": bad,
+                                                       "took": round(took, 1)}) + "\n")  # fmt: skip
+        if not bad:
+            log(f"health gate passed in {took:.1f}s")
+            return None
+        reason = "health gate: " + "; ".join(lines[r] for r in bad)
+        if self.gate == "warn":
+            log(f"health gate: warn only (health.gate=warn): training starts; {reason}")
+            return None
+        if cfg.is_master:
+            log(f"FAIL-STOP: {reason}")
+            link.end(EXIT_HEALTH, reason, bad[0])
+            return Stop(EXIT_HEALTH, reason)
+        end = time.monotonic() + HEALTH_WAIT
+        while link.verdict is None and time.monotonic() < end and not sigs.pending:
+            poll(link.sel, sigs, link)
+            link.tick(time.monotonic())
+        if link.verdict is not None and link.verdict[0] != "end":
+            return None
+        link.close()
+        return Stop(EXIT_HEALTH, reason)
+
+
+HEALTH = Health()
 
 
 # >>> not in pods: kgen render leaves the bare-metal section out of the ConfigMap (kgen/render/podcopy.py)

@@ -3860,10 +3860,8 @@ def health_verdict(res: dict, n: int, timeout: float) -> tuple[list[str], list[i
     if "error" in res:
         return [f"node {r}: the collective test failed: {res['error']}" for r in range(n)], list(range(n))
     links: dict[tuple, float] = {}
-    for r, pp in enumerate(res["pp"]):
-        for p, ms in pp.items():
-            key = (min(r, int(p)), max(r, int(p)))
-            links[key] = min(ms, links.get(key, ms))
+    for r, pp in enumerate(res["pp"]):  # the lower rank's view: it sends first and times the answer
+        links.update({(r, int(p)): ms for p, ms in pp.items() if r < int(p)})
     mine = {r: [t for k, t in links.items() if r in k] for r in range(n)}
     base = _median([min(v) for v in mine.values() if v])  # the median node's best link
     slow = {

@@ -3758,161 +3758,123 @@ def stacks_answer(home: str) -> dict:
 
 HEALTH_MARK = "kgen-entrypoint: health: "
 EXIT_HEALTH = 78  # the health gate failed with KGEN_HEALTH_GATE=fail: every node exits 78
-HEALTH_GATES = ("off", "warn", "fail")
 HEALTH_SLOW, HEALTH_FLOOR_MS, HEALTH_LINK_MS, HEALTH_WAIT = 5.0, 20.0, 100.0, 10.0
-HEALTH_PHASES = ("store connection", "process group", "all-reduce", "ping-pongs", "answer")
-HEALTH_WORKER = r"""import json, os, shutil, subprocess, sys, threading, time
+HEALTH_PHASES = ("store", "process group", "all-reduce", "ping-pongs", "end")
+HEALTH_WORKER = r"""import json, os, subprocess, threading, time
 from datetime import timedelta
-c = json.loads(os.environ["KGEN_HEALTH"]); R, N, T = c["rank"], c["world"], c["timeout"]; t0 = time.monotonic()
-def out(d):
-    sys.stdout.write(json.dumps(d) + "\n"); sys.stdout.flush()
 import torch, torch.distributed as dist
-KEYS = ("up", "pg", "ar", "pp")
+c = json.loads(os.environ["KGEN_HEALTH"]); R, N, T = c["rank"], c["world"], c["timeout"]; t0 = time.monotonic()
+left = lambda: timedelta(seconds=max(1, T - 1 - time.monotonic() + t0))
+def out(d):
+    print(json.dumps(d), flush=True); os._exit(0)
 def late():
-    time.sleep(max(0.1, T - 1 - (time.monotonic() - t0)))
-    got = []
+    time.sleep(left().total_seconds())
     try:
         s = dist.TCPStore(c["addr"], c["port"], N, False, timedelta(seconds=2))
-        got = [sum(1 for k in KEYS if s.check([k + str(r)])) for r in range(N)]
+        out({"reached": [sum(s.check([k + str(r)]) for k in ("up", "pg", "ar", "pp")) for r in range(N)]})
     except Exception as e:
-        got = str(e)[:300]
-    out({"timeout": T, "reached": got}); os._exit(3)
+        out({"error": f"no answer within {T:g}s, node 0's store neither ({str(e)[:200]})"})
 threading.Thread(target=late, daemon=True).start()
-dev, gpus = {}, c["gpus"]
-cuda = torch.cuda.is_available()
-if gpus:
-    n = torch.cuda.device_count() if cuda else 0
-    if n < gpus:
-        dev["problem"] = f"{n} GPU(s) visible, {gpus} expected"
-    if shutil.which("nvidia-smi"):
-        q = subprocess.run(["nvidia-smi", "--query-gpu=index,ecc.errors.uncorrected.volatile.total",
-                            "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
-        rows = [l.split(",") for l in q.stdout.splitlines()]
-        bad = [r[0] for r in rows if r[-1].strip().isdigit() and int(r[-1]) > 0]
-        if q.returncode:
-            dev["problem"] = f"nvidia-smi exit {q.returncode}: {(q.stderr or q.stdout)[-200:].strip()}"
-        elif bad:
-            dev["problem"] = f"uncorrected ECC errors on GPU(s) {', '.join(bad)}"
-d = torch.device("cuda", 0) if cuda else torch.device("cpu")
-sync = torch.cuda.synchronize if cuda else (lambda: None)
 try:
+    dev, cuda = "", torch.cuda.is_available()
+    if c["gpus"] and (torch.cuda.device_count() if cuda else 0) < c["gpus"]:
+        dev = f"{torch.cuda.device_count() if cuda else 0} GPU(s) visible, {c['gpus']} expected"
+    try:
+        q = c["gpus"] and subprocess.run(["nvidia-smi", "--query-gpu=index,ecc.errors.uncorrected.volatile.total",
+                                          "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        ecc = [r.split(",")[0] for r in q.stdout.splitlines() if r.split(",")[-1].strip().lstrip("0").isdigit()]
+        dev = dev or (f"nvidia-smi exit {q.returncode}" if q.returncode else ecc and f"ECC errors: GPU {ecc}" or "")
+    except (OSError, AttributeError):
+        pass
+    d, sync = (torch.device("cuda", 0), torch.cuda.synchronize) if cuda else (torch.device("cpu"), lambda: None)
     s = dist.TCPStore(c["addr"], c["port"], N, R == 0, timedelta(seconds=T), wait_for_workers=False)
-    s.set(f"up{R}", json.dumps(dev))
-    if cuda:
-        torch.cuda.set_device(0)
-    pg = dist.PrefixStore("pg", s)
-    dist.init_process_group("nccl" if cuda else "gloo", store=pg, rank=R, world_size=N, timeout=timedelta(seconds=T))
+    s.set(f"up{R}", dev)
+    dist.init_process_group("nccl" if cuda else "gloo", store=dist.PrefixStore("pg", s), rank=R, world_size=N,
+                            timeout=timedelta(seconds=T))
     s.set(f"pg{R}", "")
     x, times = torch.empty(c["mb"] << 18, device=d), []
-    for i in range(c["iters"]):
+    while len(times) < 3:
         x.fill_(1.0); sync(); t = time.monotonic(); dist.all_reduce(x); sync(); times.append(time.monotonic() - t)
         if x[0].item() != N or x[-1].item() != N:
-            raise RuntimeError(f"all-reduce sum {x[0].item()} != {N}")
+            raise RuntimeError(f"all-reduce sum {x[0].item()}, not {N}")
         spent = torch.tensor([sum(times)], dtype=torch.float64, device=d); dist.all_reduce(spent, op=dist.ReduceOp.MAX)
-        if spent.item() > c["budget"]:
+        if spent.item() > 1:
             break
     s.set(f"ar{R}", str(min(times) * 1e3))
     M, y, pp = N + N % 2, torch.ones(c["kb"] << 8, device=d), {}
-    for rnd in range(M - 1):
+    for rnd in range(M - 1):  # round-robin pairs: a fixed, the others turn
         ring = [0] + [1 + (k + rnd) % (M - 1) for k in range(M - 1)]
-        p = next(ring[M - 1 - k] if ring[k] == R else ring[k] for k in range(M) if R in (ring[k], ring[M - 1 - k]))
-        if p >= N:
-            continue
-        best = 1e9
-        for _ in range(c["reps"]):
+        p = ring[M - 1 - ring.index(R)]
+        for _ in range(3 * (p < N)):
             t = time.monotonic()
-            if R < p:
-                dist.send(y, p); dist.recv(y, p)
-            else:
-                dist.recv(y, p); dist.send(y, p)
-            sync(); best = min(best, time.monotonic() - t)
-        pp[p] = best * 1e3
+            for op in (dist.send, dist.recv) if R < p else (dist.recv, dist.send):
+                op(y, p)
+            sync(); pp[p] = min(pp.get(p, 1e9), (time.monotonic() - t) * 1e3)
     s.set(f"pp{R}", json.dumps(pp))
+    s.wait([f"pp{r}" for r in range(N)], left())
+    res = {"up": [s.get(f"up{r}").decode() for r in range(N)], "ar": [float(s.get(f"ar{r}")) for r in range(N)],
+           "pp": [json.loads(s.get(f"pp{r}")) for r in range(N)]}
+    s.set(f"done{R}", "")
+    if R == 0:
+        s.wait([f"done{r}" for r in range(N)], left())
+    out(res)
 except Exception as e:
-    out({"error": f"{type(e).__name__}: {str(e)[:300]}"}); os._exit(2)
-keys = [f"pp{r}" for r in range(N)]
-s.wait(keys, timedelta(seconds=max(1, T - 1 - (time.monotonic() - t0))))
-out({"up": [json.loads(s.get(f"up{r}")) for r in range(N)], "ar": [float(s.get(f"ar{r}")) for r in range(N)],
-     "pp": [json.loads(s.get(k)) for k in keys], "took": time.monotonic() - t0})
-s.set(f"done{R}", "")
-if R == 0:
-    s.wait([f"done{r}" for r in range(N)], timedelta(seconds=max(1, T - 1 - (time.monotonic() - t0))))
-os._exit(0)
+    out({"error": f"{type(e).__name__}: {str(e)[:300]}"})
 """
 
 
-def _median(values: list[float]) -> float:
-    v = sorted(values)
+def _median(v: list[float]) -> float:
+    v = sorted(v)
     return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2 if v else 0.0
 
 
 def health_verdict(res: dict, n: int, timeout: float) -> tuple[list[str], list[int]]:
     """Every node's line and the nodes at fault, from one worker's answer (every node reads the same)."""
     if "reached" in res:
-        got = res["reached"]
-        if not isinstance(got, list):
-            return [f"node {r}: no answer within {timeout:g}s (the store on node 0 did not answer: {got})"
-                    for r in range(n)], list(range(n))  # fmt: skip
-        low = min(got)
-        lines = [f"node {r}: " + (f"no answer within {timeout:g}s: did not get past the {HEALTH_PHASES[k]}"
-                 if k == low else f"got past the {HEALTH_PHASES[k - 1]}") for r, k in enumerate(got)]  # fmt: skip
+        got, low = res["reached"], min(res["reached"])
+        lines = [f"node {r}: no answer within {timeout:g}s (stuck in the {HEALTH_PHASES[k]})" if k == low
+                 else f"node {r}: got past the {HEALTH_PHASES[k - 1]}" for r, k in enumerate(got)]  # fmt: skip
         return lines, [r for r, k in enumerate(got) if k == low]
     if "error" in res:
-        return [f"node {r}: the collective test failed: {res['error']}" for r in range(n)], list(range(n))
-    links: dict[tuple, float] = {}
-    for r, pp in enumerate(res["pp"]):  # the lower rank's view: it sends first and times the answer
-        links.update({(r, int(p)): ms for p, ms in pp.items() if r < int(p)})
+        return [f"node {r}: the gate failed: {res['error']}" for r in range(n)], list(range(n))
+    links = {(r, int(p)): t for r, pp in enumerate(res["pp"]) for p, t in pp.items() if r < int(p)}  # a round trip
     mine = {r: [t for k, t in links.items() if r in k] for r in range(n)}
     base = _median([min(v) for v in mine.values() if v])  # the median node's best link
-    slow = {
-        k for k, t in links.items() if t > HEALTH_LINK_MS or (t > HEALTH_SLOW * base and t - base > HEALTH_FLOOR_MS)
-    }
-    nodes = {r for r in range(n) if n > 2 and mine[r] and all(k in slow for k in links if r in k)}
+    slow = {k for k, t in links.items() if t > HEALTH_LINK_MS or t > HEALTH_SLOW * base and t - base > HEALTH_FLOOR_MS}
+    nodes = {r for r in range(n) if n > 2 and all(k in slow for k in links if r in k)}
     nodes = nodes if len(nodes) < n else set()
     lines, bad = [], []
     for r in range(n):
-        others = sorted(k[0] + k[1] - r for k in slow if r in k and (r in nodes or not nodes & set(k)))
-        fast = [t for k, t in links.items() if r in k and k not in slow] or mine[r]
-        problem = res["up"][r].get("problem")
-        if problem:
-            lines.append(f"node {r}: {problem}")
+        to = [k[0] + k[1] - r for k in sorted(slow) if r in k and (r in nodes or not nodes & set(k))]
+        worst, names = max([links[tuple(sorted((r, o)))] for o in to] or [0]), ", ".join(map(str, to))
+        if res["up"][r]:
+            lines.append(f"node {r}: {res['up'][r]}")
         elif r in nodes:
-            best, to = min(mine[r]), ", ".join(map(str, others))
-            lines.append(f"node {r}: {best / max(base, 1e-3):.0f}x slower than the median node "
-                         f"(links to nodes {to}: {best:.1f} ms or more, median {base:.1f} ms)")  # fmt: skip
-        elif others:
-            worst, to = max(links[(min(r, o), max(r, o))] for o in others), ", ".join(map(str, others))
-            lines.append(f"node {r}: slow link to node{'s' * (len(others) > 1)} {to} ({worst:.1f} ms, median "
-                         f"{base:.1f} ms{'; with 2 nodes, either end' * (n == 2)})")  # fmt: skip
+            best = min(mine[r])
+            lines.append(f"node {r}: {best / max(base, 1e-3):.0f}x slower than the median "
+                         f"(links to nodes {names}: {best:.1f}-{worst:.1f} ms, median {base:.1f} ms)")  # fmt: skip
+        elif to:
+            lines.append(f"node {r}: slow link to node {names} ({worst:.1f} ms, median {base:.1f} ms"
+                         + "; 2 nodes: either end)" * (n == 2) + ")" * (n > 2))  # fmt: skip
         else:
+            fast = [t for k, t in links.items() if r in k and k not in slow]
             lines.append(f"node {r}: ok {_median(fast):.1f} ms (all-reduce {res['ar'][r]:.1f} ms)")
             continue
         bad.append(r)
     return lines, bad
 
 
-def _interrupted(sigs: Signals, link) -> bool:
-    return bool(sigs.pending) or any(getattr(link, a, None) is not None for a in ("verdict", "lost", "stop_host"))
-
-
 class Health:
     """The health gate (module singleton HEALTH)."""
 
-    def __init__(self) -> None:
-        self.gate, self.timeout = "warn", 30.0
+    gate, timeout = "warn", 30.0
 
     def configure(self, env: dict, problems: list[str]) -> str:
-        gate = (env.get("KGEN_HEALTH_GATE") or "warn").strip().lower()
-        raw = (env.get("KGEN_HEALTH_TIMEOUT") or "30").strip()
-        if gate not in HEALTH_GATES:
-            problems.append(f"KGEN_HEALTH_GATE={gate!r} is not off, warn or fail: set values health.gate")
-        try:
-            self.timeout = float(raw)
-            assert 5 <= self.timeout < math.inf
-        except (ValueError, AssertionError):
-            problems.append(f"KGEN_HEALTH_TIMEOUT={raw!r} is not a number of seconds >= 5")
-        self.gate = gate
-        return gate
+        self.gate = (env.get("KGEN_HEALTH_GATE") or "warn").strip().lower()
+        if self.gate not in ("off", "warn", "fail"):
+            problems.append(f"KGEN_HEALTH_GATE={self.gate!r} is not off, warn or fail: set values health.gate")
+        self.timeout = _number(env, "KGEN_HEALTH_TIMEOUT", problems, float, 30.0, 5, fix="seconds, e.g. 30")
+        return self.gate
 
     def run(self, cfg: Config, sigs: Signals, link, gen: int) -> Stop | None:
         """Before this node's torchrun: the gate (None: go on; a Stop: the run ends here)."""
@@ -3920,58 +3882,50 @@ class Health:
             return None
         import tempfile
 
-        vis = (os.environ.get("NVIDIA_VISIBLE_DEVICES") or "").strip().lower()
+        gpus = cfg.nproc if (os.environ.get("NVIDIA_VISIBLE_DEVICES") or "void") not in ("void", "none") else 0
         spec = {"rank": cfg.node_rank, "world": cfg.nnodes, "addr": cfg.master_addr, "port": cfg.master_port,
-                "timeout": self.timeout, "mb": 4, "iters": 3, "budget": 1.0, "kb": 256, "reps": 3,
-                "gpus": cfg.nproc if vis not in ("", "void", "none") else 0}  # fmt: skip
-        t0 = time.monotonic()
-        log(f"health gate ({self.gate}): devices, all-reduce of {spec['mb']} MiB, ping-pong with every node; "
-            f"bound KGEN_HEALTH_TIMEOUT={self.timeout:g}s")  # fmt: skip
+                "timeout": self.timeout, "mb": 4, "kb": 256, "gpus": gpus}  # fmt: skip
+        log(f"health gate ({self.gate}): all-reduce, ping-pongs; KGEN_HEALTH_TIMEOUT={self.timeout:g}s")
+        t0, stop = (
+            time.monotonic(),
+            lambda: sigs.pending or any(getattr(link, a, None) for a in ("verdict", "lost", "stop_host")),
+        )
         with tempfile.TemporaryFile() as out:
             proc = subprocess.Popen([sys.executable, "-c", HEALTH_WORKER], stdout=out, stderr=subprocess.STDOUT,
                                     env=dict(os.environ, KGEN_HEALTH=json.dumps(spec)), start_new_session=True,
                                     preexec_fn=_torchrun_dies_with_us)  # fmt: skip
-            while proc.poll() is None and time.monotonic() - t0 < self.timeout + 5:
+            while proc.poll() is None and time.monotonic() - t0 < self.timeout + 5 and not stop():
                 poll(link.sel, sigs, link)
                 link.tick(time.monotonic())
-                if _interrupted(sigs, link):
-                    break
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            proc.wait()
             out.seek(0)
-            text = out.read().decode("utf-8", "replace")
-        if _interrupted(sigs, link):
+            text = out.read().decode("utf-8", "replace").strip().splitlines() or [""]
+        if stop():
             return None  # the main loop sees it
-        found = [ln for ln in text.splitlines() if ln.startswith("{")]
         try:
-            res = json.loads(found[-1])
-        except (IndexError, ValueError):
-            tail = printable(" | ".join(text.strip().splitlines()[-3:]))[-400:]
-            res = {"error": f"the gate's worker on node {cfg.node_rank} ended with code {proc.returncode}: {tail}"}
+            res = json.loads(text[-1])
+        except ValueError:
+            res = {"error": f"node {cfg.node_rank}'s worker exit {proc.returncode}: {printable(text[-1])[-300:]}"}
         lines, bad = health_verdict(res, cfg.nnodes, self.timeout)
         took = time.monotonic() - t0
         for line in lines if cfg.is_master else lines[cfg.node_rank : cfg.node_rank + 1]:
             log(f"kgen health: {line}")
         if cfg.is_master:
-            emit(sys.stderr, HEALTH_MARK + json.dumps({"gate": self.gate, "lines": lines, "bad": bad,
-                                                       "took": round(took, 1)}) + "\n")  # fmt: skip
-        if not bad:
-            log(f"health gate passed in {took:.1f}s")
-            return None
+            emit(sys.stderr, HEALTH_MARK + json.dumps({"gate": self.gate, "lines": lines, "bad": bad}) + "\n")
         reason = "health gate: " + "; ".join(lines[r] for r in bad)
-        if self.gate == "warn":
-            log(f"health gate: warn only (health.gate=warn): training starts; {reason}")
+        log(f"health gate passed in {took:.1f}s" if not bad else f"{reason} (health.gate {self.gate})")
+        if not bad or self.gate == "warn":
             return None
         if cfg.is_master:
-            log(f"FAIL-STOP: {reason}")
             link.end(EXIT_HEALTH, reason, bad[0])
             return Stop(EXIT_HEALTH, reason)
         end = time.monotonic() + HEALTH_WAIT
         while link.verdict is None and time.monotonic() < end and not sigs.pending:
             poll(link.sel, sigs, link)
             link.tick(time.monotonic())
-        if link.verdict is not None and link.verdict[0] != "end":
+        if link.verdict and link.verdict[0] != "end":
             return None
         link.close()
         return Stop(EXIT_HEALTH, reason)

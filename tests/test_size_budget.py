@@ -5,7 +5,8 @@ Client-side `kubectl apply` stores the whole object once more in its `kubectl.ku
 configuration` annotation, and the API server caps all annotations of an object at 256 KiB (262,144 bytes).
 kubectl writes that annotation as Go's encoding/json does (compact, map keys sorted, `<`, `>` and `&` as
 `\\u003c`, `\\u003e`, `\\u0026`, U+2028/U+2029 escaped, a newline at the end): `last_applied` does the same.
-The budget is 144 KiB (it was half the cap, 128 KiB, until the hang watchdog and stacks), for the largest
+The budget is 150 KiB (it was half the cap, 128 KiB, until the hang watchdog and stacks, then 144 KiB until the
+health gate, whose torch worker travels in the pod copy as a string: ~9 KiB), for the largest
 configuration (64x8, every kind, a long command and environment, every optional object); the test fails loudly,
 with the sizes, when the entrypoint outgrows it.
 """
@@ -25,7 +26,7 @@ from kgen.render.pipeline import manifest_text
 from kgen.render.podcopy import HEADER, OMIT_BEGIN, OMIT_END, PodCopyError, pod_copy
 from kgen.resources import entrypoint_path
 
-BUDGET = 144 * 1024  # bytes of last-applied-configuration per object (the annotations' cap is 256 KiB)
+BUDGET = 150 * 1024  # bytes of last-applied-configuration per object (the annotations' cap is 256 KiB)
 ANNOTATIONS_CAP = 262144
 
 LONG_COMMAND = ["train.py", *(f"--option-{i:03d}=value-{i:03d}-{'x' * 24}" for i in range(100))]  # ~5 KiB

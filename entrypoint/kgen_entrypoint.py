@@ -3902,8 +3902,12 @@ class Health:
             proc.wait()
             out.seek(0)
             text = out.read().decode("utf-8", "replace").strip().splitlines() or [""]
-        if stop():
-            return None  # the main loop sees it
+        if stop():  # the main loop sees it, or node 0 ended the run (a failed gate) before training
+            v = getattr(link, "verdict", None) or ("",)
+            if v[0] != "end":
+                return None
+            link.close()
+            return Stop(v[1], f"node 0 ended the run ({v[-1]})")
         try:
             res = json.loads(text[-1])
         except ValueError:

@@ -3776,11 +3776,11 @@ def late():
         out({"error": f"no answer within {T:g}s, node 0's store neither ({str(e)[:200]})"})
 threading.Thread(target=late, daemon=True).start()
 try:
-    dev, cuda = "", torch.cuda.is_available()
-    if c["gpus"] and (torch.cuda.device_count() if cuda else 0) < c["gpus"]:
-        dev = f"{torch.cuda.device_count() if cuda else 0} GPU(s) visible, {c['gpus']} expected"
+    cuda = torch.cuda.is_available(); need, dev = c["gpus"] or cuda * c["nproc"], ""
+    if (torch.cuda.device_count() if cuda else 0) < need:
+        dev = f"{torch.cuda.device_count() if cuda else 0} GPU(s) visible, {need} expected"
     try:
-        q = c["gpus"] and subprocess.run(["nvidia-smi", "--query-gpu=index,ecc.errors.uncorrected.volatile.total",
+        q = need and subprocess.run(["nvidia-smi", "--query-gpu=index,ecc.errors.uncorrected.volatile.total",
                                           "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
         ecc = [r.split(",")[0] for r in q.stdout.splitlines() if r.split(",")[-1].strip().lstrip("0").isdigit()]
         dev = dev or (f"nvidia-smi exit {q.returncode}" if q.returncode else ecc and f"ECC errors: GPU {ecc}" or "")
@@ -3882,9 +3882,9 @@ class Health:
             return None
         import tempfile
 
-        gpus = cfg.nproc if (os.environ.get("NVIDIA_VISIBLE_DEVICES") or "void") not in ("void", "none") else 0
+        gpus = cfg.nproc if (os.environ.get("NVIDIA_VISIBLE_DEVICES") or "all") not in ("all", "void", "none") else 0
         spec = {"rank": cfg.node_rank, "world": cfg.nnodes, "addr": cfg.master_addr, "port": cfg.master_port,
-                "timeout": self.timeout, "mb": 4, "kb": 256, "gpus": gpus}  # fmt: skip
+                "timeout": self.timeout, "mb": 4, "kb": 256, "gpus": gpus, "nproc": cfg.nproc}  # fmt: skip
         log(f"health gate ({self.gate}): all-reduce, ping-pongs; KGEN_HEALTH_TIMEOUT={self.timeout:g}s")
         t0, stop = (
             time.monotonic(),

@@ -1,7 +1,7 @@
 """The health gate's judgement and plumbing, without torch: the entrypoint's verdict on a worker's answer
 (every node reads the same answer, so every node judges alike), its settings, health.gate from values to the
 pod's environment and the sbatch script, and what `kgen status` says of node 0's record. The gate itself on
-real torch in network namespaces: tests/entrypoint/test_health_gate.py."""
+real torch in network namespaces: tests/entrypoint/test_health_gate_netns.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The health gate through `kgen launch --local` and `kgen status` (real torch, gloo): with --health-gate fail
 and GPUs asked for that no node has (NVIDIA_VISIBLE_DEVICES names one; this machine has none), every node
 exits 78 before its training script starts, and `kgen status` puts the gate's verdict in its headline with
-one line per node. The gate's checks themselves: tests/entrypoint/test_health_gate.py."""
+one line per node. The gate's checks themselves: tests/entrypoint/test_health_gate_netns.py."""
 
 from __future__ import annotations
 

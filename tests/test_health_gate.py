@@ -155,3 +155,19 @@ def test_a_failed_gate_is_the_headline_of_a_failed_run():
     assert v.state == "failed"
     assert v.headline == "Failed: node 1: 40x slower than the median (links to nodes 0: 12 ms) (health gate)", v
     assert "health: node 0: ok 0.3 ms" in v.details
+
+
+def test_a_gate_that_passed_stays_out_of_status():
+    log = _record(["node 0: ok 0.3 ms", "node 1: ok 0.4 ms"], [], "warn")
+    rows = [Row(r, "", "h", "Succeeded", False, 0, 0, TABLE[0].meaning, 0, host=f"h{r}") for r in range(2)]
+    rec = RunRecords(name="r", kind="local", expected=2, rows=rows, failures=[], logs={"h0": log}, complete=True)
+    v = judge(rec)
+    assert v.state == "succeeded" and not any("health" in d for d in v.details), v
+
+
+def test_warn_with_a_node_at_fault_is_a_detail_of_a_run_that_goes_on():
+    log = _record(["node 0: ok 0.3 ms", "node 1: slow link to node 0 (150.0 ms, median 150.0 ms)"], [1], "warn")
+    rows = [Row(r, "", "h", "Running", True, 0, None, "", 0, host=f"h{r}") for r in range(2)]
+    v = judge(RunRecords(name="r", kind="local", expected=2, rows=rows, failures=[], logs={"h0": log}))
+    assert "health gate (warn) found 1 node(s) at fault" in v.details, v
+    assert "health: node 1: slow link to node 0 (150.0 ms, median 150.0 ms)" in v.details

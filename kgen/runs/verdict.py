@@ -497,11 +497,12 @@ def _hang(v: Verdict, rec: RunRecords) -> None:
 
 
 def _health(v: Verdict, rec: RunRecords) -> None:
-    """The health gate's lines (node 0's log): a failed gate is the headline, its nodes' lines the details."""
+    """The health gate's lines (node 0's log) when it found a node at fault: with health.gate fail the
+    headline, its nodes' lines the details (a gate that passed stays in the log: `kgen logs`)."""
     from kgen.runs.health import health_lines, health_record
 
     found = health_record(rec.logs.values())
-    if found is None:
+    if found is None or not found.get("bad"):
         return
     lines = health_lines(found)
     if v.state == "failed" and found.get("gate") == "fail" and found.get("bad"):

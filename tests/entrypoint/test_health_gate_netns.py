@@ -144,3 +144,20 @@ def test_off_runs_no_gate(lab, tmp_path):
     codes, logs, stepped = run_group(lab(2), tmp_path, 2, "off")
     assert codes == [0, 0] and stepped == [0, 1], logs
     assert not any("health gate (" in log or "kgen health" in log for log in logs), logs
+
+
+@pytest.mark.timeout(180)
+def test_the_pod_copy_runs_the_gate_from_rendered_values(cluster):
+    """Pods made from `kgen render --set health.gate=fail` (the pod copy of the entrypoint, loopback): the gate
+    passes with an ok line per node and the training runs."""
+    from podharness import TRAINLOOP, free_port_pair, render_cpu_job
+
+    manifest = render_cpu_job("gatep", 2, "job", free_port_pair(), command=[str(TRAINLOOP)], nproc=1,
+                              sets=("health.gate=fail",))  # fmt: skip
+    c = cluster(manifest)
+    assert {"name": "KGEN_HEALTH_GATE", "value": "fail"} in c.container["env"]
+    c.start()
+    assert c.wait_all(150) == [0, 0], c.logs()[-6000:]
+    lines = health_lines(c.pods[0].log())
+    assert [ln.split(":")[0] for ln in lines] == ["node 0", "node 1"] and all(": ok " in ln for ln in lines), lines
+    assert "KGEN_EVT" in c.pods[1].log()

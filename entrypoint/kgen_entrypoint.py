@@ -3748,7 +3748,7 @@ def stacks_answer(home: str) -> dict:
 # uses next). It checks the devices (GPUs visible as NPROC_PER_NODE, nvidia-smi's uncorrected ECC errors),
 # all-reduces a few MiB over the real backend (nccl on GPUs, gloo on CPU) and then times a ping-pong with
 # every other node (round-robin pairs); each node's phases and numbers go to the store, so every node reads
-# the same result and judges it alike (health_verdict). A link far slower than the median link (or above
+# the same result and judges it alike (health_verdict). A link far slower than the median node's best (or above
 # HEALTH_LINK_MS) is slow; a node whose every link is slow is the slow node. The worker is bounded by
 # KGEN_HEALTH_TIMEOUT: at the bound it reports how far each node got (the ones that did not answer).
 # Node 0 logs one line per node and HEALTH_MARK (a JSON line kgen status reads); each other node its own.

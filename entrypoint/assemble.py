@@ -53,6 +53,7 @@ PARTS = (
     ("smoke", True),
     ("diagnose", True),
     ("hang", True),
+    ("healthgate", True),
     ("slurmenv", True),
     ("main", True),
     ("baremetal", False),

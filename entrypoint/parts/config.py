@@ -14,6 +14,7 @@ import stat
 from .channel import EVERY_INTERFACE, is_ip
 from .hang import HANG
 from .header import DEFAULTS, ON_SCRIPT_ERROR, SECRET_MAX, SECRET_MIN
+from .healthgate import HEALTH
 from .slurmenv import slurm_environment
 
 # --------------------------------------------------------------------------------------------
@@ -51,6 +52,7 @@ class Config:
         self.slurm: dict | None = None  # inside a Slurm job step: what came from the allocation (slurm_environment)
         self.restart_base = 0  # KGEN_RESTART_COUNT of generation 0 (Slurm: SLURM_RESTART_COUNT, the requeues)
         self.hang_timeout = 0.0  # KGEN_HANG_TIMEOUT (values hang.timeout): 0 = no hang watchdog
+        self.health_gate = "warn"  # KGEN_HEALTH_GATE (values health.gate): off | warn | fail
 
     @property
     def world_size(self) -> int:
@@ -81,7 +83,7 @@ class Config:
                 if self.slurm is None
                 else f"a lost node ends the step, requeues up to {self.max_reformations}"
             )
-            + f", on script error: {self.on_script_error}"
+            + f", on script error: {self.on_script_error}, health gate: {self.health_gate}"
             + (f"; run secret from {self.secret_source}" if self.secret is not None else "")
         )
 
@@ -436,6 +438,7 @@ def load_config(env: dict, with_rank: bool = True) -> Config:
         )
     cfg.on_script_error = ose
     cfg.hang_timeout = HANG.configure(env, p)  # hang watchdog (section below)
+    cfg.health_gate = HEALTH.configure(env, p)  # health gate (section below)
     if cfg.nnodes is not None and cfg.nnodes > 1:  # one node has no liveness channel and needs no secret
         read_secret(env, cfg)
     if with_rank:

@@ -18,7 +18,8 @@ job step: NNODES, the node rank, MASTER_ADDR and MASTER_PORT come from the alloc
 KGEN_LIVENESS_PORT (default MASTER_PORT+1), KGEN_LIVENESS_BIND (where node 0 listens: IPs or *),
 KGEN_JOB_NAME, KGEN_KIND, KGEN_RUN_ID, KGEN_RESTART_ATTEMPT, KGEN_MASTER_WAIT_TIMEOUT,
 KGEN_RDZV_TIMEOUT, KGEN_HEARTBEAT_INTERVAL, KGEN_HEARTBEAT_TIMEOUT, KGEN_MAX_RESTARTS,
-KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, KGEN_HANG_TIMEOUT, and for NNODES > 1
+KGEN_MAX_REFORMATIONS, KGEN_REPLACEMENT_TIMEOUT, KGEN_ON_SCRIPT_ERROR, KGEN_HANG_TIMEOUT, KGEN_HEALTH_GATE
+(KGEN_HEALTH_TIMEOUT), and for NNODES > 1
 the run's secret, the same on every node (the liveness channel authenticates every connection with it):
 KGEN_SECRET_FILE (a file holding it), or KGEN_JOB_UID (Kubernetes Job and JobSet pods: the UID of the
 pod's Job, from its batch.kubernetes.io/controller-uid label; the secret is derived from it with
@@ -33,7 +34,8 @@ stopped by user (Ctrl-C / SIGINT on any node, or --stop): every node of the grou
 own entrypoint failed on this node (an internal error, a bug in kgen, not in the training script: the
 traceback is in the log; report it); 75 a peer was lost and re-formation is off
 (KGEN_MAX_REFORMATIONS=0); 76 this node was dropped from the group (it froze or was cut off): replace
-it; 77 a hang (KGEN_HANG_TIMEOUT: no rank made progress; node 0's log has the report); otherwise
+it; 77 a hang (KGEN_HANG_TIMEOUT: no rank made progress; node 0's log has the report); 78 the health
+gate failed before training (KGEN_HEALTH_GATE=fail; node 0's log names the node); otherwise
 torchrun's exit code; 128+N after signal N. The last log line says why:
 "kgen-entrypoint: stopped: <reason>".
 

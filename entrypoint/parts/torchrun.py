@@ -35,6 +35,7 @@ from .header import (
     log,
     shown,
 )
+from .healthgate import HEALTH
 from .hub import Hub, Spoke
 from .proctree import Child, Running, set_child_subreaper, signal_tree
 from .reform import (
@@ -403,6 +404,9 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
         formed = time.monotonic() - hub.form_started
         log(f"all {cfg.nnodes} nodes connected after {formed:.1f}s: generation {gen}")
         hub.start(gen)
+        stop = HEALTH.run(cfg, sigs, hub, gen)  # the health gate (generation 0): a Stop ends the run here
+        if stop is not None:
+            return stop
         child = start_torchrun(cfg, command, gen)
         own_rc: int | None = None
         now = time.monotonic()
@@ -534,6 +538,9 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
             log(f"node 0 lost while waiting to start ({verdict[-1]}): joining again")  # type: ignore[index]
             continue
         gen = spoke.start_gen
+        stop = HEALTH.run(cfg, sigs, spoke, gen)  # the health gate (generation 0): a Stop ends the run here
+        if stop is not None:
+            return stop
         child = start_torchrun(cfg, command, gen)
         own_rc: int | None = None
         now = time.monotonic()

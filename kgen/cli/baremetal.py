@@ -53,6 +53,11 @@ exits with the run's result (0 succeeded, 1 failed or stopped; Ctrl-C leaves the
     help="Seconds without progress from any rank after which the run is a hang: stacks reported, exit 77 [0: off].",
 )
 @click.option(
+    "--health-gate",
+    type=click.Choice(["off", "warn", "fail"]),
+    help="Before training, check every node's devices and links: off, warn (report, go on) or fail (exit 78) [warn].",
+)
+@click.option(
     "--port", default=29500, show_default=True, type=ASCII_INT, metavar="P", help="Master port (P+1: liveness)."
 )
 @click.option("--master-addr", metavar="ADDR", help="Node 0's address on the training fabric [as ssh reached it].")
@@ -78,6 +83,7 @@ def launch(
     workdir,
     env,
     hang_timeout,
+    health_gate,
     port,
     master_addr,
     inject,
@@ -90,6 +96,8 @@ def launch(
 
     if hang_timeout is not None:  # the hang watchdog (docs/entrypoint.md, When a run hangs)
         env = (*env, f"KGEN_HANG_TIMEOUT={hang_timeout}")
+    if health_gate is not None:  # the health gate (docs/entrypoint.md, The health gate)
+        env = (*env, f"KGEN_HEALTH_GATE={health_gate}")
     request = sdk.LaunchRequest(
         name=name,
         command=list(command),

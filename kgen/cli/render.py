@@ -99,6 +99,12 @@ Values reference (every key, its type, default and meaning): kgen values
     help="Seconds without progress from any rank after which the run is a hang: stacks reported, exit 77 "
     "(values hang.timeout; default 0 = off).",
 )
+@click.option(
+    "--health-gate",
+    metavar="off|warn|fail",
+    help="Before training, check every node's devices and links (values health.gate; default warn: report and "
+    "go on; fail: stop with exit 78 naming the node).",
+)
 @click.option("--env", "env", metavar="KEY=VALUE", multiple=True, help="Extra environment variable (repeatable).")
 @click.option(
     "-f",
@@ -138,6 +144,7 @@ def render_command(
     cpu,
     memory,
     hang_timeout,
+    health_gate,
     env,
     values_files,
     sets,
@@ -180,6 +187,7 @@ def render_command(
         cpu=cpu,
         memory=memory,
         hang_timeout=hang_timeout,
+        health_gate=health_gate,
         kubernetes_version=kubernetes_version,
         output_format=output_format,
     )

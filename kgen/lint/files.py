@@ -211,7 +211,7 @@ def skip_reason(path: str, charts: dict[str, str | None]) -> str | None:
 # only kgen's values have, one of which a file must hold to be taken for one (`kgen presets show 4x8 > f.yaml`).
 KGEN_VALUE_KEYS = frozenset(
     """activeDeadlineSeconds affinity annotations auth command cpu description dnsPolicy env envFrom gloo gpus
-    guaranteed hang hostIPC hostNetwork image imagePullPolicy imagePullSecrets initContainers jobset kind labels
+    guaranteed hang health hostIPC hostNetwork image imagePullPolicy imagePullSecrets initContainers jobset kind labels
     livenessPort maxRestarts memory name namespace nccl networkPolicy nodeSelector nodes nprocPerNode patches
     podDisruptionBudget podSecurityContext port priorityClassName python queue rdma reform resources
     runtimeClassName schedulerName serviceAccountName shmSize slurm terminationGracePeriodSeconds timeouts

@@ -23,6 +23,7 @@ FLAG_NAMES = {
     "cpu": "--cpu",
     "memory": "--memory",
     "hang.timeout": "--hang-timeout",
+    "health.gate": "--health-gate",
 }
 
 # Values that describe what runs (the shape and the command). A request that sets any of them is
@@ -58,6 +59,7 @@ class RenderRequest:
     cpu: int | str | None = None
     memory: str | None = None
     hang_timeout: int | str | None = None  # values hang.timeout (--hang-timeout)
+    health_gate: str | None = None  # values health.gate (--health-gate)
     env: Sequence[str] = ()  # KEY=VALUE from --env
     command: Sequence[str] = ()  # after "--"
     kubernetes_version: str | None = None

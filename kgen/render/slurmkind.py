@@ -248,6 +248,8 @@ def env(spec: TrainingSpec) -> tuple[tuple[str, str], ...]:
     v = spec.values
     out = [("NPROC_PER_NODE", str(spec.nproc_per_node))]
     out += [(name, str(v[key])) for name, key in EXPORTS]
+    if v["health.gate"] != "warn":  # the health gate (the entrypoint's default, warn: not exported)
+        out.append(("KGEN_HEALTH_GATE", v["health.gate"]))
     for name, key in (("NCCL_DEBUG", "nccl.debug"), ("NCCL_SOCKET_IFNAME", "nccl.socketIfname"),
                       ("GLOO_SOCKET_IFNAME", "gloo.socketIfname")):  # fmt: skip
         if v[key]:

@@ -300,6 +300,8 @@ def _kgen_env(
     ]
     if v["hang.timeout"]:  # the hang watchdog (off by default: not rendered)
         env.append(EnvVar("KGEN_HANG_TIMEOUT", str(v["hang.timeout"])))
+    if v["health.gate"] != "warn":  # the health gate (the entrypoint's default, warn: not rendered)
+        env.append(EnvVar("KGEN_HEALTH_GATE", v["health.gate"]))
     if v["nccl.debug"]:
         env.append(EnvVar("NCCL_DEBUG", v["nccl.debug"]))
     if v["nccl.socketIfname"]:

@@ -13,7 +13,7 @@ from kgen import jobset as jobset_facts
 from kgen.errors import NestedLauncherError, UsageError
 from kgen.k8s import ENV_VAR_NAME, is_dns1035_label, is_dns_label, is_dns_subdomain, parse_quantity
 from kgen.render.runsecret import SECRET_DIR
-from kgen.render.values import DNS_POLICIES, KINDS, ON_SCRIPT_ERROR, PULL_POLICIES
+from kgen.render.values import DNS_POLICIES, HEALTH_GATES, KINDS, ON_SCRIPT_ERROR, PULL_POLICIES
 from kgen.versions import DEFAULT_K8S, MAX_K8S, MIN_K8S
 
 # Environment variables kgen sets itself: user env may not override them.
@@ -279,6 +279,8 @@ def validate_values(values: dict[str, Any], origins: dict[str, str], k8s_minor: 
     if text("reform.onScriptError") not in ON_SCRIPT_ERROR:
         raise _fail(o, "reform.onScriptError", f'must be fail or reform, got "{v["reform.onScriptError"]}"')
     integer("hang.timeout", 0)
+    if text("health.gate") not in HEALTH_GATES:
+        raise _fail(o, "health.gate", f'must be off, warn or fail, got "{v["health.gate"]}"')
     if v["reform.nodeLostTolerationSeconds"] is not None:
         integer("reform.nodeLostTolerationSeconds", 0, INT64_MAX)  # tolerationSeconds: int64
     integer("terminationGracePeriodSeconds", 0, INT64_MAX)  # int64 in the API

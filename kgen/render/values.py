@@ -137,6 +137,12 @@ VALUES: dict[str, tuple[str, Any, str]] = {
         "Seconds without progress from any rank (a line of output, or kgen_progress(step)) after which the run "
         "is a hang: every rank's Python stacks are reported and the run ends with exit 77; 0 = off.",
     ),
+    "health.gate": (
+        "str",
+        "warn",
+        "The health gate before training (2+ nodes): devices, an all-reduce and a ping-pong between every two "
+        "nodes over the real backend, one line per node; `off`, `warn` (go on) or `fail` (stop with exit 78).",
+    ),
     "reform.nodeLostTolerationSeconds": (
         "int?",
         30,
@@ -235,5 +241,6 @@ VALUES: dict[str, tuple[str, Any, str]] = {
 KINDS = ("job", "statefulset", "jobset", "slurm")
 K8S_KINDS = ("job", "statefulset", "jobset")
 ON_SCRIPT_ERROR = ("fail", "reform")
+HEALTH_GATES = ("off", "warn", "fail")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "None")

@@ -38,6 +38,8 @@ TABLE: dict[int, ExitMeaning] = {
         ExitMeaning(76, "dropped from the group: this node froze or was cut off", "cause"),
         # 77: the hang watchdog (hang.timeout): node 0's log has the report (kgen.runs.stacks.hang_record)
         ExitMeaning(77, "hang: no rank made progress for hang.timeout (the report names ranks and frames)", "cause"),
+        # 78: the health gate (health.gate fail): node 0's log names the node (kgen.runs.health)
+        ExitMeaning(78, "the health gate failed before training (health.gate fail; the node is named)", "cause"),
         ExitMeaning(130, "interrupted (SIGINT)", "stopped"),
         ExitMeaning(134, "aborted (SIGABRT)", "cause"),
         ExitMeaning(137, "killed (SIGKILL)", "cause"),

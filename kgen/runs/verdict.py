@@ -477,6 +477,7 @@ def judge(rec: RunRecords) -> Verdict:
         v.details.append(f"{reform_text}" + (f"; incidents: {len(incident_lines)}" if incident_lines else ""))
     v.details.extend(rec.notes)
     _hang(v, rec)
+    _health(v, rec)
     return _printable(v)
 
 
@@ -495,6 +496,22 @@ def _hang(v: Verdict, rec: RunRecords) -> None:
         else:
             v.details[:0] = [lines[0], *(line.strip() for line in lines[1:])]
         return
+
+
+def _health(v: Verdict, rec: RunRecords) -> None:
+    """The health gate's lines (node 0's log) when it found a node at fault: with health.gate fail the
+    headline, its nodes' lines the details (a gate that passed stays in the log: `kgen logs`)."""
+    from kgen.runs.health import health_lines, health_record
+
+    found = health_record(rec.logs.values())
+    if found is None or not found.get("bad"):
+        return
+    lines = health_lines(found)
+    if v.state == "failed" and found.get("gate") == "fail" and found.get("bad"):
+        v.headline = f"Failed: {lines[1].strip()[len('health: ') :]} (health gate)"
+        v.details[:0] = [line.strip() for line in lines]
+    else:
+        v.details.extend(line.strip() for line in lines)
 
 
 def _printable(obj):

@@ -75,3 +75,11 @@ def test_the_local_transcripts_are_what_a_run_prints(tmp_path, name):
     fresh = record(name, tmp_path)[name]
     diff = differences(blocks()[name][1], fresh)
     assert not diff, f"the README's transcript {name} differs from a fresh run:\n" + "\n".join(diff)
+
+
+def test_the_transcripts_of_kgen_alone_are_what_it_prints(tmp_path):
+    """render's one-line errors (README) and lint on a hand-written sbatch script (docs/slurm.md): no process but
+    kgen's, a second or two."""
+    for name, fresh in record("no-run", tmp_path).items():
+        diff = differences(blocks()[name][1], fresh)
+        assert not diff, f"the transcript {name} differs from a fresh run:\n" + "\n".join(diff)

@@ -278,6 +278,24 @@ def local_reform(root: Path) -> str:
     return rec.text()
 
 
+def no_run(root: Path) -> dict[str, str]:
+    """README: render's one-line errors; docs/slurm.md: lint on a hand-written sbatch script (the fixture
+    tests/lint/fixtures/sbatch/per-task-torchrun.sbatch, modelled on a public HPC-centre example). No process
+    but kgen's: seconds."""
+    rec = Recorder(root)
+    (rec.code / "v.yaml").write_text("port: 29501\n")
+    rec.kgen("render", "--nodes", "0")
+    rec.kgen("render", "--set", "nccl.debg=INFO")
+    rec.kgen("render", "-f", "v.yaml", comment="v.yaml: port: 29501")
+    errors = rec.text()
+    rec.lines = []
+    shutil.copy(
+        ROOT / "tests" / "lint" / "fixtures" / "sbatch" / "per-task-torchrun.sbatch", rec.code / "handwritten.sbatch"
+    )
+    rec.kgen("lint", "handwritten.sbatch")
+    return {"render-errors": errors, "slurm-lint-handwritten": rec.text()}
+
+
 def local_hang(root: Path) -> str:
     """README: rank 3 waits on a queue at step 20 while the others wait for it in the next all-reduce; the hang
     watchdog (--hang-timeout 15) names it and its frame, ends the run (exit 77), and status and logs say so."""
@@ -492,11 +510,12 @@ def _short_script(text: str) -> str:
 @dataclass
 class Scenario:
     run: Callable[[Path], str | dict[str, str]]
-    lab: str  # "local" | "ssh" | "slurm" | "k8s": what it needs
+    lab: str  # "quick" (kgen alone) | "local" | "ssh" | "slurm" | "k8s": what it needs
     blocks: tuple[str, ...] = ()  # the transcripts it records (default: its own name)
 
 
 SCENARIOS: dict[str, Scenario] = {
+    "no-run": Scenario(no_run, "quick", ("render-errors", "slurm-lint-handwritten")),
     "local-failure": Scenario(local_failure, "local"),
     "local-reform": Scenario(local_reform, "local"),
     "local-hang": Scenario(local_hang, "local"),

@@ -84,6 +84,9 @@ FIRST_SEEN = re.compile(r"^( *Job reason: PodFailurePolicy: ).*$")
 PROGRESS = re.compile(r"^kgen: waiting: |^\d+ pod\(s\) deleting$")
 
 
+HANG_JSON = re.compile(r"(kgen-entrypoint: hang: )\{.*$")  # the hang report's machine line (frames, times)
+
+
 def normalized(text: str) -> list[str]:
     """The lines of a transcript with times, durations, ids, ports, addresses and PIDs replaced, runs of
     spaces made one (a wider cell shifts a table's columns), the commands' lines as written."""
@@ -100,8 +103,8 @@ def normalized(text: str) -> list[str]:
 
 
 def comparable(text: str) -> list[str]:
-    """``normalized``, with the lines of each `kgen logs` in sorted order: logs merge the nodes by time, and
-    which of two nodes wrote first in the same instant is timing too."""
+    """``normalized``, with the lines of each `kgen logs` (and `kgen launch --follow`) in sorted order: logs merge
+    the nodes by time, and which of two nodes wrote first in the same instant is timing too."""
     out: list[str] = []
     chunk: list[str] = []
     logs = False
@@ -110,7 +113,7 @@ def comparable(text: str) -> list[str]:
             out.extend(sorted(chunk) if logs else chunk)
             chunk = []
             if line.startswith("$ "):
-                logs = line.startswith("$ kgen logs ")
+                logs = line.startswith("$ kgen logs ") or (line.startswith("$ kgen launch ") and " --follow " in line)
             out.append(line)
         else:
             chunk.append(line)
@@ -309,6 +312,44 @@ def local_hang(root: Path) -> str:
     rec.wait("stuck", lambda v: v["state"] in ("failed", "succeeded", "stopped"), 150, "the run's end")
     rec.kgen("status", "stuck")
     rec.kgen("logs", "stuck", "--tail", "2")
+    return rec.text()
+
+
+def local_hang_follow(root: Path) -> str:
+    """docs/entrypoint.md: the hang watchdog's run followed (`--follow`) from the moment node 0 found no progress
+    (the launch table, start-up and steps before it shown as one line), then `kgen debug stacks` on a healthy run
+    whose ranks sleep between steps. The interpreter's library folders are shown as <site-packages>, <stdlib>."""
+    import sysconfig
+
+    rec = Recorder(root)
+    rec.hidden += [(sysconfig.get_paths()["purelib"], "<site-packages>"), (sysconfig.get_paths()["stdlib"], "<stdlib>")]
+    port = str(free_port_pair())
+    rec.kgen(
+        "launch", "--name", "stuck", "--local", "2", "--nproc-per-node", "2", "--hang-timeout", "15",
+        "--env", "PYTHONWARNINGS=ignore", "--follow", "--", "train.py", "--stuck-rank", "3", "--stuck-step", "20",
+        extra=("--port", port), timeout=240,
+    )  # fmt: skip
+    start = next(i for i, ln in enumerate(rec.lines) if "no rank made progress for" in ln)
+    first = next(i for i, ln in enumerate(rec.lines) if ln.startswith("$ kgen launch"))
+    rec.lines[first + 1 : start] = [
+        "[... the launch table, the start-up and the steps: kgen logs stuck shows them ...]"
+    ]
+    rec.lines = [HANG_JSON.sub(r"\1{...}", ln) for ln in rec.lines]
+    port = str(free_port_pair())
+    rec.kgen(
+        "launch", "--name", "healthy", "--local", "2", "--nproc-per-node", "2", "--env", "PYTHONWARNINGS=ignore",
+        "--", "train.py", "--sleep", "5",
+        extra=("--port", port),
+    )  # fmt: skip
+    runs = rec.state / "kgen" / "runs" / "healthy"
+    deadline = time.monotonic() + 120
+    while not all(len(list((runs / f"node{n}" / "hang" / "stacks").glob("*.json"))) == 2 for n in range(2)):
+        if time.monotonic() > deadline:
+            raise TimeoutError("healthy: the workers did not register for stacks within 120s")
+        time.sleep(0.5)
+    time.sleep(8)  # past start-up and the first step: every rank sleeps between steps
+    rec.kgen("debug", "stacks", "healthy")
+    rec.kgen("stop", "healthy")
     return rec.text()
 
 
@@ -519,6 +560,7 @@ SCENARIOS: dict[str, Scenario] = {
     "local-failure": Scenario(local_failure, "local"),
     "local-reform": Scenario(local_reform, "local"),
     "local-hang": Scenario(local_hang, "local"),
+    "local-hang-follow": Scenario(local_hang_follow, "local"),
     "ssh-crash": Scenario(ssh_crash, "ssh"),
     "slurm": Scenario(slurm_runs, "slurm", ("slurm-loop", "slurm-crash", "slurm-crash-readme")),
     "k8s": Scenario(k8s_day, "k8s", ("k8s-day", "k8s-failure", "k8s-stop")),

@@ -23,10 +23,10 @@ from kgen.baremetal.transport import LocalTransport, SshTransport, Transport, pa
 from kgen.errors import UsageError
 from kgen.runs import stamps
 from kgen.runs.engine import (
+    LocalRecordEngine,
     Located,
     LogsRequest,
     RunList,
-    RunRef,
     RunStatus,
     Say,
     StatusUpdate,
@@ -360,25 +360,14 @@ def which(rec: R.RunRecord) -> str:
     return f"bare-metal run {rec.name} on {where}, local record {R.path(rec.name)}"
 
 
-class BareMetalEngine:
+class BareMetalEngine(LocalRecordEngine):
     """`kgen launch`'s runs (ssh hosts, or this machine): found by their local record, asked on every host."""
 
     name = "bare-metal"
     what = "bare-metal"
     local = True
+    records = R
     kinds: tuple[str, ...] = ()  # started by `kgen launch` (kgen.sdk.launching), never submitted
-
-    def find(self, ref: RunRef) -> Located | None:
-        from kgen.runs.store import is_name
-
-        rec = R.load(ref.name) if is_name(ref.name) else None
-        return Located(ref, rec, f"local record {R.path(ref.name)}") if rec is not None else None
-
-    def record_path(self, name: str) -> str:
-        return str(R.path(name))
-
-    def check_askable(self, ref: RunRef, missing: str) -> None:
-        return None
 
     def status(self, run: Located, *, read_logs: bool = True) -> RunStatus:
         rec = run.record

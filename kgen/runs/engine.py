@@ -239,6 +239,25 @@ class Engine(Protocol):
         ...
 
 
+class LocalRecordEngine:
+    """What the local engines (bare metal, Slurm) share: a run is found by its local record in ``records`` (the
+    engine's record module: ``load(name)``, ``path(name)``), and there is nothing else to ask."""
+
+    records: Any
+
+    def find(self, ref: RunRef) -> Located | None:
+        from kgen.runs.store import is_name
+
+        rec = self.records.load(ref.name) if is_name(ref.name) else None
+        return Located(ref, rec, f"local record {self.records.path(ref.name)}") if rec is not None else None
+
+    def record_path(self, name: str) -> str:
+        return str(self.records.path(name))
+
+    def check_askable(self, ref: RunRef, missing: str) -> None:
+        return None
+
+
 # ------------------------------------------------------------------------------------------ shared checks
 def check_timeout(timeout: float) -> None:
     if not timeout >= 0:  # also NaN

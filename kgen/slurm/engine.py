@@ -22,10 +22,10 @@ from kgen.render.sbatch import check_run_dir
 from kgen.resources import entrypoint_path
 from kgen.runs import stamps
 from kgen.runs.engine import (
+    LocalRecordEngine,
     Located,
     LogsRequest,
     RunList,
-    RunRef,
     RunStatus,
     Say,
     StatusUpdate,
@@ -382,25 +382,14 @@ def check_submit(context: str | None, kubeconfig: str | None) -> None:
             raise UsageError("is for cluster runs; --kind slurm submits with sbatch", option=option)
 
 
-class SlurmEngine:
+class SlurmEngine(LocalRecordEngine):
     """`kgen submit --kind slurm`'s runs: found by their local record, asked of Slurm and the run's folder."""
 
     name = "slurm"
     what = "Slurm"
     local = True
+    records = R
     kinds: tuple[str, ...] = ("slurm",)
-
-    def find(self, ref: RunRef) -> Located | None:
-        from kgen.runs.store import is_name
-
-        rec = R.load(ref.name) if is_name(ref.name) else None
-        return Located(ref, rec, f"local record {R.path(ref.name)}") if rec is not None else None
-
-    def record_path(self, name: str) -> str:
-        return str(R.path(name))
-
-    def check_askable(self, ref: RunRef, missing: str) -> None:
-        return None
 
     def status(self, run: Located, *, read_logs: bool = True) -> RunStatus:
         return RunStatus(status(run.record), self.name, which(run.record))

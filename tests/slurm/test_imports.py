@@ -12,10 +12,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # What every run adapter shares (the engine protocol and its requests, records, the one verdict, exit codes, views,
-# local records, time stamps, text safe for a terminal, a failed process's error, a node's log as `kgen logs` shows).
+# local records, time stamps, text safe for a terminal, a failed process's error, a node's log as `kgen logs` shows,
+# the ranks' stacks as `kgen debug stacks` groups them).
 VERDICT_LEAVES = {"kgen.runs", "kgen.runs.engine", "kgen.runs.records", "kgen.runs.verdict", "kgen.runs.exitcodes",
                   "kgen.runs.views", "kgen.runs.store", "kgen.runs.stamps", "kgen.runs.safetext", "kgen.runs.errors",
-                  "kgen.runs.logtext"}  # fmt: skip
+                  "kgen.runs.logtext", "kgen.runs.stacks"}  # fmt: skip
 LEAVES = {"kgen.errors", "kgen.resources"}
 # the sbatch script, pure (kgen render --kind slurm prints the same); what `kgen render` says on stderr (submit)
 RENDER = {"kgen.render.sbatch", "kgen.render.pipeline"}
@@ -39,14 +40,15 @@ def test_the_slurm_adapter_imports_only_leaves_the_verdict_and_itself():
 
 
 def test_nothing_outside_imports_it_but_the_python_api():
-    """kgen.sdk (the API the CLI calls) is the only way in: render, lint, the other adapters never import it."""
+    """kgen.sdk (the API the CLI calls: the run verbs, `kgen debug stacks`) is the only way in: render, lint, the
+    other adapters never import it."""
     importers = set()
     for path in sorted((ROOT / "kgen").rglob("*.py")):
         if "slurm" in path.relative_to(ROOT / "kgen").parts:
             continue
         if any(n.startswith("kgen.slurm") for n in kgen_imports(path)):
             importers.add(path.relative_to(ROOT / "kgen").as_posix())
-    assert importers == {"sdk/runs.py"}
+    assert importers == {"sdk/runs.py", "sdk/debug.py"}
 
 
 def test_slurm_verbs_run_without_the_kubernetes_client_or_ssh():

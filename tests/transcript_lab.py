@@ -301,11 +301,12 @@ def no_run(root: Path) -> dict[str, str]:
 
 def local_hang(root: Path) -> str:
     """README: rank 3 waits on a queue at step 20 while the others wait for it in the next all-reduce; the hang
-    watchdog (--hang-timeout 15) names it and its frame, ends the run (exit 77), and status and logs say so."""
+    watchdog (--hang-timeout 30: above start-up on a busy 2-core machine, which its clock counts) names it and
+    its frame, ends the run (exit 77), and status and logs say so."""
     rec = Recorder(root)
     port = str(free_port_pair())
     rec.kgen(
-        "launch", "--name", "stuck", "--local", "2", "--nproc-per-node", "2", "--hang-timeout", "15",
+        "launch", "--name", "stuck", "--local", "2", "--nproc-per-node", "2", "--hang-timeout", "30",
         "--env", "PYTHONWARNINGS=ignore", "--", "train.py", "--stuck-rank", "3", "--stuck-step", "20",
         extra=("--port", port),
     )  # fmt: skip
@@ -325,7 +326,7 @@ def local_hang_follow(root: Path) -> str:
     rec.hidden += [(sysconfig.get_paths()["purelib"], "<site-packages>"), (sysconfig.get_paths()["stdlib"], "<stdlib>")]
     port = str(free_port_pair())
     rec.kgen(
-        "launch", "--name", "stuck", "--local", "2", "--nproc-per-node", "2", "--hang-timeout", "15",
+        "launch", "--name", "stuck", "--local", "2", "--nproc-per-node", "2", "--hang-timeout", "30",
         "--env", "PYTHONWARNINGS=ignore", "--follow", "--", "train.py", "--stuck-rank", "3", "--stuck-step", "20",
         extra=("--port", port), timeout=240,
     )  # fmt: skip

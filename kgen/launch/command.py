@@ -26,7 +26,7 @@ import posixpath
 import re
 from typing import Any
 
-from kgen.launch import shell
+from kgen.launch import shell, shellexpand, shelltree
 from kgen.launch.launchers import (
     ACCELERATE_FLAGS,
     DEEPSPEED_FLAGS,
@@ -137,7 +137,7 @@ class Scripted:
         self.errors: list[tuple[tuple, str]] = []  # (where, shell syntax error)
         self.commands: list[tuple[list[str], tuple]] = []  # every simple command run (argv, where)
         self.no_command = False  # the image's ENTRYPOINT/CMD runs: unknown launcher
-        self.scripts: list[tuple[shell.Script, tuple]] = []  # parsed shell scripts and where they are
+        self.scripts: list[tuple[shelltree.Script, tuple]] = []  # parsed shell scripts and where they are
         self.followed: list[str] = []  # script files read (ConfigMap keys, here-documents), as described
 
 
@@ -181,7 +181,7 @@ def find_launches(container: dict) -> list[Launch]:
     return [launch for launch in read_container(container).launches if launch.training]
 
 
-_Simple = shell.Simple  # (the reader's method `shell` hides the module inside the class)
+_Simple = shelltree.Simple  # (the reader's method `shell` hides the module inside the class)
 _EXPORTING = {"export"}
 _DECLARING = {"declare", "typeset", "local", "readonly"}
 _LOOPS = {"while", "until", "for"}
@@ -302,7 +302,7 @@ class _Reader:
             return None
         try:
             script = shell.parse(text)
-        except shell.ShellSyntaxError as err:
+        except shelltree.ShellSyntaxError as err:
             self.out.errors.append((where, f"{origin}: {err}" if origin else str(err)))
             return None
         except RecursionError:  # a hostile script the nesting bounds did not catch: never a crash
@@ -311,7 +311,7 @@ class _Reader:
         if origin:
             self.out.followed.append(origin)
         self.out.scripts.append((script, where))
-        context = shell.enclosing(script)
+        context = shelltree.enclosing(script)
         stdin_of = _heredoc_stdin(script)
         exports: list[str] = []
         assigned: list[str] = []
@@ -403,17 +403,17 @@ def _shebang_shell(text: str) -> bool:
     return bool(words) and _base(words[0]) in _SHELLS
 
 
-def _heredoc_stdin(script: shell.Script) -> dict[int, str]:
+def _heredoc_stdin(script: shelltree.Script) -> dict[int, str]:
     """The simple commands whose stdin is a here-document or here-string (``bash <<EOF``, ``cat <<EOF |
     bash``), by id, with the text they read."""
     out: dict[int, str] = {}
 
-    def seq(body: shell.Sequence) -> None:
+    def seq(body: shelltree.Sequence) -> None:
         for ao in body.items:
             for _, pipe in ao.items:
                 prev = None
                 for node in pipe.commands:
-                    if isinstance(node, shell.Simple):
+                    if isinstance(node, shelltree.Simple):
                         own = next((r.script_text() for r in node.redirects if r.script_text() is not None), None)
                         if own is not None:
                             out[id(node)] = own
@@ -432,7 +432,7 @@ def _heredoc_stdin(script: shell.Script) -> dict[int, str]:
 
 
 def _expand_words(
-    words: list[shell.Word], positional: list[str], pos_src: list[tuple], where: tuple
+    words: list[shelltree.Word], positional: list[str], pos_src: list[tuple], where: tuple
 ) -> tuple[list[str], list[tuple]]:
     """The fields of a command's words: ``"$@"``, ``$1`` ... replaced from the shell's arguments (with
     the command/args item each came from), other expansions kept as their source text."""
@@ -459,7 +459,7 @@ def _expand_words(
                     src.append(pos_src[n] if n < len(pos_src) else where)
                 continue
         got = (
-            shell.expand(w, None, positional)
+            shellexpand.expand(w, None, positional)
             if any(p.name in ("@", "*") or p.name.isdigit() for p in w.parts)
             else None
         )
@@ -744,7 +744,7 @@ _BENIGN = {"echo", "printf", "true", ":", "logger", "touch", "date", "cat", "tee
 _HANDLED = "handled"
 
 
-def exit_fate(script: shell.Script, target: shell.Simple, errexit: bool, pipefail: bool) -> str | None:
+def exit_fate(script: shelltree.Script, target: shelltree.Simple, errexit: bool, pipefail: bool) -> str | None:
     """How ``script`` loses the exit status of ``target`` (a description such as "`|| echo failed`
     replaces its exit status"), or None when a failure of ``target`` fails the script (or the script
     handles it: ``if``, ``$?``, ``PIPESTATUS``, a loop, a function)."""
@@ -753,7 +753,7 @@ def exit_fate(script: shell.Script, target: shell.Simple, errexit: bool, pipefai
     return got if isinstance(got, str) and got != _HANDLED else None
 
 
-def _seq_fate(seq: shell.Sequence, target: shell.Simple, state: dict) -> Any:
+def _seq_fate(seq: shelltree.Sequence, target: shelltree.Simple, state: dict) -> Any:
     for idx, ao in enumerate(seq.items):
         got = _andor_fate(ao, target, state)
         if got is None:
@@ -777,7 +777,7 @@ def _seq_fate(seq: shell.Sequence, target: shell.Simple, state: dict) -> Any:
     return None
 
 
-def _andor_fate(ao: shell.AndOr, target: shell.Simple, state: dict) -> Any:
+def _andor_fate(ao: shelltree.AndOr, target: shelltree.Simple, state: dict) -> Any:
     for k, (_op, pipe) in enumerate(ao.items):
         got = _pipe_fate(pipe, target, state)
         if got is None:
@@ -796,7 +796,7 @@ def _andor_fate(ao: shell.AndOr, target: shell.Simple, state: dict) -> Any:
     return None
 
 
-def _pipe_fate(pipe: shell.Pipeline, target: shell.Simple, state: dict) -> Any:
+def _pipe_fate(pipe: shelltree.Pipeline, target: shelltree.Simple, state: dict) -> Any:
     for j, node in enumerate(pipe.commands):
         got = _node_fate(node, target, state)
         if got is None:
@@ -807,36 +807,36 @@ def _pipe_fate(pipe: shell.Pipeline, target: shell.Simple, state: dict) -> Any:
             return "`!` inverts its exit status"
         if j != len(pipe.commands) - 1 and not state["pipefail"]:
             last = pipe.commands[-1]
-            shown = " ".join(last.argv) if isinstance(last, shell.Simple) else "the last command"
+            shown = " ".join(last.argv) if isinstance(last, shelltree.Simple) else "the last command"
             return f"the pipeline's exit status is `{shown}`'s (no set -o pipefail)"
         return got
     return None
 
 
-def _node_fate(node: shell.Node, target: shell.Simple, state: dict) -> Any:
-    if isinstance(node, shell.Simple):
+def _node_fate(node: shelltree.Node, target: shelltree.Simple, state: dict) -> Any:
+    if isinstance(node, shelltree.Simple):
         if node is target:
             return ("status", True)
-        return _HANDLED if any(target is c for c in shell.walk_node(node)) else None
-    if not any(target is c for c in shell.walk_node(node)):
+        return _HANDLED if any(target is c for c in shelltree.walk_node(node)) else None
+    if not any(target is c for c in shelltree.walk_node(node)):
         return None
     if node.kind in ("subshell", "group"):
         got = _seq_fate(node.bodies[0], target, dict(state))
         return got
     if node.kind in ("if", "case"):
         for k, body in enumerate(node.bodies):
-            if any(target is c for c in shell.walk_seq(body)):
+            if any(target is c for c in shelltree.walk_seq(body)):
                 if node.kind == "if" and k % 2 == 0 and k != len(node.bodies) - 1:
                     return _HANDLED  # in a condition: the script checks it
                 return _seq_fate(body, target, dict(state))
     return _HANDLED  # loops, functions, tests: not followed
 
 
-def _apply_set(ao: shell.AndOr, state: dict) -> None:
+def _apply_set(ao: shelltree.AndOr, state: dict) -> None:
     if len(ao.items) != 1 or len(ao.items[0][1].commands) != 1:
         return
     cmd = ao.items[0][1].commands[0]
-    if not isinstance(cmd, shell.Simple) or not cmd.words or cmd.argv[0] != "set":
+    if not isinstance(cmd, shelltree.Simple) or not cmd.words or cmd.argv[0] != "set":
         return
     args = cmd.argv[1:]
     for k, a in enumerate(args):
@@ -851,11 +851,11 @@ def _apply_set(ao: shell.AndOr, state: dict) -> None:
                     state["errexit"] = on
 
 
-def _fails(pipe: shell.Pipeline) -> bool:
+def _fails(pipe: shelltree.Pipeline) -> bool:
     """Whether a fallback after ``||`` keeps the failure: ``exit 1``, ``exit $?``, ``false``,
     ``return 1``, a group ending in one of these, or anything not known to succeed."""
     last = pipe.commands[-1]
-    if isinstance(last, shell.Compound):
+    if isinstance(last, shelltree.Compound):
         if last.kind in ("group", "subshell") and last.bodies[0].items:
             return _fails(last.bodies[0].items[-1].items[-1][1])
         return True
@@ -869,24 +869,24 @@ def _fails(pipe: shell.Pipeline) -> bool:
     return argv[0] not in _BENIGN
 
 
-def _first_simple(node: Any) -> shell.Simple | None:
-    if isinstance(node, shell.AndOr):
+def _first_simple(node: Any) -> shelltree.Simple | None:
+    if isinstance(node, shelltree.AndOr):
         node = node.items[0][1]
-    if isinstance(node, shell.Pipeline):
+    if isinstance(node, shelltree.Pipeline):
         node = node.commands[0]
-    if isinstance(node, shell.Simple):
+    if isinstance(node, shelltree.Simple):
         return node
-    return next(iter(shell.walk_node(node)), None)
+    return next(iter(shelltree.walk_node(node)), None)
 
 
-def _source_of(items: list[shell.AndOr]) -> str:
+def _source_of(items: list[shelltree.AndOr]) -> str:
     out: list[str] = []
     for ao in items:
         for _, pipe in ao.items:
             for node in pipe.commands:
-                for cmd in shell.walk_node(node):
+                for cmd in shelltree.walk_node(node):
                     out.extend(w.raw for w in cmd.words + cmd.assigns)
-                if isinstance(node, shell.Compound):
+                if isinstance(node, shelltree.Compound):
                     out.extend(w.raw for w in node.words)
     return " ".join(out)
 

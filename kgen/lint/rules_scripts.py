@@ -13,7 +13,7 @@ from typing import Any
 from kgen import k8s
 from kgen.findings import Severity
 from kgen.launch import shell, shelltree
-from kgen.launch.command import Launch, _skip_wrappers
+from kgen.launch.argv import Launch, skip_wrappers
 from kgen.lint import kinds
 from kgen.lint.model import containers_of, read, workloads
 from kgen.lint.registry import Context, rule
@@ -277,7 +277,7 @@ def _holds(scripted: Any) -> bool:
     or an endless loop (`while true`, `while :`, `until false`) without break, exit or return."""
     for script, _where in scripted.scripts:
         for cmd in script.simple_commands():
-            argv = cmd.argv[_skip_wrappers(cmd.argv) :] if cmd.words else []
+            argv = cmd.argv[skip_wrappers(cmd.argv) :] if cmd.words else []
             if argv[:1] == ["sleep"] and any(_long_sleep(a) for a in argv[1:]):
                 return True
             if argv[:1] == ["tail"] and any(a in ("-f", "-F", "--follow") for a in argv[1:]):

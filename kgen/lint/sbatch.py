@@ -34,6 +34,7 @@ from typing import Any
 from kgen.findings import Finding
 from kgen.launch import command as torchcmd
 from kgen.launch import shell, shelltree
+from kgen.launch.argv import Launch
 
 SUFFIXES = (".sbatch", ".slurm")
 CANDIDATE_SUFFIXES = (".sh", ".bash", ".job", ".batch")
@@ -124,7 +125,7 @@ class Step:
     node: Any = None  # the kgen.launch.shelltree.Simple command it was read from
 
     @property
-    def launches(self) -> list[torchcmd.Launch]:
+    def launches(self) -> list[Launch]:
         return list(self.read.launches) if self.read is not None else []
 
     def option(self, *names: str) -> tuple[bool, str | None]:

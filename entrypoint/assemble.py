@@ -49,6 +49,7 @@ PARTS = (
     ("channel", True),
     ("reform", True),
     ("hub", True),
+    ("spoke", True),
     ("torchrun", True),
     ("smoke", True),
     ("diagnose", True),

@@ -636,7 +636,7 @@ def load_config(env: dict, with_rank: bool = True) -> Config:
 """The local process tree: this node's children, signals, and ending them all."""
 
 
-# ==== entrypoint/parts/proctree.py:17 ====
+# ==== entrypoint/parts/proctree.py:18 ====
 # --------------------------------------------------------------------------------------------
 # Local process tree
 # --------------------------------------------------------------------------------------------
@@ -1847,7 +1847,7 @@ class StrangerLog:
 
 
 # ==== entrypoint/parts/hub.py:1 ====
-"""Node 0's Hub (the group's membership and generations) and every other node's Spoke."""
+"""Node 0's Hub: the group's membership and generations (every other node's side is the Spoke)."""
 
 
 # ==== entrypoint/parts/hub.py:63 ====
@@ -2334,6 +2334,11 @@ class Hub:
         self.strangers.roll(time.monotonic(), final=True)
 
 
+# ==== entrypoint/parts/spoke.py:1 ====
+"""Every other node's Spoke: its one authenticated connection to node 0 (node 0's side is the Hub)."""
+
+
+# ==== entrypoint/parts/spoke.py:15 ====
 class Spoke:
     """Every other node's side: one authenticated connection to node 0 per generation."""
 
@@ -2433,7 +2438,7 @@ class Spoke:
 """torchrun: the command, one generation's run, and the node's run loop."""
 
 
-# ==== entrypoint/parts/torchrun.py:55 ====
+# ==== entrypoint/parts/torchrun.py:56 ====
 # --------------------------------------------------------------------------------------------
 # torchrun
 # --------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from .header import (
     shown,
 )
 from .healthgate import HEALTH
-from .hub import Hub, Spoke
+from .hub import Hub
 from .proctree import Child, Running, set_child_subreaper, signal_tree
 from .reform import (
     MSG_DONE,
@@ -51,6 +51,7 @@ from .reform import (
     wait_for_master,
     wrong_secret,
 )
+from .spoke import Spoke
 
 # --------------------------------------------------------------------------------------------
 # torchrun

@@ -2334,6 +2334,11 @@ class Hub:
   self.strangers.roll(time.monotonic(),final=True)
 
 
+
+
+
+
+
 class Spoke:
 
 

@@ -50,6 +50,7 @@ PARTS = (
     ("reform", True),
     ("hub", True),
     ("spoke", True),
+    ("command", True),
     ("torchrun", True),
     ("smoke", True),
     ("diagnose", True),

@@ -2434,13 +2434,13 @@ class Spoke:
             self.close()
 
 
-# ==== entrypoint/parts/torchrun.py:1 ====
-"""torchrun: the command, one generation's run, and the node's run loop."""
+# ==== entrypoint/parts/command.py:1 ====
+"""The training command: torchrun's argv around it, and the refusal of a launcher given as the command."""
 
 
-# ==== entrypoint/parts/torchrun.py:56 ====
+# ==== entrypoint/parts/command.py:13 ====
 # --------------------------------------------------------------------------------------------
-# torchrun
+# the training command
 # --------------------------------------------------------------------------------------------
 
 
@@ -2630,6 +2630,16 @@ def check_command(command: list[str], env: dict | None = None) -> None:
             f"training script {head!r} not found (working directory "
             f"{os.getcwd()}): check the path, the image and workingDir",
         )
+
+
+# ==== entrypoint/parts/torchrun.py:1 ====
+"""torchrun: one generation's run, and the node's run loop (the command it runs: entrypoint/parts/command.py)."""
+
+
+# ==== entrypoint/parts/torchrun.py:55 ====
+# --------------------------------------------------------------------------------------------
+# torchrun
+# --------------------------------------------------------------------------------------------
 
 
 def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
@@ -4192,7 +4202,7 @@ def slurm_decide(cfg: Config, fault: str) -> tuple[str, int, str]:
 """main: the command line, and the one last line that says why this node stopped."""
 
 
-# ==== entrypoint/parts/main.py:20 ====
+# ==== entrypoint/parts/main.py:21 ====
 # --------------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------------

@@ -2632,6 +2632,16 @@ def check_command(command,env=None):
   )
 
 
+
+
+
+
+
+
+
+
+
+
 def start_torchrun(cfg,command,gen):
  try:
   import tempfile

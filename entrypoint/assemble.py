@@ -49,6 +49,8 @@ PARTS = (
     ("channel", True),
     ("reform", True),
     ("hub", True),
+    ("spoke", True),
+    ("command", True),
     ("torchrun", True),
     ("smoke", True),
     ("diagnose", True),

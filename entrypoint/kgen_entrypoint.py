@@ -636,7 +636,7 @@ def load_config(env: dict, with_rank: bool = True) -> Config:
 """The local process tree: this node's children, signals, and ending them all."""
 
 
-# ==== entrypoint/parts/proctree.py:17 ====
+# ==== entrypoint/parts/proctree.py:18 ====
 # --------------------------------------------------------------------------------------------
 # Local process tree
 # --------------------------------------------------------------------------------------------
@@ -1847,7 +1847,7 @@ class StrangerLog:
 
 
 # ==== entrypoint/parts/hub.py:1 ====
-"""Node 0's Hub (the group's membership and generations) and every other node's Spoke."""
+"""Node 0's Hub: the group's membership and generations (every other node's side is the Spoke)."""
 
 
 # ==== entrypoint/parts/hub.py:63 ====
@@ -2334,6 +2334,11 @@ class Hub:
         self.strangers.roll(time.monotonic(), final=True)
 
 
+# ==== entrypoint/parts/spoke.py:1 ====
+"""Every other node's Spoke: its one authenticated connection to node 0 (node 0's side is the Hub)."""
+
+
+# ==== entrypoint/parts/spoke.py:15 ====
 class Spoke:
     """Every other node's side: one authenticated connection to node 0 per generation."""
 
@@ -2429,13 +2434,13 @@ class Spoke:
             self.close()
 
 
-# ==== entrypoint/parts/torchrun.py:1 ====
-"""torchrun: the command, one generation's run, and the node's run loop."""
+# ==== entrypoint/parts/command.py:1 ====
+"""The training command: torchrun's argv around it, and the refusal of a launcher given as the command."""
 
 
-# ==== entrypoint/parts/torchrun.py:55 ====
+# ==== entrypoint/parts/command.py:13 ====
 # --------------------------------------------------------------------------------------------
-# torchrun
+# the training command
 # --------------------------------------------------------------------------------------------
 
 
@@ -2625,6 +2630,16 @@ def check_command(command: list[str], env: dict | None = None) -> None:
             f"training script {head!r} not found (working directory "
             f"{os.getcwd()}): check the path, the image and workingDir",
         )
+
+
+# ==== entrypoint/parts/torchrun.py:1 ====
+"""torchrun: one generation's run, and the node's run loop (the command it runs: entrypoint/parts/command.py)."""
+
+
+# ==== entrypoint/parts/torchrun.py:55 ====
+# --------------------------------------------------------------------------------------------
+# torchrun
+# --------------------------------------------------------------------------------------------
 
 
 def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
@@ -4187,7 +4202,7 @@ def slurm_decide(cfg: Config, fault: str) -> tuple[str, int, str]:
 """main: the command line, and the one last line that says why this node stopped."""
 
 
-# ==== entrypoint/parts/main.py:20 ====
+# ==== entrypoint/parts/main.py:21 ====
 # --------------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------------

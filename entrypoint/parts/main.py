@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 
+from .command import check_command
 from .config import load_config
 from .diagnose import diagnose
 from .hang import hang_home, stacks_answer
@@ -15,7 +16,7 @@ from .nodeverbs import launch_node, run_dir_verb
 from .proctree import SUPERVISOR_PID, die_with_parent
 from .slurm import slurm_end, slurm_node
 from .smoke import smoke_worker
-from .torchrun import check_command, request_stop, run
+from .torchrun import request_stop, run
 
 # --------------------------------------------------------------------------------------------
 # main

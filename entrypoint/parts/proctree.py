@@ -11,8 +11,9 @@ import time
 
 from .channel import Signals
 from .header import emit, log
-from .hub import Hub, Spoke
+from .hub import Hub
 from .pump import FAILURE_MARK, FAILURE_WAIT, Pump, failure_text
+from .spoke import Spoke
 
 # --------------------------------------------------------------------------------------------
 # Local process tree

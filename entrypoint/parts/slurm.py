@@ -11,6 +11,7 @@ import sys
 import time
 
 from .baremetal import Supervisor, _identity, _read_json, _record, _reserve, _signal_reason, _write_private
+from .command import check_command
 from .header import (
     DEFAULTS,
     EXIT_CONFIG,
@@ -25,7 +26,6 @@ from .header import (
 )
 from .proctree import set_child_subreaper
 from .slurmenv import SLURM_REQUEUE_CODES
-from .torchrun import check_command
 
 
 def _slurm_int(name: str, default: int = 0) -> int:

@@ -2334,6 +2334,11 @@ class Hub:
   self.strangers.roll(time.monotonic(),final=True)
 
 
+
+
+
+
+
 class Spoke:
 
 
@@ -2625,6 +2630,16 @@ def check_command(command,env=None):
    f'training script {head!r} not found (working directory '
    f'{os.getcwd()}): check the path, the image and workingDir',
   )
+
+
+
+
+
+
+
+
+
+
 
 
 def start_torchrun(cfg,command,gen):

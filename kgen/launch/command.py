@@ -23,108 +23,14 @@ A container's ``command`` + ``args`` is read the way the kubelet and the shell r
 from __future__ import annotations
 
 import posixpath
-import re
 from typing import Any
 
-from kgen.launch import shell
-from kgen.launch.launchers import (
-    ACCELERATE_FLAGS,
-    DEEPSPEED_FLAGS,
-    LAUNCHER_MODULES,
-    PYTHON_VALUE_OPTIONS,
-    TORCHRUN_FLAGS,
-)
+from kgen.launch import shell, shellexpand, shelltree
+from kgen.launch.argv import Launch, basename, read_launch, skip_wrappers
+from kgen.launch.exitfate import exit_fate
 
 _SHELLS = {"bash", "sh", "zsh", "dash", "ash", "ksh", "mksh"}
-TRAINING_FORMS = ("torchrun", "deepspeed", "accelerate", "kgen")
-_DEEPSPEED_MAP = {"num_nodes": "nnodes", "num_gpus": "nproc_per_node", "num_procs": "nproc_per_node"}
-_ACCELERATE_MAP = {
-    "num_machines": "nnodes",
-    "machine_rank": "node_rank",
-    "main_process_ip": "master_addr",
-    "main_process_port": "master_port",
-    "num_processes": "world_processes",
-}
-_VAR = re.compile(r"^\$(?:\{(\w+)\}|\((\w+)\)|(\w+))$")
 _MAX_DEPTH = 8
-
-
-class Launch:
-    """One launcher found in a container's command."""
-
-    __slots__ = (
-        "form",
-        "flags",
-        "exports",
-        "sleeps",
-        "where",
-        "flag_where",
-        "script",
-        "opaque",
-        "child",
-        "nested",
-        "swallowed",
-        "words",
-        "shell_words",
-        "config_file",
-        "spelled",
-        "assigned",
-        "branch",
-        "origin",
-    )
-
-    def __init__(self, form: str, flags: dict[str, str | None] | None = None) -> None:
-        self.form = form  # torchrun | deepspeed | accelerate | kgen | python
-        self.flags: dict[str, str | None] = flags if flags is not None else {}  # torchrun's names: nnodes, ...
-        self.exports: list[str] = []  # variables the script exports (export, declare -x, A=1 cmd)
-        self.sleeps: list[str] = []  # sleep commands of the script
-        self.where: tuple = ()  # ("command"|"args", index) of the launcher (or of the shell script)
-        self.flag_where: dict[str, tuple] = {}  # flag -> ("command"|"args", index) of the item holding it
-        self.script = False  # found inside a shell script
-        self.opaque = False  # some flags come from an expansion ($ARGS, "$@") or a config file
-        self.child: list[str] = []  # what the launcher runs: the training script and its arguments
-        self.nested: Launch | None = None  # a launcher this launcher runs (never right)
-        self.swallowed: str | None = None  # how the script loses the launcher's exit status
-        self.words: list[str] = []  # the launcher's own words, as written (after quote removal)
-        self.shell_words: dict[str, list[str]] = {}  # flag -> the shell source of its value (for $RANDOM ...)
-        self.config_file = False  # accelerate --config_file / deepspeed config: flags may live there
-        self.spelled: dict[str, str] = {}  # flag -> how the command line wrote it ("--main_process_ip")
-        self.assigned: list[str] = []  # plain shell variables the script sets (not exported)
-        self.branch = False  # in an if/case branch: it runs in some pods only
-        self.origin = ""  # the script file it is in (a ConfigMap key, a here-document), "" when inline
-
-    def __repr__(self) -> str:
-        return f"Launch({self.form!r}, {self.flags!r})"
-
-    def at(self, flag: str | None = None) -> tuple:
-        """Where in the container a flag (or the launch itself) is written: ("args", 3), ..."""
-        if flag is not None and flag in self.flag_where:
-            return self.flag_where[flag]
-        return self.where
-
-    def flag(self, name: str) -> str | None:
-        return self.flags.get(name)
-
-    def spelling(self, name: str) -> str:
-        """The flag as written on the command line (``--main_process_ip`` for accelerate's master)."""
-        return self.spelled.get(name, "--" + name.replace("_", "-"))
-
-    def master_flags(self) -> list[tuple[str, str]]:
-        """(key, value) of the flags that name the master (pod 0): --master-addr, and --rdzv-endpoint
-        unless the rendezvous is etcd (then it names the etcd server)."""
-        out = []
-        for key in ("master_addr", "rdzv_endpoint"):
-            raw = self.flags.get(key)
-            if raw and not (key == "rdzv_endpoint" and (self.flags.get("rdzv_backend") or "").startswith("etcd")):
-                out.append((key, raw))
-        return out
-
-    def has(self, name: str) -> bool:
-        return name in self.flags
-
-    @property
-    def training(self) -> bool:
-        return self.form in TRAINING_FORMS
 
 
 class Scripted:
@@ -137,16 +43,8 @@ class Scripted:
         self.errors: list[tuple[tuple, str]] = []  # (where, shell syntax error)
         self.commands: list[tuple[list[str], tuple]] = []  # every simple command run (argv, where)
         self.no_command = False  # the image's ENTRYPOINT/CMD runs: unknown launcher
-        self.scripts: list[tuple[shell.Script, tuple]] = []  # parsed shell scripts and where they are
+        self.scripts: list[tuple[shelltree.Script, tuple]] = []  # parsed shell scripts and where they are
         self.followed: list[str] = []  # script files read (ConfigMap keys, here-documents), as described
-
-
-def _norm(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
-
-
-def _base(word: str) -> str:
-    return word.rsplit("/", 1)[-1]
 
 
 # --- reading a container ------------------------------------------------------------------------
@@ -181,7 +79,7 @@ def find_launches(container: dict) -> list[Launch]:
     return [launch for launch in read_container(container).launches if launch.training]
 
 
-_Simple = shell.Simple  # (the reader's method `shell` hides the module inside the class)
+_Simple = shelltree.Simple  # (the reader's method `shell` hides the module inside the class)
 _EXPORTING = {"export"}
 _DECLARING = {"declare", "typeset", "local", "readonly"}
 _LOOPS = {"while", "until", "for"}
@@ -207,12 +105,12 @@ class _Reader:
         text a here-document feeds it; ``cwd``: the folder a script ``cd``-ed into."""
         if depth > _MAX_DEPTH or not argv:
             return None
-        i = _skip_wrappers(argv)
+        i = skip_wrappers(argv)
         argv, src = argv[i:], src[i:]
         if not argv:
             return None
         self.out.commands.append((argv, src[0] if src else ()))
-        head = _base(argv[0])
+        head = basename(argv[0])
         if head in _SHELLS:
             return self.shell(argv, src, depth, in_script, stdin, cwd)
         if "/" in argv[0]:
@@ -220,7 +118,7 @@ class _Reader:
             if found is not None and _shebang_shell(found[0]):
                 where = in_script if in_script is not None else src[0]
                 return self.script(found[0], where, argv, src, False, False, depth, found[1], cwd)
-        launch = _launcher(argv, src, in_script)
+        launch = read_launch(argv, src, in_script)
         if launch is None:
             return None
         if launch.child and launch.form != "python":
@@ -265,7 +163,7 @@ class _Reader:
             positional = argv[script_index + 1 :]
             pos_src = src[script_index + 1 :]
             if not positional:
-                positional, pos_src = [_base(argv[0])], [where]
+                positional, pos_src = [basename(argv[0])], [where]
             return self.script(script_text, where, positional, pos_src, errexit, pipefail, depth, "", cwd)
         operand = _shell_operand(argv)
         where = in_script if in_script is not None else (src[0] if src else ())
@@ -281,7 +179,7 @@ class _Reader:
         if stdin is not None:
             errexit, pipefail = _shell_flags(argv)
             return self.script(
-                stdin, where, [_base(argv[0])], [where], errexit, pipefail, depth, "a here-document", cwd
+                stdin, where, [basename(argv[0])], [where], errexit, pipefail, depth, "a here-document", cwd
             )
         return None  # the shell reads its stdin: not in the manifest
 
@@ -302,7 +200,7 @@ class _Reader:
             return None
         try:
             script = shell.parse(text)
-        except shell.ShellSyntaxError as err:
+        except shelltree.ShellSyntaxError as err:
             self.out.errors.append((where, f"{origin}: {err}" if origin else str(err)))
             return None
         except RecursionError:  # a hostile script the nesting bounds did not catch: never a crash
@@ -311,7 +209,7 @@ class _Reader:
         if origin:
             self.out.followed.append(origin)
         self.out.scripts.append((script, where))
-        context = shell.enclosing(script)
+        context = shelltree.enclosing(script)
         stdin_of = _heredoc_stdin(script)
         exports: list[str] = []
         assigned: list[str] = []
@@ -398,22 +296,22 @@ def _shebang_shell(text: str) -> bool:
     if not first.startswith("#!"):
         return False
     words = first[2:].split()
-    if words and _base(words[0]) == "env":
+    if words and basename(words[0]) == "env":
         words = [w for w in words[1:] if not w.startswith("-")]
-    return bool(words) and _base(words[0]) in _SHELLS
+    return bool(words) and basename(words[0]) in _SHELLS
 
 
-def _heredoc_stdin(script: shell.Script) -> dict[int, str]:
+def _heredoc_stdin(script: shelltree.Script) -> dict[int, str]:
     """The simple commands whose stdin is a here-document or here-string (``bash <<EOF``, ``cat <<EOF |
     bash``), by id, with the text they read."""
     out: dict[int, str] = {}
 
-    def seq(body: shell.Sequence) -> None:
+    def seq(body: shelltree.Sequence) -> None:
         for ao in body.items:
             for _, pipe in ao.items:
                 prev = None
                 for node in pipe.commands:
-                    if isinstance(node, shell.Simple):
+                    if isinstance(node, shelltree.Simple):
                         own = next((r.script_text() for r in node.redirects if r.script_text() is not None), None)
                         if own is not None:
                             out[id(node)] = own
@@ -432,7 +330,7 @@ def _heredoc_stdin(script: shell.Script) -> dict[int, str]:
 
 
 def _expand_words(
-    words: list[shell.Word], positional: list[str], pos_src: list[tuple], where: tuple
+    words: list[shelltree.Word], positional: list[str], pos_src: list[tuple], where: tuple
 ) -> tuple[list[str], list[tuple]]:
     """The fields of a command's words: ``"$@"``, ``$1`` ... replaced from the shell's arguments (with
     the command/args item each came from), other expansions kept as their source text."""
@@ -459,7 +357,7 @@ def _expand_words(
                     src.append(pos_src[n] if n < len(pos_src) else where)
                 continue
         got = (
-            shell.expand(w, None, positional)
+            shellexpand.expand(w, None, positional)
             if any(p.name in ("@", "*") or p.name.isdigit() for p in w.parts)
             else None
         )
@@ -540,373 +438,3 @@ def _scan_shell(argv: list[str]) -> tuple[int, bool, bool, bool] | None:
             continue
         break
     return i, has_c, errexit, pipefail
-
-
-_WRAPPERS = {
-    "exec",
-    "nohup",
-    "time",
-    "stdbuf",
-    "timeout",
-    "nice",
-    "numactl",
-    "tini",
-    "dumb-init",
-    "env",
-    "sudo",
-    "command",
-    "builtin",
-    "taskset",
-    "chrt",
-    "ionice",
-}
-_WRAPPER_VALUE_OPTS = {
-    "timeout": {"-s", "--signal", "-k", "--kill-after"},
-    "nice": {"-n", "--adjustment"},
-    "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"},
-    "sudo": {"-u", "-g", "-C", "-h", "-p"},
-    "stdbuf": {"-i", "-o", "-e"},
-    "exec": {"-a"},
-    "time": {"-f", "-o"},
-    "ionice": {"-c", "-n"},
-    "numactl": {"-C", "-N", "-m", "-p", "-i"},
-}
-
-
-def _skip_wrappers(argv: list[str]) -> int:
-    """Index of the real command after ``exec``, ``env A=1``, ``timeout 1h`` ... and assignments."""
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        base = _base(word)
-        if re.match(r"^[A-Za-z_]\w*=", word):
-            i += 1
-            continue
-        if base not in _WRAPPERS:
-            return i
-        i += 1
-        values = _WRAPPER_VALUE_OPTS.get(base, set())
-        while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
-            opt = argv[i]
-            i += 1
-            if opt == "--":
-                break
-            if opt in values and "=" not in opt:
-                i += 1
-        if base == "timeout" and i < len(argv):
-            i += 1  # the duration
-        if base in ("taskset", "chrt") and i < len(argv):
-            i += 1  # the mask / priority
-    return i
-
-
-def _launcher(argv: list[str], src: list[tuple], in_script: tuple | None) -> Launch | None:
-    head = _base(argv[0])
-    if head == "torchrun":
-        return _torchrun(argv, src, 1, in_script)
-    if head == "deepspeed":
-        return _flagged("deepspeed", argv, src, 1, in_script, DEEPSPEED_FLAGS, _DEEPSPEED_MAP)
-    if head == "accelerate" and len(argv) > 1 and argv[1] == "launch":
-        launch = _flagged("accelerate", argv, src, 2, in_script, ACCELERATE_FLAGS, _ACCELERATE_MAP)
-        _accelerate_nproc(launch)
-        return launch
-    if head.endswith("kgen_entrypoint.py"):
-        return _kgen(argv, src, 1, in_script)
-    if re.match(r"^python[0-9.]*$", head) or head == "pypy3":
-        return _python(argv, src, in_script)
-    return None
-
-
-def _python(argv: list[str], src: list[tuple], in_script: tuple | None) -> Launch | None:
-    i = 1
-    while i < len(argv):
-        tok = argv[i]
-        if tok == "-m" and i + 1 < len(argv):
-            module = argv[i + 1]
-            form = LAUNCHER_MODULES.get(module)
-            if form == "torchrun":
-                return _torchrun(argv, src, i + 2, in_script)
-            if form == "deepspeed":
-                return _flagged("deepspeed", argv, src, i + 2, in_script, DEEPSPEED_FLAGS, _DEEPSPEED_MAP)
-            if form == "accelerate":
-                launch = _flagged("accelerate", argv, src, i + 2, in_script, ACCELERATE_FLAGS, _ACCELERATE_MAP)
-                _accelerate_nproc(launch)
-                return launch
-            launch = _at(Launch("python"), src, i, in_script)
-            launch.child = argv[i:]
-            launch.words = argv
-            return launch
-        if tok == "-c":
-            return None  # an inline program
-        if tok in PYTHON_VALUE_OPTIONS:
-            i += 2
-            continue
-        if tok.startswith("-"):
-            i += 1
-            continue
-        if tok.endswith("kgen_entrypoint.py"):
-            return _kgen(argv, src, i + 1, in_script)
-        launch = _at(Launch("python"), src, i, in_script)
-        launch.child = argv[i:]
-        launch.words = argv
-        return launch
-    return None
-
-
-def _at(launch: Launch, src: list[tuple], index: int, in_script: tuple | None) -> Launch:
-    launch.where = src[index] if index < len(src) else (src[-1] if src else ())
-    return launch
-
-
-def _kgen(argv: list[str], src: list[tuple], start: int, in_script: tuple | None) -> Launch:
-    launch = _at(Launch("kgen"), src, max(start - 1, 0), in_script)
-    launch.words = argv
-    if "--" in argv[start:]:
-        launch.child = argv[argv.index("--", start) + 1 :]
-        if launch.child and (launch.child[0].endswith(".py") or launch.child[0] == "-m"):
-            launch.child = ["python3", *launch.child]  # the entrypoint runs torchrun on a script or module
-    return launch
-
-
-def _torchrun(argv: list[str], src: list[tuple], start: int, in_script: tuple | None) -> Launch:
-    launch = _flagged("torchrun", argv, src, start, in_script, TORCHRUN_FLAGS, {})
-    if launch.child:
-        if launch.has("no_python"):
-            pass  # the child is a program
-        elif launch.has("module") or launch.has("m"):
-            launch.child = ["python3", "-m", *launch.child]
-        else:
-            launch.child = ["python3", *launch.child]
-    return launch
-
-
-def _flagged(
-    form: str,
-    argv: list[str],
-    src: list[tuple],
-    start: int,
-    in_script: tuple | None,
-    booleans: frozenset[str],
-    names: dict[str, str],
-) -> Launch:
-    """A launcher's flags (``--a=b``, ``--a b``, booleans) up to its script; the rest is the child."""
-    launch = _at(Launch(form), src, max(start - 1, 0), in_script)
-    launch.words = argv
-    i = start
-    while i < len(argv):
-        tok = argv[i]
-        if tok.startswith("$") and not tok.startswith("$("):
-            launch.opaque = True  # torchrun $DISTRIBUTED_ARGS train.py
-            i += 1
-            continue
-        if tok == "--":
-            i += 1
-            break
-        if not tok.startswith("-") or tok == "-":
-            break
-        if "=" in tok:
-            name, value = tok.split("=", 1)
-            key = _norm(name)
-            used = i
-        elif _norm(tok) in booleans:
-            key, value, used = _norm(tok), None, i
-        else:
-            key = _norm(tok)
-            value = argv[i + 1] if i + 1 < len(argv) else None
-            used = i
-            i += 1
-        if key in ("config_file", "deepspeed_config", "hostfile"):
-            launch.config_file = True
-        spelled = tok.split("=", 1)[0]
-        key = names.get(key, key)
-        launch.flags[key] = value
-        launch.spelled[key] = spelled
-        if used < len(src):
-            launch.flag_where[key] = src[used]
-        i += 1
-    launch.child = argv[i:]
-    if form == "accelerate" and launch.config_file:
-        launch.opaque = True
-    return launch
-
-
-def _accelerate_nproc(launch: Launch) -> None:
-    """accelerate's --num_processes counts every process of every machine."""
-    total = launch.flags.get("world_processes")
-    machines = launch.flags.get("nnodes") or "1"
-    if total and total.isdigit() and machines.isdigit() and int(machines) > 0 and int(total) % int(machines) == 0:
-        launch.flags["nproc_per_node"] = str(int(total) // int(machines))
-
-
-# --- what a script does with a command's exit status ----------------------------------------------
-
-_BENIGN = {"echo", "printf", "true", ":", "logger", "touch", "date", "cat", "tee", "ls", "sleep", "wait"}
-_HANDLED = "handled"
-
-
-def exit_fate(script: shell.Script, target: shell.Simple, errexit: bool, pipefail: bool) -> str | None:
-    """How ``script`` loses the exit status of ``target`` (a description such as "`|| echo failed`
-    replaces its exit status"), or None when a failure of ``target`` fails the script (or the script
-    handles it: ``if``, ``$?``, ``PIPESTATUS``, a loop, a function)."""
-    state = {"errexit": errexit, "pipefail": pipefail or "PIPESTATUS" in script.source}
-    got = _seq_fate(script.body, target, state)
-    return got if isinstance(got, str) and got != _HANDLED else None
-
-
-def _seq_fate(seq: shell.Sequence, target: shell.Simple, state: dict) -> Any:
-    for idx, ao in enumerate(seq.items):
-        got = _andor_fate(ao, target, state)
-        if got is None:
-            _apply_set(ao, state)
-            continue
-        if isinstance(got, str):
-            return got
-        if seq.background[idx]:
-            return _HANDLED  # run in the background: `wait` decides, not looked into
-        later = seq.items[idx + 1 :]
-        if not later:
-            return got
-        if state["errexit"] and got[1]:
-            return got
-        rest = _source_of(later)
-        if "$?" in rest or "${?}" in rest or "PIPESTATUS" in rest or "pipestatus" in rest:
-            return _HANDLED
-        first = _first_simple(later[0])
-        shown = " ".join(first.argv) if first is not None else "the next command"
-        return f"`{shown}` runs after it (no set -e), so the script's exit status is the last command's"
-    return None
-
-
-def _andor_fate(ao: shell.AndOr, target: shell.Simple, state: dict) -> Any:
-    for k, (_op, pipe) in enumerate(ao.items):
-        got = _pipe_fate(pipe, target, state)
-        if got is None:
-            continue
-        if isinstance(got, str):
-            return got
-        rest = ao.items[k + 1 :]
-        fallback = next((p for op, p in rest if op == "||"), None)
-        if fallback is not None:
-            if _fails(fallback):
-                return ("status", True)
-            first = _first_simple(fallback)
-            shown = " ".join(first.argv) if first is not None else "the next command"
-            return f"`|| {shown}` replaces its exit status with that command's (0)"
-        return ("status", got[1] and not rest)
-    return None
-
-
-def _pipe_fate(pipe: shell.Pipeline, target: shell.Simple, state: dict) -> Any:
-    for j, node in enumerate(pipe.commands):
-        got = _node_fate(node, target, state)
-        if got is None:
-            continue
-        if isinstance(got, str):
-            return got
-        if pipe.negated:
-            return "`!` inverts its exit status"
-        if j != len(pipe.commands) - 1 and not state["pipefail"]:
-            last = pipe.commands[-1]
-            shown = " ".join(last.argv) if isinstance(last, shell.Simple) else "the last command"
-            return f"the pipeline's exit status is `{shown}`'s (no set -o pipefail)"
-        return got
-    return None
-
-
-def _node_fate(node: shell.Node, target: shell.Simple, state: dict) -> Any:
-    if isinstance(node, shell.Simple):
-        if node is target:
-            return ("status", True)
-        return _HANDLED if any(target is c for c in shell.walk_node(node)) else None
-    if not any(target is c for c in shell.walk_node(node)):
-        return None
-    if node.kind in ("subshell", "group"):
-        got = _seq_fate(node.bodies[0], target, dict(state))
-        return got
-    if node.kind in ("if", "case"):
-        for k, body in enumerate(node.bodies):
-            if any(target is c for c in shell.walk_seq(body)):
-                if node.kind == "if" and k % 2 == 0 and k != len(node.bodies) - 1:
-                    return _HANDLED  # in a condition: the script checks it
-                return _seq_fate(body, target, dict(state))
-    return _HANDLED  # loops, functions, tests: not followed
-
-
-def _apply_set(ao: shell.AndOr, state: dict) -> None:
-    if len(ao.items) != 1 or len(ao.items[0][1].commands) != 1:
-        return
-    cmd = ao.items[0][1].commands[0]
-    if not isinstance(cmd, shell.Simple) or not cmd.words or cmd.argv[0] != "set":
-        return
-    args = cmd.argv[1:]
-    for k, a in enumerate(args):
-        if a[:1] in ("-", "+") and not a.startswith("--"):
-            on = a[0] == "-"
-            if "e" in a[1:]:
-                state["errexit"] = on
-            if "o" in a[1:] and k + 1 < len(args):
-                if args[k + 1] == "pipefail":
-                    state["pipefail"] = on
-                if args[k + 1] == "errexit":
-                    state["errexit"] = on
-
-
-def _fails(pipe: shell.Pipeline) -> bool:
-    """Whether a fallback after ``||`` keeps the failure: ``exit 1``, ``exit $?``, ``false``,
-    ``return 1``, a group ending in one of these, or anything not known to succeed."""
-    last = pipe.commands[-1]
-    if isinstance(last, shell.Compound):
-        if last.kind in ("group", "subshell") and last.bodies[0].items:
-            return _fails(last.bodies[0].items[-1].items[-1][1])
-        return True
-    argv = last.argv
-    if not argv:
-        return False
-    if argv[0] in ("exit", "return"):
-        return len(argv) == 1 or argv[1] != "0"
-    if argv[0] == "false":
-        return True
-    return argv[0] not in _BENIGN
-
-
-def _first_simple(node: Any) -> shell.Simple | None:
-    if isinstance(node, shell.AndOr):
-        node = node.items[0][1]
-    if isinstance(node, shell.Pipeline):
-        node = node.commands[0]
-    if isinstance(node, shell.Simple):
-        return node
-    return next(iter(shell.walk_node(node)), None)
-
-
-def _source_of(items: list[shell.AndOr]) -> str:
-    out: list[str] = []
-    for ao in items:
-        for _, pipe in ao.items:
-            for node in pipe.commands:
-                for cmd in shell.walk_node(node):
-                    out.extend(w.raw for w in cmd.words + cmd.assigns)
-                if isinstance(node, shell.Compound):
-                    out.extend(w.raw for w in node.words)
-    return " ".join(out)
-
-
-# --- values ---------------------------------------------------------------------------------------
-
-
-def resolve(value: str | None, env: dict[str, Any]) -> str | None:
-    """A flag value with a whole-token $VAR / ${VAR} / $(VAR) replaced by the env literal."""
-    if value is None:
-        return None
-    m = _VAR.match(value)
-    if m:
-        name = m.group(1) or m.group(2) or m.group(3)
-        lit = env.get(name)
-        return lit if isinstance(lit, str) else None
-    return None if "$" in value else value
-
-
-def host_of(endpoint: str) -> str:
-    if endpoint.startswith("["):
-        return endpoint[1:].split("]", 1)[0]
-    return endpoint.rsplit(":", 1)[0] if endpoint.count(":") == 1 else endpoint

@@ -31,7 +31,8 @@ from __future__ import annotations
 from typing import Any
 
 from kgen import k8s
-from kgen.launch.command import Launch, Scripted, host_of, read_container, resolve
+from kgen.launch.argv import Launch, host_of, resolve
+from kgen.launch.command import Scripted, read_container
 from kgen.lint import kinds, scripts
 from kgen.lint.kinds.base import Facts, Template
 

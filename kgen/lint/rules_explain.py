@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kgen.findings import Severity
-from kgen.launch.command import Launch
+from kgen.launch.argv import Launch
 from kgen.lint.model import Workload, explicit_hostname, workloads
 from kgen.lint.registry import Context, rule
 

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 from kgen import k8s
 from kgen.findings import Severity
-from kgen.launch.command import Launch, Scripted, resolve
+from kgen.launch.argv import Launch, resolve
+from kgen.launch.command import Scripted
 from kgen.lint.kinds.base import JOB_INDEX, LWS_INDEX, RANK_ENV, STS_INDEX, VOLCANO_INDEX
 from kgen.lint.model import TRAINING_KINDS, Workload, workloads
 from kgen.lint.registry import Context, rule

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator
 
 from kgen.findings import Severity
-from kgen.launch.command import Launch, host_of
+from kgen.launch.argv import Launch, host_of
 from kgen.lint.registry import rule
 from kgen.lint.sbatch import ALLOC_NODE_VARS, BATCH_VALUE, SbatchScript, Step, literal_int, node_range
 

@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterator
 
 from kgen.findings import Severity
-from kgen.launch.command import exit_fate
+from kgen.launch.exitfate import exit_fate
 from kgen.lint.registry import rule
 from kgen.lint.sbatch import SbatchScript, Step
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from kgen import k8s
 from kgen.findings import Severity
-from kgen.launch import shell
-from kgen.launch.command import Launch, _skip_wrappers
+from kgen.launch import shell, shelltree
+from kgen.launch.argv import Launch, skip_wrappers
 from kgen.lint import kinds
 from kgen.lint.model import containers_of, read, workloads
 from kgen.lint.registry import Context, rule
@@ -210,7 +210,7 @@ def _dns_counted(scripted: Any) -> dict[str, str]:
     return out
 
 
-def _dns_tool(word: shell.Word) -> str | None:
+def _dns_tool(word: shelltree.Word) -> str | None:
     for part in word.parts:
         if part.script is not None:
             for cmd in part.script.simple_commands():
@@ -228,7 +228,7 @@ def _dns_use(raw: str, counted: dict[str, str]) -> str | None:
         return None
     try:
         script = shell.parse("x " + raw)
-    except shell.ShellSyntaxError:
+    except shelltree.ShellSyntaxError:
         return None
     for cmd in script.simple_commands():
         if cmd.words and cmd.argv[0].rsplit("/", 1)[-1] in _DNS_TOOLS:
@@ -277,12 +277,12 @@ def _holds(scripted: Any) -> bool:
     or an endless loop (`while true`, `while :`, `until false`) without break, exit or return."""
     for script, _where in scripted.scripts:
         for cmd in script.simple_commands():
-            argv = cmd.argv[_skip_wrappers(cmd.argv) :] if cmd.words else []
+            argv = cmd.argv[skip_wrappers(cmd.argv) :] if cmd.words else []
             if argv[:1] == ["sleep"] and any(_long_sleep(a) for a in argv[1:]):
                 return True
             if argv[:1] == ["tail"] and any(a in ("-f", "-F", "--follow") for a in argv[1:]):
                 return True
-        for node in shell.compounds(script):
+        for node in shelltree.compounds(script):
             if node.kind in ("while", "until") and _endless(node) and not _leaves(node.bodies[1]):
                 return True
     return False
@@ -298,14 +298,14 @@ def _long_sleep(arg: str) -> bool:
     return seconds >= 10_000
 
 
-def _endless(loop: shell.Compound) -> bool:
-    cond = [c.argv for c in shell.walk_seq(loop.bodies[0])]
+def _endless(loop: shelltree.Compound) -> bool:
+    cond = [c.argv for c in shelltree.walk_seq(loop.bodies[0])]
     want = ("true", ":") if loop.kind == "while" else ("false",)
     return len(cond) == 1 and len(cond[0]) == 1 and cond[0][0] in want
 
 
-def _leaves(body: shell.Sequence) -> bool:
-    return any(c.argv[:1] and c.argv[0] in ("break", "exit", "return") for c in shell.walk_seq(body))
+def _leaves(body: shelltree.Sequence) -> bool:
+    return any(c.argv[:1] and c.argv[0] in ("break", "exit", "return") for c in shelltree.walk_seq(body))
 
 
 # A whole env value that is a shell variable ($HF_TOKEN, ${MODEL}): meant for envsubst or a shell, never expanded.

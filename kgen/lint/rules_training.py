@@ -13,7 +13,8 @@ from typing import Any
 
 from kgen import k8s
 from kgen.findings import Severity
-from kgen.launch.command import _SHELLS, Launch, find_launches, resolve
+from kgen.launch.argv import Launch, resolve
+from kgen.launch.command import _SHELLS, find_launches
 from kgen.lint.model import TRAINING_KINDS, Workload, stated_nnodes, workloads, world
 from kgen.lint.registry import Context, rule
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from kgen import k8s
 from kgen.findings import Severity
-from kgen.launch.command import host_of
+from kgen.launch.argv import host_of
 from kgen.lint import kinds
 from kgen.lint.model import TRAINING_KINDS, Workload, pod0_label, pod0_name, replaced_hostname, workloads, world
 from kgen.lint.model import memo as _memo

@@ -33,7 +33,8 @@ from typing import Any
 
 from kgen.findings import Finding
 from kgen.launch import command as torchcmd
-from kgen.launch import shell
+from kgen.launch import shell, shelltree
+from kgen.launch.argv import Launch
 
 SUFFIXES = (".sbatch", ".slurm")
 CANDIDATE_SUFFIXES = (".sh", ".bash", ".job", ".batch")
@@ -121,10 +122,10 @@ class Step:
     node_rank_vars: list[str] = field(default_factory=list)  # $SLURM_NODEID ... the batch shell expanded here
     in_cmdsub: bool = False  # inside $(...): its output is read, it is not the training
     in_loop: bool = False  # inside a for/while loop (a per-host `srun -N1 -w "$host" ... &` loop)
-    node: Any = None  # the kgen.launch.shell.Simple command it was read from
+    node: Any = None  # the kgen.launch.shelltree.Simple command it was read from
 
     @property
-    def launches(self) -> list[torchcmd.Launch]:
+    def launches(self) -> list[Launch]:
         return list(self.read.launches) if self.read is not None else []
 
     def option(self, *names: str) -> tuple[bool, str | None]:
@@ -149,7 +150,7 @@ class SbatchScript:
     scalars: dict[str, str] = field(default_factory=dict)  # every literal the script assigns (the last)
     exports: set[str] = field(default_factory=set)  # the variables it exports
     skip: frozenset[str] = frozenset()  # ids in `# kgen.dev/lint-skip: KG177,...` comments
-    parsed: Any = None  # the kgen.launch.shell.Script bash reads (None when it does not parse)
+    parsed: Any = None  # the kgen.launch.shelltree.Script bash reads (None when it does not parse)
 
     lines: list[str] = field(default_factory=list)  # the text's lines (read once)
 
@@ -242,7 +243,7 @@ def read(text: str, file: str = "<stdin>") -> SbatchScript:
         return s
     try:
         script = shell.parse(text)
-    except shell.ShellSyntaxError as err:
+    except shelltree.ShellSyntaxError as err:
         m = re.search(r"line (\d+)", str(err))
         s.error = (int(m.group(1)) if m else 1, f"bash refuses the script: {err}")
         return s
@@ -320,10 +321,10 @@ _LAUNCH_WORDS = ("exec", "time", "nohup", "command", "builtin")
 class _Walker:
     """Every command of the batch script in source order, with the literal values assigned before it."""
 
-    def __init__(self, s: SbatchScript, script: shell.Script) -> None:
+    def __init__(self, s: SbatchScript, script: shelltree.Script) -> None:
         self.s = s
         self.script = script
-        self.context = shell.enclosing(script)
+        self.context = shelltree.enclosing(script)
         self.arrays: dict[str, list[str]] = {}
         self.rank_from: dict[str, list[str]] = {}  # a variable the batch shell set from $SLURM_NODEID ...: which
 
@@ -356,7 +357,7 @@ class _Walker:
                 self.s.steps[-1].node = cmd
                 self.s.steps[-1].in_loop = any(k in ("for", "while", "until") for k in around)
 
-    def assign(self, w: shell.Word) -> None:
+    def assign(self, w: shelltree.Word) -> None:
         name, eq, _ = w.raw.partition("=")
         name = name.rstrip("+")
         if not eq or not re.fullmatch(r"[A-Za-z_]\w*", name):
@@ -365,7 +366,7 @@ class _Walker:
         if value_raw.startswith("("):  # an array: its words, as the shell splits them
             try:
                 inner = shell.parse(value_raw[1:-1] if value_raw.endswith(")") else value_raw[1:])
-            except (shell.ShellSyntaxError, RecursionError):
+            except (shelltree.ShellSyntaxError, RecursionError):
                 return
             items: list[str] = []
             used: list[str] = []
@@ -383,13 +384,13 @@ class _Walker:
             if part.kind == "lit":
                 value += part.text
                 continue
-            got, more = self.expand(shell.Word([part], part.text), split=False)
+            got, more = self.expand(shelltree.Word([part], part.text), split=False)
             value += "".join(got)
             used.extend(more)
         self.s.scalars[name] = value.split("=", 1)[1] if "=" in value else ""
         self.rank_from[name] = used
 
-    def expand(self, word: shell.Word, split: bool = True) -> tuple[list[str], list[str]]:
+    def expand(self, word: shelltree.Word, split: bool = True) -> tuple[list[str], list[str]]:
         """The fields the batch shell makes of ``word``: literals it assigned substituted, the node rank it
         expands as 0, what it computes as BATCH_VALUE, Slurm's allocation variables and unknown variables kept
         as written (the same on every node). Also the node-rank variables it expanded."""

@@ -11,7 +11,9 @@ import subprocess
 
 import pytest
 
-from kgen.launch.shell import Compound, ShellSyntaxError, Simple, expand, parse
+from kgen.launch.shell import parse
+from kgen.launch.shellexpand import expand
+from kgen.launch.shelltree import Compound, ShellSyntaxError, Simple
 
 PARAMS = {"HOME": "/home/u", "NNODES": "4", "HOST": "h-0.svc", "SPACED": "a  b", "EMPTY": "", "LEAD": " x y "}
 ARGS = ["arg0", "torchrun", "--nnodes=2", "two words", ""]

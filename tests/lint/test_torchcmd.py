@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from lint_helpers import BASES, lint_docs, rule_ids
 
-from kgen.launch.command import find_launches, host_of, resolve
+from kgen.launch.argv import host_of, resolve
+from kgen.launch.command import find_launches
 
 
 @pytest.mark.parametrize(
@@ -173,13 +174,14 @@ def test_flags_after_a_k8s_reference_in_bash_c_are_seen_by_the_launch_rules():
 
 
 def test_lint_reads_launchers_by_the_one_launch_table():
-    """Lint's reading of a command (kgen.launch.command) and render's refusal of a nested launcher
+    """Lint's reading of a launcher's argv (kgen.launch.argv) and render's refusal of a nested launcher
     (kgen.launch.launchers) share one table: which options take a value, which modules are launchers."""
-    from kgen.launch import command, launchers
+    from kgen.launch import argv as launch_argv
+    from kgen.launch import launchers
 
-    assert command.TORCHRUN_FLAGS is launchers.TORCHRUN_FLAGS
-    assert command.PYTHON_VALUE_OPTIONS is launchers.PYTHON_VALUE_OPTIONS
-    assert command.LAUNCHER_MODULES is launchers.LAUNCHER_MODULES
+    assert launch_argv.TORCHRUN_FLAGS is launchers.TORCHRUN_FLAGS
+    assert launch_argv.PYTHON_VALUE_OPTIONS is launchers.PYTHON_VALUE_OPTIONS
+    assert launch_argv.LAUNCHER_MODULES is launchers.LAUNCHER_MODULES
     # Python's --check-hash-based-pycs takes a value: the module after it is still the launcher
     argv = ["python3", "--check-hash-based-pycs", "always", "-m", "torch.distributed.run", "--nnodes=4", "t.py"]
     [launch] = find_launches({"command": argv})

@@ -160,6 +160,7 @@ RULE_CLASSES.update(
         "KG144": ("procs-gpus-mismatch",),
         "KG145": ("env-not-expanded",),
         "KG158": ("failure-policy",),
+        "KG206": ("failure-policy",),
         "KG160": ("gang-or-queue",),
         "KG161": ("gang-or-queue",),
         "KG162": ("gang-or-queue", "schema-rejected", "placeholder-value"),

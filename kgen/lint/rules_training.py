@@ -402,7 +402,7 @@ def sleep_stagger(docs: list, ctx: Context) -> Iterator:
 
 @rule(
     "KG112",
-    W,
+    INFO,
     "Do not mix dynamic rendezvous (--rdzv-backend=c10d or etcd) with static flags (--master-addr, "
     "--master-port, --node-rank): torchrun ignores the static ones (the rendezvous assigns ranks), so they "
     "mislead whoever reads the command (without --rdzv-backend the backend is static, and --rdzv-endpoint "

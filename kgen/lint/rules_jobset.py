@@ -445,10 +445,10 @@ def _total_pods(doc: Any) -> int | None:
 @rule(
     "KG158",
     W,
-    "A training JobSet's failure policy should be wired to the failures: a restart rule that matches every PodFailurePolicy failure "
-    "also restarts non-retriable exits (forever with RestartJobSetAndIgnoreMaxRestarts); a message pattern "
-    "'... rule at index N' must name a FailJob rule of the child Job's podFailurePolicy; RestartJob restarts "
-    "one child Job of a torch world that spans several.",
+    "A training JobSet's failure policy should be wired to the failures: a restart rule that matches every "
+    "PodFailurePolicy failure also restarts non-retriable exits (forever with RestartJobSetAndIgnoreMaxRestarts); "
+    "a message pattern '... rule at index N' must name a FailJob rule of the child Job's podFailurePolicy; "
+    "RestartJob restarts one child Job of a torch world that spans several.",
     "Use kgen render --kind jobset's policy (docs/jobset.md): FailJob rules in the child Job, matched by "
     "onJobFailureMessagePatterns in the JobSet.",
     kinds=["JobSet"],

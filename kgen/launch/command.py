@@ -31,8 +31,10 @@ from kgen.launch.launchers import (
     ACCELERATE_FLAGS,
     DEEPSPEED_FLAGS,
     LAUNCHER_MODULES,
+    MPI_LAUNCHERS,
     PYTHON_VALUE_OPTIONS,
     TORCHRUN_FLAGS,
+    mpi_program,
 )
 
 _SHELLS = {"bash", "sh", "zsh", "dash", "ash", "ksh", "mksh"}
@@ -71,6 +73,7 @@ class Launch:
         "assigned",
         "branch",
         "origin",
+        "via",
     )
 
     def __init__(self, form: str, flags: dict[str, str | None] | None = None) -> None:
@@ -92,6 +95,7 @@ class Launch:
         self.assigned: list[str] = []  # plain shell variables the script sets (not exported)
         self.branch = False  # in an if/case branch: it runs in some pods only
         self.origin = ""  # the script file it is in (a ConfigMap key, a here-document), "" when inline
+        self.via = ""  # the MPI launcher that starts it on every rank ("mpirun", "mpiexec"), "" when none
 
     def __repr__(self) -> str:
         return f"Launch({self.form!r}, {self.flags!r})"
@@ -220,6 +224,14 @@ class _Reader:
             if found is not None and _shebang_shell(found[0]):
                 where = in_script if in_script is not None else src[0]
                 return self.script(found[0], where, argv, src, False, False, depth, found[1], cwd)
+        if head in MPI_LAUNCHERS:
+            # mpirun starts its program on every rank: read the program (its exit status is mpirun's)
+            start = 1 + mpi_program(argv[1:])
+            before = len(self.out.launches)
+            found = self.run(argv[start:], src[start:], depth + 1, in_script, None, cwd) if start < len(argv) else None
+            for new in self.out.launches[before:]:
+                new.via = new.via or head
+            return found
         launch = _launcher(argv, src, in_script)
         if launch is None:
             return None

@@ -159,6 +159,9 @@ def _why_training(w: Workload, c: dict, scripted: Scripted, multi: bool | None) 
     if any(launch.training for launch in scripted.launches):
         forms = sorted({launch.form for launch in scripted.launches if launch.training})
         return "launcher " + ", ".join(forms)
+    via = sorted({launch.via for launch in scripted.launches if launch.via})
+    if via:
+        return "launcher " + ", ".join(via)  # an MPI launcher starting the program on the workload's pods
     if w.doc.kind in _OPERATOR_KINDS and w.tpl.operator_step:
         trainer = w.tpl.trainer_container
         names = [x.get("name") for x, _ in containers_of(w.tpl)]

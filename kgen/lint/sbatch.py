@@ -34,6 +34,7 @@ from typing import Any
 from kgen.findings import Finding
 from kgen.launch import command as torchcmd
 from kgen.launch import shell
+from kgen.launch.launchers import MPI_LAUNCHERS, mpi_program
 
 SUFFIXES = (".sbatch", ".slurm")
 CANDIDATE_SUFFIXES = (".sh", ".bash", ".job", ".batch")
@@ -453,12 +454,9 @@ class _Walker:
                         params, in_cmdsub)  # fmt: skip
             self.s.steps.append(step)
             return
-        if head in ("mpirun", "mpiexec"):
+        if head in MPI_LAUNCHERS:
             rest = words[i + 1 :]
-            k = 0
-            while k < len(rest) and rest[k].startswith("-"):
-                k += 2 if "=" not in rest[k] and k + 1 < len(rest) and not rest[k + 1].startswith("-") else 1
-            argv = rest[k:]
+            argv = rest[mpi_program(rest) :]
             self.s.steps.append(Step("mpi", line, {}, argv, torchcmd.read_container({"command": argv}), params,
                                      in_cmdsub))  # fmt: skip
             return

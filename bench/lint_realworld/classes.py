@@ -161,6 +161,7 @@ RULE_CLASSES.update(
         "KG145": ("env-not-expanded",),
         "KG158": ("failure-policy",),
         "KG206": ("failure-policy",),
+        "KG207": ("image-never-pulls",),
         "KG160": ("gang-or-queue",),
         "KG161": ("gang-or-queue",),
         "KG162": ("gang-or-queue", "schema-rejected", "placeholder-value"),

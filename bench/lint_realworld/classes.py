@@ -162,6 +162,7 @@ RULE_CLASSES.update(
         "KG158": ("failure-policy",),
         "KG206": ("failure-policy",),
         "KG207": ("image-never-pulls",),
+        "KG208": ("shell-error",),
         "KG160": ("gang-or-queue",),
         "KG161": ("gang-or-queue",),
         "KG162": ("gang-or-queue", "schema-rejected", "placeholder-value"),

@@ -163,6 +163,8 @@ RULE_CLASSES.update(
         "KG206": ("failure-policy",),
         "KG207": ("image-never-pulls",),
         "KG208": ("shell-error",),
+        "KG209": ("shell-error",),
+        "KG210": ("shell-error",),
         "KG160": ("gang-or-queue",),
         "KG161": ("gang-or-queue",),
         "KG162": ("gang-or-queue", "schema-rejected", "placeholder-value"),

@@ -1,4 +1,5 @@
-"""sbatch rules about the variables a batch script reads from Slurm: one that Slurm sets in the job only when
+"""sbatch rules about what the batch shell reads that is not there: a ``[`` test without its ``]`` (KG209), and
+the variables a batch script reads from Slurm (KG208): one that Slurm sets in the job only when
 the matching option was given (``$SLURM_GPUS`` without ``--gpus``: a ``--gres=gpu:2`` job has none), and one
 of sbatch's *input* variables (``$SBATCH_GPUS_PER_NODE``), which sbatch reads from the submitter's environment
 and never sets in the job. Either expands to nothing: ``srun --gpus-per-node=`` is refused, a test on it takes
@@ -12,6 +13,7 @@ import re
 from collections.abc import Iterator
 
 from kgen.findings import Severity
+from kgen.launch.shell import unclosed_tests
 from kgen.lint.registry import rule
 from kgen.lint.sbatch import SbatchScript
 
@@ -88,3 +90,20 @@ def unset_slurm_variable(s: SbatchScript) -> Found:
                 f"and does not set it in the job, so it expands to nothing; read ${output} (set with its "
                 "#SBATCH option) or write the value",
             )
+
+
+@rule(
+    "KG209",
+    Severity.WARNING,
+    "A `[` test in a batch script without its closing `]` word (`[ $shape == B200 || [ $shape == B300]`): bash's "
+    "`[` fails with \"missing ']'\", so the test is never true and its branch (the settings of that GPU "
+    "shape, the guard) never runs, while the job goes on.",
+    'Close every `[` with a separate `]` word (`[ "$a" == x ] || [ "$b" == y ]`), or use `[[ ... ]]`.',
+    kinds=KINDS,
+    scope="sbatch",
+)
+def unclosed_test(s: SbatchScript) -> Found:
+    if s.parsed is None:
+        return
+    for cmd, text in unclosed_tests(s.parsed):
+        yield cmd.line, f"`{text}` has no closing `]` word: bash's [ fails (missing ']'), so the test is never true"

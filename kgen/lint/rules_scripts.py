@@ -57,6 +57,26 @@ def script_syntax(docs: list, ctx: Context) -> Iterator:
 
 
 @rule(
+    "KG210",
+    W,
+    "A `[` test in a container's shell script without its closing `]` word (`[ $a == x || [ $b == y]`): bash's "
+    "`[` fails with \"missing ']'\", so the test is never true and its branch never runs (KG209 in an sbatch "
+    "script).",
+    'Close every `[` with a separate `]` word (`[ "$a" == x ] || [ "$b" == y ]`), or use `[[ ... ]]`.',
+    scope="stream",
+)
+def script_unclosed_test(docs: list, ctx: Context) -> Iterator:
+    for doc, path, scripted in _each_read(docs):
+        for script, where in scripted.scripts:
+            for _cmd, text in shell.unclosed_tests(script):
+                yield (
+                    doc,
+                    path + where,
+                    f"`{text}` has no closing `]` word: bash's [ fails (missing ']'), so the test is never true",
+                )
+
+
+@rule(
     "KG126",
     W,
     "A training command's exit status is lost in its script (`torchrun ... || echo failed`, `&& echo OK || "

@@ -842,6 +842,7 @@ def test_every_registered_rule_has_a_failing_case():
     }  # test_parse/schema/cli
     tested |= {r for r in load_rules() if "KG150" <= r <= "KG169"}  # tests/lint/test_jobset_rules.py
     tested |= {"KG206"}  # JobSet without failurePolicy: tests/lint/test_jobset_rules.py
+    tested |= {"KG210"}  # a container script's unclosed [ test: tests/lint/test_model_rules.py
     tested |= {r for r in load_rules() if "KG125" <= r <= "KG149"}  # tests/lint/test_model_rules.py
     tested |= {r for r in load_rules() if "KG170" <= r <= "KG189"}  # tests/lint/test_sbatch.py
     # every sbatch rule: test_sbatch.py requires a failing fixture and a near miss of each

@@ -77,7 +77,7 @@ class Launch:
     )
 
     def __init__(self, form: str, flags: dict[str, str | None] | None = None) -> None:
-        self.form = form  # torchrun | deepspeed | accelerate | kgen | python
+        self.form = form  # torchrun | deepspeed | accelerate | kgen | python | mpi (a program mpirun starts)
         self.flags: dict[str, str | None] = flags if flags is not None else {}  # torchrun's names: nnodes, ...
         self.exports: list[str] = []  # variables the script exports (export, declare -x, A=1 cmd)
         self.sleeps: list[str] = []  # sleep commands of the script
@@ -228,7 +228,14 @@ class _Reader:
             # mpirun starts its program on every rank: read the program (its exit status is mpirun's)
             start = 1 + mpi_program(argv[1:])
             before = len(self.out.launches)
-            found = self.run(argv[start:], src[start:], depth + 1, in_script, None, cwd) if start < len(argv) else None
+            if start >= len(argv):
+                return None
+            found = self.run(argv[start:], src[start:], depth + 1, in_script, None, cwd)
+            if found is None:  # a program of its own (a compiled benchmark, a training binary): the MPI world's
+                found = _at(Launch("mpi"), src, start, in_script)
+                found.child = argv[start:]
+                found.words = argv
+                self.out.launches.append(found)
             for new in self.out.launches[before:]:
                 new.via = new.via or head
             return found

@@ -109,7 +109,7 @@ _GPU_BATCH_KINDS = frozenset({"Job", "JobSet", "PyTorchJob", "TrainJob", "Traini
 
 def _swallowed(doc: Any, cpath: tuple, scripted: Any, kind: str) -> Iterator:
     for launch in scripted.launches:
-        if launch.swallowed and (launch.training or launch.form == "python"):
+        if launch.swallowed and (launch.training or launch.form in ("python", "mpi")):
             yield (
                 doc,
                 _launch_path(cpath, launch),
@@ -119,7 +119,8 @@ def _swallowed(doc: Any, cpath: tuple, scripted: Any, kind: str) -> Iterator:
 
 
 def _name(launch: Launch) -> str:
-    return {"kgen": "kgen's entrypoint", "python": "the training script"}.get(launch.form, launch.form)
+    names = {"kgen": "kgen's entrypoint", "python": "the training script", "mpi": f"{launch.via}'s program"}
+    return names.get(launch.form, launch.form)
 
 
 @rule(

@@ -96,3 +96,11 @@ def test_a_command_after_mpirun_that_decides_the_exit_status_is_seen_through_mpi
 def test_mpirun_as_the_scripts_last_command_keeps_its_exit_status():
     assert "KG126" not in rule_ids(lint_docs([_launcher_script(f"/usr/sbin/sshd; sleep 10; {MPIEXEC}")]))
     assert "KG126" not in rule_ids(lint_docs([_launcher_script(f"set -e; {MPIEXEC}; sleep 3600")]))
+
+
+def test_any_program_mpirun_starts_is_the_worlds():
+    """Volcano's MPI example: `mpiexec ... -np 10 mpi_hello_world` (no python) is the job's work all the same."""
+    doc = _launcher_script("/usr/sbin/sshd; mpiexec --allow-run-as-root -np 2 /opt/bench/all_reduce; sleep 600")
+    [kg126] = [f for f in lint_docs([doc]).findings if f.rule_id == "KG126"]
+    assert kg126.message.startswith("mpiexec's program's exit status is lost")
+    assert "KG126" not in rule_ids(lint_docs([_launcher_script("mpiexec -np 2 /opt/bench/all_reduce")]))

@@ -134,7 +134,7 @@ RULE_CLASSES.update(
         "KG116": ("world-size-mismatch",),
         "KG117": ("failure-policy",),
         "KG118": ("besteffort-pod",),
-        "KG119": ("launcher-not-on-every-node", "world-size-mismatch"),
+        "KG119": ("launcher-not-on-every-node", "world-size-mismatch", "rendezvous-unreachable", "rank-source"),
         "KG120": ("rank-source",),
         "KG121": ("procs-gpus-mismatch",),
         "KG122": ("gpus-not-requested",),

@@ -165,6 +165,7 @@ RULE_CLASSES.update(
         "KG208": ("shell-error",),
         "KG209": ("shell-error",),
         "KG210": ("shell-error",),
+        "KG211": ("rendezvous-port-or-id",),
         "KG160": ("gang-or-queue",),
         "KG161": ("gang-or-queue",),
         "KG162": ("gang-or-queue", "schema-rejected", "placeholder-value"),

@@ -1,4 +1,5 @@
-"""sbatch rules about what the batch shell reads that is not there: a ``[`` test without its ``]`` (KG209), and
+"""sbatch rules about values the batch shell gets wrong: a rendezvous port from a bare ``$RANDOM`` (KG211), a
+``[`` test without its ``]`` (KG209), and
 the variables a batch script reads from Slurm (KG208): one that Slurm sets in the job only when
 the matching option was given (``$SLURM_GPUS`` without ``--gpus``: a ``--gres=gpu:2`` job has none), and one
 of sbatch's *input* variables (``$SBATCH_GPUS_PER_NODE``), which sbatch reads from the submitter's environment
@@ -107,3 +108,34 @@ def unclosed_test(s: SbatchScript) -> Found:
         return
     for cmd, text in unclosed_tests(s.parsed):
         yield cmd.line, f"`{text}` has no closing `]` word: bash's [ fails (missing ']'), so the test is never true"
+
+
+_RANDOM_WORD = re.compile(r'^"?\$(?:RANDOM|\{RANDOM\})"?$')
+
+
+@rule(
+    "KG211",
+    Severity.WARNING,
+    "A rendezvous port taken from $RANDOM as it is (MASTER_PORT=$RANDOM): $RANDOM is 0-32767, so about one run "
+    "in 32 gets a privileged port below 1024 that a non-root master cannot bind, and any run may pick a port "
+    "another job on the node holds; the rendezvous then fails at start.",
+    "Derive the port from the job id in an unprivileged range: MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000)).",
+    kinds=KINDS,
+    scope="sbatch",
+)
+def random_port(s: SbatchScript) -> Found:
+    if s.parsed is None:
+        return
+    for cmd in s.parsed.simple_commands():
+        words = [w.raw for w in cmd.words]
+        pairs = [a.raw for a in cmd.assigns]
+        if words and words[0] in ("export", "declare", "local", "readonly"):
+            pairs += [w for w in words[1:] if "=" in w]
+        for pair in pairs:
+            name, _, value = pair.partition("=")
+            if name.upper().endswith("PORT") and _RANDOM_WORD.match(value):
+                yield (
+                    cmd.line,
+                    f"{name}={value}: $RANDOM is 0-32767, so the port may be privileged (< 1024) or held by "
+                    "another job on the node; use e.g. $((20000 + SLURM_JOB_ID % 10000))",
+                )

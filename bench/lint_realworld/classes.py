@@ -166,6 +166,7 @@ RULE_CLASSES.update(
         "KG209": ("shell-error",),
         "KG210": ("shell-error",),
         "KG211": ("rendezvous-port-or-id",),
+        "KG212": ("rendezvous-unreachable",),
         "KG160": ("gang-or-queue",),
         "KG161": ("gang-or-queue",),
         "KG162": ("gang-or-queue", "schema-rejected", "placeholder-value"),

@@ -475,10 +475,29 @@ FAILING = [
         all_of(set_at(C0 + ("image",), "llmtrain:latest"), set_at(C0 + ("imagePullPolicy",), "Never")),
         "1.37",
     ),
+    # a namespace written into the master's name, on a workload applied wherever kubectl points
+    (
+        "KG212",
+        "job",
+        all_of(
+            delete_at(J + ("metadata", "namespace")),
+            delete_at(SVC + ("metadata", "namespace")),
+            set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local"),
+        ),
+        "1.37",
+    ),
 ]
 
 # (rule, base, mutation, version) -- near-misses that must NOT report `rule`
 PASSING = [
+    # the namespace the workload is pinned to: the name resolves wherever it is applied
+    ("KG212", "job", set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local"), "1.37"),
+    (  # no namespace anywhere: the short name resolves in the pods' own namespace
+        "KG212",
+        "job",
+        all_of(delete_at(J + ("metadata", "namespace")), delete_at(SVC + ("metadata", "namespace"))),
+        "1.37",
+    ),
     ("KG207", "job", set_at(C0 + ("image",), "python:3.12"), "1.37"),  # an official image pulls anywhere
     ("KG207", "job", set_at(C0 + ("image",), "ghcr.io/acme/llmtrain:dev"), "1.37"),  # a registry's full name
     (  # one pod (a one-node dev cluster that loaded the image): KG182's advice, not a risk

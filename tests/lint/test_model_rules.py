@@ -454,6 +454,12 @@ CASES += [
     ("KG105", _segments((4, 2)), _segments((4, 4))),  # a copied master address (own count) vs one world
     ("KG140", _segments((2, 2)), _segments((4, 4))),  # two worlds under one Service vs one world
     ("KG106", _segments((5, 5)), _segments((4, 4))),
+    (  # the script's own node count (Lightning via Hydra / LightningCLI) against the 4 pods
+        "KG106",
+        _script_job(OK_TORCHRUN + " ++trainer.num_nodes=2 ++trainer.devices=8"),
+        _script_job(OK_TORCHRUN + " ++trainer.num_nodes=4 ++trainer.devices=8"),
+    ),
+    ("KG106", _script_job(OK_TORCHRUN + " --trainer.num_nodes=1"), _script_job(OK_TORCHRUN + " --num_workers=1")),
 ]
 
 

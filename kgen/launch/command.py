@@ -715,6 +715,8 @@ def _flagged(
     while i < len(argv):
         tok = argv[i]
         if tok.startswith("$") and not tok.startswith("$("):
+            if i > start and _norm(argv[i - 1]) in ("m", "module"):
+                break  # torchrun -m ${MODULE_AND_ARGS}: the module (a positional), not more flags
             launch.opaque = True  # torchrun $DISTRIBUTED_ARGS train.py
             i += 1
             continue

@@ -230,15 +230,15 @@ class _Reader:
             before = len(self.out.launches)
             if start >= len(argv):
                 return None
-            found = self.run(argv[start:], src[start:], depth + 1, in_script, None, cwd)
-            if found is None:  # a program of its own (a compiled benchmark, a training binary): the MPI world's
-                found = _at(Launch("mpi"), src, start, in_script)
-                found.child = argv[start:]
-                found.words = argv
-                self.out.launches.append(found)
+            program = self.run(argv[start:], src[start:], depth + 1, in_script, None, cwd)
+            if program is None:  # a program of its own (a compiled benchmark, a training binary): the MPI world's
+                program = _at(Launch("mpi"), src, start, in_script)
+                program.child = argv[start:]
+                program.words = argv
+                self.out.launches.append(program)
             for new in self.out.launches[before:]:
                 new.via = new.via or head
-            return found
+            return program
         launch = _launcher(argv, src, in_script)
         if launch is None:
             return None

@@ -51,10 +51,11 @@ class Launch:
         "assigned",
         "branch",
         "origin",
+        "via",
     )
 
     def __init__(self, form: str, flags: dict[str, str | None] | None = None) -> None:
-        self.form = form  # torchrun | deepspeed | accelerate | kgen | python
+        self.form = form  # torchrun | deepspeed | accelerate | kgen | python | mpi (a program mpirun starts)
         self.flags: dict[str, str | None] = flags if flags is not None else {}  # torchrun's names: nnodes, ...
         self.exports: list[str] = []  # variables the script exports (export, declare -x, A=1 cmd)
         self.sleeps: list[str] = []  # sleep commands of the script
@@ -72,6 +73,7 @@ class Launch:
         self.assigned: list[str] = []  # plain shell variables the script sets (not exported)
         self.branch = False  # in an if/case branch: it runs in some pods only
         self.origin = ""  # the script file it is in (a ConfigMap key, a here-document), "" when inline
+        self.via = ""  # the MPI launcher that starts it on every rank ("mpirun", "mpiexec"), "" when none
 
     def __repr__(self) -> str:
         return f"Launch({self.form!r}, {self.flags!r})"
@@ -271,6 +273,8 @@ def _flagged(
     while i < len(argv):
         tok = argv[i]
         if tok.startswith("$") and not tok.startswith("$("):
+            if i > start and _norm(argv[i - 1]) in ("m", "module"):
+                break  # torchrun -m ${MODULE_AND_ARGS}: the module (a positional), not more flags
             launch.opaque = True  # torchrun $DISTRIBUTED_ARGS train.py
             i += 1
             continue

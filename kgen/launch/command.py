@@ -26,8 +26,9 @@ import posixpath
 from typing import Any
 
 from kgen.launch import shell, shellexpand, shelltree
-from kgen.launch.argv import Launch, basename, read_launch, skip_wrappers
+from kgen.launch.argv import Launch, _at, basename, read_launch, skip_wrappers
 from kgen.launch.exitfate import exit_fate
+from kgen.launch.launchers import MPI_LAUNCHERS, mpi_program
 
 _SHELLS = {"bash", "sh", "zsh", "dash", "ash", "ksh", "mksh"}
 _MAX_DEPTH = 8
@@ -118,6 +119,21 @@ class _Reader:
             if found is not None and _shebang_shell(found[0]):
                 where = in_script if in_script is not None else src[0]
                 return self.script(found[0], where, argv, src, False, False, depth, found[1], cwd)
+        if head in MPI_LAUNCHERS:
+            # mpirun starts its program on every rank: read the program (its exit status is mpirun's)
+            start = 1 + mpi_program(argv[1:])
+            before = len(self.out.launches)
+            if start >= len(argv):
+                return None
+            program = self.run(argv[start:], src[start:], depth + 1, in_script, None, cwd)
+            if program is None:  # a program of its own (a compiled benchmark, a training binary): the MPI world's
+                program = _at(Launch("mpi"), src, start, in_script)
+                program.child = argv[start:]
+                program.words = argv
+                self.out.launches.append(program)
+            for new in self.out.launches[before:]:
+                new.via = new.via or head
+            return program
         launch = read_launch(argv, src, in_script)
         if launch is None:
             return None

@@ -152,6 +152,66 @@ PYTHON_VALUE_OPTIONS = frozenset({"-X", "-W", "--check-hash-based-pycs"})
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?$")
 
 
+# mpirun / mpiexec (Open MPI, MPICH/Hydra, Intel MPI): options that take no value, and those that take two
+# (`--mca btl ^openib`, `-genv NAME value`); any other option takes one (`-np 16`, `--host a,b`, `-x NCCL_DEBUG`).
+MPI_LAUNCHERS = frozenset({"mpirun", "mpiexec", "mpiexec.hydra", "orterun", "prterun"})
+MPI_FLAGS = frozenset(
+    {
+        "allow_run_as_root",
+        "oversubscribe",
+        "nooversubscribe",
+        "tag_output",
+        "timestamp_output",
+        "report_bindings",
+        "display_map",
+        "display_allocation",
+        "merge_stderr_to_stdout",
+        "noprefix",
+        "use_hwthread_cpus",
+        "bind_to_core",
+        "bind_to_socket",
+        "bynode",
+        "byslot",
+        "nolocal",
+        "pernode",
+        "v",
+        "verbose",
+        "q",
+        "quiet",
+        "l",
+        "prepend_rank",
+        "print_rank_map",
+        "print_all_exitcodes",
+        "ordered_output",
+        "enable_recovery",
+        "disable_recovery",
+        "show_progress",
+        "debug",
+    }
+)
+MPI_TWO_VALUES = frozenset({"mca", "gmca", "genv", "env", "prtemca", "pmixmca"})
+
+
+def mpi_program(args: list[str]) -> int:
+    """Index in ``args`` (mpirun's words after its name) of the program it starts on every rank; len(args)
+    when there is none."""
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            return i + 1
+        if not word.startswith("-") or word == "-":
+            return i
+        name = _norm(word.split("=", 1)[0])
+        if "=" in word or name in MPI_FLAGS:
+            i += 1
+        elif name in MPI_TWO_VALUES:
+            i += 3
+        else:
+            i += 2
+    return len(args)
+
+
 class Nested(NamedTuple):
     """A launcher found at the start of a training command."""
 

@@ -137,6 +137,15 @@ class Script:
         yield from walk_seq(self.body)
 
 
+def unclosed_tests(script: Script) -> Iterator[tuple[Simple, str]]:
+    """``[`` commands whose last word is not ``]`` (``[ $a == x || [ $b == y]``): bash's ``[`` prints "missing
+    ']'" and returns 2, so the test is never true. (command, the command as written)"""
+    for cmd in script.simple_commands():
+        words = [w.raw for w in cmd.words]
+        if words and words[0] == "[" and words[-1] != "]":
+            yield cmd, " ".join(words)
+
+
 def walk_seq(seq: Sequence) -> Iterator[Simple]:
     for ao in seq.items:
         for _, pipe in ao.items:

@@ -28,6 +28,7 @@ every kind.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kgen import k8s
@@ -131,6 +132,22 @@ def stated_nnodes(launch: Launch | None, env: dict) -> list[tuple[int, int, str]
         nn = env.get(var)
         if isinstance(nn, str) and nn.isdigit():
             out.append((int(nn), int(nn), f"{var}={nn}"))
+    if launch is not None and launch.training:
+        out += _script_nnodes(launch.child[1:])
+    return out
+
+
+# The training script's own node count, as Lightning reads it: Hydra overrides (NeMo, BioNeMo:
+# ++trainer.num_nodes=2) and LightningCLI's --trainer.num_nodes=2.
+_SCRIPT_NNODES = re.compile(r"^(?:\+{0,2}|--)trainer\.num_nodes=(\d+)$")
+
+
+def _script_nnodes(args: list[str]) -> list[tuple[int, int, str]]:
+    out = []
+    for word in args:
+        m = _SCRIPT_NNODES.match(word)
+        if m:
+            out.append((int(m.group(1)), int(m.group(1)), f"the script's {word.lstrip('+-')}"))
     return out
 
 
@@ -160,6 +177,9 @@ def _why_training(w: Workload, c: dict, scripted: Scripted, multi: bool | None) 
     if any(launch.training for launch in scripted.launches):
         forms = sorted({launch.form for launch in scripted.launches if launch.training})
         return "launcher " + ", ".join(forms)
+    via = sorted({launch.via for launch in scripted.launches if launch.via})
+    if via:
+        return "launcher " + ", ".join(via)  # an MPI launcher starting the program on the workload's pods
     if w.doc.kind in _OPERATOR_KINDS and w.tpl.operator_step:
         trainer = w.tpl.trainer_container
         names = [x.get("name") for x, _ in containers_of(w.tpl)]

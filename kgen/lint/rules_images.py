@@ -20,7 +20,7 @@ from kgen.findings import Severity
 from kgen.lint import kinds
 from kgen.lint.registry import Context, rule
 
-E = Severity.ERROR
+E, W = Severity.ERROR, Severity.WARNING
 
 # A path component that is a documentation placeholder: "your-registry", "your_project", "yourrepo",
 # "myregistry" (Azure's and others' samples), AWS's sample account id, "<...>" is KG041's (does not parse).
@@ -117,6 +117,18 @@ def placeholder_image(doc: Any, ctx: Context) -> Iterator:
             )
 
 
+def _local_names(doc: Any) -> Iterator[tuple[dict, tuple, str, str, str]]:
+    """(container, path, image, name, tag) of the images named by one component that is no Docker Hub
+    official image: a local build's name, which docker.io/library/ does not serve."""
+    for c, path, image in _images(doc):
+        if "/" in image:
+            continue  # a registry or a namespace: not Docker Hub's library
+        host, parts, tag = split_image(image)
+        if host or len(parts) != 1 or parts[0] in OFFICIAL or _is_placeholder(parts[0]):
+            continue
+        yield c, path, image, parts[0], tag
+
+
 def pull_policy(c: dict, tag: str, digest: bool) -> tuple[str, bool]:
     """(the container's effective imagePullPolicy, whether it is written): the API server's default is
     Always for :latest or no tag (without a digest), IfNotPresent otherwise."""
@@ -138,12 +150,7 @@ def pull_policy(c: dict, tag: str, digest: bool) -> tuple[str, bool]:
     templates_only=True,
 )
 def unqualified_pulled_always(doc: Any, ctx: Context) -> Iterator:
-    for c, path, image in _images(doc):
-        if "/" in image:
-            continue  # a registry or a namespace: not Docker Hub's library
-        host, parts, tag = split_image(image)
-        if host or len(parts) != 1 or parts[0] in OFFICIAL or _is_placeholder(parts[0]):
-            continue
+    for c, path, image, name, tag in _local_names(doc):
         policy, written = pull_policy(c, tag, "@" in image)
         if policy != "Always":
             continue
@@ -152,5 +159,34 @@ def unqualified_pulled_always(doc: Any, ctx: Context) -> Iterator:
         yield (
             path + (("imagePullPolicy",) if written else ("image",)),
             f"image {image!r} has no registry and is not a Docker Hub official image; with {why} the runtime "
-            f"pulls docker.io/library/{parts[0]}, which does not exist, and the pods never start",
+            f"pulls docker.io/library/{name}, which does not exist, and the pods never start",
+        )
+
+
+@rule(
+    "KG207",
+    W,
+    "A one-component image name that is not a Docker Hub official image (llmtrain:dev, a local build) with "
+    "imagePullPolicy IfNotPresent or Never (written, or the default for a version tag): the pods start only on "
+    "nodes the image was loaded into by hand (kind load, minikube, docker build on the node); on any other "
+    "node the pull of docker.io/library/<name> fails (ErrImagePull, or ErrImageNeverPull). Reported for "
+    "workloads of several pods, which need it on every node they land on (one pod on a one-node dev cluster "
+    "is KG182's advice).",
+    "Push the image to a registry the nodes pull from and use its full name (ghcr.io/org/llmtrain:1.0).",
+    templates_only=True,
+)
+def unqualified_local_image(doc: Any, ctx: Context) -> Iterator:
+    facts = kinds.facts(doc)
+    if facts is None or facts.nodes is None or facts.nodes <= 1:
+        return
+    for c, path, image, name, tag in _local_names(doc):
+        policy, written = pull_policy(c, tag, "@" in image)
+        if policy not in ("IfNotPresent", "Never"):
+            continue
+        how = f"imagePullPolicy: {policy}" if written else "the default imagePullPolicy for a version tag"
+        yield (
+            path + ("image",),
+            f"image {image!r} has no registry and is not a Docker Hub official image: with {how} the "
+            f"{facts.nodes} pods run only on nodes it was loaded into by hand; elsewhere the pull of "
+            f"docker.io/library/{name} fails and the pod never starts; push it to a registry and use its full name",
         )

@@ -27,7 +27,7 @@ from kgen.lint.kinds.base import unknown_fields
 from kgen.lint.kinds.jobset import SERVED
 from kgen.lint.registry import RULES, Context, rule
 
-E, W = Severity.ERROR, Severity.WARNING
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 SPEC_KEYS = {
     "replicatedJobs",
@@ -445,11 +445,10 @@ def _total_pods(doc: Any) -> int | None:
 @rule(
     "KG158",
     W,
-    "A training JobSet's failure policy should be wired to the failures: with no failurePolicy the first "
-    "failure fails the JobSet (no group restart); a restart rule that matches every PodFailurePolicy failure "
-    "also restarts non-retriable exits (forever with RestartJobSetAndIgnoreMaxRestarts); a message pattern "
-    "'... rule at index N' must name a FailJob rule of the child Job's podFailurePolicy; RestartJob restarts "
-    "one child Job of a torch world that spans several.",
+    "A training JobSet's failure policy should be wired to the failures: a restart rule that matches every "
+    "PodFailurePolicy failure also restarts non-retriable exits (forever with RestartJobSetAndIgnoreMaxRestarts); "
+    "a message pattern '... rule at index N' must name a FailJob rule of the child Job's podFailurePolicy; "
+    "RestartJob restarts one child Job of a torch world that spans several.",
     "Use kgen render --kind jobset's policy (docs/jobset.md): FailJob rules in the child Job, matched by "
     "onJobFailureMessagePatterns in the JobSet.",
     kinds=["JobSet"],
@@ -463,12 +462,7 @@ def jobset_failure_wiring(doc: Any, ctx: Context) -> Iterator:
         return
     fp = _spec(doc).get("failurePolicy")
     if fp is None:
-        yield (
-            ("spec",),
-            "no failurePolicy: the first failed child Job fails the JobSet, nothing restarts the group; "
-            "add failurePolicy.maxRestarts and rules",
-        )
-        return
+        return  # KG206
     rjobs = dict(_rjobs(doc))
     names = {r.get("name"): r for r in rjobs.values()}
     exit_code_failjob = any(
@@ -517,6 +511,27 @@ def jobset_failure_wiring(doc: Any, ctx: Context) -> Iterator:
                         f"pattern {pat!r} names podFailurePolicy rule {index} of replicatedJob {t!r}, which is not "
                         "a FailJob rule, so this rule never matches",
                     )
+
+
+@rule(
+    "KG206",
+    INFO,
+    "A multi-pod training JobSet with no failurePolicy fails as a whole at the first failed child Job: "
+    "nothing restarts the group after a node failure or eviction (the JobSet default, and what most "
+    "healthy examples write; it costs a rerun only when a pod fails).",
+    "Add failurePolicy.maxRestarts and rules (kgen render --kind jobset writes them; docs/jobset.md).",
+    kinds=["JobSet"],
+)
+def jobset_no_failure_policy(doc: Any, ctx: Context) -> Iterator:
+    if not _is_jobset(doc) or "failurePolicy" in _spec(doc):
+        return
+    total = _total_pods(doc)
+    if any(True for _ in _training_rjobs(doc)) and total is not None and total > 1:
+        yield (
+            ("spec",),
+            "no failurePolicy: the first failed child Job fails the JobSet, nothing restarts the group; "
+            "add failurePolicy.maxRestarts and rules",
+        )
 
 
 # --- Kueue ------------------------------------------------------------------------------------

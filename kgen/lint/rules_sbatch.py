@@ -201,8 +201,9 @@ def _nnodes(s: SbatchScript) -> Iterator[tuple[Step, Launch, int, tuple[int, int
     "KG172",
     Severity.ERROR,
     "A launcher's node count is written as a number that the job's nodes do not match (#SBATCH --nodes, or "
-    "srun's -N): a static rendezvous waits for nodes that do not exist (or the extra nodes' ranks are out of "
-    "range) until its timeout.",
+    "srun's -N), or torchrun has none (it defaults to 1) in an srun step on several nodes: a static rendezvous "
+    "waits for nodes that do not exist (or the extra nodes' ranks are out of range) until its timeout, and "
+    "without --nnodes every node trains alone or waits in a rendezvous that closed with one node.",
     'Take the count from the allocation: --nnodes="$SLURM_NNODES" (deepspeed --num_nodes, accelerate '
     "--num_machines likewise).",
     kinds=KINDS,
@@ -213,6 +214,24 @@ def nnodes_differs(s: SbatchScript) -> Found:
         if nodes is not None and not nodes[0] <= n <= nodes[1]:
             flag = launch.spelling("nnodes")
             yield s.locate(step.line, flag), f"{name(launch)} {flag}={n}, but the job has {nodes_said(s, step)}"
+    # torchrun without --nnodes is a one-node world: srun on several nodes starts several such worlds
+    for step in steps(s, "srun"):
+        nodes = step_nodes(s, step)
+        if nodes is None or nodes[0] <= 1:
+            continue
+        for launch in step.launches:
+            if (
+                launch.form == "torchrun"
+                and not launch.opaque
+                and not launch.has("nnodes")
+                and not launch.has("standalone")
+            ):
+                yield (
+                    step.line,
+                    f"torchrun has no --nnodes, so it defaults to 1 (every node forms a world of its own, or waits "
+                    f"in a rendezvous that closed with one node), but the job has {nodes_said(s, step)}; "
+                    'add --nnodes="$SLURM_NNODES"',
+                )
 
 
 @rule(

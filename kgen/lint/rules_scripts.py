@@ -57,6 +57,26 @@ def script_syntax(docs: list, ctx: Context) -> Iterator:
 
 
 @rule(
+    "KG210",
+    W,
+    "A `[` test in a container's shell script without its closing `]` word (`[ $a == x || [ $b == y]`): bash's "
+    "`[` fails with \"missing ']'\", so the test is never true and its branch never runs (KG209 in an sbatch "
+    "script).",
+    'Close every `[` with a separate `]` word (`[ "$a" == x ] || [ "$b" == y ]`), or use `[[ ... ]]`.',
+    scope="stream",
+)
+def script_unclosed_test(docs: list, ctx: Context) -> Iterator:
+    for doc, path, scripted in _each_read(docs):
+        for script, where in scripted.scripts:
+            for _cmd, text in shelltree.unclosed_tests(script):
+                yield (
+                    doc,
+                    path + where,
+                    f"`{text}` has no closing `]` word: bash's [ fails (missing ']'), so the test is never true",
+                )
+
+
+@rule(
     "KG126",
     W,
     "A training command's exit status is lost in its script (`torchrun ... || echo failed`, `&& echo OK || "
@@ -89,7 +109,7 @@ _GPU_BATCH_KINDS = frozenset({"Job", "JobSet", "PyTorchJob", "TrainJob", "Traini
 
 def _swallowed(doc: Any, cpath: tuple, scripted: Any, kind: str) -> Iterator:
     for launch in scripted.launches:
-        if launch.swallowed and (launch.training or launch.form == "python"):
+        if launch.swallowed and (launch.training or launch.form in ("python", "mpi")):
             yield (
                 doc,
                 _launch_path(cpath, launch),
@@ -99,7 +119,8 @@ def _swallowed(doc: Any, cpath: tuple, scripted: Any, kind: str) -> Iterator:
 
 
 def _name(launch: Launch) -> str:
-    return {"kgen": "kgen's entrypoint", "python": "the training script"}.get(launch.form, launch.form)
+    names = {"kgen": "kgen's entrypoint", "python": "the training script", "mpi": f"{launch.via}'s program"}
+    return names.get(launch.form, launch.form)
 
 
 @rule(

@@ -112,8 +112,9 @@ def _launch_path(container_path: tuple, launch: Launch | dict | None = None, fla
 @rule(
     "KG106",
     E,
-    "The node count, wherever it is written (--nnodes, NNODES, NUM_NODES, PET_NNODES ...), must equal the "
-    "number of pods: Job completions (= parallelism) or StatefulSet replicas.",
+    "The node count, wherever it is written (--nnodes, NNODES, NUM_NODES, PET_NNODES ..., the training "
+    "script's trainer.num_nodes=N as Lightning reads it from Hydra or LightningCLI), must equal the number of "
+    "pods: Job completions (= parallelism) or StatefulSet replicas.",
     "Make them equal (kgen render derives both from --nodes).",
     kinds=TRAINING_KINDS,
     scope="stream",
@@ -403,7 +404,7 @@ def sleep_stagger(docs: list, ctx: Context) -> Iterator:
 
 @rule(
     "KG112",
-    W,
+    INFO,
     "Do not mix dynamic rendezvous (--rdzv-backend=c10d or etcd) with static flags (--master-addr, "
     "--master-port, --node-rank): torchrun ignores the static ones (the rendezvous assigns ranks), so they "
     "mislead whoever reads the command (without --rdzv-backend the backend is static, and --rdzv-endpoint "

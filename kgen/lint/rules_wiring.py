@@ -516,6 +516,50 @@ def master_addr(docs: list, ctx: Context) -> Iterator:
                     yield w.doc, path, f"{what}={value} {msg}"
 
 
+def _master_values(w: Workload, c: dict, cpath: tuple, scripted: Any) -> Iterator[tuple[str, str, tuple]]:
+    """(what, literal host, path) of the master addresses a training container writes: MASTER_ADDR and its
+    launchers' --master-addr / --rdzv-endpoint."""
+    ma = w.env(c).get("MASTER_ADDR")
+    if isinstance(ma, str) and ma and "$" not in ma:
+        yield "MASTER_ADDR", ma, _env_path(cpath, c, "MASTER_ADDR")
+    for launch in scripted.launches:
+        if launch.training:
+            for key, raw in launch.master_flags():
+                host = host_of(raw)
+                if host and "$" not in raw:
+                    yield launch.spelling(key), host, _launch_path(cpath, launch, key)
+
+
+@rule(
+    "KG212",
+    W,
+    "A training workload without metadata.namespace whose master address names a namespace "
+    "(<name>-0.<service>.<namespace>.svc...): the workload lands in whatever namespace it is applied to "
+    "(kubectl's context, -n), and in any other than the one written the name resolves to nothing and the "
+    "rendezvous waits.",
+    "Drop the namespace from the name (<name>-0.<service> resolves in the pods' own namespace), or set "
+    "metadata.namespace on the workload to the one the name says.",
+    kinds=TRAINING_KINDS,
+    scope="stream",
+)
+def master_namespace_pinned(docs: list, ctx: Context) -> Iterator:
+    for w in _wired(docs):
+        if w.doc.namespace or not _multi(w):
+            continue
+        named, _ = w.dns_field
+        own = pod0_label(w)
+        for c, cpath, scripted, _why in w.containers:
+            for what, value, path in _master_values(w, c, cpath, scripted):
+                parts = value.lower().rstrip(".").split(".")
+                if len(parts) >= 4 and parts[0] == own and parts[1] == named and parts[3] == "svc":
+                    yield (
+                        w.doc,
+                        path,
+                        f"{what}={value} names namespace {parts[2]!r}, but the workload sets no namespace: applied "
+                        f"anywhere else the name resolves to nothing; use {parts[0]}.{parts[1]}",
+                    )
+
+
 def _replaced(docs: list) -> dict[tuple[str, str], Workload]:
     """Indexed Jobs by (namespace, the spec.hostname their controller replaces)."""
 

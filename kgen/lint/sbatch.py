@@ -35,6 +35,7 @@ from kgen.findings import Finding
 from kgen.launch import command as torchcmd
 from kgen.launch import shell, shelltree
 from kgen.launch.argv import Launch
+from kgen.launch.launchers import MPI_LAUNCHERS, mpi_program
 
 SUFFIXES = (".sbatch", ".slurm")
 CANDIDATE_SUFFIXES = (".sh", ".bash", ".job", ".batch")
@@ -223,17 +224,25 @@ def sbatch_candidate(path: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- reading
+_SHEBANG_LINES = 20  # how far below the first line a misplaced shebang is looked for
+
+
 def read(text: str, file: str = "<stdin>") -> SbatchScript:
     """The model of one sbatch script (never raises: what sbatch or bash would refuse is ``error``)."""
     lines = text.splitlines()
     s = SbatchScript(file, text, lines=lines)
     marks = [m.group(1) for line in lines if line.lstrip().startswith("#") for m in [SKIP_MARK.search(line)] if m]
     s.skip = frozenset(x.strip().upper() for mark in marks for x in mark.split(",") if x.strip())
-    if not text.startswith("#!"):
+    s.shebang = lines[0] if text.startswith("#!") else ""
+    if not s.shebang:
         s.error = (1, "the first line is not a shebang (#!/bin/bash): sbatch refuses the script "
                       "(\"This does not look like a batch script\")")  # fmt: skip
-        return s
-    s.shebang = lines[0] if lines else ""
+        # a shebang below a licence header: read the script as that shell, so the defects that remain once
+        # the shebang moves up are reported too (its directives and steps; the refusal stays KG170's)
+        late = next((line for line in lines[:_SHEBANG_LINES] if line.startswith("#!")), None)
+        if late is None:
+            return s
+        s.shebang = late
     words = s.shebang[2:].split()
     if words and os.path.basename(words[0]) == "env":
         words = [w for w in words[1:] if not w.startswith("-")]
@@ -245,10 +254,10 @@ def read(text: str, file: str = "<stdin>") -> SbatchScript:
         script = shell.parse(text)
     except shelltree.ShellSyntaxError as err:
         m = re.search(r"line (\d+)", str(err))
-        s.error = (int(m.group(1)) if m else 1, f"bash refuses the script: {err}")
+        s.error = s.error or (int(m.group(1)) if m else 1, f"bash refuses the script: {err}")
         return s
     except RecursionError:
-        s.error = (1, "the script nests too deeply to read")
+        s.error = s.error or (1, "the script nests too deeply to read")
         return s
     s.parsed = script
     _Walker(s, script).run()
@@ -454,12 +463,9 @@ class _Walker:
                         params, in_cmdsub)  # fmt: skip
             self.s.steps.append(step)
             return
-        if head in ("mpirun", "mpiexec"):
+        if head in MPI_LAUNCHERS:
             rest = words[i + 1 :]
-            k = 0
-            while k < len(rest) and rest[k].startswith("-"):
-                k += 2 if "=" not in rest[k] and k + 1 < len(rest) and not rest[k + 1].startswith("-") else 1
-            argv = rest[k:]
+            argv = rest[mpi_program(rest) :]
             self.s.steps.append(Step("mpi", line, {}, argv, torchcmd.read_container({"command": argv}), params,
                                      in_cmdsub))  # fmt: skip
             return

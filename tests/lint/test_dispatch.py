@@ -66,6 +66,7 @@ _BAD_POD = {
             {"name": "Trainer_1", "image": "ubuntu"},
             {"name": "fetch", "image": "your-registry/fetch:v1", "command": ["python", "fetch.py"]},
             {"name": "local", "image": "medical-training:latest", "imagePullPolicy": "Always", "command": ["x"]},
+            {"name": "local-2", "image": "medical-training:1.4", "command": ["x"]},  # IfNotPresent, on 2 pods
             {"name": "metrics", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5"},
         ],
     },
@@ -92,6 +93,8 @@ def _pod_shaped(api_version: str, kind: str) -> Document:
             "pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": _BAD_POD}},
             "tasks": [{"name": "w", "template": _BAD_POD}],
             "leaderWorkerTemplate": {"workerTemplate": _BAD_POD},
+            "completions": 2,
+            "parallelism": 2,
             **_BAD_POD["spec"],
         },
     }

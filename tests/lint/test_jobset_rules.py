@@ -83,7 +83,7 @@ FAILING = [
     ("KG117", "jobset", set_at(JOB + ("backoffLimit",), 3)),  # was KG157
     ("KG117", "jobset", delete_at(JOB + ("backoffLimit",))),  # was KG157
     ("KG117", "jobset", set_at(POD + ("restartPolicy",), "OnFailure")),  # was KG157
-    ("KG158", "jobset", delete_at(FP)),
+    ("KG206", "jobset", delete_at(FP)),  # info: no failurePolicy at all
     (
         "KG158",
         "jobset",
@@ -141,6 +141,8 @@ PASSING = [
     ("KG117", "jobset", set_at(JOB + ("completions",), 4)),
     ("KG158", "jobset", set_at(FP + ("rules", 3, "onJobFailureReasons"), [])),  # NotRetriable comes first
     ("KG158", "jobset", delete_at(FP + ("rules", 2, "onJobFailureMessagePatterns"))),  # ditto
+    # one pod: no group to restart, nothing for a failure policy to add
+    ("KG206", "jobset", all_of(delete_at(FP), set_at(JOB + ("completions",), 1), set_at(JOB + ("parallelism",), 1))),
     ("KG160", "jobset-queue", set_at(JS + ("metadata", "labels", js.PRIORITY_LABEL), "high")),
     ("KG160", "sts", set_at((1, "metadata", "labels", Q), "team-a")),
     ("KG161", "jobset-queue", set_at(SPEC + ("suspend",), True)),

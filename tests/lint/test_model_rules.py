@@ -187,6 +187,11 @@ CASES = [
         _script_job("set -e; " + OK_TORCHRUN + "; echo OK"),
     ),
     ("KG126", _script_job(OK_TORCHRUN + "; exit 0"), _script_job("exec " + OK_TORCHRUN)),
+    (  # a `[` without its `]` word is never true: the branch never runs
+        "KG210",
+        _script_job('if [ "$GPUS" == 8 ] || [ "$GPUS" == 4]; then export NCCL_ALGO=Ring; fi; exec ' + OK_TORCHRUN),
+        _script_job('if [ "$GPUS" == 8 ] || [[ "$GPUS" == 4 ]]; then export NCCL_ALGO=Ring; fi; exec ' + OK_TORCHRUN),
+    ),
     (
         "KG127",
         _script_job(OK_TORCHRUN.replace("train.py", "--rdzv-id=$RANDOM train.py")),
@@ -449,6 +454,12 @@ CASES += [
     ("KG105", _segments((4, 2)), _segments((4, 4))),  # a copied master address (own count) vs one world
     ("KG140", _segments((2, 2)), _segments((4, 4))),  # two worlds under one Service vs one world
     ("KG106", _segments((5, 5)), _segments((4, 4))),
+    (  # the script's own node count (Lightning via Hydra / LightningCLI) against the 4 pods
+        "KG106",
+        _script_job(OK_TORCHRUN + " ++trainer.num_nodes=2 ++trainer.devices=8"),
+        _script_job(OK_TORCHRUN + " ++trainer.num_nodes=4 ++trainer.devices=8"),
+    ),
+    ("KG106", _script_job(OK_TORCHRUN + " --trainer.num_nodes=1"), _script_job(OK_TORCHRUN + " --num_workers=1")),
 ]
 
 
@@ -572,7 +583,8 @@ def test_rule_fails_and_its_near_miss_passes(case):
 
 def test_every_new_rule_has_a_case():
     explained = {"KG137"}  # --explain only: test_explain_reports_how_each_training_workload_is_read
-    assert {r for r in load_rules() if "KG125" <= r <= "KG149"} - explained == {c[0] for c in CASES if c[0] >= "KG125"}
+    script_rules = {r for r in load_rules() if "KG125" <= r <= "KG149"} | {"KG210"}
+    assert script_rules - explained == {c[0] for c in CASES if c[0] >= "KG125"}
 
 
 def test_kgens_own_network_policy_lints_clean_under_strict():

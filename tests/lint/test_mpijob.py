@@ -72,3 +72,35 @@ def test_the_launcher_is_one_pod():
     del doc["spec"]["mpiReplicaSpecs"]["Launcher"]
     found = [f for f in lint_docs([doc]).findings if f.rule_id == "KG136"]
     assert any("needs a Launcher" in f.message for f in found)
+
+
+def _launcher_script(script: str) -> dict:
+    doc = _mpijob()
+    launcher = doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    launcher["command"] = ["/bin/bash", "-c", script]
+    return doc
+
+
+MPIEXEC = "mpiexec --allow-run-as-root --host ${MPI_HOST} -np 2 --prefix /usr/local/openmpi python /tmp/train.py"
+
+
+def test_a_command_after_mpirun_that_decides_the_exit_status_is_seen_through_mpirun():
+    """Volcano's MindSpore example: `mpiexec ... python train.py; sleep 3600` holds the pods an hour and
+    exits 0 whatever training did; the launch model reads the program mpirun starts on every rank."""
+    found = [f for f in lint_docs([_launcher_script(f"/usr/sbin/sshd; {MPIEXEC}; sleep 3600")]).findings]
+    [kg126] = [f for f in found if f.rule_id == "KG126"]
+    assert "`sleep 3600` runs after it" in kg126.message
+    assert kg126.path.startswith("spec.mpiReplicaSpecs.Launcher")
+
+
+def test_mpirun_as_the_scripts_last_command_keeps_its_exit_status():
+    assert "KG126" not in rule_ids(lint_docs([_launcher_script(f"/usr/sbin/sshd; sleep 10; {MPIEXEC}")]))
+    assert "KG126" not in rule_ids(lint_docs([_launcher_script(f"set -e; {MPIEXEC}; sleep 3600")]))
+
+
+def test_any_program_mpirun_starts_is_the_worlds():
+    """Volcano's MPI example: `mpiexec ... -np 10 mpi_hello_world` (no python) is the job's work all the same."""
+    doc = _launcher_script("/usr/sbin/sshd; mpiexec --allow-run-as-root -np 2 /opt/bench/all_reduce; sleep 600")
+    [kg126] = [f for f in lint_docs([doc]).findings if f.rule_id == "KG126"]
+    assert kg126.message.startswith("mpiexec's program's exit status is lost")
+    assert "KG126" not in rule_ids(lint_docs([_launcher_script("mpiexec -np 2 /opt/bench/all_reduce")]))

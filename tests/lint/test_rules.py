@@ -467,10 +467,49 @@ FAILING = [
     ("KG205", "job", set_at(SVC + ("spec", "sessionAffinity"), "Sticky"), "1.37"),
     ("KG205", "job", set_at(SVC + ("spec", "externalTrafficPolicy"), "Local"), "1.37"),
     ("KG205", "cm", set_at((0, "binaryData"), {"b": "***"}), "1.37"),
+    # a local build's name on a multi-node Job: only nodes it was loaded into can run the pods
+    ("KG207", "job", set_at(C0 + ("image",), "llmtrain:dev"), "1.37"),
+    (
+        "KG207",
+        "job",
+        all_of(set_at(C0 + ("image",), "llmtrain:latest"), set_at(C0 + ("imagePullPolicy",), "Never")),
+        "1.37",
+    ),
+    # a namespace written into the master's name, on a workload applied wherever kubectl points
+    (
+        "KG212",
+        "job",
+        all_of(
+            delete_at(J + ("metadata", "namespace")),
+            delete_at(SVC + ("metadata", "namespace")),
+            set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local"),
+        ),
+        "1.37",
+    ),
 ]
 
 # (rule, base, mutation, version) -- near-misses that must NOT report `rule`
 PASSING = [
+    # the namespace the workload is pinned to: the name resolves wherever it is applied
+    ("KG212", "job", set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local"), "1.37"),
+    (  # no namespace anywhere: the short name resolves in the pods' own namespace
+        "KG212",
+        "job",
+        all_of(delete_at(J + ("metadata", "namespace")), delete_at(SVC + ("metadata", "namespace"))),
+        "1.37",
+    ),
+    ("KG207", "job", set_at(C0 + ("image",), "python:3.12"), "1.37"),  # an official image pulls anywhere
+    ("KG207", "job", set_at(C0 + ("image",), "ghcr.io/acme/llmtrain:dev"), "1.37"),  # a registry's full name
+    (  # one pod (a one-node dev cluster that loaded the image): KG182's advice, not a risk
+        "KG207",
+        "job",
+        all_of(
+            set_at(C0 + ("image",), "llmtrain:dev"),
+            set_at(J + ("spec", "completions"), 1),
+            set_at(J + ("spec", "parallelism"), 1),
+        ),
+        "1.37",
+    ),
     ("KG022", "job", set_at(SVC + ("metadata", "name"), "7b-train"), "1.36"),  # RelaxedServiceNameValidation
     ("KG021", "sts", set_at(J + ("metadata", "name"), "train.llama"), "1.26"),  # subdomain before 1.27
     ("KG043", "job", _append(ENV, {"name": "1GPU", "value": "1"}), "1.32"),  # relaxed env names
@@ -821,6 +860,8 @@ def test_every_registered_rule_has_a_failing_case():
         "KG012",
     }  # test_parse/schema/cli
     tested |= {r for r in load_rules() if "KG150" <= r <= "KG169"}  # tests/lint/test_jobset_rules.py
+    tested |= {"KG206"}  # JobSet without failurePolicy: tests/lint/test_jobset_rules.py
+    tested |= {"KG210"}  # a container script's unclosed [ test: tests/lint/test_model_rules.py
     tested |= {r for r in load_rules() if "KG125" <= r <= "KG149"}  # tests/lint/test_model_rules.py
     tested |= {r for r in load_rules() if "KG170" <= r <= "KG189"}  # tests/lint/test_sbatch.py
     # every sbatch rule: test_sbatch.py requires a failing fixture and a near miss of each

@@ -65,7 +65,7 @@ def test_valid_scripts_are_clean_under_strict(path):
 def test_every_sbatch_rule_has_a_failing_fixture_and_a_near_miss():
     failing = {rule for p in FILES for rule, _ in _expected(p)}
     near = set().union(*(_near_misses(p) for p in FILES))
-    assert set(SBATCH_RULES) == {f"KG{n}" for n in (*range(170, 181), 184, 185, 186, 191, 192, 193)}
+    assert set(SBATCH_RULES) == {f"KG{n}" for n in (*range(170, 181), 184, 185, 186, 191, 192, 193, 208, 209, 211)}
     assert set(SBATCH_RULES) - failing == set(), "rules without a failing fixture"
     assert set(SBATCH_RULES) - near == set(), "rules without a near miss"
 
@@ -173,3 +173,14 @@ def test_hostile_scripts_end_quickly(tmp_path):
     found = lint_script(deep)
     assert [f.rule_id for f in found] == ["KG170"]
     assert len([f for f in lint_script(many) if f.rule_id == "KG172"]) == 5000
+
+
+def test_a_shebang_below_a_licence_header_is_refused_and_the_script_still_read():
+    text = (
+        "# Copyright (c) the authors\n\n#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
+        'srun torchrun --nproc_per_node 4 --rdzv_backend c10d --rdzv_endpoint "$HEAD:29500" train.py\n'
+    )
+    found = {(f.rule_id, f.line) for f in lint_script(text)}
+    assert {("KG170", 1), ("KG172", 6)} <= found
+    # no shebang at all: the refusal alone (the shell is unknown)
+    assert {f.rule_id for f in lint_script(text.replace("#!/bin/bash\n", ""))} == {"KG170"}

@@ -180,3 +180,21 @@ def test_hostile_scripts_are_refused_or_read_quickly_never_a_crash():
     start = time.perf_counter()
     assert sum(1 for _ in parse(big).simple_commands()) == 60000
     assert time.perf_counter() - start < 20  # linear: ~1 s on a busy 2-core machine
+
+
+@pytest.mark.parametrize(
+    "words,program",
+    [
+        (["-np", "2", "python", "t.py"], "python"),
+        (["--allow-run-as-root", "--oversubscribe", "python", "t.py"], "python"),  # options without a value
+        (["-mca", "btl", "^openib", "-x", "NCCL_DEBUG=INFO", "--bind-to", "none", "python", "t.py"], "python"),
+        (["-genv", "OMP_NUM_THREADS", "4", "-n=8", "./a.out"], "./a.out"),
+        (["-np", "2", "--", "-weird-name"], "-weird-name"),
+        (["-np", "2"], None),
+    ],
+)
+def test_mpirun_options_are_skipped_to_the_program_it_starts(words, program):
+    from kgen.launch.launchers import mpi_program
+
+    i = mpi_program(words)
+    assert (words[i] if i < len(words) else None) == program

@@ -189,3 +189,11 @@ def test_lint_reads_launchers_by_the_one_launch_table():
     # DeepSpeed's --enable_each_rank_log takes a folder: the script after it is the child, not the folder
     [launch] = find_launches({"command": ["deepspeed", "--enable_each_rank_log", "/logs", "--num_nodes=2", "t.py"]})
     assert launch.flag("nnodes") == "2" and launch.child[-1] == "t.py"
+
+
+def test_an_expansion_after_torchruns_module_flag_is_the_module_not_more_flags():
+    """`torchrun ... -m ${training_commands}` (OpenRLHF's Slurm launcher): the flags before -m are all there is."""
+    [launch] = find_launches({"command": ["torchrun", "--nnodes", "2", "--node_rank", "0", "-m", "${cmds}"]})
+    assert not launch.opaque and launch.flag("node_rank") == "0" and launch.child[-1] == "${cmds}"
+    [launch] = find_launches({"command": ["torchrun", "$DISTRIBUTED_ARGS", "-m", "mod"]})
+    assert launch.opaque  # flags from an expansion before the module

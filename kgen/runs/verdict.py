@@ -80,6 +80,7 @@ STATE_EXIT = {
 }
 EXIT_FAILED = 1
 EXIT_NOT_FOUND = 2  # and every usage or cluster error
+NODE0_ENDED = "stopped: node 0 ended the run"  # the entrypoint's last line on a node node 0 ended
 
 
 def status_exit(state: str, state_codes: bool = False) -> int:
@@ -256,6 +257,20 @@ def _together(chosen: list[Failure]) -> list[int]:
     return sorted(out)
 
 
+def _node0_decided(chosen: list[Failure], candidates: list[Failure], logs: Mapping[str, str]) -> list[Failure]:
+    """Node 0 ends the whole group for some causes (a hang, a failed health gate, a stop): every node exits with
+    node 0's code, the others saying "node 0 ended the run (...)". When the record of such a node came first (in
+    the same second, finishedAt's resolution), node 0 is the one chosen, not the ones that followed it. (A node
+    whose own process failed keeps its error: the same error on every node is one cause, together.)"""
+    followed = [
+        f for f in chosen if f.error is None and any(NODE0_ENDED in ln for ln in error_lines(logs.get(f.where, "")))
+    ]
+    zero = [f for f in candidates if f.rank == 0 and f not in followed]
+    if not followed or not zero or zero[0].exit_code != followed[0].exit_code:
+        return chosen
+    return [zero[0]] + [f for f in chosen if f not in followed and f is not zero[0]]
+
+
 def _root_cause(
     incident: list[Failure],
     logs: Mapping[str, str],
@@ -290,6 +305,7 @@ def _root_cause(
         first = min(f.when for f in causes if f.when) if any(f.when for f in causes) else None
         # finishedAt has 1 s resolution: everything in the first second is "first" together
         chosen = [f for f in causes if f.when == first] if first else causes[:1]
+    chosen = _node0_decided(chosen, candidates, logs)
     others = [f for f in incident if f not in chosen]
     followers = ""
     consequences = _consequences(incident, chosen, nproc) if chosen else []

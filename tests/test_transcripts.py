@@ -65,11 +65,12 @@ def test_the_lines_of_kgen_logs_may_come_in_another_order_those_of_other_command
 
 @pytest.mark.torch
 @pytest.mark.slow
-@pytest.mark.timeout(150)
-@pytest.mark.parametrize("name", ["local-failure", "local-reform", "local-hang"])
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", ["local-failure", "local-reform", "local-hang", "local-hang-follow"])
 def test_the_local_transcripts_are_what_a_run_prints(tmp_path, name):
-    """The README's --local runs again: the failure (2 nodes x 2 processes, rank 3 raises at step 35; about
-    15 s) and the killed node, the re-formed group and the stop (about 15 s): the same lines but for times,
+    """The README's and docs' --local runs again: the failure (2 nodes x 2 processes, rank 3 raises at step 35;
+    about 15 s), the killed node, the re-formed group and the stop (about 15 s), the hang watchdog's run (about
+    40 s) and the same followed, then a healthy run's stacks (about 50 s): the same lines but for times,
     ids and PIDs (`bench/transcripts --write local` re-records them; the ssh and Slurm labs' transcripts are
     re-recorded and checked by `bench/transcripts ssh slurm`, minutes of lab time)."""
     fresh = record(name, tmp_path)[name]

@@ -301,7 +301,7 @@ def jobset_restarts(name: str, workload: Mapping, events: Iterable[Mapping]) -> 
     and pods of earlier attempts), why each child Job failed and which action the JobSet took."""
     st = _status(workload)
     restarts = int(st.get("restarts") or 0)
-    restarting = condition(workload, "Restarting")
+    restarting = condition(workload, "RestartingJobSet")  # False again (JobsReady, ...) once the group is back
     if not restarts and not restarting:
         return []
     counted = int(st.get("restartsCountTowardsMax") or 0)
@@ -314,7 +314,7 @@ def jobset_restarts(name: str, workload: Mapping, events: Iterable[Mapping]) -> 
     if restarting:
         out.append(f"JobSet restarting now: {restarting.get('reason', '')}: {restarting.get('message', '')}")
     uid = _meta(workload).get("uid")
-    lines: list[tuple[str, str]] = []
+    lines: list[tuple[str, int, str]] = []  # by time, a child Job's failure before the action it caused
     child = re.compile(re.escape(name) + r"-[a-z0-9-]+")
     for ev in events:
         obj = ev.get("involvedObject") or {}
@@ -325,10 +325,10 @@ def jobset_restarts(name: str, workload: Mapping, events: Iterable[Mapping]) -> 
         stamp = when.strftime("%H:%M:%S") if when else "?"
         if obj.get("kind") == "JobSet" and obj.get("name") == name and obj.get("uid") in (None, uid):
             if reason in JOBSET_RESTART_EVENTS:
-                lines.append((stamp, f"{stamp} JobSet {reason}{times}, {JOBSET_RESTART_EVENTS[reason]}: {msg}"))
+                lines.append((stamp, 1, f"{stamp} JobSet {reason}{times}, {JOBSET_RESTART_EVENTS[reason]}: {msg}"))
         elif obj.get("kind") == "Job" and child.fullmatch(obj.get("name") or "") and reason in JOB_FAILURE_REASONS:
-            lines.append((stamp, f"{stamp} child Job {obj.get('name')} failed{times}: {reason}: {msg}"))
-    out.extend(line for _, line in sorted(lines))
+            lines.append((stamp, 0, f"{stamp} child Job {obj.get('name')} failed{times}: {reason}: {msg}"))
+    out.extend(line for *_, line in sorted(lines))
     return out
 
 

@@ -473,7 +473,8 @@ def judge(rec: RunRecords) -> Verdict:
         if len(causes) > 1:
             v.details.append(f"first incident: {_fmt_cause(causes[0], unit)}")
     if v.job_reason:
-        msg = f"Job reason: {v.job_reason}" + (f": {v.job_message}" if v.job_message else "")
+        owner = "JobSet" if rec.kind == "JobSet" else "Job"
+        msg = f"{owner} reason: {v.job_reason}" + (f": {v.job_message}" if v.job_message else "")
         named = re.search(r"for pod \S+/(\S+) failed", v.job_message)
         if named and v.root_cause and named.group(1) not in v.root_cause.pods:
             msg += " (this names a rank that reacted, not the root cause)"

@@ -466,4 +466,6 @@ def records(
     rec.idle_after_success = kind == "StatefulSet" and any(IDLE_AFTER_SUCCESS in t for t in logs.values())
     if kind == "JobSet" and workload:
         rec.notes.extend(jobset_restarts(name, workload, events))
+        restarting = condition(workload, "RestartingJobSet")
+        rec.restarting = (restarting or {}).get("reason") or ("restarting" if restarting else "")
     return rec

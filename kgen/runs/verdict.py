@@ -455,6 +455,12 @@ def judge(rec: RunRecords) -> Verdict:
         v.state = "stopped"
         ended = sum(1 for r in rows if r.state in ("Stopped", "Succeeded", "Failed", "Lost"))
         v.headline = f"Stopped: {rec.stopped}; {ended}/{expected} {unit}s ended, {reform_text}"
+    elif rec.restarting:  # JobSet: the old attempt's Jobs and pods go, the new ones come (all nodes at once)
+        v.state = "restarting"
+        v.headline = (
+            f"Restarting: the JobSet controller restarts the whole group ({rec.restarting}), "
+            f"{v.ranks_up}/{expected} {unit}s up; restart {rec.reformations} of the run"
+        )
     elif rec.suspended:
         v.state = "pending"
         v.headline = (

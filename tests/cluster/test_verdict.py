@@ -412,6 +412,20 @@ def test_jobset_group_restarts_are_named_with_their_cause_and_rule():
     assert "an earlier run" not in text
 
 
+def test_jobset_restarting_now_says_so():
+    """While the JobSet controller recreates the group (condition RestartingJobSet True) the run is restarting,
+    whatever the pods of either attempt look like at that moment."""
+    d = load("job-running")
+    js = copy.deepcopy(JOBSET)
+    why = "applying RestartJobSet failure policy action (first failed job: rec-running-node-0)"
+    restarting = {"type": "RestartingJobSet", "status": "True", "reason": "FailurePolicy_Restart", "message": why}
+    js["status"] = {"restarts": 1, "restartsCountTowardsMax": 1, "conditions": [restarting]}
+    v = decide(d["name"], d["pods"], js, d["events"])
+    assert v.state == "restarting", v.headline
+    assert v.headline.startswith("Restarting: the JobSet controller restarts the whole group (FailurePolicy_Restart)")
+    assert any("JobSet restarting now: FailurePolicy_Restart: applying RestartJobSet" in x for x in v.details)
+
+
 def test_statefulset_holding_idle_after_success_is_succeeded():
     """A finished StatefulSet run keeps its pods Running, idle; node 0's last line says so."""
     from kgen.runs.verdict import IDLE_AFTER_SUCCESS

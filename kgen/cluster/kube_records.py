@@ -286,6 +286,52 @@ def gone_pods(
     return out
 
 
+# The JobSet controller's events on a group restart (one per restart; the reason says whether it counts
+# against failurePolicy.maxRestarts) and the child Job's failure reasons its failure policy rules match.
+JOBSET_RESTART_EVENTS = {
+    "RestartJobSetFailurePolicyAction": "counted against maxRestarts",
+    "RestartJobSetAndIgnoreMaxRestartsFailurePolicyAction": "not counted (a disruption)",
+}
+JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "PodFailurePolicy", "DeadlineExceeded")
+
+
+def jobset_restarts(name: str, workload: Mapping, events: Iterable[Mapping]) -> list[str]:
+    """What `kgen status` says about a JobSet's group restarts: how many (``status.restarts``), how many of
+    them count against ``failurePolicy.maxRestarts``, and, from the Events (they outlive the deleted child Jobs
+    and pods of earlier attempts), why each child Job failed and which action the JobSet took."""
+    st = _status(workload)
+    restarts = int(st.get("restarts") or 0)
+    restarting = condition(workload, "RestartingJobSet")  # False again (JobsReady, ...) once the group is back
+    if not restarts and not restarting:
+        return []
+    counted = int(st.get("restartsCountTowardsMax") or 0)
+    limit = ((workload.get("spec") or {}).get("failurePolicy") or {}).get("maxRestarts") or 0
+    plural = "s" if restarts != 1 else ""
+    out = [
+        f"JobSet: {restarts} group restart{plural} (every node's pod recreated), "
+        f"{counted} counted against failurePolicy.maxRestarts {limit}"
+    ]
+    if restarting:
+        out.append(f"JobSet restarting now: {restarting.get('reason', '')}: {restarting.get('message', '')}")
+    uid = _meta(workload).get("uid")
+    lines: list[tuple[str, int, str]] = []  # by time, a child Job's failure before the action it caused
+    child = re.compile(re.escape(name) + r"-[a-z0-9-]+")
+    for ev in events:
+        obj = ev.get("involvedObject") or {}
+        reason, msg = ev.get("reason") or "", ev.get("message") or ""
+        count = int(ev.get("count") or 1)
+        times = f" (x{count})" if count > 1 else ""
+        when = _event_time(ev)
+        stamp = when.strftime("%H:%M:%S") if when else "?"
+        if obj.get("kind") == "JobSet" and obj.get("name") == name and obj.get("uid") in (None, uid):
+            if reason in JOBSET_RESTART_EVENTS:
+                lines.append((stamp, 1, f"{stamp} JobSet {reason}{times}, {JOBSET_RESTART_EVENTS[reason]}: {msg}"))
+        elif obj.get("kind") == "Job" and child.fullmatch(obj.get("name") or "") and reason in JOB_FAILURE_REASONS:
+            lines.append((stamp, 0, f"{stamp} child Job {obj.get('name')} failed{times}: {reason}: {msg}"))
+    out.extend(line for *_, line in sorted(lines))
+    return out
+
+
 def _owner_kind(pods: Iterable[Mapping]) -> str:
     """The workload kind from the pods' owner references (the workload itself is gone)."""
     for p in pods:
@@ -418,4 +464,8 @@ def records(
         if _false_condition(p, "PodScheduled") and not (p.get("spec") or {}).get("nodeName")
     )
     rec.idle_after_success = kind == "StatefulSet" and any(IDLE_AFTER_SUCCESS in t for t in logs.values())
+    if kind == "JobSet" and workload:
+        rec.notes.extend(jobset_restarts(name, workload, events))
+        restarting = condition(workload, "RestartingJobSet")
+        rec.restarting = (restarting or {}).get("reason") or ("restarting" if restarting else "")
     return rec

@@ -178,6 +178,7 @@ class RunRecords:
     scheduler_messages: Counter = field(default_factory=Counter)  # unschedulable pods' PodScheduled messages
     idle_after_success: bool = False  # StatefulSet: node 0's log says the run succeeded and the pods idle
     notes: list[str] = field(default_factory=list)  # extra detail lines from the adapter (bare metal: ssh errors)
+    restarting: str = ""  # JobSet: its controller is restarting the whole group now (the condition's reason)
     # bare metal only
     stopped: str = ""  # the run was stopped on purpose: by whom and how (the headline's words)
     group_intact: bool = False  # node 0's log: every node in the current generation, none lost since

@@ -422,6 +422,13 @@ def _fmt_cause(rc: RootCause, unit: str = "rank") -> str:
     return f"{who}{loc}{together}: {code}{what} at {rc.time}{seen}"
 
 
+def _reform_text(kind: str, n: int) -> str:
+    """A JobSet never re-forms in place (KGEN_MAX_REFORMATIONS 0): each new generation is a group restart by
+    the JobSet controller (status.restarts), every node's pod recreated."""
+    what = "group restart" if kind == "JobSet" else "re-formation"
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
 def judge(rec: RunRecords) -> Verdict:
     """The verdict of a run from its per-rank records, whichever adapter made them."""
     by_host = any(r.host for r in rec.rows)
@@ -439,7 +446,7 @@ def judge(rec: RunRecords) -> Verdict:
     v.incidents = incident_lines
     v.root_cause = causes[0] if causes else None
     v.ranks_up = sum(1 for r in rows if r.state == "Running")
-    reform_text = f"{rec.reformations} re-formation{'s' if rec.reformations != 1 else ''}"
+    reform_text = _reform_text(rec.kind, rec.reformations)
     if rec.failed:
         v.job_reason = rec.job_reason
         v.job_message = rec.job_message
@@ -464,6 +471,12 @@ def judge(rec: RunRecords) -> Verdict:
         v.state = "stopped"
         ended = sum(1 for r in rows if r.state in ("Stopped", "Succeeded", "Failed", "Lost"))
         v.headline = f"Stopped: {rec.stopped}; {ended}/{expected} {unit}s ended, {reform_text}"
+    elif rec.restarting:  # JobSet: the old attempt's Jobs and pods go, the new ones come (all nodes at once)
+        v.state = "restarting"
+        v.headline = (
+            f"Restarting: the JobSet controller restarts the whole group ({rec.restarting}), "
+            f"{v.ranks_up}/{expected} {unit}s up; restart {rec.reformations} of the run"
+        )
     elif rec.suspended:
         v.state = "pending"
         v.headline = (
@@ -482,7 +495,8 @@ def judge(rec: RunRecords) -> Verdict:
         if len(causes) > 1:
             v.details.append(f"first incident: {_fmt_cause(causes[0], unit)}")
     if v.job_reason:
-        msg = f"Job reason: {v.job_reason}" + (f": {v.job_message}" if v.job_message else "")
+        owner = "JobSet" if rec.kind == "JobSet" else "Job"
+        msg = f"{owner} reason: {v.job_reason}" + (f": {v.job_message}" if v.job_message else "")
         named = re.search(r"for pod \S+/(\S+) failed", v.job_message)
         if named and v.root_cause and named.group(1) not in v.root_cause.pods:
             msg += " (this names a rank that reacted, not the root cause)"
@@ -602,11 +616,10 @@ def _live_state(v: Verdict, rec: RunRecords, unit: str = "rank") -> None:
         if any(f"all {expected} nodes connected" in text for text in logs.values()):
             joined = ", the group formed (node 0's log)"
         gen = max((r.generation for r in rows), default=0)  # the GEN column's own number
-        v.headline = f"Running: {up}/{expected} {unit}s up{joined}" + (
-            f"; generation {gen} after {v.reformations} re-formation" + ("s" if v.reformations != 1 else "")
-            if v.reformations
-            else ""
-        )
+        after = f"; generation {gen} after {_reform_text(kind, v.reformations)}"
+        if kind == "JobSet":  # every attempt has new pods: no generation to count, only the group restarts
+            after = f"; after {_reform_text(kind, v.reformations)}"
+        v.headline = f"Running: {up}/{expected} {unit}s up{joined}" + (after if v.reformations else "")
         return
     failed_rows = [r for r in rows if r.state in ("Failed", "Terminating", "Deleted", "Lost") and r.exit_code != 0]
     done = [r for r in rows if r.state == "Succeeded"]

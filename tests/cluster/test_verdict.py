@@ -377,6 +377,55 @@ def test_jobset_shape_ranks_and_restarts():
     assert shape(JOBSET) == "3x1cpu"
 
 
+def test_jobset_group_restarts_are_named_with_their_cause_and_rule():
+    """A JobSet that succeeded on its second attempt: the pods of the first are gone with their child Job, so
+    the verdict counts group restarts from status.restarts and tells why from the Events that outlive them
+    (the child Job's failure, the JobSet's action and whether it counted against maxRestarts)."""
+    d = load("job-running")
+    js = copy.deepcopy(JOBSET)
+    js["metadata"]["uid"] = "js-uid"
+    js["spec"]["failurePolicy"] = {"maxRestarts": 3}
+    done = [{"type": "Completed", "status": "True"}]
+    js["status"] = {"restarts": 2, "restartsCountTowardsMax": 1, "conditions": done}
+    name = js["metadata"]["name"]
+    events = [
+        {"involvedObject": {"kind": "Job", "name": f"{name}-node-0"}, "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit", "lastTimestamp": "2026-11-28T10:00:01Z"},
+        {"involvedObject": {"kind": "JobSet", "name": name, "uid": "js-uid"},
+         "reason": "RestartJobSetFailurePolicyAction", "lastTimestamp": "2026-11-28T10:00:02Z",
+         "message": f"applying RestartJobSet failure policy action (first failed job: {name}-node-0)"},
+        {"involvedObject": {"kind": "JobSet", "name": name, "uid": "js-uid"},
+         "reason": "RestartJobSetAndIgnoreMaxRestartsFailurePolicyAction", "lastTimestamp": "2026-11-28T10:05:00Z",
+         "message": "applying RestartJobSetAndIgnoreMaxRestarts failure policy action"},
+        {"involvedObject": {"kind": "JobSet", "name": name, "uid": "another-run"},
+         "reason": "RestartJobSetFailurePolicyAction", "message": "an earlier run of this name"},
+    ]  # fmt: skip
+    v = decide(d["name"], d["pods"], js, d["events"] + events)
+    assert v.state == "succeeded" and v.headline.endswith("2 group restarts"), v.headline
+    text = "\n".join(v.details)
+    assert "JobSet: 2 group restarts (every node's pod recreated), 1 counted against failurePolicy.maxRestarts 3" in (
+        text
+    )
+    assert "10:00:01 child Job rec-running-node-0 failed: BackoffLimitExceeded" in text, text
+    assert "10:00:02 JobSet RestartJobSetFailurePolicyAction, counted against maxRestarts" in text, text
+    assert "10:05:00 JobSet RestartJobSetAndIgnoreMaxRestartsFailurePolicyAction, not counted" in text, text
+    assert "an earlier run" not in text
+
+
+def test_jobset_restarting_now_says_so():
+    """While the JobSet controller recreates the group (condition RestartingJobSet True) the run is restarting,
+    whatever the pods of either attempt look like at that moment."""
+    d = load("job-running")
+    js = copy.deepcopy(JOBSET)
+    why = "applying RestartJobSet failure policy action (first failed job: rec-running-node-0)"
+    restarting = {"type": "RestartingJobSet", "status": "True", "reason": "FailurePolicy_Restart", "message": why}
+    js["status"] = {"restarts": 1, "restartsCountTowardsMax": 1, "conditions": [restarting]}
+    v = decide(d["name"], d["pods"], js, d["events"])
+    assert v.state == "restarting", v.headline
+    assert v.headline.startswith("Restarting: the JobSet controller restarts the whole group (FailurePolicy_Restart)")
+    assert any("JobSet restarting now: FailurePolicy_Restart: applying RestartJobSet" in x for x in v.details)
+
+
 def test_statefulset_holding_idle_after_success_is_succeeded():
     """A finished StatefulSet run keeps its pods Running, idle; node 0's last line says so."""
     from kgen.runs.verdict import IDLE_AFTER_SUCCESS

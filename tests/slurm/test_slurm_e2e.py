@@ -108,7 +108,10 @@ def test_node_killed_requeued_and_resumed(slurm, tmp_path):
     assert resumed and all("step=0" not in ln for ln in resumed), resumed
     # requeued by kgen (srun ended first: the batch script's --slurm-end decided) or by Slurm itself (node 1 was
     # DOWN first: Slurm requeues a --requeue job on node failure); either way attempt 1 ran to the end
-    history = R.read_history(rec.run_dir)
+    # (the batch script's --slurm-end writes attempt 1's entry after srun returns: the nodes' exit records, which
+    # the status read, can come first)
+    history = wait_for(lambda: (h := R.read_history(rec.run_dir)) and h[-1]["decision"] == "succeeded" and h, 30,
+                       "the last attempt's entry in the run's history")  # fmt: skip
     assert [h["decision"] for h in history] in (["requeue", "succeeded"], ["succeeded"]), history
     if len(history) == 2:
         assert history[0]["codes"]["1"] is None and history[0]["codes"]["0"] == 75

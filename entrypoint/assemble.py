@@ -1,6 +1,7 @@
 """Assemble the entrypoint's parts into the two files kgen ships.
 
-    python entrypoint/assemble.py           write entrypoint/kgen_entrypoint.py and entrypoint/pod/kgen_entrypoint.py
+    python entrypoint/assemble.py           write entrypoint/kgen_entrypoint.py, entrypoint/pod/kgen_entrypoint.py
+                                            and entrypoint/pod/kgen_entrypoint.pyz
     python entrypoint/assemble.py --check   exit 1 (naming the files) when they differ from a fresh assembly
 
 entrypoint/parts/ holds the runtime's source, one job per module; each part imports what it uses (the standard
@@ -22,6 +23,14 @@ node and line by line). Both files are pure functions of the parts (standard lib
 same bytes on Python 3.10 to 3.13), made at build time and committed; the test fails, naming the command above,
 when they are stale.
 
+What the ConfigMap holds is the pod copy zipped (entrypoint/pod/kgen_entrypoint.pyz: one member, __main__.py,
+deflated, fixed time stamp and mode): Python runs a zip file given as the script, whatever its name, so the pod
+still runs `python3 /opt/kgen/kgen_entrypoint.py`, at about 40 % of the text's size (an object kgen renders
+stays far under kubectl's last-applied budget: tests/test_size_budget.py). Its frames read
+`.../kgen_entrypoint.py/__main__.py", line N`, N the whole file's line. Deflate's bytes depend on the zlib
+build, so the archive is committed and `--check` compares what it holds, not its bytes; it is written again only
+when what it holds changed (render ships the committed bytes: the same on every machine).
+
 A new part: a module in entrypoint/parts/ and one line in PARTS (before `main` if the pods run it, after it if
 only bare metal or Slurm does), then the command above.
 """
@@ -32,12 +41,15 @@ import ast
 import io
 import sys
 import tokenize
+import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PARTS_DIR = HERE / "parts"
 WHOLE = HERE / "kgen_entrypoint.py"
 POD = HERE / "pod" / "kgen_entrypoint.py"
+POD_ZIP = HERE / "pod" / "kgen_entrypoint.pyz"
+ZIP_MEMBER = "__main__.py"
 
 # The parts, in the order the shipped file has them: (module in entrypoint/parts/, in pods). A new part is one
 # line here; a part the pods run goes before the first one they do not.
@@ -329,9 +341,33 @@ def _swappable(text: str) -> bool:
     return body[:1] == '"' and body[:3] != '"""' and '"' not in body[1:-1] and "'" not in body[1:-1]
 
 
+def pod_zip(pod: str) -> bytes:
+    """The pod copy as the ConfigMap ships it: a zip of one deflated member, __main__.py (fixed time and mode)."""
+    info = zipfile.ZipInfo(ZIP_MEMBER, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.create_system = 3  # unix, whatever machine builds it
+    info.external_attr = 0o100444 << 16
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr(info, pod.encode("utf-8"), compresslevel=9)
+    return buf.getvalue()
+
+
+def zip_text(data: bytes) -> str | None:
+    """What a pod zip holds (its one member's text), or None when it is not one."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            names = z.namelist()
+            return z.read(ZIP_MEMBER).decode("utf-8") if names == [ZIP_MEMBER] else None
+    except (zipfile.BadZipFile, KeyError, UnicodeDecodeError, OSError):
+        return None
+
+
 def main(argv: list[str]) -> int:
     whole, pod = assemble()
     stale = [p for p, text in ((WHOLE, whole), (POD, pod)) if not p.is_file() or p.read_text(encoding="utf-8") != text]
+    if not POD_ZIP.is_file() or zip_text(POD_ZIP.read_bytes()) != pod:
+        stale.append(POD_ZIP)
     if argv[1:] == ["--check"]:
         for p in stale:
             print(f"{p.relative_to(HERE.parent)} differs from its parts: run python entrypoint/assemble.py")
@@ -343,6 +379,8 @@ def main(argv: list[str]) -> int:
         p.parent.mkdir(exist_ok=True)
         with open(p, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
+    if POD_ZIP in stale:
+        POD_ZIP.write_bytes(pod_zip(pod))
     return 0
 
 

@@ -64,7 +64,7 @@ import sys
 import threading
 import time
 
-# ==== entrypoint/parts/header.py:52 ====
+# ==== entrypoint/parts/header.py:53 ====
 EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_MASTER_UNREACHABLE = 3
@@ -121,6 +121,14 @@ _OUT = threading.Lock()  # one writer at a time: every line this process writes 
 
 
 DROPPED = [0]  # lines this process could not write (its stdout/stderr on a full or failing disk, a closed pipe)
+
+
+def script_path() -> str:
+    """This script's path. The pod copy runs as a zip (kgen render's ConfigMap): its code is the archive's
+    __main__.py, so __file__ is <script>/__main__.py; the script to run again is the archive."""
+    here = os.path.abspath(__file__)
+    up = os.path.dirname(here)
+    return up if os.path.basename(here) == "__main__.py" and os.path.isfile(up) else here
 
 
 def emit(stream, text: str) -> None:
@@ -2601,7 +2609,8 @@ def launcher_problem(command: list[str], env: dict) -> str | None:
             notes.append(f"{how} disagree{'s' * (var == 'NPROC_PER_NODE')} with {var}={have}")
     if local_rank_arg:
         notes.append(LOCAL_RANK_NOTE)
-    me = sys.argv[0] if os.path.basename(sys.argv[0]) == os.path.basename(__file__) else os.path.basename(__file__)
+    name = os.path.basename(script_path())
+    me = sys.argv[0] if os.path.basename(sys.argv[0]) == name else name
     use = " ".join(shlex.quote(w) for w in [*prefix, "python3", me, "--", *inner])
     return "; ".join([NESTED_PROBLEM.format(launcher=launcher), *notes, f"use: {use}"])
 
@@ -4289,7 +4298,7 @@ def _main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--smoke-test"]:
         if len(args) > 1:
             fatal(EXIT_CONFIG, "--smoke-test takes no arguments")
-        command = [os.path.abspath(__file__), "--smoke-worker"]
+        command = [script_path(), "--smoke-worker"]
     elif args[:1] == ["--"]:
         command = args[1:]
         check_command(command)

@@ -45,8 +45,14 @@ def entrypoint_path() -> Path:
 
 
 def pod_entrypoint_path() -> Path:
-    """The pod copy `kgen render` puts in the ConfigMap: the pod parts of the same file, line for line."""
+    """The pod copy: the pod parts of the same file, line for line (what the ConfigMap's zip holds)."""
     return entrypoint_dir() / "pod" / ENTRYPOINT_FILE
+
+
+def pod_entrypoint_zip_path() -> Path:
+    """The pod copy zipped, as `kgen render` puts it in the ConfigMap's binaryData under ENTRYPOINT_FILE: Python
+    runs a zip given as the script, so the pod runs `python3 /opt/kgen/kgen_entrypoint.py` (entrypoint/assemble.py)."""
+    return entrypoint_dir() / "pod" / "kgen_entrypoint.pyz"
 
 
 def cache_dir() -> Path | None:

@@ -10,6 +10,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def shipped_pod_copy(configmap: dict) -> str:
+    """The entrypoint text a rendered ConfigMap ships: its binaryData zip's one member, __main__.py."""
+    import base64
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(base64.b64decode(configmap["binaryData"]["kgen_entrypoint.py"]))) as z:
+        assert z.namelist() == ["__main__.py"], z.namelist()
+        return z.read("__main__.py").decode("utf-8")
+
+
 PRESETS = ["2node-test", "4x8", "64x8", "4x1"]
 KINDS = ["job", "statefulset"]
 

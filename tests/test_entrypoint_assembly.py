@@ -32,6 +32,23 @@ asm = _assembler()
 REGENERATE = "run `python entrypoint/assemble.py` and commit both files"
 
 
+def test_the_committed_zip_holds_the_pod_copy_and_is_made_alike_everywhere():
+    """What render ships (the ConfigMap's binaryData): the pod copy as the one member __main__.py, deflated, with
+    a fixed time stamp and mode (a zip's bytes are a function of its text and the zlib build only)."""
+    import io
+    import zipfile
+
+    pod = (ROOT / "entrypoint" / "pod" / "kgen_entrypoint.py").read_text()
+    data = (ROOT / "entrypoint" / "pod" / "kgen_entrypoint.pyz").read_bytes()
+    assert asm.zip_text(data) == pod, f"the pod zip is stale: {REGENERATE}"
+    assert asm.pod_zip(pod) == asm.pod_zip(pod) and asm.zip_text(asm.pod_zip(pod)) == pod
+    assert asm.zip_text(b"not a zip") is None
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        [info] = z.infolist()
+    assert (info.filename, info.date_time, info.compress_type) == ("__main__.py", (1980, 1, 1, 0, 0, 0), 8)
+    assert len(data) < len(pod.encode()) // 2
+
+
 def test_the_committed_files_are_a_fresh_assembly_of_the_parts():
     whole, pod = asm.assemble()
     assert (ROOT / "entrypoint" / "kgen_entrypoint.py").read_text() == whole, f"the whole file is stale: {REGENERATE}"

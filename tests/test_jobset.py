@@ -20,7 +20,7 @@ from kgen.yamlio import dump_yaml
 from tests.conftest import PRESETS, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
-STUB = "# entrypoint/kgen_entrypoint.py is embedded here\n"
+STUB = b"entrypoint/pod/kgen_entrypoint.pyz is embedded here\n"  # binaryData: base64 in the golden
 QUEUE = "team-a"
 GOLDEN_CASES = [(p, q) for p in PRESETS for q in (None, QUEUE)]
 

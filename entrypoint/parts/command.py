@@ -8,7 +8,7 @@ import shlex
 import sys
 
 from .config import Config
-from .header import EXIT_CONFIG, fatal
+from .header import EXIT_CONFIG, fatal, script_path
 
 # --------------------------------------------------------------------------------------------
 # the training command
@@ -172,7 +172,8 @@ def launcher_problem(command: list[str], env: dict) -> str | None:
             notes.append(f"{how} disagree{'s' * (var == 'NPROC_PER_NODE')} with {var}={have}")
     if local_rank_arg:
         notes.append(LOCAL_RANK_NOTE)
-    me = sys.argv[0] if os.path.basename(sys.argv[0]) == os.path.basename(__file__) else os.path.basename(__file__)
+    name = os.path.basename(script_path())
+    me = sys.argv[0] if os.path.basename(sys.argv[0]) == name else name
     use = " ".join(shlex.quote(w) for w in [*prefix, "python3", me, "--", *inner])
     return "; ".join([NESTED_PROBLEM.format(launcher=launcher), *notes, f"use: {use}"])
 

@@ -45,6 +45,7 @@ by the GPU check of --diagnose. How it works and what was measured: docs/entrypo
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -105,6 +106,14 @@ _OUT = threading.Lock()  # one writer at a time: every line this process writes 
 
 
 DROPPED = [0]  # lines this process could not write (its stdout/stderr on a full or failing disk, a closed pipe)
+
+
+def script_path() -> str:
+    """This script's path. The pod copy runs as a zip (kgen render's ConfigMap): its code is the archive's
+    __main__.py, so __file__ is <script>/__main__.py; the script to run again is the archive."""
+    here = os.path.abspath(__file__)
+    up = os.path.dirname(here)
+    return up if os.path.basename(here) == "__main__.py" and os.path.isfile(up) else here
 
 
 def emit(stream, text: str) -> None:

@@ -11,7 +11,7 @@ from .command import check_command
 from .config import load_config
 from .diagnose import diagnose
 from .hang import hang_home, stacks_answer
-from .header import DROPPED, EXIT_CONFIG, EXIT_INTERNAL, Stop, emit, fatal, internal_error, log, printable
+from .header import DROPPED, EXIT_CONFIG, EXIT_INTERNAL, Stop, emit, fatal, internal_error, log, printable, script_path
 from .nodeverbs import launch_node, run_dir_verb
 from .proctree import SUPERVISOR_PID, die_with_parent
 from .slurm import slurm_end, slurm_node
@@ -104,7 +104,7 @@ def _main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--smoke-test"]:
         if len(args) > 1:
             fatal(EXIT_CONFIG, "--smoke-test takes no arguments")
-        command = [os.path.abspath(__file__), "--smoke-worker"]
+        command = [script_path(), "--smoke-worker"]
     elif args[:1] == ["--"]:
         command = args[1:]
         check_command(command)

@@ -123,6 +123,14 @@ _OUT=threading.Lock()
 DROPPED=[0]
 
 
+def script_path():
+
+
+ here=os.path.abspath(__file__)
+ up=os.path.dirname(here)
+ return up if os.path.basename(here)=='__main__.py'and os.path.isfile(up)else here
+
+
 def emit(stream,text):
 
  with _OUT:
@@ -2601,7 +2609,8 @@ def launcher_problem(command,env):
    notes.append(f"{how} disagree{'s' * (var == 'NPROC_PER_NODE')} with {var}={have}")
  if local_rank_arg:
   notes.append(LOCAL_RANK_NOTE)
- me=sys.argv[0]if os.path.basename(sys.argv[0])==os.path.basename(__file__)else os.path.basename(__file__)
+ name=os.path.basename(script_path())
+ me=sys.argv[0]if os.path.basename(sys.argv[0])==name else name
  use=' '.join(shlex.quote(w)for w in[*prefix,'python3',me,'--',*inner])
  return'; '.join([NESTED_PROBLEM.format(launcher=launcher),*notes,f'use: {use}'])
 
@@ -4289,7 +4298,7 @@ def _main(argv=None):
  if args[:1]==['--smoke-test']:
   if len(args)>1:
    fatal(EXIT_CONFIG,'--smoke-test takes no arguments')
-  command=[os.path.abspath(__file__),'--smoke-worker']
+  command=[script_path(),'--smoke-worker']
  elif args[:1]==['--']:
   command=args[1:]
   check_command(command)

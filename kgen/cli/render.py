@@ -228,7 +228,7 @@ def object_summary(text: str, documents: list[dict], output_format: str) -> list
     out = [f"kgen: {len(documents)} objects, {total:,} lines on stdout:"]
     for name, size, doc in zip(names, sizes, documents, strict=True):
         what = ""
-        if doc.get("kind") == "ConfigMap" and ENTRYPOINT_FILE in (doc.get("data") or {}):
+        if doc.get("kind") == "ConfigMap" and ENTRYPOINT_FILE in (doc.get("binaryData") or {}):
             what = f"  {ENTRYPOINT_FILE}, kgen's in-pod entrypoint (`kgen entrypoint` prints it)"
         out.append(f"kgen:   {name:<{width}}  {size:>6,} lines{what}")
     out.append("kgen: apply them with `kgen render ... | kubectl apply -f -` (this summary is on stderr only)")

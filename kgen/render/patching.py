@@ -209,6 +209,7 @@ KEPT_PATHS = (
     "spec.replicatedJobs",
     "spec.ports",
     "data",
+    "binaryData",
 )
 
 

@@ -502,10 +502,12 @@ class Cluster:
         d = self.root / f"cm-{cm_name}"
         d.mkdir()
         mode = vol["configMap"].get("defaultMode", 0o644)
-        items = vol["configMap"].get("items") or [{"key": k, "path": k} for k in cm.get("data", {})]
+        data = {k: base64.b64decode(v) for k, v in (cm.get("binaryData") or {}).items()}  # as the kubelet writes them
+        data.update((k, v.encode()) for k, v in (cm.get("data") or {}).items())
+        items = vol["configMap"].get("items") or [{"key": k, "path": k} for k in data]
         for item in items:
             f = d / item["path"]
-            f.write_text(cm["data"][item["key"]])
+            f.write_bytes(data[item["key"]])
             f.chmod(item.get("mode", mode))
         self._volume_dirs[cm_name] = str(d)
         return str(d)

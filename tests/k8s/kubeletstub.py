@@ -568,7 +568,10 @@ class KubeletStub:
             obj = self._get(f"/api/v1/namespaces/{p.ns}/{'secrets' if is_secret else 'configmaps'}/{name}")
             if obj is None and not src.get("optional"):
                 raise NotReady(f"{'secret' if is_secret else 'configmap'} {name!r} not found")
-            data = dict((obj or {}).get("data") or {})
+            # A secret's data and a ConfigMap's binaryData are base64; a ConfigMap's data is text.
+            data = {k: base64.b64decode(v) for k, v in ((obj or {}).get("binaryData") or {}).items()}
+            for k, v in ((obj or {}).get("data") or {}).items():
+                data[k] = base64.b64decode(v) if is_secret else v.encode()
             d.mkdir(mode=0o755, exist_ok=True)
             mode = src.get("defaultMode", 0o644)
             items = src.get("items") or [{"key": k, "path": k} for k in data]
@@ -577,7 +580,7 @@ class KubeletStub:
                     continue
                 f = d / it["path"]
                 f.parent.mkdir(parents=True, exist_ok=True)
-                f.write_bytes(base64.b64decode(data[it["key"]]) if is_secret else data[it["key"]].encode())
+                f.write_bytes(data[it["key"]])
                 f.chmod(it.get("mode", mode))
             return str(d)
         if "emptyDir" in vol:

@@ -31,7 +31,7 @@ Q = js.QUEUE_LABEL
 
 def jobset_base(queue: str | None = None) -> list:
     spec = build(RenderRequest(preset="4x8", flags={"kind": "jobset", "queue": queue}))
-    docs = render_documents(spec, entrypoint_source="# stub\n")
+    docs = render_documents(spec, entrypoint_source=b"# stub\n")
     docs = json.loads(json.dumps(docs))  # plain dicts for the YAML dumper
     if not any(d["kind"] == "NetworkPolicy" for d in docs):  # until render emits it
         docs.append(_network_policy(docs))

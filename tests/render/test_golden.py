@@ -14,7 +14,7 @@ from kgen.yamlio import dump_yaml
 from tests.conftest import KINDS, PRESETS, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
-STUB = "# entrypoint/kgen_entrypoint.py is embedded here\n"
+STUB = b"entrypoint/pod/kgen_entrypoint.pyz is embedded here\n"  # binaryData: base64 in the golden
 CASES = [(p, k, None) for p in PRESETS for k in KINDS] + [("4x8", "job", "1.27"), ("4x8", "job", "1.34")]
 
 

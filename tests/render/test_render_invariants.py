@@ -5,7 +5,7 @@ import yaml
 
 from kgen import RenderRequest
 from kgen.render.pipeline import manifest_text
-from tests.conftest import KINDS, PRESETS
+from tests.conftest import KINDS, PRESETS, shipped_pod_copy
 
 
 def rendered(**kw):
@@ -126,7 +126,7 @@ def test_entrypoint_configmap_carries_the_pod_copy_of_the_entrypoint_file():
     from kgen.resources import pod_entrypoint_path
 
     docs = rendered()
-    assert docs["ConfigMap"]["data"]["kgen_entrypoint.py"] == pod_entrypoint_path().read_text()
+    assert shipped_pod_copy(docs["ConfigMap"]) == pod_entrypoint_path().read_text()
     vols = {v["name"]: v for v in pod_spec(docs)["volumes"]}
     assert vols["kgen-entrypoint"]["configMap"]["name"] == docs["ConfigMap"]["metadata"]["name"]
     assert trainer(docs)["command"][1] == "/opt/kgen/kgen_entrypoint.py"

@@ -70,7 +70,10 @@ REFUSED = [
         ["--set", "patches=[{target: {kind: Job}, patch: {spec: {template: null}}}]"],
         "--set patches[0]: patch: removes spec.template of Job",
     ),
-    (["--set", "patches=[{target: {kind: ConfigMap}, patch: {data: null}}]"], "patch: removes data of ConfigMap"),
+    (
+        ["--set", "patches=[{target: {kind: ConfigMap}, patch: {binaryData: null}}]"],
+        "patch: removes binaryData of ConfigMap",
+    ),
     (
         ["--set", "patches=[{target: {kind: Service}, patch: {metadata: {labels: {app.kubernetes.io/instance: x}}}}]"],
         "patch: changes label app.kubernetes.io/instance of Service/kgen-2node-test, which is set by --name",

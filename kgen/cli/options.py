@@ -364,3 +364,12 @@ def slurm_refusal_explained(request):
             exc.message = better
             exc.args = (exc.one_line(),)
         raise
+
+
+def cluster_options(f):
+    f = click.option("--kubeconfig", metavar="FILE", help="Kubeconfig file (default $KUBECONFIG, ~/.kube/config).")(f)
+    f = click.option("--context", metavar="NAME", help="Kubeconfig context to use (default: the current one).")(f)
+    f = click.option(
+        "-n", "--namespace", metavar="NS", help="Namespace (default: the context's, in a pod its own, else default)."
+    )(f)
+    return f

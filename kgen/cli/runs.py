@@ -22,6 +22,7 @@ from kgen.cli.options import (
     ASCII_INT,
     KgenCommand,
     check_format,
+    cluster_options,
     complete_run_names,
     note,
     on_option,
@@ -38,15 +39,6 @@ def _ref(name, namespace, context, kubeconfig, on=None):
     from kgen.sdk import RunRef
 
     return RunRef(name, namespace=namespace, context=context, kubeconfig=kubeconfig, on=on)
-
-
-def cluster_options(f):
-    f = click.option("--kubeconfig", metavar="FILE", help="Kubeconfig file (default $KUBECONFIG, ~/.kube/config).")(f)
-    f = click.option("--context", metavar="NAME", help="Kubeconfig context to use (default: the current one).")(f)
-    f = click.option(
-        "-n", "--namespace", metavar="NS", help="Namespace (default: the context's, in a pod its own, else default)."
-    )(f)
-    return f
 
 
 # ------------------------------------------------------------------------------------------ status

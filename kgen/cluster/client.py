@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -54,6 +55,15 @@ class Target:
     namespace: str
     context: str  # "" for in-cluster
     server: str
+
+
+@dataclass
+class Exec:
+    """What an exec in a pod returned: its exit code (None: it had not ended in time), stdout and stderr."""
+
+    code: int | None
+    out: str
+    err: str
 
 
 class InsecureServer(UserWarning):
@@ -317,6 +327,45 @@ class Cluster:
             if line.strip():
                 yield json.loads(line)
 
+    def exec(self, pod: str, command: _List[str], container: str = "trainer", timeout: float = 30.0) -> Exec:
+        """Run ``command`` in a pod's container through the API's exec (WebSocket, channel.k8s.io v5/v4, the
+        ``kubernetes`` package's stream client): its exit code (None when it had not ended within ``timeout``), its
+        stdout and stderr. A refused exec (no such pod, not running, no rights) is a ClusterError."""
+        from kubernetes.stream import stream
+
+        core = k8s_client.CoreV1Api(self.api)
+        try:
+            ws = stream(
+                core.connect_get_namespaced_pod_exec,
+                pod,
+                self.namespace,
+                command=command,
+                container=container,
+                stdin=False,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except ApiException as exc:  # the stream client reports a refused upgrade as status 0 and the response line
+            raise exec_error(exc, pod, self.namespace) from None
+        except Exception as exc:  # noqa: BLE001 - websocket and socket errors: one line, never a traceback
+            raise ClusterError(f"exec in pod {pod}: {' '.join(str(exc).split())[:300]}") from None
+        try:
+            ws.run_forever(timeout=timeout)
+            out, err = ws.read_stdout(), ws.read_stderr()
+            code = None
+            if not ws.is_open():
+                try:
+                    code = ws.returncode
+                except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+                    code = None  # a closed stream without a status: no exit code to report
+            return Exec(code, out if isinstance(out, str) else out.decode("utf-8", "replace"),
+                        err if isinstance(err, str) else err.decode("utf-8", "replace"))  # fmt: skip
+        finally:
+            ws.close()
+
     def answers_kubernetes(self) -> bool:
         """Whether the server lists pods in the namespace as a Kubernetes API server does (200, or 401/403 without
         the rights): a server that answers 404 to that is no Kubernetes API server."""
@@ -444,6 +493,19 @@ def _status_kind(data: bytes) -> str:
         return ""
     details = body.get("details") if isinstance(body, dict) else None
     return str(details.get("kind") or "") if isinstance(details, dict) else ""
+
+
+def exec_error(exc: ApiException, pod: str, namespace: str) -> ClusterError:
+    """A refused exec: the stream client puts the HTTP status line and the server's answer in the reason."""
+    reason = " ".join(str(exc.reason or exc).split())
+    status = exc.status or 0
+    if not status:
+        found = re.search(r"Handshake status (\d{3})", reason)
+        status = int(found.group(1)) if found else 0
+    body = reason.split("-+-+-")[-1].strip() if "-+-+-" in reason else reason
+    if status >= 400:
+        return status_error(status, body.encode(), f"exec in pod {pod}", namespace)
+    return ClusterError(f"exec in pod {pod}: {body[:300]}", hint="check `kubectl exec` on that pod")
 
 
 def status_error(status: int, data: bytes, what: str, namespace: str) -> ClusterError:

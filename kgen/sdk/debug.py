@@ -4,15 +4,14 @@ The run is found as the other run verbs find it (kgen.sdk.runs.locate: this mach
 that name first); each node's entrypoint answers ``--run-dir DIR --stacks`` (one JSON line: its ranks' stacks, dumped
 on a signal through the sitecustomize it gave them), all nodes at once; kgen.runs.stacks groups them.
 Bare metal (``kgen launch``, ``--local`` and over ssh) through its transport; Slurm through one ``srun --overlap``
-step in the running job (kgen.slurm.stacks). A cluster run's pods are not reached yet (``kubectl exec POD --
-python3 /opt/kgen/kgen_entrypoint.py --stacks`` prints the same line by hand).
+step in the running job (kgen.slurm.stacks); a cluster run's pods through the API's exec (kgen.cluster.stacks:
+``kubectl exec POD -- python3 /opt/kgen/kgen_entrypoint.py --stacks`` prints one pod's line by hand).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kgen.errors import UsageError
 from kgen.runs.stacks import NodeStacks, StacksReport, parse_answer
 from kgen.sdk.runs import RunRef, locate
 
@@ -29,12 +28,14 @@ def stacks(req: StacksRequest) -> StacksReport:
     ref = req.run
     engine, found = locate(ref)  # checks the name; a run two engines know asks to choose
     if engine.name == "cluster":
-        raise UsageError(
-            f"{ref.name}: kgen debug stacks reaches bare-metal and Slurm runs, not yet pods; on a cluster run it "
-            f"in each pod: kubectl exec POD -- python3 /opt/kgen/kgen_entrypoint.py --stacks",
-            option="NAME",
-            hint="`kgen list` shows the runs kgen knows",
-        )
+        from kgen.cluster.engine import connect
+        from kgen.cluster.stacks import stacks as cluster_stacks
+
+        cluster = connect(ref.namespace, ref.context, ref.kubeconfig, max_connections=16)
+        try:
+            return cluster_stacks(cluster, ref.name, req.timeout)
+        finally:
+            cluster.close()
     if engine.name == "slurm":
         from kgen.slurm.stacks import stacks as slurm_stacks
 

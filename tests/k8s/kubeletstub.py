@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import http.server
 import json
 import os
@@ -85,6 +86,7 @@ class Container:
         self.done = threading.Event()
 
     def start(self, argv: list[str], env: dict[str, str], setup: list[str], cwd: str) -> None:
+        self.env, self.cwd = env, cwd  # what an exec into this container runs with
         script = " && ".join([*setup, "exec " + " ".join(shlex.quote(a) for a in argv)])
         self.started = time.time()
         self.proc = subprocess.Popen(
@@ -235,6 +237,9 @@ class KubeletStub:
             ],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
+            # what a 1.37 kubelet declares (its ExtendWebSocketsToKubelet gate, beta, on): the API server then passes
+            # an exec's WebSocket on to the kubelet instead of translating it to SPDY (serve_exec)
+            "declaredFeatures": ["ExtendWebSocketsToKubelet"],
             "nodeInfo": {
                 "architecture": "amd64",
                 "operatingSystem": "linux",
@@ -781,6 +786,9 @@ class KubeletStub:
             def do_GET(self) -> None:
                 u = urllib.parse.urlsplit(self.path)
                 parts = u.path.strip("/").split("/")
+                if len(parts) == 4 and parts[0] == "exec":
+                    kubelet.serve_exec(self, parts[1], parts[2], parts[3], urllib.parse.parse_qsl(u.query))
+                    return
                 if len(parts) != 4 or parts[0] != "containerLogs":
                     self._reply(404, b"not found\n")
                     return
@@ -872,6 +880,97 @@ class KubeletStub:
                     time.sleep(0.1)
             h.wfile.write(b"0\r\n\r\n")
             h.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
+            pass
+
+    # -- the kubelet API: exec ---------------------------------------------------------------------------
+    # Since 1.36 the API server passes an exec's WebSocket upgrade on to the kubelet (ExtendWebSocketsToKubelet):
+    # the remote-command protocol of channel.k8s.io, one binary frame per write, its first byte the stream
+    # (1 stdout, 2 stderr, 3 the error stream: a metav1.Status when the command has ended). The command runs in
+    # the container's namespaces (nsenter into its PID 1's PID, mount and UTS namespaces) with its environment.
+    WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+    EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+
+    @staticmethod
+    def ws_frame(payload: bytes, opcode: int = 2) -> bytes:
+        n = len(payload)
+        head = bytes([0x80 | opcode])
+        if n < 126:
+            head += bytes([n])
+        elif n < 65536:
+            head += bytes([126]) + n.to_bytes(2, "big")
+        else:
+            head += bytes([127]) + n.to_bytes(8, "big")
+        return head + payload
+
+    def serve_exec(self, h, ns: str, name: str, container: str, q: list[tuple[str, str]]) -> None:
+        command = [v for k, v in q if k == "command"]
+        offered = [x.strip() for x in h.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+        chosen = next((x for x in self.EXEC_PROTOCOLS if x in offered), None)
+        if h.headers.get("Upgrade", "").lower() != "websocket" or chosen is None:
+            h._reply(
+                400, f"the kubelet stand-in serves exec over WebSocket ({', '.join(self.EXEC_PROTOCOLS)})\n".encode()
+            )
+            return
+        p = self.find(ns, name)
+        c = p.containers[-1] if p is not None and p.containers else None
+        if c is None or c.done.is_set() or not c.init_pid or not command:
+            h._reply(400, f'container "{container}" in pod "{name}" is not running\n'.encode())
+            return
+        key = h.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1((key + self.WS_GUID).encode()).digest()).decode()
+        h.send_response(101)
+        h.send_header("Upgrade", "websocket")
+        h.send_header("Connection", "Upgrade")
+        h.send_header("Sec-WebSocket-Accept", accept)
+        h.send_header("Sec-WebSocket-Protocol", chosen)
+        h.end_headers()
+        h.close_connection = True
+        lock = threading.Lock()
+
+        def send(channel: int, data: bytes) -> None:
+            with lock:
+                h.wfile.write(self.ws_frame(bytes([channel]) + data))
+                h.wfile.flush()
+
+        argv = ["nsenter", "-t", str(c.init_pid), "-m", "-p", "-u", f"--wd={c.cwd}", "--", *command]
+        try:
+            proc = subprocess.Popen(argv, env=c.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)  # fmt: skip
+        except OSError as exc:
+            status = {"status": "Failure", "message": str(exc), "reason": "InternalError"}
+        else:
+
+            def pump(stream, channel: int) -> None:
+                for block in iter(lambda: stream.read1(65536), b""):
+                    send(channel, block)
+
+            pumps = [threading.Thread(target=pump, args=(s_, ch), daemon=True)
+                     for s_, ch in ((proc.stdout, 1), (proc.stderr, 2))]  # fmt: skip
+            for t in pumps:
+                t.start()
+            try:
+                rc = proc.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = proc.wait()
+            for t in pumps:
+                t.join(5)
+            status = (
+                {"status": "Success"}
+                if rc == 0
+                else {
+                    "status": "Failure",
+                    "message": f"command terminated with non-zero exit code: exit status {rc}",
+                    "reason": "NonZeroExitCode",
+                    "details": {"causes": [{"reason": "ExitCode", "message": str(rc)}]},
+                }
+            )
+        try:
+            send(3, json.dumps({"metadata": {}, **status}).encode())
+            with lock:
+                h.wfile.write(self.ws_frame((1000).to_bytes(2, "big"), opcode=8))
+                h.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
             pass
 

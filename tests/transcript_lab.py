@@ -330,7 +330,8 @@ def local_hang_follow(root: Path) -> str:
         "--env", "PYTHONWARNINGS=ignore", "--follow", "--", "train.py", "--stuck-rank", "3", "--stuck-step", "20",
         extra=("--port", port), timeout=240,
     )  # fmt: skip
-    start = next(i for i, ln in enumerate(rec.lines) if "no rank made progress for" in ln)
+    # from node 0's finding or node 1's answer to it, whichever the follower printed first (the same instant)
+    start = next(i for i, ln in enumerate(rec.lines) if "no rank made progress for" in ln or "found no progress" in ln)
     first = next(i for i, ln in enumerate(rec.lines) if ln.startswith("$ kgen launch"))
     rec.lines[first + 1 : start] = [
         "[... the launch table, the start-up and the steps: kgen logs stuck shows them ...]"

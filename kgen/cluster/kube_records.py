@@ -332,6 +332,30 @@ def jobset_restarts(name: str, workload: Mapping, events: Iterable[Mapping]) -> 
     return out
 
 
+def queue_pending(name: str, events: Iterable[Mapping]) -> str:
+    """Why Kueue has not admitted run ``name`` yet: the newest `Pending` event of the run's Workload (the Job's or
+    JobSet's `CreatedWorkload` event names it; Kueue names it job-NAME-xxxxx or jobset-NAME-xxxxx), e.g.
+    "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor default, 8
+    more needed"; "" when there is none (no Kueue, or it has not looked yet)."""
+    events = list(events)
+    names = set()
+    for ev in events:
+        obj = ev.get("involvedObject") or {}
+        if obj.get("kind") in ("Job", "JobSet") and obj.get("name") == name and ev.get("reason") == "CreatedWorkload":
+            names.add(str(ev.get("message") or "").rsplit("/", 1)[-1].strip())
+    own = re.compile(rf"(?:job|jobset)-{re.escape(name)}-[0-9a-f]{{5}}")
+    newest: tuple[datetime | None, str] | None = None
+    for ev in events:
+        obj = ev.get("involvedObject") or {}
+        wl = str(obj.get("name") or "")
+        if obj.get("kind") != "Workload" or ev.get("reason") != "Pending" or not (wl in names or own.fullmatch(wl)):
+            continue
+        t = _event_time(ev)
+        if newest is None or (t is not None and (newest[0] is None or t >= newest[0])):
+            newest = (t, " ".join(str(ev.get("message") or "").split()))
+    return newest[1] if newest else ""
+
+
 def _owner_kind(pods: Iterable[Mapping]) -> str:
     """The workload kind from the pods' owner references (the workload itself is gone)."""
     for p in pods:
@@ -458,6 +482,8 @@ def records(
             rec.failing_since = ft_time
             rec.terminating = wl_status.get("terminating", 0)
     rec.suspended = bool(condition(workload or {}, "Suspended"))
+    if rec.suspended:
+        rec.admission = queue_pending(name, events)
     rec.scheduler_messages = Counter(
         (_false_condition(p, "PodScheduled") or {}).get("message", "")
         for p in pods

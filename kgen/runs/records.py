@@ -173,6 +173,7 @@ class RunRecords:
     failing_since: datetime | None = None  # when the FailureTarget was set
     terminating: int = 0
     suspended: bool = False
+    admission: str = ""  # a suspended run: why its queue (Kueue) has not admitted it yet
     job_reason: str = ""
     job_message: str = ""
     scheduler_messages: Counter = field(default_factory=Counter)  # unschedulable pods' PodScheduled messages

@@ -477,6 +477,12 @@ def judge(rec: RunRecords) -> Verdict:
             f"Restarting: the JobSet controller restarts the whole group ({rec.restarting}), "
             f"{v.ranks_up}/{expected} {unit}s up; restart {rec.reformations} of the run"
         )
+    elif rec.suspended and rec.admission:
+        v.state = "pending"
+        v.headline = (
+            f"Pending: not admitted by its queue yet (Kueue: {rec.admission}); the run stays suspended, "
+            f"{v.ranks_up}/{expected} {unit}s up, and starts when admitted"
+        )
     elif rec.suspended:
         v.state = "pending"
         v.headline = (

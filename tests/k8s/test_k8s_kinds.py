@@ -71,11 +71,20 @@ def kueue_queues(k8s, ns: str, gpu: bool = False) -> None:
     k8s.request("POST", f"{base}/resourceflavors", {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
                                                      "metadata": {"name": "default"}})  # fmt: skip
     resources = [{"name": "cpu", "nominalQuota": "8"}, {"name": "memory", "nominalQuota": "32Gi"}]
+    if gpu:  # 8 GPUs: one run of 2 nodes x 4 at a time
+        resources.append({"name": "nvidia.com/gpu", "nominalQuota": "8"})
     code, out = k8s.request("POST", f"{base}/clusterqueues", {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": f"cq-{ns}"},
-        "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"],
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": [r["name"] for r in resources],
                  "flavors": [{"name": "default", "resources": resources}]}]}})  # fmt: skip
     assert code in (201, 409), out
+
+
+def local_queue(k8s, ns: str) -> None:
+    code, out = k8s.request("POST", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/localqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq"},
+        "spec": {"clusterQueue": f"cq-{ns}"}})  # fmt: skip
+    assert code == 201, out
 
 
 @pytest.mark.timeout(300)
@@ -87,11 +96,11 @@ def test_queued_job_waits_suspended_until_kueue_admits_it(k8s, ns, addon, tmp_pa
     time.sleep(5)  # no LocalQueue yet: nothing may run
     assert get(k8s, job)["spec"]["suspend"] is True
     assert not k8s.kubelet.history(ns, "q-")
+    st = kgen("status", "q", "-n", ns)
+    print("\n" + st.stdout)
+    assert st.returncode == 0 and "Pending: " in st.stdout, st.stdout + st.stderr
     kueue_queues(k8s, ns)
-    code, out = k8s.request("POST", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/localqueues", {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq"},
-        "spec": {"clusterQueue": f"cq-{ns}"}})  # fmt: skip
-    assert code == 201, out
+    local_queue(k8s, ns)
     t0 = time.time()
     wait(lambda: get(k8s, job)["spec"].get("suspend") is False, 120, "Kueue admitted and unsuspended the Job")
     admitted = time.time() - t0
@@ -100,3 +109,46 @@ def test_queued_job_waits_suspended_until_kueue_admits_it(k8s, ns, addon, tmp_pa
     wl = k8s.request("GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads")[1]["items"]
     assert len(wl) == 1 and condition(wl[0], "Admitted"), wl
     print(f"\nKueue: LocalQueue created -> Job unsuspended in {admitted:.1f} s")
+
+
+@pytest.mark.timeout(300)
+def test_a_run_past_the_gpu_quota_waits_and_status_says_how_many_gpus_more(k8s, ns, addon, tmp_path):
+    """A ClusterQueue of 8 GPUs: run qa (2 nodes x 4 GPUs) is admitted, run qb (the same) stays suspended and `kgen
+    status` quotes Kueue's reason (8 GPUs more needed); stopping qa releases the quota and Kueue admits qb."""
+    from reformk8s import free_port_pair
+
+    addon("kueue")
+    kueue_queues(k8s, ns, gpu=True)
+    local_queue(k8s, ns)
+    script = tmp_path / "idle.py"
+    script.write_text("import time\nprint('KGEN_QUOTA_UP', flush=True)\ntime.sleep(600)\n")
+
+    def submit_gpus(name: str) -> None:
+        port = free_port_pair()
+        res = kgen("submit", "-n", ns, "--name", name, "--nodes", "2", "--gpus", "4", "--set", "nprocPerNode=1",
+                   "--cpu", "1", "--memory", "1Gi", "--set", "shmSize=256Mi", "--set", f"port={port}",
+                   "--set", f"livenessPort={port + 1}", "--set", "gloo.socketIfname=lo", "--queue", "lq", "--",
+                   str(script))  # fmt: skip
+        assert res.returncode == 0, res.stderr
+
+    def unsuspended(name: str) -> bool:
+        return get(k8s, f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")["spec"].get("suspend") is False
+
+    submit_gpus("qa")
+    wait(lambda: unsuspended("qa"), 120, "Kueue admitted qa")
+    submit_gpus("qb")
+    st = wait(lambda: (r := kgen("status", "qb", "-n", ns)) and "quota" in r.stdout and r, 60, "Kueue's reason")
+    print("\n" + st.stdout)
+    headline = next(ln for ln in st.stdout.splitlines() if ln.startswith("Pending"))
+    assert "not admitted by its queue yet (Kueue: " in headline and "nvidia.com/gpu" in headline, headline
+    assert "8 more needed" in headline, headline
+    assert kgen("status", "qb", "-n", ns, "--exit-code").returncode == 4  # pending
+    assert not unsuspended("qb") and not k8s.kubelet.history(ns, "qb-")
+    stop = kgen("stop", "qa", "-n", ns, "--wait", "--timeout", "60", timeout=120)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    t0 = time.time()
+    wait(lambda: unsuspended("qb"), 120, "Kueue admitted qb once qa's GPUs were free")
+    print(f"qa stopped -> qb admitted in {time.time() - t0:.1f} s")
+    wait(lambda: len(k8s.kubelet.history(ns, "qb-")) == 2, 120, "qb's pods running")
+    wait(lambda: kgen("status", "qb", "-n", ns, "--exit-code").returncode == 3, 120, "kgen status: qb running")
+    assert kgen("stop", "qb", "-n", ns, "--wait", "--timeout", "60", timeout=120).returncode == 0

@@ -152,3 +152,63 @@ def test_a_run_past_the_gpu_quota_waits_and_status_says_how_many_gpus_more(k8s, 
     wait(lambda: len(k8s.kubelet.history(ns, "qb-")) == 2, 120, "qb's pods running")
     wait(lambda: kgen("status", "qb", "-n", ns, "--exit-code").returncode == 3, 120, "kgen status: qb running")
     assert kgen("stop", "qb", "-n", ns, "--wait", "--timeout", "60", timeout=120).returncode == 0
+
+
+@pytest.mark.timeout(300)
+def test_topology_required_keeps_the_group_in_one_block_or_waits_with_kueues_reason(k8s, ns, addon, tmp_path):
+    """Kueue's topology-aware scheduling on `--set topology.required=LEVEL`: nodes 0-1 form block b1 and 2-3 block
+    b2 (8 GPUs each); a run of 2 nodes x 8 GPUs lands in one block; a run of 3 nodes x 8 GPUs fits in no block and
+    waits suspended, `kgen status` quoting Kueue's reason."""
+    from reformk8s import free_port_pair
+
+    addon("kueue")
+    base = "/apis/kueue.x-k8s.io/v1beta2"
+    level = "kgen.test/block"
+    for i in range(4):
+        code, out = k8s.request("PATCH", f"/api/v1/nodes/node-{i}", {"metadata": {"labels": {
+            level: "b1" if i < 2 else "b2", "kgen.test/tas": ns[-8:]}}},
+            content_type="application/merge-patch+json")  # fmt: skip
+        assert code == 200, out
+    try:
+        objs = [
+            (f"{base}/topologies", {"kind": "Topology", "metadata": {"name": f"t-{ns}"[:63]},
+             "spec": {"levels": [{"nodeLabel": level}, {"nodeLabel": "kubernetes.io/hostname"}]}}),
+            (f"{base}/resourceflavors", {"kind": "ResourceFlavor", "metadata": {"name": f"tas-{ns}"[:63]},
+             "spec": {"nodeLabels": {"kgen.test/tas": ns[-8:]}, "topologyName": f"t-{ns}"[:63]}}),
+            (f"{base}/clusterqueues", {"kind": "ClusterQueue", "metadata": {"name": f"cq-{ns}"}, "spec": {
+             "namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+             "flavors": [{"name": f"tas-{ns}"[:63], "resources": [{"name": "cpu", "nominalQuota": "64"},
+             {"name": "memory", "nominalQuota": "256Gi"}, {"name": "nvidia.com/gpu", "nominalQuota": "64"}]}]}]}}),
+        ]  # fmt: skip
+        for path, obj in objs:
+            code, out = k8s.request("POST", path, {"apiVersion": "kueue.x-k8s.io/v1beta2", **obj})
+            assert code == 201, out
+        local_queue(k8s, ns)
+        script = tmp_path / "idle.py"
+        script.write_text("import time\nprint('KGEN_TAS_UP', flush=True)\ntime.sleep(600)\n")
+
+        def submit_block(name: str, nodes: int) -> None:
+            port = free_port_pair()
+            res = kgen("submit", "-n", ns, "--name", name, "--nodes", str(nodes), "--gpus", "8", "--set",
+                       "nprocPerNode=1", "--cpu", "1", "--memory", "1Gi", "--set", "shmSize=256Mi", "--set",
+                       f"port={port}", "--set", f"livenessPort={port + 1}", "--set", "gloo.socketIfname=lo",
+                       "--queue", "lq", "--set", f"topology.required={level}", "--", str(script))  # fmt: skip
+            assert res.returncode == 0, res.stderr
+
+        submit_block("two", 2)
+        pods = wait(lambda: len(p := k8s.kubelet.history(ns, "two-")) == 2 and p, 120, "run two's pods bound")
+        hosts = sorted(p.obj["spec"]["nodeName"] for p in pods)
+        print(f"\nrun two (2 x 8 GPUs, one block required): pods on {hosts}")
+        assert hosts in (["node-0", "node-1"], ["node-2", "node-3"]), hosts
+        submit_block("three", 3)
+        st = wait(lambda: (r := kgen("status", "three", "-n", ns)) and "Kueue: " in r.stdout and r, 60, "a reason")
+        headline = next(ln for ln in st.stdout.splitlines() if ln.startswith("Pending"))
+        print(headline)
+        assert "not admitted by its queue yet (Kueue: " in headline, headline
+        assert not k8s.kubelet.history(ns, "three-")
+        for name in ("two", "three"):
+            assert kgen("stop", name, "-n", ns, "--wait", "--timeout", "60", timeout=120).returncode == 0
+    finally:
+        unlabel = {"metadata": {"labels": {level: None, "kgen.test/tas": None}}}
+        for i in range(4):
+            k8s.request("PATCH", f"/api/v1/nodes/node-{i}", unlabel, content_type="application/merge-patch+json")

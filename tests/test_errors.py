@@ -206,8 +206,8 @@ def test_pump_marks_the_node_s_workers_that_failed_the_same_way(tmp_path):
     ]
     err = E.parse_record(json.dumps(rec), node=1)
     from kgen.runs.records import Failure
-    from kgen.runs.verdict import _root_cause
+    from kgen.runs.rootcause import root_cause
 
     f = Failure(1, "", "n", 1, "", "the training script failed", "cause", err.time, "exit", error=err, host="h")
-    rc = _root_cause([f], {}, 2, {1: ["h"]}, by_host=True, nproc=2)
+    rc = root_cause([f], {}, 2, {1: ["h"]}, by_host=True, nproc=2)
     assert rc.ranks == [2, 3] and rc.consequences == []

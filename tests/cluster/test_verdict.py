@@ -517,7 +517,7 @@ def test_node_0s_group_end_is_the_cause_when_a_follower_was_recorded_first():
     from datetime import datetime, timezone
 
     from kgen.runs.records import Failure
-    from kgen.runs.verdict import _root_cause
+    from kgen.runs.rootcause import root_cause
 
     t = datetime(2026, 11, 28, 21, 44, 33, tzinfo=timezone.utc)
     later = t.replace(second=34)
@@ -527,10 +527,10 @@ def test_node_0s_group_end_is_the_cause_when_a_follower_was_recorded_first():
         "node0": "kgen-entrypoint: stopped: hang: no rank made progress for 30s; rank 3: queue.get at train.py:27\n",
         "node1": "kgen-entrypoint: stopped: node 0 ended the run (hang: no rank made progress for 30s)\n",
     }
-    cause = _root_cause([one, zero], logs, 2, {0: ["node0"], 1: ["node1"]}, by_host=True, nproc=2)
+    cause = root_cause([one, zero], logs, 2, {0: ["node0"], 1: ["node1"]}, by_host=True, nproc=2)
     assert cause.detail.startswith("kgen-entrypoint: stopped: hang:"), cause
     assert cause.ranks == [0], cause
     # a follower that is not node 0's code (its own failure) stays the cause
     one.exit_code = 1
-    cause = _root_cause([one, zero], logs, 2, {0: ["node0"], 1: ["node1"]}, by_host=True, nproc=2)
+    cause = root_cause([one, zero], logs, 2, {0: ["node0"], 1: ["node1"]}, by_host=True, nproc=2)
     assert cause.ranks == [1], cause

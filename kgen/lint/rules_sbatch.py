@@ -65,14 +65,14 @@ def step_nodes(s: SbatchScript, step: Step) -> tuple[int, int] | None:
     given, value = step.option("nodes")
     if given:
         got = node_range(value)
-        if got is not None and not (step.in_loop and got == (1, 1)):
-            return got  # (a per-host loop of one-node steps spans the allocation)
+        if got is not None and not (step.per_host and got == (1, 1)):
+            return got  # (per-host one-node steps, a loop's or a function's, span the allocation)
     return s.nodes
 
 
 def nodes_said(s: SbatchScript, step: Step) -> str:
     given, value = step.option("nodes")
-    if given and node_range(value) and not (step.in_loop and node_range(value) == (1, 1)):
+    if given and node_range(value) and not (step.per_host and node_range(value) == (1, 1)):
         return f"srun --nodes={value} (line {s.locate(step.line, '-N', '--nodes')})"
     d = s.directive("nodes")
     return f"#SBATCH --nodes={d.value} (line {d.line})" if d else "the allocation"

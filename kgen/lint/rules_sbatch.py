@@ -353,7 +353,8 @@ def no_srun(s: SbatchScript) -> Found:
     "A static rendezvous gets the same node rank on every node: $SLURM_NODEID (or $SLURM_PROCID) in the srun "
     "line is expanded by the batch script's shell on the first node (0) before any task starts, or the rank is "
     "a number, or torchrun's --node-rank is left at its default 0: the ranks clash and the rendezvous fails or "
-    "hangs.",
+    "hangs (a one-node job whose --nnodes follows the allocation, $SLURM_NNODES, and whose node rank the batch "
+    "shell expands breaks at the first sbatch -N 2).",
     "Let each task's own shell expand it: srun bash -c 'exec torchrun --node-rank=\"$SLURM_NODEID\" ...' (single "
     "quotes), or use a c10d rendezvous (--rdzv-backend=c10d), which assigns the ranks itself.",
     kinds=KINDS,
@@ -366,7 +367,10 @@ def same_node_rank(s: SbatchScript) -> Found:
                 continue
             if launch.form == "accelerate" and (launch.flag("rdzv_backend") or "static") != "static":
                 continue
-            if not multi_node(s, step, launch):
+            # one node today, but the launcher's node count follows the allocation: the rank the batch shell
+            # expanded is every node's as soon as sbatch -N gives the job more
+            scales = not multi_node(s, step, launch) and any(v in (launch.flag("nnodes") or "") for v in ALLOC_NODE_VARS)
+            if not multi_node(s, step, launch) and not (scales and step.node_rank_vars):
                 continue
             raw = launch.flag("node_rank")
             flag = launch.spelling("node_rank")
@@ -384,6 +388,11 @@ def same_node_rank(s: SbatchScript) -> Found:
                     (
                         f"${var} in the srun line is expanded by the batch script's shell (on the first node, where it "
                         f"is 0): every node gets {flag}=0"
+                        + (
+                            f" once the job has several nodes (its {launch.spelling('nnodes')} follows the allocation)"
+                            if scales
+                            else ""
+                        )
                     ),
                 )
             else:

@@ -145,7 +145,7 @@ RULE_CLASSES.update(
         "KG127": ("rendezvous-port-or-id",),
         "KG128": ("world-size-mismatch",),
         "KG129": ("never-completes",),
-        "KG130": ("env-not-expanded",),
+        "KG130": ("env-not-expanded", "placeholder-value"),
         "KG131": ("shell-error",),
         "KG132": ("gang-or-queue",),
         "KG133": ("gang-or-queue",),

@@ -184,6 +184,31 @@ def _service_world(docs: list, w: Workload) -> bool:
     return shared is not None and shared.service is not None
 
 
+_MASTER_VARS = ("MASTER_ADDR", "PET_MASTER_ADDR", "PET_RDZV_ENDPOINT", "MAIN_PROCESS_IP")
+
+
+def _finds_peers_by_ip(w: Workload) -> bool:
+    """The pods read their own IP (a status.podIP fieldRef) and nothing in the manifest names a master host
+    (MASTER_ADDR, --master-addr, --rdzv-endpoint, a script that mentions MASTER_ADDR): they publish their
+    address elsewhere (a shared volume, the API server) and their peers reach them by IP, not by DNS name."""
+    own_ip = False
+    for c, _cpath, scripted, _why in w.containers:
+        for e in k8s.env_list(c):
+            if not isinstance(e, dict):
+                continue
+            if e.get("name") in _MASTER_VARS:
+                return False
+            ref = k8s.get(e, "valueFrom", "fieldRef", "fieldPath")
+            own_ip = own_ip or ref in ("status.podIP", "status.podIPs")
+        if any(launch.master_flags() for launch in scripted.launches):
+            return False
+        if any(v in word for argv, _ in scripted.commands for word in argv for v in _MASTER_VARS):
+            return False
+        if any(v in script.source for script, _ in scripted.scripts for v in _MASTER_VARS):
+            return False
+    return own_ip
+
+
 def _in_ns(w: Workload) -> str:
     return f" (namespace {w.doc.namespace})" if w.doc.namespace else ""
 
@@ -195,7 +220,9 @@ def _in_ns(w: Workload) -> str:
     "KG100",
     W,
     "A multi-node training Job/StatefulSet has no Service among the linted files (same namespace) that its "
-    "pods' DNS names come from (subdomain/serviceName names none, or none selects its pods).",
+    "pods' DNS names come from (subdomain/serviceName names none, or none selects its pods); pods that read "
+    "their own IP (a status.podIP fieldRef) in a manifest that names no master host and no subdomain find "
+    "each other by IP and need none.",
     "Add a headless Service (clusterIP: None) selecting the pods, named like the subdomain/serviceName.",
     kinds=["Job", "StatefulSet"],
     scope="stream",
@@ -207,6 +234,8 @@ def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
             continue
         svcs = services_for(w, docs)
         named, path = w.dns_field
+        if not named and _finds_peers_by_ip(w):
+            continue
         if named and named not in svcs:
             if _service_index(docs).by_name.get(named):
                 continue  # it exists in another namespace: KG124
@@ -407,7 +436,9 @@ def _headless_selecting_nothing(docs: list) -> Iterator:
     "KG104",
     E,
     "A multi-node training Job's pods need spec.template.spec.subdomain naming the headless "
-    "Service (a StatefulSet's serviceName likewise), or pod DNS names such as <job>-0.<service> do not exist.",
+    "Service (a StatefulSet's serviceName likewise), or pod DNS names such as <job>-0.<service> do not exist "
+    "(not reported for pods that read their own IP, a status.podIP fieldRef, where nothing names a master host: "
+    "they find each other by IP).",
     "Set subdomain (Job) or serviceName (StatefulSet) to the rendezvous Service's name.",
     kinds=TRAINING_KINDS,
     scope="stream",
@@ -430,6 +461,8 @@ def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
             continue
         svcs = services_for(w, docs)
         named, path = w.dns_field
+        if not named and _finds_peers_by_ip(w):
+            continue  # no name asked for: the pods find each other by IP
         selecting = [
             s
             for s in svcs.values()

@@ -22,6 +22,25 @@ def _append(path, value):
     return mutate
 
 
+def _peers_by_ip(master: bool, service: bool = True):
+    """A Job without a subdomain whose pods read their own IP (a status.podIP fieldRef) and run a script lint
+    cannot see (it publishes the address elsewhere); ``master``: the manifest also names a master host;
+    without ``service`` no Service selects the pods."""
+
+    def mutate(docs):
+        if not service:
+            docs[0]["spec"]["selector"] = {"app": "inference"}
+        c = docs[1]["spec"]["template"]["spec"]["containers"][0]
+        del docs[1]["spec"]["template"]["spec"]["subdomain"]
+        c["command"], c["args"] = ["/bin/bash", "/app/entrypoint.sh"], []
+        c["env"] = [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "WORLD_SIZE", "value": "4"},
+        ] + ([{"name": "MASTER_ADDR", "value": "llama-0.llama"}] if master else [])
+
+    return mutate
+
+
 J = (1,)  # the Job / StatefulSet document in the "job" / "sts" bases
 POD = (1, "spec", "template", "spec")
 C0 = POD + ("containers", 0)
@@ -223,6 +242,7 @@ FAILING = [
     ("KG090", "pdb", set_at((0, "spec", "maxUnavailable"), 1), "1.37"),
     ("KG090", "pdb", set_at((0, "spec", "minAvailable"), "150%"), "1.37"),
     ("KG100", "job", set_at(POD + ("subdomain",), "other"), "1.37"),
+    ("KG100", "job", _peers_by_ip(master=True, service=False), "1.37"),
     ("KG101", "job", set_at(SVC + ("spec", "clusterIP"), "10.0.0.9"), "1.37"),
     ("KG102", "job", delete_at(SVC + ("spec", "publishNotReadyAddresses")), "1.37"),
     (
@@ -236,6 +256,7 @@ FAILING = [
     ),
     ("KG103", "job", set_at(SVC + ("spec", "selector", "role"), "master"), "1.37"),
     ("KG104", "job", delete_at(POD + ("subdomain",)), "1.37"),
+    ("KG104", "job", _peers_by_ip(master=True), "1.37"),  # the pod's IP, but a DNS name as the master
     ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=llama.ml.svc.cluster.local"), "1.37"),
     ("KG105", "job", _append(ENV, {"name": "MASTER_ADDR", "value": "llama"}), "1.37"),
     ("KG106", "job", set_at(C0 + ("args", 0), "--nnodes=2"), "1.37"),
@@ -490,6 +511,9 @@ FAILING = [
 
 # (rule, base, mutation, version) -- near-misses that must NOT report `rule`
 PASSING = [
+    # the pods read their own IP and nothing names a master host: they find each other by IP, not DNS
+    ("KG104", "job", _peers_by_ip(master=False), "1.37"),
+    ("KG100", "job", _peers_by_ip(master=False, service=False), "1.37"),
     # the namespace the workload is pinned to: the name resolves wherever it is applied
     ("KG212", "job", set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local"), "1.37"),
     (  # no namespace anywhere: the short name resolves in the pods' own namespace

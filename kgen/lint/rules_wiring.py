@@ -10,6 +10,7 @@ pair, by the workload a job-name/pod-name selector names), so the rules stay lin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -273,8 +274,12 @@ def rendezvous_headless(docs: list, ctx: Context) -> Iterator:
 @rule(
     "KG102",
     W,
-    "The rendezvous Service should publish not-ready addresses, so pod DNS names resolve before "
-    "the pods are Ready (training pods have no readiness to report).",
+    "The rendezvous Service should publish not-ready addresses where the pods' DNS names are needed before "
+    "the pods are Ready: a readiness or startup probe (or a readiness gate) holds readiness back, a c10d or "
+    "etcd rendezvous makes pod 0 resolve its own name to decide that it hosts the store (unresolved, no pod "
+    "hosts it and the rendezvous times out), or kgen's entrypoint or a launcher lint cannot see waits for it. "
+    "A static rendezvous (torchrun's default, env://) retries the name until the pods are Ready, a moment "
+    "after their containers start.",
     "Set spec.publishNotReadyAddresses: true.",
     kinds=["Service"],
     scope="stream",
@@ -286,13 +291,54 @@ def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
             yield w.doc, path, message
     for w, svc in _rendezvous_services(docs):
         if k8s.get(svc.data, "spec", "publishNotReadyAddresses") is not True:
+            why = _names_before_ready(w)
+            if why is None:
+                continue
             shared = world(docs, w)
             names = svc.name if shared is not None and shared.service == svc.name else _pod_names(w, svc.name)
             yield (
                 svc,
                 ("spec",),
-                (f"set publishNotReadyAddresses: true so {names} resolves before the pods are Ready"),
+                f"set publishNotReadyAddresses: true so {names} resolves before the pods are Ready ({why})",
             )
+
+
+_DYNAMIC = ("c10d", "etcd", "etcd-v2")
+
+
+def _names_before_ready(w: Workload) -> str | None:
+    """Why the pods of ``w`` need their DNS names before they are Ready, or None: without a probe a pod is
+    Ready a moment after its containers start, and a static rendezvous retries the master's name until then."""
+    spec = w.spec
+    if spec.get("readinessGates"):
+        return "a readiness gate holds readiness back"
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            if not isinstance(c, dict):
+                continue
+            for probe in ("readinessProbe", "startupProbe"):
+                if c.get(probe) and (key == "containers" or c.get("restartPolicy") == "Always"):
+                    return f"container {c.get('name')!r} has a {probe}, so its pod is not Ready until it passes"
+    for _c, _cpath, scripted, _why in w.containers:
+        launches = [launch for launch in scripted.launches if launch.training]
+        for launch in launches:
+            backend = (launch.flag("rdzv_backend") or "").lower()
+            if backend in _DYNAMIC:
+                return f"a {backend} rendezvous: pod 0 resolves its own name to decide that it hosts the store"
+            if launch.form == "kgen":
+                return "kgen's entrypoint waits for pod 0's name"
+        if launches or any(_runs_python(argv) for argv, _ in scripted.commands):
+            continue  # a static rendezvous, or env:// in the program: both retry the master's name
+        if scripted.no_command:
+            return "the image's entrypoint launches the training, and may need the names at once"
+        return "a launcher lint cannot read starts the training, and may need the names at once"
+    return None
+
+
+def _runs_python(argv: list[str]) -> bool:
+    """``python train.py`` (through env, exec ...): a program that initialises from MASTER_ADDR (env://)."""
+    words = [w.rsplit("/", 1)[-1] for w in argv if w and "=" not in w]
+    return any(re.fullmatch(r"python[0-9.]*", w) for w in words[:3])
 
 
 @rule(

@@ -167,6 +167,7 @@ RULE_CLASSES.update(
         "KG210": ("shell-error",),
         "KG211": ("rendezvous-port-or-id",),
         "KG212": ("rendezvous-unreachable",),
+        "KG213": ("slow-start",),
         "KG160": ("gang-or-queue",),
         "KG161": ("gang-or-queue",),
         "KG162": ("gang-or-queue", "schema-rejected", "placeholder-value"),

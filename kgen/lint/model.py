@@ -119,6 +119,22 @@ class Workload:
         return env
 
 
+def readiness_held(w: Workload) -> str | None:
+    """What holds the pods of ``w`` back from Ready after their containers start, or None (without a probe
+    a pod is Ready a moment after they start): a readiness gate, a readiness or startup probe (of a
+    container, or of a sidecar init container)."""
+    if w.spec.get("readinessGates"):
+        return "a readiness gate holds readiness back"
+    for key in ("initContainers", "containers"):
+        for c in w.spec.get(key) or []:
+            if not isinstance(c, dict):
+                continue
+            for probe in ("readinessProbe", "startupProbe"):
+                if c.get(probe) and (key == "containers" or c.get("restartPolicy") == "Always"):
+                    return f"container {c.get('name')!r} has a {probe}, so its pod is not Ready until it passes"
+    return None
+
+
 def stated_nnodes(launch: Launch | None, env: dict) -> list[tuple[int, int, str]]:
     """(min, max nodes, where) stated by a launch: --nnodes (N or MIN:MAX) and the container's
     literal NNODES-like variables (``where`` is "--nnodes=..." or "VAR=...")."""

@@ -369,8 +369,9 @@ def same_node_rank(s: SbatchScript) -> Found:
                 continue
             # one node today, but the launcher's node count follows the allocation: the rank the batch shell
             # expanded is every node's as soon as sbatch -N gives the job more
-            scales = not multi_node(s, step, launch) and any(v in (launch.flag("nnodes") or "") for v in ALLOC_NODE_VARS)
-            if not multi_node(s, step, launch) and not (scales and step.node_rank_vars):
+            multi = multi_node(s, step, launch)
+            scales = not multi and any(v in (launch.flag("nnodes") or "") for v in ALLOC_NODE_VARS)
+            if not multi and not (scales and step.node_rank_vars):
                 continue
             raw = launch.flag("node_rank")
             flag = launch.spelling("node_rank")

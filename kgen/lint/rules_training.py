@@ -2,7 +2,8 @@
 as the same views), across all documents of one lint run: node counts, processes per node and world
 sizes wherever they are written, hand-set ranks, the pod's /dev/shm, start-up sleeps, rendezvous
 flags, Indexed gangs; and the helpers the other training rule modules share. The Service and DNS
-wiring is in rules_wiring.py, the failure policy and launcher modes in rules_launch.py.
+wiring is in rules_wiring.py, the failure policy and launcher modes in rules_launch.py, a StatefulSet's
+start order in rules_startup.py.
 """
 
 from __future__ import annotations
@@ -432,25 +433,6 @@ def mixed_rendezvous(docs: list, ctx: Context) -> Iterator:
                             "ignores; drop the static ones (or the rdzv ones)"
                         ),
                     )
-
-
-@rule(
-    "KG113",
-    W,
-    "A training StatefulSet should use podManagementPolicy: Parallel; OrderedReady starts pod N+1 "
-    "only when pod N is Ready, which delays or deadlocks the rendezvous.",
-    "Set podManagementPolicy: Parallel.",
-    kinds=["StatefulSet"],
-    scope="stream",
-)
-def statefulset_parallel(docs: list, ctx: Context) -> Iterator:
-    for w in workloads(docs):
-        if (
-            w.doc.kind == "StatefulSet"
-            and _multi(w)
-            and k8s.get(w.doc.data, "spec", "podManagementPolicy") != "Parallel"
-        ):
-            yield w.doc, ("spec",), "podManagementPolicy is OrderedReady (default); set podManagementPolicy: Parallel"
 
 
 @rule(

@@ -16,7 +16,7 @@ from typing import Any
 
 from kgen import k8s
 from kgen.findings import Severity
-from kgen.lint.model import TRAINING_KINDS, Workload, pod0_label, pod0_name, workloads, world
+from kgen.lint.model import TRAINING_KINDS, Workload, pod0_label, pod0_name, readiness_held, workloads, world
 from kgen.lint.model import memo as _memo
 from kgen.lint.registry import Context, rule
 from kgen.lint.rules_training import _multi
@@ -309,16 +309,9 @@ _DYNAMIC = ("c10d", "etcd", "etcd-v2")
 def _names_before_ready(w: Workload) -> str | None:
     """Why the pods of ``w`` need their DNS names before they are Ready, or None: without a probe a pod is
     Ready a moment after its containers start, and a static rendezvous retries the master's name until then."""
-    spec = w.spec
-    if spec.get("readinessGates"):
-        return "a readiness gate holds readiness back"
-    for key in ("initContainers", "containers"):
-        for c in spec.get(key) or []:
-            if not isinstance(c, dict):
-                continue
-            for probe in ("readinessProbe", "startupProbe"):
-                if c.get(probe) and (key == "containers" or c.get("restartPolicy") == "Always"):
-                    return f"container {c.get('name')!r} has a {probe}, so its pod is not Ready until it passes"
+    held = readiness_held(w)
+    if held is not None:
+        return held
     for _c, _cpath, scripted, _why in w.containers:
         launches = [launch for launch in scripted.launches if launch.training]
         for launch in launches:

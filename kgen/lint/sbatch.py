@@ -399,7 +399,8 @@ class _Walker:
                 step.node = cmd
                 step.in_loop = any(k in ("for", "while", "until") for k in around)
                 if self.calls:
-                    inner = [(f.bodies[0], c) for (_, f), c in zip(self.calls, [c for c, _ in self.calls[1:]] + [cmd])]
+                    called = [c for c, _ in self.calls[1:]] + [cmd]  # what each followed function runs next
+                    inner = [(f.bodies[0], c) for (_, f), c in zip(self.calls, called, strict=True)]
                     step.calls = inner[::-1] + [(self.script.body, self.calls[0][0])]
 
     def assign(self, w: shelltree.Word) -> None:

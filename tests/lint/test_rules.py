@@ -306,7 +306,16 @@ FAILING = [
         set_at(C0 + ("command",), ["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=llama-0.llama:29400"]),
         "1.37",
     ),
-    ("KG113", "sts", delete_at(J + ("spec", "podManagementPolicy")), "1.37"),
+    (  # a readiness probe holds pod 0 back from Ready, and with it pod 1's creation
+        "KG113",
+        "sts",
+        all_of(
+            delete_at(J + ("spec", "podManagementPolicy")),
+            set_at(C0 + ("readinessProbe",), {"httpGet": {"path": "/healthz", "port": 8080}}),
+        ),
+        "1.37",
+    ),
+    ("KG213", "sts", delete_at(J + ("spec", "podManagementPolicy")), "1.37"),
     ("KG114", "job", _append(ENV, {"name": "RANK_OF_NODE", "value": "$(JOB_COMPLETION_INDEX)"}), "1.37"),
     ("KG115", "job", delete_at(J + ("spec", "completionMode")), "1.37"),
     ("KG116", "job", set_at(J + ("spec", "parallelism"), 2), "1.37"),
@@ -520,6 +529,10 @@ FAILING = [
 
 # (rule, base, mutation, version) -- near-misses that must NOT report `rule`
 PASSING = [
+    # OrderedReady without a probe: the pods start one after another (KG213, info), nothing deadlocks
+    ("KG113", "sts", delete_at(J + ("spec", "podManagementPolicy")), "1.37"),
+    # Parallel with a probe: every pod is created at once
+    ("KG113", "sts", set_at(C0 + ("readinessProbe",), {"httpGet": {"path": "/healthz", "port": 8080}}), "1.37"),
     # a static rendezvous (--master-addr) and no probe: the name resolves a moment after the pods start, and
     # torchrun's store client retries it until then
     ("KG102", "job", delete_at(SVC + ("spec", "publishNotReadyAddresses")), "1.37"),

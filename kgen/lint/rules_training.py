@@ -267,7 +267,8 @@ def world_size_agree(docs: list, ctx: Context) -> Iterator:
     "RANK, LOCAL_RANK and WORLD_SIZE are set by the launcher (torchrun, deepspeed, accelerate) for every "
     "worker; values set by hand next to it (in env, or exported by the script) are overridden and mislead.",
     "Delete them; use NODE_RANK / --node-rank for the node (a variable that only feeds a launcher flag, such "
-    "as --node_rank=$RANK, is fine).",
+    "as --node_rank=$RANK, is fine; a RANK taken from the pod's index beside a static rendezvous without "
+    "--node-rank is the node rank KG119 asks for).",
     kinds=TRAINING_KINDS,
     scope="stream",
 )
@@ -280,7 +281,7 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
             who = _SETS_RANKS[setters[0].form]
             env = {e.get("name"): i for i, e in enumerate(k8s.env_list(c)) if isinstance(e, dict)}
             for var in _HAND_SET:
-                if var in env and not _feeds_a_flag(var, launches):
+                if var in env and not _feeds_a_flag(var, launches) and not _unread_node_rank(c, env[var], setters):
                     yield (
                         w.doc,
                         cpath + ("env", env[var], "name"),
@@ -294,6 +295,19 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
                         _launch_path(cpath, setters[0]),
                         f"the script exports {var}, which {who} overrides per worker; delete the export",
                     )
+
+
+def _unread_node_rank(c: dict, index: int, setters: list[Launch]) -> bool:
+    """The variable is the pod's index (a fieldRef to the controller's index annotation or label), meant as the
+    node rank of a static rendezvous that has no --node-rank: the defect is the missing flag (KG119 reports it,
+    with this variable as the fix), not a worker rank to delete."""
+    path = k8s.get(k8s.env_list(c)[index], "valueFrom", "fieldRef", "fieldPath")
+    if not isinstance(path, str) or "index" not in path:
+        return False
+    return any(
+        (launch.flag("rdzv_backend") or "static").lower() == "static" and not launch.has("node_rank")
+        for launch in setters
+    )
 
 
 def _feeds_a_flag(var: str, launches: list[Launch]) -> bool:

@@ -41,6 +41,7 @@ def _peers_by_ip(master: bool, service: bool = True):
     return mutate
 
 
+_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 J = (1,)  # the Job / StatefulSet document in the "job" / "sts" bases
 POD = (1, "spec", "template", "spec")
 C0 = POD + ("containers", 0)
@@ -284,6 +285,7 @@ FAILING = [
         "1.37",
     ),
     ("KG109", "job", _append(ENV, {"name": "LOCAL_RANK", "value": "0"}), "1.37"),
+    ("KG109", "job", _append(ENV, {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": _INDEX}}}), "1.37"),
     ("KG110", "job", set_at(POD + ("volumes", 0, "emptyDir"), {}), "1.37"),
     (
         "KG111",
@@ -529,6 +531,16 @@ FAILING = [
 
 # (rule, base, mutation, version) -- near-misses that must NOT report `rule`
 PASSING = [
+    # RANK from the pod's index beside a static torchrun without --node-rank: the node rank KG119 asks for
+    (
+        "KG109",
+        "job",
+        all_of(
+            _append(ENV, {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": _INDEX}}}),
+            delete_at(C0 + ("args", 2)),
+        ),
+        "1.37",
+    ),
     # OrderedReady without a probe: the pods start one after another (KG213, info), nothing deadlocks
     ("KG113", "sts", delete_at(J + ("spec", "podManagementPolicy")), "1.37"),
     # Parallel with a probe: every pod is created at once

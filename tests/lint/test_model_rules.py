@@ -673,11 +673,23 @@ def test_an_unknown_launcher_in_a_multi_pod_workload_gets_the_pod_rules():
     assert "KG110" in rule_ids(lint_docs(entrypoint))
 
 
-def test_a_single_gpu_pod_or_an_inference_statefulset_is_not_training():
+def _one_pod_job(gpus: int) -> list:
     one = _job_with(["python3", "predict.py"], None)
     one[1]["spec"]["completions"] = one[1]["spec"]["parallelism"] = 1
     one[1]["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] = {}
-    assert "KG110" not in rule_ids(lint_docs(one))
+    c = one[1]["spec"]["template"]["spec"]["containers"][0]
+    c["resources"]["requests"]["nvidia.com/gpu"] = c["resources"]["limits"]["nvidia.com/gpu"] = gpus
+    return one
+
+
+def test_a_one_pod_job_with_several_gpus_gets_the_pod_rules():
+    # one process driving 4 GPUs (DataParallel, DataLoader workers) or a launcher lint cannot see: /dev/shm
+    ids = rule_ids(lint_docs(_one_pod_job(4)))
+    assert "KG110" in ids and not {"KG104", "KG105", "KG119"} & ids  # no world to wire
+
+
+def test_a_single_gpu_pod_or_an_inference_statefulset_is_not_training():
+    assert not {"KG110", "KG138"} & rule_ids(lint_docs(_one_pod_job(1)))
     sts = BASES["sts"]()
     c = sts[1]["spec"]["template"]["spec"]["containers"][0]
     c["command"], c["args"] = ["vllm", "serve", "m"], []

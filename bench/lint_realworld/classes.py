@@ -168,6 +168,7 @@ RULE_CLASSES.update(
         "KG211": ("rendezvous-port-or-id",),
         "KG212": ("rendezvous-unreachable",),
         "KG213": ("slow-start",),
+        "KG214": ("never-completes",),
         "KG160": ("gang-or-queue",),
         "KG161": ("gang-or-queue",),
         "KG162": ("gang-or-queue", "schema-rejected", "placeholder-value"),

@@ -318,6 +318,15 @@ FAILING = [
         "1.37",
     ),
     ("KG213", "sts", delete_at(J + ("spec", "podManagementPolicy")), "1.37"),
+    (  # the work, then an endless loop: the Job never completes
+        "KG214",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c", "torchrun train.py\nwhile true; do sleep 3600; done"]),
+            delete_at(C0 + ("args",)),
+        ),
+        "1.37",
+    ),
     ("KG114", "job", _append(ENV, {"name": "RANK_OF_NODE", "value": "$(JOB_COMPLETION_INDEX)"}), "1.37"),
     ("KG115", "job", delete_at(J + ("spec", "completionMode")), "1.37"),
     ("KG116", "job", set_at(J + ("spec", "parallelism"), 2), "1.37"),
@@ -531,6 +540,16 @@ FAILING = [
 
 # (rule, base, mutation, version) -- near-misses that must NOT report `rule`
 PASSING = [
+    # a retry loop that breaks when the training succeeds: the pod ends
+    (
+        "KG214",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c", "while true; do torchrun train.py && break; sleep 60; done"]),
+            delete_at(C0 + ("args",)),
+        ),
+        "1.37",
+    ),
     # RANK from the pod's index beside a static torchrun without --node-rank: the node rank KG119 asks for
     (
         "KG109",

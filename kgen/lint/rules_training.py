@@ -29,6 +29,7 @@ _SETS_RANKS = {
     "kgen": "torchrun",
 }
 _ENV_REF = re.compile(r"\$\((\w+)\)")
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*_[A-Z0-9_]*|[A-Z]{2,}[0-9]*")  # NODE_RANK, RANK: no command is named so
 
 
 def _int(value: Any) -> int | None:
@@ -454,7 +455,8 @@ def mixed_rendezvous(docs: list, ctx: Context) -> Iterator:
     E,
     "$(VAR) expands only variables the container defines: in an env value those earlier in the same env "
     "list (or from envFrom), in command/args any of its env; $(JOB_COMPLETION_INDEX) is added by the Job "
-    "controller after yours, so an env value never sees it. Anything else stays literal.",
+    "controller after yours, so an env value never sees it. Anything else stays literal; in a shell script "
+    "the shell then runs an upper-case $(NAME) as a command, which is not found, so it expands to nothing.",
     "Define the variable in env (before its use), read it in the shell ($VAR), or use a fieldRef.",
     templates_only=True,
 )
@@ -488,20 +490,32 @@ def _env_refs(tpl: Any, containers: list, indexed_job: bool) -> Iterator:
                     )
             if isinstance(e.get("name"), str):
                 defined.add(e["name"])
-        if from_env or _is_shell_script(c):
-            continue  # a shell reads $(cmd) as command substitution: not ours to judge
+        if from_env:
+            continue  # unknown names: a ConfigMap or Secret may define anything
         if indexed_job:
             defined.add("JOB_COMPLETION_INDEX")
+        shell = _is_shell_script(c)
         for key in ("command", "args"):
             items = c.get(key)
             for j, item in enumerate(items if isinstance(items, list) else []):
                 for var in _refs(item):
-                    if var not in defined:
+                    if var in defined:
+                        continue
+                    if not shell:
                         yield (
                             cpath + (key, j),
                             (
                                 f"$({var}) stays literal: the container defines no env var {var}, so the program "
                                 f"receives the text $({var})"
+                            ),
+                        )
+                    elif _ENV_NAME.fullmatch(var):  # a shell runs $(cmd): an upper-case name is a variable meant
+                        yield (
+                            cpath + (key, j),
+                            (
+                                f"$({var}) is not expanded by Kubernetes (the container defines no env var {var}), so "
+                                f"the shell runs {var} as a command, which is not found: it expands to nothing; "
+                                f"write ${{{var}}} for a shell variable, or define {var} in env"
                             ),
                         )
 

@@ -421,6 +421,21 @@ FAILING = [
     ),
     ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=$(HOSTNAME)"), "1.37"),
     ("KG114", "job", set_at(C0 + ("args", 3), "--master-addr=$(MASTER_ADDR)"), "1.37"),  # no such env var
+    (  # a shell variable written $(VAR): Kubernetes leaves it, and the shell runs MASTER_HOST as a command
+        "KG114",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c"]),
+            set_at(
+                C0 + ("args",),
+                [
+                    "MASTER_HOST=llama-0.llama\nexec torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$(NODE_RANK) "
+                    "--master-addr=$(MASTER_HOST) train.py"
+                ],
+            ),
+        ),
+        "1.37",
+    ),
     ("KG124", "job", set_at(SVC + ("metadata", "namespace"), "default"), "1.37"),
     # the same object twice among the inputs
     (
@@ -794,6 +809,21 @@ PASSING = [
         ),
         "1.37",
     ),  # the shell's command substitution
+    (
+        "KG114",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c"]),
+            set_at(
+                C0 + ("args",),
+                [
+                    "exec torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$(NODE_RANK) "
+                    "--master-addr=llama-0.llama train.py"
+                ],
+            ),
+        ),
+        "1.37",
+    ),  # an env var of the container: Kubernetes expands it before the shell runs
     (
         "KG027",
         "cm",

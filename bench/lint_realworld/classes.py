@@ -169,6 +169,7 @@ RULE_CLASSES.update(
         "KG212": ("rendezvous-unreachable",),
         "KG213": ("slow-start",),
         "KG214": ("never-completes",),
+        "KG215": ("env-not-expanded",),
         "KG160": ("gang-or-queue",),
         "KG161": ("gang-or-queue",),
         "KG162": ("gang-or-queue", "schema-rejected", "placeholder-value"),

@@ -318,6 +318,8 @@ FAILING = [
         "1.37",
     ),
     ("KG213", "sts", delete_at(J + ("spec", "podManagementPolicy")), "1.37"),
+    ("KG215", "job", set_at(C0 + ("args", 3), "--master-addr=$MASTER_HOST"), "1.37"),  # exec form: no shell
+    ("KG215", "job", set_at(C0 + ("args", 5), "${DATA_DIR}/train.py"), "1.37"),
     (  # the work, then an endless loop: the Job never completes
         "KG214",
         "job",
@@ -555,6 +557,18 @@ FAILING = [
 
 # (rule, base, mutation, version) -- near-misses that must NOT report `rule`
 PASSING = [
+    # Kubernetes' own $(VAR), its $$ escape, and a shell's -c script that expands $VAR itself
+    ("KG215", "job", set_at(C0 + ("args", 2), "--node-rank=$(NODE_RANK)"), "1.37"),
+    ("KG215", "job", set_at(C0 + ("args", 6), "--price=$$5"), "1.37"),
+    (
+        "KG215",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c", 'exec torchrun --node-rank="$NODE_RANK" train.py']),
+            delete_at(C0 + ("args",)),
+        ),
+        "1.37",
+    ),
     # a retry loop that breaks when the training succeeds: the pod ends
     (
         "KG214",

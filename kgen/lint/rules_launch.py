@@ -281,7 +281,8 @@ def _has_qos(res: object) -> bool:
     "torchrun's launch mode must fit a multi-pod workload: a training script (without one torchrun exits at "
     "once; a comment inside continued lines cuts it off), not --standalone, an explicit --nnodes (default 1), "
     "and for static rendezvous a --master-addr (default 127.0.0.1; torchrun ignores MASTER_ADDR) and a "
-    "per-pod --node-rank (default 0), for c10d an --rdzv-endpoint.",
+    "per-pod --node-rank (default 0; a number only in a template of one pod, such as a Master or an LWS "
+    "leader), for c10d an --rdzv-endpoint.",
     "Launch with --nnodes=N and either --master-addr=<name>-0.<service> --node-rank=$(NODE_RANK) or "
     "--rdzv-backend=c10d --rdzv-endpoint=<name>-0.<service>:29400.",
     kinds=TRAINING_KINDS,
@@ -334,7 +335,8 @@ def launcher_mode(docs: list, ctx: Context) -> Iterator:
                         f"static rendezvous without --node-rank makes every pod node 0, but {pods}; "
                         "pass the pod's index, e.g. --node-rank=$(NODE_RANK)",
                     )
-                elif value is not None and value.isdigit() and not launch.branch:  # if/else: per pod
+                elif value is not None and value.isdigit() and not launch.branch and w.tpl.pods != 1:
+                    # (if/else: per pod; a template of one pod -- a Master, an LWS leader -- is that pod's own rank)
                     yield (
                         w.doc,
                         _launch_path(cpath, launch, "node_rank"),

@@ -332,7 +332,34 @@ def _lws(network: dict) -> dict:
     }
 
 
+def _lws_torchrun(size: int, leader_rank: str) -> dict:
+    """A LeaderWorkerSet whose leader runs torchrun with a literal node rank and whose workers take theirs
+    from LWS_WORKER_INDEX: the leader template makes one pod per group, so its literal rank is its own."""
+
+    def pod(rank: str) -> dict:
+        argv = ["torchrun", f"--nnodes={size}", "--nproc-per-node=8", f"--node-rank={rank}"]
+        argv += ["--master-addr=$(LWS_LEADER_ADDRESS)", "--master-port=29500", "train.py"]
+        return {"spec": {"containers": [{"name": "t", "image": "ghcr.io/acme/train:1.4", "command": argv}]}}
+
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "llm", "namespace": "ml"},
+        "spec": {
+            "replicas": 2,
+            "leaderWorkerTemplate": {
+                "size": size,
+                "leaderTemplate": pod(leader_rank),
+                "workerTemplate": pod("1" if leader_rank == "$(LWS_WORKER_INDEX)" else "$(LWS_WORKER_INDEX)"),
+            },
+        },
+    }
+
+
 CASES += [
+    # a literal node rank in a template of one pod per world (an LWS leader) is that pod's; in a template of
+    # several pods (three workers of a group of four) it is the same in every one
+    ("KG119", [_lws_torchrun(4, "$(LWS_WORKER_INDEX)")], [_lws_torchrun(4, "0")]),
     ("KG132", [_volcano(1)], [_volcano(None)]),
     ("KG132", [_volcano(2)], [_volcano(4)]),
     ("KG133", [_trainjob("template")], [_trainjob("metadata")]),

@@ -71,8 +71,9 @@ def _fate(s: SbatchScript, step: Step) -> tuple[int, str] | None:
     "KG191",
     Severity.WARNING,
     "An sbatch script loses its training step's exit status: a command runs after it without set -e (`echo "
-    "done`, `rm ...`, an `if` that succeeds), its output is piped (`| tee log`) without set -o pipefail, or "
-    "`|| echo failed` replaces it. The batch script's status is the job's, so a crashed training ends "
+    "done`, `rm ...`, an `if` that succeeds), its output is piped (`| tee log`) without set -o pipefail, "
+    "`|| echo failed` replaces it, or it runs in the background (`&`) and a plain `wait` (which returns 0) "
+    "ends the script. The batch script's status is the job's, so a crashed training ends "
     "COMPLETED (exit 0): afterok dependencies run on a broken checkpoint and nobody is told.",
     "Put `set -eo pipefail` near the top of the script, or end the step with `|| exit 1` (keep its status in a "
     "variable and `exit $rc` when cleanup must run after it).",

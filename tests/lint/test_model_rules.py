@@ -187,6 +187,11 @@ CASES = [
         _script_job("set -e; " + OK_TORCHRUN + "; echo OK"),
     ),
     ("KG126", _script_job(OK_TORCHRUN + "; exit 0"), _script_job("exec " + OK_TORCHRUN)),
+    (  # in the background: a plain `wait` returns 0 whatever it exits with; `wait $pid` returns its status
+        "KG126",
+        _script_job(OK_TORCHRUN + " &\nwait"),
+        _script_job(OK_TORCHRUN + " &\npid=$!\nwait $pid"),
+    ),
     (  # a `[` without its `]` word is never true: the branch never runs
         "KG210",
         _script_job('if [ "$GPUS" == 8 ] || [ "$GPUS" == 4]; then export NCCL_ALGO=Ring; fi; exec ' + OK_TORCHRUN),

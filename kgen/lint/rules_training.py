@@ -528,9 +528,10 @@ def _refs(value: Any) -> list[str]:
 
 
 def _is_shell_script(c: dict) -> bool:
+    """The container runs a shell (directly, or through env, tini ...): it reads $(cmd) itself."""
     command, args = c.get("command"), c.get("args")
     argv = (command if isinstance(command, list) else []) + (args if isinstance(args, list) else [])
-    return bool(argv) and isinstance(argv[0], str) and argv[0].rsplit("/", 1)[-1] in _SHELLS
+    return any(isinstance(x, str) and x.rsplit("/", 1)[-1] in _SHELLS for x in argv[:3])
 
 
 @rule(

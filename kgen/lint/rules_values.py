@@ -206,6 +206,15 @@ def placeholders(doc: Any, ctx: Context) -> Iterator:
 _SHELL_VAR = re.compile(r"(?<!\$)\$(\{[A-Za-z_]\w*(?:[^}]*)\}|[A-Za-z_]\w*)")
 
 
+def _runs_shell_script(argv: list) -> bool:
+    """A shell with -c anywhere in the command (``bash -c``, ``/usr/bin/env bash -lc``, ``tini -- sh -c``)."""
+    for i, x in enumerate(argv):
+        if isinstance(x, str) and x.rsplit("/", 1)[-1] in _SHELLS:
+            if any(isinstance(y, str) and re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", y) for y in argv[i + 1 : i + 4]):
+                return True
+    return False
+
+
 @rule(
     "KG215",
     E,
@@ -219,10 +228,9 @@ _SHELL_VAR = re.compile(r"(?<!\$)\$(\{[A-Za-z_]\w*(?:[^}]*)\}|[A-Za-z_]\w*)")
 def exec_form_shell_var(doc: Any, ctx: Context) -> Iterator:
     for spec, base in _pod(doc):
         for c, path in k8s.containers(spec, base):
-            skip = _script_item(c)
             src = [(key, j) for key in ("command", "args") for j, _ in enumerate(c.get(key) or [])]
             argv = [x for key in ("command", "args") for x in (c.get(key) or [])]
-            if skip is not None or not argv:
+            if not argv or _runs_shell_script(argv):
                 continue  # a shell's -c script expands its variables
             for k, item in enumerate(argv):
                 if not isinstance(item, str) or (k and argv[k - 1] in ("-c", "-e")):

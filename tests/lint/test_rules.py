@@ -558,6 +558,15 @@ FAILING = [
 # (rule, base, mutation, version) -- near-misses that must NOT report `rule`
 PASSING = [
     # Kubernetes' own $(VAR), its $$ escape, and a shell's -c script that expands $VAR itself
+    (
+        "KG215",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["/usr/bin/env", "bash", "-lc", 'exec torchrun --node-rank="$NODE_RANK" x.py']),
+            delete_at(C0 + ("args",)),
+        ),
+        "1.37",
+    ),
     ("KG215", "job", set_at(C0 + ("args", 2), "--node-rank=$(NODE_RANK)"), "1.37"),
     ("KG215", "job", set_at(C0 + ("args", 6), "--price=$$5"), "1.37"),
     (
@@ -838,6 +847,15 @@ PASSING = [
         ),
         "1.37",
     ),  # an env var of the container: Kubernetes expands it before the shell runs
+    (
+        "KG114",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["/usr/bin/env", "bash", "-c", "exec torchrun --rdzv-id=$(hostname) x.py"]),
+            delete_at(C0 + ("args",)),
+        ),
+        "1.37",
+    ),  # a shell through env: $(hostname) is its command substitution
     (
         "KG027",
         "cm",

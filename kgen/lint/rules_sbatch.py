@@ -382,6 +382,11 @@ def same_node_rank(s: SbatchScript) -> Found:
             value = resolve(raw, s, launch)
             if literal_int(value) is None:
                 continue
+            if step.per_host and node_range(step.option("nodes")[1]) == (1, 1) and not step.node_rank_vars:
+                # one step per host, each on one node (a function called per host): a number is that node's rank,
+                # unless another call of the same command gives the same one
+                if _ranks_of_calls(s, step).count(value) == 1:
+                    continue
             if step.node_rank_vars and value == "0":
                 var = step.node_rank_vars[0]
                 yield (
@@ -398,6 +403,15 @@ def same_node_rank(s: SbatchScript) -> Found:
                 )
             else:
                 yield s.locate(step.line, flag), f"{flag}={value} is the same on every node"
+
+
+def _ranks_of_calls(s: SbatchScript, step: Step) -> list[str | None]:
+    """The node rank each step read from the same command (a function's calls) gives its launcher."""
+    out = []
+    for other in s.steps:
+        if other.node is step.node:
+            out += [resolve(x.flag("node_rank"), s, x) for x in other.launches if x.form in ("torchrun", "accelerate")]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- KG177

@@ -348,6 +348,7 @@ class _Walker:
         self.rank_from: dict[str, list[str]] = {}  # a variable the batch shell set from $SLURM_NODEID ...: which
         self.functions = {c.name: c for c in shelltree.compounds(script) if c.kind == "function" and c.name}
         self.calls: list[tuple[Any, Any]] = []  # the function calls being followed: (call, function), outermost first
+        self.positional: list[list[str]] = []  # the arguments of each followed call ($1 ... in its body)
 
     def run(self) -> None:
         self._walk(self.script.simple_commands(), ())
@@ -386,10 +387,16 @@ class _Walker:
                     if words[0] == "export" or any("x" in x for x in words[1:] if x.startswith("-")):
                         self.s.exports.add(w.raw.split("=", 1)[0])
                 continue
+            if words[0] == "shift" and self.positional:
+                n = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
+                self.positional[-1] = self.positional[-1][n:]
+                continue
             func = self.functions.get(words[0])
             if func is not None and func.bodies and len(self.calls) < 8 and all(f is not func for _, f in self.calls):
                 self.calls.append((cmd, func))
+                self.positional.append(words[1:])
                 self._walk(shelltree.walk_seq(func.bodies[0]), around)
+                self.positional.pop()
                 self.calls.pop()
                 continue
             step_count = len(self.s.steps)
@@ -444,7 +451,19 @@ class _Walker:
         used: list[str] = []
         for p in word.parts:
             text = p.text
-            if p.kind == "param":
+            if p.kind == "param" and self.positional and not p.op and (p.name.isdigit() or p.name in ("@", "*")):
+                args = self.positional[-1]  # a followed function's arguments, as its call passed them
+                if p.name.isdigit():
+                    text = args[int(p.name) - 1] if 0 < int(p.name) <= len(args) else ""
+                elif p.name == "@" and p.quoted:
+                    for k, item in enumerate(args):
+                        if k:
+                            fields.append("")
+                        fields[-1] += item
+                    continue
+                else:
+                    text = " ".join(args)
+            elif p.kind == "param":
                 name = p.name
                 used.extend(self.rank_from.get(name, []))
                 if p.op == "?complex" and name in self.arrays and re.fullmatch(r"\$\{\w+\[[@*]\]\}", text):

@@ -2,8 +2,8 @@
 as the same views), across all documents of one lint run: node counts, processes per node and world
 sizes wherever they are written, hand-set ranks, the pod's /dev/shm, start-up sleeps, rendezvous
 flags, Indexed gangs; and the helpers the other training rule modules share. The Service and DNS
-wiring is in rules_wiring.py, the failure policy and launcher modes in rules_launch.py, a StatefulSet's
-start order in rules_startup.py.
+wiring is in rules_wiring.py, the launcher modes in rules_launch.py, the failure policy and QoS in
+rules_failure.py, a StatefulSet's start order in rules_startup.py.
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ def _seq_fate(seq: shelltree.Sequence, target: shelltree.Simple, state: dict) ->
             continue
         if isinstance(got, str):
             return got
-        if seq.background[idx]:
-            return _HANDLED  # run in the background: `wait` decides, not looked into
         later = seq.items[idx + 1 :]
+        if seq.background[idx]:
+            return _background_fate(later, state)
         if not later:
             return got
         if state["errexit"] and got[1]:
@@ -43,6 +43,23 @@ def _seq_fate(seq: shelltree.Sequence, target: shelltree.Simple, state: dict) ->
         shown = " ".join(first.argv) if first is not None else "the next command"
         return f"`{shown}` runs after it (no set -e), so the script's exit status is the last command's"
     return None
+
+
+def _background_fate(later: list[shelltree.AndOr], state: dict) -> Any:
+    """A command run in the background (``&``): the first plain ``wait`` after it decides. Without a PID it
+    returns 0 whatever the command's status; ``wait $pid`` returns the command's, and is then followed like the
+    command itself. No wait (or one in a branch or loop): the script does not wait for it here, not judged."""
+    for k, ao in enumerate(later):
+        pipe = ao.items[0][1]
+        cmd = pipe.commands[0] if len(ao.items) == 1 and len(pipe.commands) == 1 else None
+        if not isinstance(cmd, shelltree.Simple) or not cmd.words or cmd.argv[0] != "wait":
+            continue
+        if len(cmd.argv) == 1:
+            return "`wait` (without a process id) returns 0 whatever the background command's status"
+        sub = shelltree.Sequence(later[k:], [False] * len(later[k:]))
+        got = _seq_fate(sub, cmd, state)
+        return got if got is not None else _HANDLED
+    return _HANDLED
 
 
 def _andor_fate(ao: shelltree.AndOr, target: shelltree.Simple, state: dict) -> Any:

@@ -12,12 +12,14 @@ least one *training container*:
    workload that runs to completion (Job, JobSet, Volcano Job) and runs more than a GPU smoke test
    (sleep, echo, nvidia-smi); or
 3. the trainer of a training operator's kind (PyTorchJob's ``pytorch`` container, a TrainJob's
-   trainer, a TrainingRuntime's ``node``; not a runtime's dataset/model initializer), whatever it runs.
+   trainer, a TrainingRuntime's ``node``; not a runtime's dataset/model initializer), whatever it runs; or
+4. in a workload that runs to completion, a container that requests several GPUs and runs more than a
+   GPU smoke test, even in a single pod.
 
 StatefulSets and LeaderWorkerSets need (1) or a distributed environment: GPUs alone are an
 inference server there. Every pod rule applies to a training container whatever launches it
 (an unknown launcher too); the launcher rules apply where the launcher is known. A workload that is
-training by its GPUs alone (2, no launcher, no distributed environment: it may be a parallel batch
+training by its GPUs alone (2 or 4, no launcher, no distributed environment: it may be a parallel batch
 of independent GPU tasks) gets the pod rules but not the multi-node wiring rules.
 
 One ``Workload`` view is made per pod template of a training workload (a JobSet's replicatedJob,
@@ -54,6 +56,7 @@ DIST_ENV = {
 # PET_NNODES when --nnodes is absent).
 NNODES_VARS = ("NNODES", "NUM_NODES", "N_NODES", "NODE_COUNT", "PET_NNODES")
 _GPUS_ONLY = "GPUs in a multi-pod workload"
+_GPUS_IN_POD = "several GPUs in a pod that runs to completion"
 # The kinds the training rules read (for --list-rules; the adapters in kgen.lint.kinds decide).
 TRAINING_KINDS = (
     "Job",
@@ -117,6 +120,22 @@ class Workload:
             if isinstance(e, dict) and isinstance(e.get("name"), str):
                 env[e["name"]] = e.get("value") if "value" in e else None
         return env
+
+
+def readiness_held(w: Workload) -> str | None:
+    """What holds the pods of ``w`` back from Ready after their containers start, or None (without a probe
+    a pod is Ready a moment after they start): a readiness gate, a readiness or startup probe (of a
+    container, or of a sidecar init container)."""
+    if w.spec.get("readinessGates"):
+        return "a readiness gate holds readiness back"
+    for key in ("initContainers", "containers"):
+        for c in w.spec.get(key) or []:
+            if not isinstance(c, dict):
+                continue
+            for probe in ("readinessProbe", "startupProbe"):
+                if c.get(probe) and (key == "containers" or c.get("restartPolicy") == "Always"):
+                    return f"container {c.get('name')!r} has a {probe}, so its pod is not Ready until it passes"
+    return None
 
 
 def stated_nnodes(launch: Launch | None, env: dict) -> list[tuple[int, int, str]]:
@@ -185,15 +204,21 @@ def _why_training(w: Workload, c: dict, scripted: Scripted, multi: bool | None) 
         names = [x.get("name") for x, _ in containers_of(w.tpl)]
         if trainer is None or c.get("name") == trainer or trainer not in names:
             return f"the {w.doc.kind}'s trainer"
-    if multi is False:
-        return None
-    env = {e["name"] for e in k8s.env_list(c) if isinstance(e, dict) and isinstance(e.get("name"), str)}
-    env |= set(w.tpl.injected_env)
-    dist = sorted(env & DIST_ENV)
-    if dist:
-        return f"distributed environment ({', '.join(dist[:3])})"
-    if multi and w.facts.runs_to_completion and k8s.gpu_limit(c) and not _trivial(scripted):
-        return _GPUS_ONLY
+    if multi is not False:
+        env = {e["name"] for e in k8s.env_list(c) if isinstance(e, dict) and isinstance(e.get("name"), str)}
+        env |= set(w.tpl.injected_env)
+        dist = sorted(env & DIST_ENV)
+        if dist:
+            return f"distributed environment ({', '.join(dist[:3])})"
+        if multi and w.facts.runs_to_completion and k8s.gpu_limit(c) and not _trivial(scripted):
+            return _GPUS_ONLY
+    if (
+        w.doc.kind not in _OPERATOR_KINDS
+        and w.facts.runs_to_completion
+        and k8s.gpu_limit(c) > 1
+        and not _trivial(scripted)
+    ):
+        return _GPUS_IN_POD  # one process driving them, or several of a launcher lint cannot see
     return None
 
 
@@ -253,7 +278,7 @@ def _workloads(docs: list) -> list[Workload]:
                 if why is None:
                     continue
                 w.containers.append((c, path, scripted, why))
-                w.distributed = w.distributed or why != _GPUS_ONLY
+                w.distributed = w.distributed or why not in (_GPUS_ONLY, _GPUS_IN_POD)
                 found = [launch for launch in scripted.launches if launch.training]
                 if found:
                     w.launches.append((c, path, found))

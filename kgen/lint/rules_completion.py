@@ -1,6 +1,7 @@
 """Workloads that should end but never do: a training operator that restarts a deterministic crash in place
-forever (no backoff limit), and a Job-like pod whose second regular container never exits (an exporter), so
-the pod never ends after training and the Job never completes. Both hold their GPUs until someone notices.
+forever (no backoff limit), a Job-like pod whose second regular container never exits (an exporter), and one
+whose scripts hold the pod after their work (`sleep infinity`, an endless loop), so the pod never ends after
+training and the Job never completes. All hold their GPUs until someone notices.
 """
 
 from __future__ import annotations
@@ -122,3 +123,67 @@ def sidecar_never_exits(doc: Any, ctx: Context) -> Iterator:
                 f"the {facts.kind} never completes and keeps its GPUs; make it a native sidecar (initContainers "
                 "with restartPolicy: Always)",
             )
+
+
+# Commands that do no work of their own: what a script runs before it holds the pod must include another.
+_NO_WORK = frozenset(
+    """sleep echo printf true false : cat ls date env hostname set export exit cd pwd whoami id uname tail
+    nvidia-smi [ [[ test local read wait trap source . unset shift""".split()
+)
+
+
+def _hold(scripted: Any) -> str | None:
+    """How a container's script holds its pod after doing some work (`sleep infinity`, an endless loop without
+    break, `tail -f`), or None: no hold, or nothing but the hold and idle commands (a pod kept for debugging)."""
+    from kgen.launch import shelltree
+    from kgen.launch.argv import skip_wrappers
+    from kgen.lint.rules_scripts import _endless, _leaves, _long_sleep
+
+    for script, _where in scripted.scripts:
+        how, work = None, False
+        for cmd in script.simple_commands():
+            argv = cmd.argv[skip_wrappers(cmd.argv) :] if cmd.words else []
+            if not argv:
+                continue
+            if argv[0] == "sleep" and any(_long_sleep(a) for a in argv[1:]):
+                how = how or f"`{' '.join(argv)}`"
+            elif argv[0] == "tail" and any(a in ("-f", "-F", "--follow") for a in argv[1:]):
+                how = how or f"`{' '.join(argv)}`"
+            work = work or argv[0].rsplit("/", 1)[-1] not in _NO_WORK
+        for node in shelltree.compounds(script):
+            if node.kind in ("while", "until") and _endless(node) and not _leaves(node.bodies[1]):
+                how = how or f"an endless `{node.kind}` loop"
+        if how and work:
+            return how
+    return None
+
+
+@rule(
+    "KG214",
+    E,
+    "A pod of a workload that runs to completion (Job, JobSet, Volcano Job, PyTorchJob, TrainJob) whose "
+    "containers' scripts do their work and then hold the pod (`sleep infinity`, an endless `while true` loop "
+    "without break, `tail -f`): the pod never ends, so the Job never completes, its dependants never start and "
+    "its nodes (and GPUs) stay taken until someone deletes it.",
+    "End the script when the work is done (exit with its status); keep a pod for debugging as a separate Pod, "
+    "or with kubectl debug.",
+    scope="stream",
+)
+def script_holds_pod(docs: list, ctx: Context) -> Iterator:
+    from kgen.lint.model import containers_of, read
+
+    for doc in docs:
+        facts = kinds.facts(doc)
+        if facts is None or not facts.runs_to_completion:
+            continue
+        for tpl in kinds.templates(doc):
+            holds = [(c, p, _hold(read(doc, c, p, docs, tpl))) for c, p in containers_of(tpl)]
+            if not holds or not all(how for _, _, how in holds):
+                continue  # a container that ends: KG187 reports the others when they never exit
+            for c, path, how in holds:
+                yield (
+                    doc,
+                    path + ("name",),
+                    f"container {c.get('name', '?')!r} holds its pod after its work ({how}): the pod never ends, so "
+                    f"the {facts.kind} never completes and keeps its nodes; end the script when the work is done",
+                )

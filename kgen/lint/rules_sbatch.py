@@ -65,14 +65,14 @@ def step_nodes(s: SbatchScript, step: Step) -> tuple[int, int] | None:
     given, value = step.option("nodes")
     if given:
         got = node_range(value)
-        if got is not None and not (step.in_loop and got == (1, 1)):
-            return got  # (a per-host loop of one-node steps spans the allocation)
+        if got is not None and not (step.per_host and got == (1, 1)):
+            return got  # (per-host one-node steps, a loop's or a function's, span the allocation)
     return s.nodes
 
 
 def nodes_said(s: SbatchScript, step: Step) -> str:
     given, value = step.option("nodes")
-    if given and node_range(value) and not (step.in_loop and node_range(value) == (1, 1)):
+    if given and node_range(value) and not (step.per_host and node_range(value) == (1, 1)):
         return f"srun --nodes={value} (line {s.locate(step.line, '-N', '--nodes')})"
     d = s.directive("nodes")
     return f"#SBATCH --nodes={d.value} (line {d.line})" if d else "the allocation"
@@ -353,7 +353,8 @@ def no_srun(s: SbatchScript) -> Found:
     "A static rendezvous gets the same node rank on every node: $SLURM_NODEID (or $SLURM_PROCID) in the srun "
     "line is expanded by the batch script's shell on the first node (0) before any task starts, or the rank is "
     "a number, or torchrun's --node-rank is left at its default 0: the ranks clash and the rendezvous fails or "
-    "hangs.",
+    "hangs (a one-node job whose --nnodes follows the allocation, $SLURM_NNODES, and whose node rank the batch "
+    "shell expands breaks at the first sbatch -N 2).",
     "Let each task's own shell expand it: srun bash -c 'exec torchrun --node-rank=\"$SLURM_NODEID\" ...' (single "
     "quotes), or use a c10d rendezvous (--rdzv-backend=c10d), which assigns the ranks itself.",
     kinds=KINDS,
@@ -366,7 +367,11 @@ def same_node_rank(s: SbatchScript) -> Found:
                 continue
             if launch.form == "accelerate" and (launch.flag("rdzv_backend") or "static") != "static":
                 continue
-            if not multi_node(s, step, launch):
+            # one node today, but the launcher's node count follows the allocation: the rank the batch shell
+            # expanded is every node's as soon as sbatch -N gives the job more
+            multi = multi_node(s, step, launch)
+            scales = not multi and any(v in (launch.flag("nnodes") or "") for v in ALLOC_NODE_VARS)
+            if not multi and not (scales and step.node_rank_vars):
                 continue
             raw = launch.flag("node_rank")
             flag = launch.spelling("node_rank")
@@ -377,6 +382,11 @@ def same_node_rank(s: SbatchScript) -> Found:
             value = resolve(raw, s, launch)
             if literal_int(value) is None:
                 continue
+            if step.per_host and node_range(step.option("nodes")[1]) == (1, 1) and not step.node_rank_vars:
+                # one step per host, each on one node (a function called per host): a number is that node's rank,
+                # unless another call of the same command gives the same one
+                if _ranks_of_calls(s, step).count(value) == 1:
+                    continue
             if step.node_rank_vars and value == "0":
                 var = step.node_rank_vars[0]
                 yield (
@@ -384,10 +394,24 @@ def same_node_rank(s: SbatchScript) -> Found:
                     (
                         f"${var} in the srun line is expanded by the batch script's shell (on the first node, where it "
                         f"is 0): every node gets {flag}=0"
+                        + (
+                            f" once the job has several nodes (its {launch.spelling('nnodes')} follows the allocation)"
+                            if scales
+                            else ""
+                        )
                     ),
                 )
             else:
                 yield s.locate(step.line, flag), f"{flag}={value} is the same on every node"
+
+
+def _ranks_of_calls(s: SbatchScript, step: Step) -> list[str | None]:
+    """The node rank each step read from the same command (a function's calls) gives its launcher."""
+    out = []
+    for other in s.steps:
+        if other.node is step.node:
+            out += [resolve(x.flag("node_rank"), s, x) for x in other.launches if x.form in ("torchrun", "accelerate")]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- KG177
@@ -563,90 +587,3 @@ def job_gpus(s: SbatchScript) -> tuple[bool, int | None, str]:
     """What the job's #SBATCH directives allocate: (any GPUs, GPUs per node, how it is written)."""
     options = {d.name: d.value for d in s.directives}
     return _gpus(options, s.nodes)
-
-
-# ---------------------------------------------------------------------------------------------- KG184
-# Directives whose value only names or labels (a literal ${VAR} there is odd, not refused).
-_LABELS = {"job-name", "comment", "mail-user", "mail-type", "wckey"}
-
-
-@rule(
-    "KG184",
-    Severity.ERROR,
-    "An #SBATCH directive holds a shell expansion (--nodes=${NNODES}, --time=$TIME, --output=${LOG}/x): sbatch "
-    "reads directives as text and expands no variables, so it refuses the job (invalid node count, time or "
-    "partition) or uses the literal text (an output folder named '${LOG}' that does not exist, so the job fails).",
-    "Write the value (#SBATCH --nodes=4), or pass it on the command line, where the shell expands it: "
-    'sbatch --nodes="$NNODES" job.sbatch (the %j, %x, %u patterns work in --output).',
-    kinds=KINDS,
-    scope="sbatch",
-)
-def directive_expansion(s: SbatchScript) -> Found:
-    for d in s.directives:
-        if d.name in _LABELS or d.value is None:
-            continue
-        m = re.search(r"\$(?:\{[^}]*\}?|\(|[A-Za-z_]\w*)", d.value)
-        if m:
-            yield (
-                d.line,
-                f"#SBATCH --{d.name}={d.value}: sbatch does not expand {m.group(0)} in a directive, so the job is "
-                "refused or gets the literal text",
-            )
-
-
-# ---------------------------------------------------------------------------------------------- KG185
-_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
-
-
-@rule(
-    "KG185",
-    Severity.ERROR,
-    "srun (or mpirun) followed by VAR=value: srun runs no shell, so it executes 'VAR=value' as the program of "
-    "every task, which does not exist (execve: No such file or directory), and the step fails without training.",
-    "Set the variable for the step with srun --export=ALL,VAR=value ... (or export it before srun, or run "
-    "srun env VAR=value torchrun ...).",
-    kinds=KINDS,
-    scope="sbatch",
-)
-def srun_assignment(s: SbatchScript) -> Found:
-    for step in steps(s, "srun", "mpi"):
-        if step.argv and _ASSIGNMENT.match(step.argv[0]):
-            program = "srun" if step.kind == "srun" else "mpirun"
-            yield (
-                s.locate(step.line, step.argv[0]),
-                f"{program} runs {step.argv[0]!r} as the program of every task (no shell reads the assignment): "
-                "the step fails; use srun --export=ALL," + step.argv[0].split("=", 1)[0] + "=... or env",
-            )
-
-
-# ---------------------------------------------------------------------------------------------- KG186
-@rule(
-    "KG186",
-    Severity.ERROR,
-    "A step asks for GPUs (srun --gres=gpu:N, --gpus, --gpus-per-node, --gpus-per-task) that the job's #SBATCH "
-    "directives never allocated, or more per node than they did: srun refuses the step ('Invalid generic "
-    "resource (gres) specification' or 'Requested node configuration is not available') and nothing trains.",
-    "Allocate the GPUs in the job (#SBATCH --gres=gpu:8 or --gpus-per-node=8); the steps inherit them "
-    "(srun needs no --gres of its own).",
-    kinds=KINDS,
-    scope="sbatch",
-)
-def step_gpus_not_allocated(s: SbatchScript) -> Found:
-    if any("$" in (d.value or "") for d in s.directives if d.name.startswith(("gres", "gpus"))):
-        return  # KG184's
-    allocated, per_job, said_job = job_gpus(s)
-    for step in steps(s, "srun"):
-        asked, per_step, said = _gpus(step.options, step_nodes(s, step))
-        if not asked:
-            continue
-        where = s.locate(step.line, said.split("=", 1)[0])
-        if not allocated:
-            yield (
-                where,
-                f"srun {said} asks for GPUs, but the job's #SBATCH directives allocate none: srun refuses the step",
-            )
-        elif per_job is not None and per_step is not None and per_step > per_job:
-            yield (
-                where,
-                f"srun {said} asks for {per_step} GPUs per node, but the job has {said_job}: srun refuses the step",
-            )

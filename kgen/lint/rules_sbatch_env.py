@@ -1,5 +1,5 @@
 """sbatch rules about values the batch shell gets wrong: a rendezvous port from a bare ``$RANDOM`` (KG211), a
-``[`` test without its ``]`` (KG209), and
+``[`` test without its ``]`` (KG209), an assignment after srun that no shell reads (KG185), and
 the variables a batch script reads from Slurm (KG208): one that Slurm sets in the job only when
 the matching option was given (``$SLURM_GPUS`` without ``--gpus``: a ``--gres=gpu:2`` job has none), and one
 of sbatch's *input* variables (``$SBATCH_GPUS_PER_NODE``), which sbatch reads from the submitter's environment
@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from kgen.findings import Severity
 from kgen.launch.shelltree import unclosed_tests
 from kgen.lint.registry import rule
+from kgen.lint.rules_sbatch import steps
 from kgen.lint.sbatch import SbatchScript
 
 KINDS = ("sbatch",)
@@ -139,3 +140,28 @@ def random_port(s: SbatchScript) -> Found:
                     f"{name}={value}: $RANDOM is 0-32767, so the port may be privileged (< 1024) or held by "
                     "another job on the node; use e.g. $((20000 + SLURM_JOB_ID % 10000))",
                 )
+
+
+# ---------------------------------------------------------------------------------------------- KG185
+_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
+
+
+@rule(
+    "KG185",
+    Severity.ERROR,
+    "srun (or mpirun) followed by VAR=value: srun runs no shell, so it executes 'VAR=value' as the program of "
+    "every task, which does not exist (execve: No such file or directory), and the step fails without training.",
+    "Set the variable for the step with srun --export=ALL,VAR=value ... (or export it before srun, or run "
+    "srun env VAR=value torchrun ...).",
+    kinds=KINDS,
+    scope="sbatch",
+)
+def srun_assignment(s: SbatchScript) -> Found:
+    for step in steps(s, "srun", "mpi"):
+        if step.argv and _ASSIGNMENT.match(step.argv[0]):
+            program = "srun" if step.kind == "srun" else "mpirun"
+            yield (
+                s.locate(step.line, step.argv[0]),
+                f"{program} runs {step.argv[0]!r} as the program of every task (no shell reads the assignment): "
+                "the step fails; use srun --export=ALL," + step.argv[0].split("=", 1)[0] + "=... or env",
+            )

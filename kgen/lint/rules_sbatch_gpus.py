@@ -1,7 +1,8 @@
 """sbatch rules about GPUs the job never asks for: a batch script whose #SBATCH lines allocate no GPUs (no
 --gres=gpu, --gpus*, and no --exclusive, which allocates a node's GPUs with it) while its steps start a GPU
-launcher. On a cluster that constrains devices (ConstrainDevices=yes, the usual GPU setup) the tasks see no GPU:
-torch.cuda finds none, NCCL refuses, and the job fails or trains on CPU. Read by ``kgen.lint.sbatch``.
+launcher (KG192: on a cluster that constrains devices, ConstrainDevices=yes, the usual GPU setup, the tasks see no
+GPU: torch.cuda finds none, NCCL refuses, and the job fails or trains on CPU); and a step that asks for more GPUs
+than the job allocated (KG186: srun refuses the step). Read by ``kgen.lint.sbatch``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 
 from kgen.findings import Severity
 from kgen.lint.registry import rule
-from kgen.lint.rules_sbatch import job_gpus, name, steps, training
+from kgen.lint.rules_sbatch import _gpus, job_gpus, name, step_nodes, steps, training
 from kgen.lint.sbatch import SbatchScript
 
 KINDS = ("sbatch",)
@@ -68,3 +69,36 @@ def gpu_launcher_without_gpus(s: SbatchScript) -> Found:
         f"the job's #SBATCH lines allocate no GPUs, but it starts {name(launch)} for GPUs ({evidence}): where "
         "Slurm constrains devices the tasks see none; add #SBATCH --gpus-per-node=N (or --gres=gpu:N)",
     )
+
+
+# ---------------------------------------------------------------------------------------------- KG186
+@rule(
+    "KG186",
+    Severity.ERROR,
+    "A step asks for GPUs (srun --gres=gpu:N, --gpus, --gpus-per-node, --gpus-per-task) that the job's #SBATCH "
+    "directives never allocated, or more per node than they did: srun refuses the step ('Invalid generic "
+    "resource (gres) specification' or 'Requested node configuration is not available') and nothing trains.",
+    "Allocate the GPUs in the job (#SBATCH --gres=gpu:8 or --gpus-per-node=8); the steps inherit them "
+    "(srun needs no --gres of its own).",
+    kinds=KINDS,
+    scope="sbatch",
+)
+def step_gpus_not_allocated(s: SbatchScript) -> Found:
+    if any("$" in (d.value or "") for d in s.directives if d.name.startswith(("gres", "gpus"))):
+        return  # KG184's
+    allocated, per_job, said_job = job_gpus(s)
+    for step in steps(s, "srun"):
+        asked, per_step, said = _gpus(step.options, step_nodes(s, step))
+        if not asked:
+            continue
+        where = s.locate(step.line, said.split("=", 1)[0])
+        if not allocated:
+            yield (
+                where,
+                f"srun {said} asks for GPUs, but the job's #SBATCH directives allocate none: srun refuses the step",
+            )
+        elif per_job is not None and per_step is not None and per_step > per_job:
+            yield (
+                where,
+                f"srun {said} asks for {per_step} GPUs per node, but the job has {said_job}: srun refuses the step",
+            )

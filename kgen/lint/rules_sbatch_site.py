@@ -1,7 +1,8 @@
-"""sbatch rules about the cluster's names a script must be given: a partition, account, QOS, reservation or
-constraint left as a template's placeholder (``{ partition }``, ``<account>``, ``your-partition``, a value marked
-``# CHANGE-ME``). sbatch asks the controller for it and refuses the job ("invalid partition specified", "Invalid
-account or account/partition combination"). Read by ``kgen.lint.sbatch``.
+"""sbatch rules about what #SBATCH directives must hold as written: the cluster's names a script must be given (a
+partition, account, QOS, reservation or constraint left as a template's placeholder: ``{ partition }``,
+``<account>``, ``your-partition``, a value marked ``# CHANGE-ME``; sbatch asks the controller for it and refuses
+the job, "invalid partition specified", "Invalid account or account/partition combination"), and no shell
+expansion (sbatch reads directives as text: ``--nodes=${NNODES}`` is refused). Read by ``kgen.lint.sbatch``.
 """
 
 from __future__ import annotations
@@ -58,3 +59,32 @@ def site_placeholder(s: SbatchScript) -> Found:
         why = _why(d.name, d.value, d.text)
         if why:
             yield d.line, f"#SBATCH --{d.name}: {why}; sbatch refuses the job. Write your cluster's {d.name}"
+
+
+# ---------------------------------------------------------------------------------------------- KG184
+# Directives whose value only names or labels (a literal ${VAR} there is odd, not refused).
+_LABELS = {"job-name", "comment", "mail-user", "mail-type", "wckey"}
+
+
+@rule(
+    "KG184",
+    Severity.ERROR,
+    "An #SBATCH directive holds a shell expansion (--nodes=${NNODES}, --time=$TIME, --output=${LOG}/x): sbatch "
+    "reads directives as text and expands no variables, so it refuses the job (invalid node count, time or "
+    "partition) or uses the literal text (an output folder named '${LOG}' that does not exist, so the job fails).",
+    "Write the value (#SBATCH --nodes=4), or pass it on the command line, where the shell expands it: "
+    'sbatch --nodes="$NNODES" job.sbatch (the %j, %x, %u patterns work in --output).',
+    kinds=KINDS,
+    scope="sbatch",
+)
+def directive_expansion(s: SbatchScript) -> Found:
+    for d in s.directives:
+        if d.name in _LABELS or d.value is None:
+            continue
+        m = re.search(r"\$(?:\{[^}]*\}?|\(|[A-Za-z_]\w*)", d.value)
+        if m:
+            yield (
+                d.line,
+                f"#SBATCH --{d.name}={d.value}: sbatch does not expand {m.group(0)} in a directive, so the job is "
+                "refused or gets the literal text",
+            )

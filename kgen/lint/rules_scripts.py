@@ -80,7 +80,8 @@ def script_unclosed_test(docs: list, ctx: Context) -> Iterator:
     "KG126",
     W,
     "A training command's exit status is lost in its script (`torchrun ... || echo failed`, `&& echo OK || "
-    "echo FAILED`, `; exit 0`, `|| true`, `| tee log` without pipefail, a command after it without set -e): "
+    "echo FAILED`, `; exit 0`, `|| true`, `| tee log` without pipefail, a command after it without set -e, "
+    "`&` then a plain `wait`, which returns 0): "
     "the pod exits 0 when training failed, so the Job (JobSet, PyTorchJob ...) reports success.",
     "Let the launcher's status be the script's: `exec torchrun ...`, or `set -eo pipefail`, or `|| exit 1`.",
     scope="stream",

@@ -2,7 +2,8 @@
 as the same views), across all documents of one lint run: node counts, processes per node and world
 sizes wherever they are written, hand-set ranks, the pod's /dev/shm, start-up sleeps, rendezvous
 flags, Indexed gangs; and the helpers the other training rule modules share. The Service and DNS
-wiring is in rules_wiring.py, the failure policy and launcher modes in rules_launch.py.
+wiring is in rules_wiring.py, the launcher modes in rules_launch.py, the failure policy and QoS in
+rules_failure.py, a StatefulSet's start order in rules_startup.py.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _SETS_RANKS = {
     "kgen": "torchrun",
 }
 _ENV_REF = re.compile(r"\$\((\w+)\)")
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*_[A-Z0-9_]*|[A-Z]{2,}[0-9]*")  # NODE_RANK, RANK: no command is named so
 
 
 def _int(value: Any) -> int | None:
@@ -266,7 +268,8 @@ def world_size_agree(docs: list, ctx: Context) -> Iterator:
     "RANK, LOCAL_RANK and WORLD_SIZE are set by the launcher (torchrun, deepspeed, accelerate) for every "
     "worker; values set by hand next to it (in env, or exported by the script) are overridden and mislead.",
     "Delete them; use NODE_RANK / --node-rank for the node (a variable that only feeds a launcher flag, such "
-    "as --node_rank=$RANK, is fine).",
+    "as --node_rank=$RANK, is fine; a RANK taken from the pod's index beside a static rendezvous without "
+    "--node-rank is the node rank KG119 asks for).",
     kinds=TRAINING_KINDS,
     scope="stream",
 )
@@ -279,7 +282,7 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
             who = _SETS_RANKS[setters[0].form]
             env = {e.get("name"): i for i, e in enumerate(k8s.env_list(c)) if isinstance(e, dict)}
             for var in _HAND_SET:
-                if var in env and not _feeds_a_flag(var, launches):
+                if var in env and not _feeds_a_flag(var, launches) and not _unread_node_rank(c, env[var], setters):
                     yield (
                         w.doc,
                         cpath + ("env", env[var], "name"),
@@ -293,6 +296,19 @@ def hand_set_ranks(docs: list, ctx: Context) -> Iterator:
                         _launch_path(cpath, setters[0]),
                         f"the script exports {var}, which {who} overrides per worker; delete the export",
                     )
+
+
+def _unread_node_rank(c: dict, index: int, setters: list[Launch]) -> bool:
+    """The variable is the pod's index (a fieldRef to the controller's index annotation or label), meant as the
+    node rank of a static rendezvous that has no --node-rank: the defect is the missing flag (KG119 reports it,
+    with this variable as the fix), not a worker rank to delete."""
+    path = k8s.get(k8s.env_list(c)[index], "valueFrom", "fieldRef", "fieldPath")
+    if not isinstance(path, str) or "index" not in path:
+        return False
+    return any(
+        (launch.flag("rdzv_backend") or "static").lower() == "static" and not launch.has("node_rank")
+        for launch in setters
+    )
 
 
 def _feeds_a_flag(var: str, launches: list[Launch]) -> bool:
@@ -435,30 +451,12 @@ def mixed_rendezvous(docs: list, ctx: Context) -> Iterator:
 
 
 @rule(
-    "KG113",
-    W,
-    "A training StatefulSet should use podManagementPolicy: Parallel; OrderedReady starts pod N+1 "
-    "only when pod N is Ready, which delays or deadlocks the rendezvous.",
-    "Set podManagementPolicy: Parallel.",
-    kinds=["StatefulSet"],
-    scope="stream",
-)
-def statefulset_parallel(docs: list, ctx: Context) -> Iterator:
-    for w in workloads(docs):
-        if (
-            w.doc.kind == "StatefulSet"
-            and _multi(w)
-            and k8s.get(w.doc.data, "spec", "podManagementPolicy") != "Parallel"
-        ):
-            yield w.doc, ("spec",), "podManagementPolicy is OrderedReady (default); set podManagementPolicy: Parallel"
-
-
-@rule(
     "KG114",
     E,
     "$(VAR) expands only variables the container defines: in an env value those earlier in the same env "
     "list (or from envFrom), in command/args any of its env; $(JOB_COMPLETION_INDEX) is added by the Job "
-    "controller after yours, so an env value never sees it. Anything else stays literal.",
+    "controller after yours, so an env value never sees it. Anything else stays literal; in a shell script "
+    "the shell then runs an upper-case $(NAME) as a command, which is not found, so it expands to nothing.",
     "Define the variable in env (before its use), read it in the shell ($VAR), or use a fieldRef.",
     templates_only=True,
 )
@@ -492,20 +490,32 @@ def _env_refs(tpl: Any, containers: list, indexed_job: bool) -> Iterator:
                     )
             if isinstance(e.get("name"), str):
                 defined.add(e["name"])
-        if from_env or _is_shell_script(c):
-            continue  # a shell reads $(cmd) as command substitution: not ours to judge
+        if from_env:
+            continue  # unknown names: a ConfigMap or Secret may define anything
         if indexed_job:
             defined.add("JOB_COMPLETION_INDEX")
+        shell = _is_shell_script(c)
         for key in ("command", "args"):
             items = c.get(key)
             for j, item in enumerate(items if isinstance(items, list) else []):
                 for var in _refs(item):
-                    if var not in defined:
+                    if var in defined:
+                        continue
+                    if not shell:
                         yield (
                             cpath + (key, j),
                             (
                                 f"$({var}) stays literal: the container defines no env var {var}, so the program "
                                 f"receives the text $({var})"
+                            ),
+                        )
+                    elif _ENV_NAME.fullmatch(var):  # a shell runs $(cmd): an upper-case name is a variable meant
+                        yield (
+                            cpath + (key, j),
+                            (
+                                f"$({var}) is not expanded by Kubernetes (the container defines no env var {var}), so "
+                                f"the shell runs {var} as a command, which is not found: it expands to nothing; "
+                                f"write ${{{var}}} for a shell variable, or define {var} in env"
                             ),
                         )
 
@@ -518,9 +528,10 @@ def _refs(value: Any) -> list[str]:
 
 
 def _is_shell_script(c: dict) -> bool:
+    """The container runs a shell (directly, or through env, tini ...): it reads $(cmd) itself."""
     command, args = c.get("command"), c.get("args")
     argv = (command if isinstance(command, list) else []) + (args if isinstance(args, list) else [])
-    return bool(argv) and isinstance(argv[0], str) and argv[0].rsplit("/", 1)[-1] in _SHELLS
+    return any(isinstance(x, str) and x.rsplit("/", 1)[-1] in _SHELLS for x in argv[:3])
 
 
 @rule(

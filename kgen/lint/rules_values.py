@@ -200,3 +200,47 @@ def placeholders(doc: Any, ctx: Context) -> Iterator:
                     )
                 elif attr == "bucketName" and driver.startswith("gcsfuse.") and not _GCS_BUCKET.match(value):
                     yield at, f"bucketName {value!r} is not a GCS bucket name: the mount fails and the pod never starts"
+
+
+# $VAR / ${VAR} in an exec-form item ($$ escapes, $(VAR) is Kubernetes' own expansion: KG114's)
+_SHELL_VAR = re.compile(r"(?<!\$)\$(\{[A-Za-z_]\w*(?:[^}]*)\}|[A-Za-z_]\w*)")
+
+
+def _runs_shell_script(argv: list) -> bool:
+    """A shell with -c anywhere in the command (``bash -c``, ``/usr/bin/env bash -lc``, ``tini -- sh -c``)."""
+    for i, x in enumerate(argv):
+        if isinstance(x, str) and x.rsplit("/", 1)[-1] in _SHELLS:
+            if any(isinstance(y, str) and re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", y) for y in argv[i + 1 : i + 4]):
+                return True
+    return False
+
+
+@rule(
+    "KG215",
+    E,
+    "An exec-form command/args item (no shell runs it) holds a shell variable, $VAR or ${VAR} "
+    "(--master-addr=$LWS_LEADER_ADDRESS, --data=${DATA_DIR}/train): the kubelet starts the program directly "
+    "and Kubernetes expands only $(VAR), so the program receives the text $VAR.",
+    "Write $(VAR) for a variable of the container's env (Kubernetes expands it), or run the command through "
+    "a shell: command: [bash, -c, 'exec ... \"$VAR\"'].",
+    templates_only=True,
+)
+def exec_form_shell_var(doc: Any, ctx: Context) -> Iterator:
+    for spec, base in _pod(doc):
+        for c, path in k8s.containers(spec, base):
+            src = [(key, j) for key in ("command", "args") for j, _ in enumerate(c.get(key) or [])]
+            argv = [x for key in ("command", "args") for x in (c.get(key) or [])]
+            if not argv or _runs_shell_script(argv):
+                continue  # a shell's -c script expands its variables
+            for k, item in enumerate(argv):
+                if not isinstance(item, str) or (k and argv[k - 1] in ("-c", "-e")):
+                    continue  # python -c / perl -e code: its own syntax
+                m = _SHELL_VAR.search(item)
+                if m:
+                    name = m.group(1).strip("{}").split(":", 1)[0]
+                    yield (
+                        path + src[k],
+                        f"{item}: {m.group(0)} stays literal (no shell runs this command, and Kubernetes expands "
+                        f"only $({name})); write $({name}) if the container's env has {name}, or run it with "
+                        "bash -c",
+                    )

@@ -1,8 +1,8 @@
 """Service and DNS wiring of training workloads, across all documents of one lint run: the
 rendezvous Service a Job's subdomain / StatefulSet's serviceName names (or that selects its pods),
-its headless and not-ready settings, its selector, the pods' DNS names and the master address
-(MASTER_ADDR, --master-addr, --rdzv-endpoint) naming pod 0 -- for kinds whose controller names the
-pods (JobSet, PyTorchJob, Volcano Job, LeaderWorkerSet) from the workload model's facts.
+its headless and not-ready settings, its selector and the pods' DNS names -- for kinds whose
+controller names the pods (JobSet, PyTorchJob, Volcano Job, LeaderWorkerSet) from the workload
+model's facts. The master address that names pod 0 is ``kgen.lint.rules_master``'s.
 
 Services are paired with workloads through an index built once per run (by name, by one selector
 pair, by the workload a job-name/pod-name selector names), so the rules stay linear.
@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from functools import partial
 from typing import Any
 
 from kgen import k8s
 from kgen.findings import Severity
-from kgen.launch.argv import host_of
-from kgen.lint import kinds
-from kgen.lint.model import TRAINING_KINDS, Workload, pod0_label, pod0_name, replaced_hostname, workloads, world
+from kgen.lint.model import TRAINING_KINDS, Workload, pod0_label, pod0_name, readiness_held, workloads, world
 from kgen.lint.model import memo as _memo
 from kgen.lint.registry import Context, rule
-from kgen.lint.rules_training import _env_path, _launch_path, _multi
+from kgen.lint.rules_training import _multi
 
 E, W = Severity.ERROR, Severity.WARNING
 _MASTERISH = {"master", "leader", "head", "chief", "rank0", "rank-0", "main", "driver", "coordinator"}
@@ -184,6 +181,31 @@ def _service_world(docs: list, w: Workload) -> bool:
     return shared is not None and shared.service is not None
 
 
+_MASTER_VARS = ("MASTER_ADDR", "PET_MASTER_ADDR", "PET_RDZV_ENDPOINT", "MAIN_PROCESS_IP")
+
+
+def _finds_peers_by_ip(w: Workload) -> bool:
+    """The pods read their own IP (a status.podIP fieldRef) and nothing in the manifest names a master host
+    (MASTER_ADDR, --master-addr, --rdzv-endpoint, a script that mentions MASTER_ADDR): they publish their
+    address elsewhere (a shared volume, the API server) and their peers reach them by IP, not by DNS name."""
+    own_ip = False
+    for c, _cpath, scripted, _why in w.containers:
+        for e in k8s.env_list(c):
+            if not isinstance(e, dict):
+                continue
+            if e.get("name") in _MASTER_VARS:
+                return False
+            ref = k8s.get(e, "valueFrom", "fieldRef", "fieldPath")
+            own_ip = own_ip or ref in ("status.podIP", "status.podIPs")
+        if any(launch.master_flags() for launch in scripted.launches):
+            return False
+        if any(v in word for argv, _ in scripted.commands for word in argv for v in _MASTER_VARS):
+            return False
+        if any(v in script.source for script, _ in scripted.scripts for v in _MASTER_VARS):
+            return False
+    return own_ip
+
+
 def _in_ns(w: Workload) -> str:
     return f" (namespace {w.doc.namespace})" if w.doc.namespace else ""
 
@@ -195,7 +217,9 @@ def _in_ns(w: Workload) -> str:
     "KG100",
     W,
     "A multi-node training Job/StatefulSet has no Service among the linted files (same namespace) that its "
-    "pods' DNS names come from (subdomain/serviceName names none, or none selects its pods).",
+    "pods' DNS names come from (subdomain/serviceName names none, or none selects its pods); pods that read "
+    "their own IP (a status.podIP fieldRef) in a manifest that names no master host and no subdomain find "
+    "each other by IP and need none.",
     "Add a headless Service (clusterIP: None) selecting the pods, named like the subdomain/serviceName.",
     kinds=["Job", "StatefulSet"],
     scope="stream",
@@ -207,6 +231,8 @@ def rendezvous_service_missing(docs: list, ctx: Context) -> Iterator:
             continue
         svcs = services_for(w, docs)
         named, path = w.dns_field
+        if not named and _finds_peers_by_ip(w):
+            continue
         if named and named not in svcs:
             if _service_index(docs).by_name.get(named):
                 continue  # it exists in another namespace: KG124
@@ -248,8 +274,12 @@ def rendezvous_headless(docs: list, ctx: Context) -> Iterator:
 @rule(
     "KG102",
     W,
-    "The rendezvous Service should publish not-ready addresses, so pod DNS names resolve before "
-    "the pods are Ready (training pods have no readiness to report).",
+    "The rendezvous Service should publish not-ready addresses where the pods' DNS names are needed before "
+    "the pods are Ready: a readiness or startup probe (or a readiness gate) holds readiness back, a c10d or "
+    "etcd rendezvous makes pod 0 resolve its own name to decide that it hosts the store (unresolved, no pod "
+    "hosts it and the rendezvous times out), or kgen's entrypoint or a launcher lint cannot see waits for it. "
+    "A static rendezvous (torchrun's default, env://) retries the name until the pods are Ready, a moment "
+    "after their containers start.",
     "Set spec.publishNotReadyAddresses: true.",
     kinds=["Service"],
     scope="stream",
@@ -261,13 +291,47 @@ def rendezvous_not_ready(docs: list, ctx: Context) -> Iterator:
             yield w.doc, path, message
     for w, svc in _rendezvous_services(docs):
         if k8s.get(svc.data, "spec", "publishNotReadyAddresses") is not True:
+            why = _names_before_ready(w)
+            if why is None:
+                continue
             shared = world(docs, w)
             names = svc.name if shared is not None and shared.service == svc.name else _pod_names(w, svc.name)
             yield (
                 svc,
                 ("spec",),
-                (f"set publishNotReadyAddresses: true so {names} resolves before the pods are Ready"),
+                f"set publishNotReadyAddresses: true so {names} resolves before the pods are Ready ({why})",
             )
+
+
+_DYNAMIC = ("c10d", "etcd", "etcd-v2")
+
+
+def _names_before_ready(w: Workload) -> str | None:
+    """Why the pods of ``w`` need their DNS names before they are Ready, or None: without a probe a pod is
+    Ready a moment after its containers start, and a static rendezvous retries the master's name until then."""
+    held = readiness_held(w)
+    if held is not None:
+        return held
+    for _c, _cpath, scripted, _why in w.containers:
+        launches = [launch for launch in scripted.launches if launch.training]
+        for launch in launches:
+            backend = (launch.flag("rdzv_backend") or "").lower()
+            if backend in _DYNAMIC:
+                return f"a {backend} rendezvous: pod 0 resolves its own name to decide that it hosts the store"
+            if launch.form == "kgen":
+                return "kgen's entrypoint waits for pod 0's name"
+        if launches or any(_runs_python(argv) for argv, _ in scripted.commands):
+            continue  # a static rendezvous, or env:// in the program: both retry the master's name
+        if scripted.no_command:
+            return "the image's entrypoint launches the training, and may need the names at once"
+        return "a launcher lint cannot read starts the training, and may need the names at once"
+    return None
+
+
+def _runs_python(argv: list[str]) -> bool:
+    """``python train.py`` (through env, exec ...): a program that initialises from MASTER_ADDR (env://)."""
+    words = [w.rsplit("/", 1)[-1] for w in argv if w and "=" not in w]
+    return any(re.fullmatch(r"python[0-9.]*", w) for w in words[:3])
 
 
 @rule(
@@ -407,7 +471,9 @@ def _headless_selecting_nothing(docs: list) -> Iterator:
     "KG104",
     E,
     "A multi-node training Job's pods need spec.template.spec.subdomain naming the headless "
-    "Service (a StatefulSet's serviceName likewise), or pod DNS names such as <job>-0.<service> do not exist.",
+    "Service (a StatefulSet's serviceName likewise), or pod DNS names such as <job>-0.<service> do not exist "
+    "(not reported for pods that read their own IP, a status.podIP fieldRef, where nothing names a master host: "
+    "they find each other by IP).",
     "Set subdomain (Job) or serviceName (StatefulSet) to the rendezvous Service's name.",
     kinds=TRAINING_KINDS,
     scope="stream",
@@ -430,6 +496,8 @@ def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
             continue
         svcs = services_for(w, docs)
         named, path = w.dns_field
+        if not named and _finds_peers_by_ip(w):
+            continue  # no name asked for: the pods find each other by IP
         selecting = [
             s
             for s in svcs.values()
@@ -452,283 +520,6 @@ def dns_name_wiring(docs: list, ctx: Context) -> Iterator:
                 path,
                 f"{field_name} {named!r} names a Service that does not select these pods; use {selecting[0].name!r}",
             )
-
-
-@rule(
-    "KG105",
-    E,
-    "MASTER_ADDR (and --master-addr / --rdzv-endpoint) must name pod 0 of this workload "
-    "(<name>-0.<service>[.<namespace>.svc...], in the workload's namespace), not the Service, which "
-    "resolves to any pod (a Service "
-    "pinned to pod 0 by batch.kubernetes.io/job-completion-index or statefulset.kubernetes.io/pod-name, or by the "
-    "index labels of the kind's controller -- PyTorchJob's replica-type + replica-index, JobSet's, "
-    "LeaderWorkerSet's, Volcano's -- is fine).",
-    "Set MASTER_ADDR to <name>-0.<service>.",
-    kinds=TRAINING_KINDS,
-    scope="stream",
-)
-def master_addr(docs: list, ctx: Context) -> Iterator:
-    yield from _managed_master(docs)
-    index = _service_index(docs)
-    for w in _wired(docs):
-        if not _multi(w):
-            continue
-        svcs = services_for(w, docs)
-        svc = rendezvous_service(w, svcs)
-        named, _ = w.dns_field
-        svc_name = svc.name if svc is not None else named
-        for c, cpath, scripted, _why in w.containers:
-            launches = [launch for launch in scripted.launches if launch.training]
-            env = w.env(c)
-            checks: list[tuple[str, str, tuple]] = []
-            ma = env.get("MASTER_ADDR")
-            if isinstance(ma, str):
-                checks.append(("MASTER_ADDR", ma, _env_path(cpath, c, "MASTER_ADDR")))
-            for launch in launches:
-                for key, raw in launch.master_flags():
-                    if not raw.startswith("$"):
-                        checks.append((launch.spelling(key), host_of(raw), _launch_path(cpath, launch, key)))
-            yield from _self_master(w, c, cpath, launches, svc_name)
-            yield from _master_from_dns(w, cpath, scripted, launches, svc_name, partial(index.named, w=w))
-            shared = world(docs, w)
-            leader = shared.leader_host if shared is not None else None
-            for what, value, path in checks:
-                if "$" in value or not value:
-                    continue
-                labels = value.lower().rstrip(".").split(".")
-                if leader and labels[0] == leader and labels[1:2] == [named]:
-                    continue  # pod 0 of the workload that leads the world this one is part of
-                if shared is not None and shared.service and labels[0] == shared.service:
-                    continue  # a headless Service that selects the leader's one pod: it resolves to that pod
-                meant = _replaced(docs).get((w.doc.namespace, labels[0]))
-                if meant is not None and labels[1:2] == [named]:
-                    yield (
-                        w.doc,
-                        path,
-                        f"{what}={value} names {labels[0]}, the spec.hostname of Indexed Job {meant.name!r}, which "
-                        f"its controller replaces with {meant.name}-<index>: {labels[0]}.{named} never resolves; use "
-                        f"{pod0_name(meant, named)} (or drop completionMode: Indexed)",
-                    )
-                    continue
-                pod0 = {n for n, s in svcs.items() if k8s.selector_scope(_selector(s), w.doc) == "pod0"}
-                msg = _master_problem(value, w, svc_name, partial(index.named, w=w), pod0)
-                if msg:
-                    yield w.doc, path, f"{what}={value} {msg}"
-
-
-def _master_values(w: Workload, c: dict, cpath: tuple, scripted: Any) -> Iterator[tuple[str, str, tuple]]:
-    """(what, literal host, path) of the master addresses a training container writes: MASTER_ADDR and its
-    launchers' --master-addr / --rdzv-endpoint."""
-    ma = w.env(c).get("MASTER_ADDR")
-    if isinstance(ma, str) and ma and "$" not in ma:
-        yield "MASTER_ADDR", ma, _env_path(cpath, c, "MASTER_ADDR")
-    for launch in scripted.launches:
-        if launch.training:
-            for key, raw in launch.master_flags():
-                host = host_of(raw)
-                if host and "$" not in raw:
-                    yield launch.spelling(key), host, _launch_path(cpath, launch, key)
-
-
-@rule(
-    "KG212",
-    W,
-    "A training workload without metadata.namespace whose master address names a namespace "
-    "(<name>-0.<service>.<namespace>.svc...): the workload lands in whatever namespace it is applied to "
-    "(kubectl's context, -n), and in any other than the one written the name resolves to nothing and the "
-    "rendezvous waits.",
-    "Drop the namespace from the name (<name>-0.<service> resolves in the pods' own namespace), or set "
-    "metadata.namespace on the workload to the one the name says.",
-    kinds=TRAINING_KINDS,
-    scope="stream",
-)
-def master_namespace_pinned(docs: list, ctx: Context) -> Iterator:
-    for w in _wired(docs):
-        if w.doc.namespace or not _multi(w):
-            continue
-        named, _ = w.dns_field
-        own = pod0_label(w)
-        for c, cpath, scripted, _why in w.containers:
-            for what, value, path in _master_values(w, c, cpath, scripted):
-                parts = value.lower().rstrip(".").split(".")
-                if len(parts) >= 4 and parts[0] == own and parts[1] == named and parts[3] == "svc":
-                    yield (
-                        w.doc,
-                        path,
-                        f"{what}={value} names namespace {parts[2]!r}, but the workload sets no namespace: applied "
-                        f"anywhere else the name resolves to nothing; use {parts[0]}.{parts[1]}",
-                    )
-
-
-def _replaced(docs: list) -> dict[tuple[str, str], Workload]:
-    """Indexed Jobs by (namespace, the spec.hostname their controller replaces)."""
-
-    def build(ds: list) -> dict:
-        out: dict[tuple[str, str], Workload] = {}
-        for w in _wired(ds):
-            host = replaced_hostname(w)
-            if host:
-                out.setdefault((w.doc.namespace, host), w)
-        return out
-
-    return _memo("replaced_hostnames", docs, build)
-
-
-def _managed_master(docs: list) -> Iterator:
-    """MASTER_ADDR / --master-addr / --rdzv-endpoint of a kind whose controller names the pods
-    (JobSet, PyTorchJob, Volcano Job, LeaderWorkerSet) must name its pod 0."""
-    index = _service_index(docs)
-    for w in workloads(docs):
-        if w.user_wired or not w.facts.master_hosts or not _multi(w):
-            continue
-        want = w.facts.master_hosts[0]
-        for c, cpath, _scripted, _why in w.containers:
-            env = w.env(c)
-            checks: list[tuple[str, str, tuple]] = []
-            ma = env.get("MASTER_ADDR")
-            if isinstance(ma, str):
-                checks.append(("MASTER_ADDR", ma, _env_path(cpath, c, "MASTER_ADDR")))
-            for launch in next((found for x, _, found in w.launches if x is c), []):
-                for key, raw in launch.master_flags():
-                    if not raw.startswith("$"):
-                        checks.append((launch.spelling(key), host_of(raw), _launch_path(cpath, launch, key)))
-            for what, value, path in checks:
-                if not value or "$" in value:
-                    continue
-                host = value.lower().rstrip(".")
-                if any(host == h or host.startswith(h + ".") for h in w.facts.master_hosts):
-                    continue
-                label = host.split(".")[0]
-                if any(_pins_pod0(svc, w) for svc in index.by_name.get(label, ()) if same_namespace(svc, w.doc)):
-                    continue  # the user's own Service, pinned to pod 0 by the controller's index labels
-                if w.facts.service_like and label == w.facts.service_like:
-                    why = "names the Service, which resolves to any pod"
-                elif w.facts.service_like and host.split(".")[1:2] and label == want.split(".")[0]:
-                    why = f"has the wrong subdomain ({w.kind}'s is {w.facts.service_like!r})"
-                elif host in ("localhost", "127.0.0.1", "::1"):
-                    why = "is the pod itself, so every node starts its own world"
-                else:
-                    why = f"is not pod 0 of this {w.kind}"
-                yield w.doc, path, f"{what}={value} {why}; use {want}"
-
-
-def _pins_pod0(svc: Any, w: Workload) -> bool:
-    """A Service whose selector names pod 0's index labels (the controller's, e.g. PyTorchJob's
-    replica-type + replica-index) and else only the workload's identity or template labels selects
-    pod 0 alone (nebius/ml-cookbook's PyTorchJob rendezvous Service)."""
-    index = w.facts.pod0_index
-    sel = _selector(svc)
-    if not index or any(sel.get(k) != v for k, v in index.items()):
-        return False
-    first = kinds.templates(w.doc)[0]
-    allowed = {**first.labels, **w.facts.pod_identity, **index}
-    return all(allowed.get(k) == v for k, v in sel.items())
-
-
-_SELF_FIELDS = {"status.podIP", "status.podIPs", "metadata.name", "spec.nodeName", "status.hostIP", "status.hostIPs"}
-_VAR_REF = re.compile(r"^\$(?:\{(\w+)\}|\((\w+)\)|(\w+))")
-
-
-def _self_master(w: Workload, c: dict, cpath: tuple, launches: list, svc: str | None) -> Iterator:
-    """MASTER_ADDR / --master-addr / --rdzv-endpoint taken from the pod's own address (fieldRef
-    status.podIP, metadata.name, $HOSTNAME, $(hostname)): every pod is its own master."""
-    want = pod0_name(w, svc)
-    own: dict[str, str] = {"HOSTNAME": "the pod's hostname"}
-    for i, e in enumerate(k8s.env_list(c)):
-        if not isinstance(e, dict) or not isinstance(e.get("name"), str):
-            continue
-        ref = k8s.get(e, "valueFrom", "fieldRef", "fieldPath")
-        value = e.get("value")
-        if ref in _SELF_FIELDS:
-            own[e["name"]] = f"fieldRef {ref}"
-        elif isinstance(value, str) and _VAR_REF.match(value) and _var_name(value) in own:
-            own[e["name"]] = own[_var_name(value)]
-        if e["name"] == "MASTER_ADDR" and e["name"] in own:
-            yield (
-                w.doc,
-                cpath + ("env", i),
-                f"MASTER_ADDR from {own['MASTER_ADDR']} is each pod's own address, so every pod starts a world "
-                f"of its own; use pod 0's name {want}",
-            )
-    for launch in launches:
-        for key, raw in launch.master_flags():
-            name = _var_name(raw) if _VAR_REF.match(raw) else None
-            source = own.get(name) if name and name != "MASTER_ADDR" else None
-            if source is None and ("$(hostname" in raw or "`hostname" in raw):
-                source = "the pod's hostname"
-            if source:
-                yield (
-                    w.doc,
-                    _launch_path(cpath, launch, key),
-                    f"{launch.spelling(key)}={raw} is {source}, each pod's own address, so every pod starts "
-                    f"a world of its own; use pod 0's name {want}",
-                )
-
-
-_DNS_LOOKUP = {"getent", "nslookup", "dig", "host", "ping"}
-
-
-def _master_from_dns(
-    w: Workload, cpath: tuple, scripted: Any, launches: list, svc: str | None, is_service: Any
-) -> Iterator:
-    """MASTER_ADDR (or the variable --master-addr / --rdzv-endpoint reads) looked up in the headless
-    Service's DNS records (``$(getent hosts <service> | head -1 ...)``): the Service's name resolves to
-    every pod, in no fixed order, so each pod may pick another master."""
-    wanted = {"MASTER_ADDR"}
-    for launch in launches:
-        for _key, raw in launch.master_flags():
-            m = _VAR_REF.match(raw)
-            if m:
-                wanted.add(_var_name(raw))
-    for script, where in scripted.scripts:
-        for cmd in script.simple_commands():
-            for a in cmd.assigns:
-                name = a.raw.split("=", 1)[0]
-                if name not in wanted:
-                    continue
-                for part in a.parts:
-                    for inner in part.script.simple_commands() if part.script is not None else []:
-                        argv = inner.argv
-                        if not argv or argv[0].rsplit("/", 1)[-1] not in _DNS_LOOKUP:
-                            continue
-                        hosts = [x for x in argv[1:] if not x.startswith("-") and x not in ("hosts", "ahostsv4")]
-                        host = hosts[0].lower().rstrip(".") if hosts else ""
-                        first = host.split(".")[0]
-                        if first and "$" not in first and (first == svc or is_service(first)):
-                            yield (
-                                w.doc,
-                                cpath + where,
-                                f"{name} is looked up with `{' '.join(argv)}`: the Service's name resolves to "
-                                f"every pod in no fixed order, so pods may pick different masters; use pod 0's "
-                                f"name {pod0_name(w, svc)}",
-                            )
-
-
-def _var_name(text: str) -> str:
-    m = _VAR_REF.match(text)
-    return (m.group(1) or m.group(2) or m.group(3)) if m else ""
-
-
-def _master_problem(value: str, w: Workload, svc: str | None, is_service: Any, pod0: set) -> str | None:
-    name, namespace = w.name, w.doc.namespace
-    want = pod0_name(w, svc)
-    own = pod0_label(w)
-    host = value.lower().rstrip(".")
-    first = host.split(".")[0]
-    if first in pod0:
-        return None  # a Service that selects only pod 0 (per-pod label) is a stable master address
-    if first == svc or is_service(first):
-        return f"names the Service, which resolves to any pod; use pod 0's name {want}"
-    parts = host.split(".")
-    if first == own and len(parts) >= 2 and (svc is None or parts[1] == svc):
-        if len(parts) >= 3 and namespace and parts[2] != namespace:
-            return f"names namespace {parts[2]!r}, but the pods run in {namespace!r}; use {want}.{namespace}.svc"
-        if len(parts) >= 4 and parts[3] != "svc":
-            return f"is not a cluster DNS name (<pod>.<service>.<namespace>.svc.<domain>); use {want}"
-        return None
-    if host in ("localhost", "127.0.0.1", "::1"):
-        return f"is the pod itself, so every node starts its own world; use {want}"
-    return f"is not pod 0 of {name!r}; use {want}"
 
 
 @rule(

@@ -12,6 +12,7 @@
   kgen's launcher model (``kgen.launch.command``: torchrun, ``python -m torch.distributed.run``, deepspeed,
   ``accelerate launch``, kgen's entrypoint, through ``bash -c '...'`` and wrappers); a launcher the batch
   script runs itself is a step of kind ``batch`` (it runs on the first node only).
+  A step in a shell function is read at each call of the function (with the values assigned before the call).
 - **Who expands what**: the batch script's shell expands the words of the srun line once, on the first node,
   before any task starts (``$SLURM_NODEID`` is 0 there; ``$(hostname)`` is the first node's name); what a task's
   own shell runs (``srun bash -c '...'``) is expanded on every node. Values the batch shell computes (command
@@ -124,6 +125,15 @@ class Step:
     in_cmdsub: bool = False  # inside $(...): its output is read, it is not the training
     in_loop: bool = False  # inside a for/while loop (a per-host `srun -N1 -w "$host" ... &` loop)
     node: Any = None  # the kgen.launch.shelltree.Simple command it was read from
+    # in a shell function: (the function's body, the command in it) from the step out to the call at the
+    # script's top level, ending (script body, that call); empty for a step written at the top level
+    calls: list[tuple[Any, Any]] = field(default_factory=list)
+    repeated: bool = False  # the same command runs as several steps (a function called more than once)
+
+    @property
+    def per_host(self) -> bool:
+        """Run once per host, like a loop's `srun -N1 -w "$host" ... &`: its -N1 is one of several steps."""
+        return self.in_loop or self.repeated
 
     @property
     def launches(self) -> list[Launch]:
@@ -336,12 +346,29 @@ class _Walker:
         self.context = shelltree.enclosing(script)
         self.arrays: dict[str, list[str]] = {}
         self.rank_from: dict[str, list[str]] = {}  # a variable the batch shell set from $SLURM_NODEID ...: which
+        self.functions = {c.name: c for c in shelltree.compounds(script) if c.kind == "function" and c.name}
+        self.calls: list[tuple[Any, Any]] = []  # the function calls being followed: (call, function), outermost first
+        self.positional: list[list[str]] = []  # the arguments of each followed call ($1 ... in its body)
 
     def run(self) -> None:
-        for cmd in self.script.simple_commands():
+        self._walk(self.script.simple_commands(), ())
+        count: dict[int, int] = {}
+        for step in self.s.steps:
+            count[id(step.node)] = count.get(id(step.node), 0) + 1
+        for step in self.s.steps:
+            step.repeated = count[id(step.node)] > 1
+
+    def _walk(self, cmds: Iterable[shelltree.Simple], outer: tuple[str, ...]) -> None:
+        """Follow ``cmds`` in order; ``outer`` is what encloses the call of the function they are the body of."""
+        for cmd in cmds:
             around = self.context.get(id(cmd), ())
             if "function" in around:
-                continue  # a function's body runs where it is called: not followed
+                if not self.calls:
+                    continue  # a function's body runs where it is called: followed there
+                around = around[around.index("function") + 1 :]
+                if "function" in around:
+                    continue  # a function defined inside the one followed: runs when called
+            around = outer + around
             for a in cmd.assigns:
                 self.assign(a)
             words: list[str] = []
@@ -360,11 +387,28 @@ class _Walker:
                     if words[0] == "export" or any("x" in x for x in words[1:] if x.startswith("-")):
                         self.s.exports.add(w.raw.split("=", 1)[0])
                 continue
+            if words[0] == "shift" and self.positional:
+                n = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
+                self.positional[-1] = self.positional[-1][n:]
+                continue
+            func = self.functions.get(words[0])
+            if func is not None and func.bodies and len(self.calls) < 8 and all(f is not func for _, f in self.calls):
+                self.calls.append((cmd, func))
+                self.positional.append(words[1:])
+                self._walk(shelltree.walk_seq(func.bodies[0]), around)
+                self.positional.pop()
+                self.calls.pop()
+                continue
             step_count = len(self.s.steps)
             self.command(words, params, cmd.line, "cmdsub" in around)
             if len(self.s.steps) > step_count:
-                self.s.steps[-1].node = cmd
-                self.s.steps[-1].in_loop = any(k in ("for", "while", "until") for k in around)
+                step = self.s.steps[-1]
+                step.node = cmd
+                step.in_loop = any(k in ("for", "while", "until") for k in around)
+                if self.calls:
+                    called = [c for c, _ in self.calls[1:]] + [cmd]  # what each followed function runs next
+                    inner = [(f.bodies[0], c) for (_, f), c in zip(self.calls, called, strict=True)]
+                    step.calls = inner[::-1] + [(self.script.body, self.calls[0][0])]
 
     def assign(self, w: shelltree.Word) -> None:
         name, eq, _ = w.raw.partition("=")
@@ -407,7 +451,19 @@ class _Walker:
         used: list[str] = []
         for p in word.parts:
             text = p.text
-            if p.kind == "param":
+            if p.kind == "param" and self.positional and not p.op and (p.name.isdigit() or p.name in ("@", "*")):
+                args = self.positional[-1]  # a followed function's arguments, as its call passed them
+                if p.name.isdigit():
+                    text = args[int(p.name) - 1] if 0 < int(p.name) <= len(args) else ""
+                elif p.name == "@" and p.quoted:
+                    for k, item in enumerate(args):
+                        if k:
+                            fields.append("")
+                        fields[-1] += item
+                    continue
+                else:
+                    text = " ".join(args)
+            elif p.kind == "param":
                 name = p.name
                 used.extend(self.rank_from.get(name, []))
                 if p.op == "?complex" and name in self.arrays and re.fullmatch(r"\$\{\w+\[[@*]\]\}", text):
@@ -486,8 +542,11 @@ def findings(s: SbatchScript, skip: Iterable[str] = ()) -> list[Finding]:
             continue
         if rule.id in skipped and rule.id != "KG170":
             continue
+        seen = set()  # a step in a shell function called twice is read twice: one finding each
         for line, message in rule.fn(s):
-            out.append(Finding(rule.id, rule.severity, message, s.file, line, 1, "", "sbatch", s.job_name))
+            if (line, message) not in seen:
+                seen.add((line, message))
+                out.append(Finding(rule.id, rule.severity, message, s.file, line, 1, "", "sbatch", s.job_name))
     out.sort(key=lambda f: (f.line, f.rule_id))
     return out
 

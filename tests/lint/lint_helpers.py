@@ -120,6 +120,17 @@ def statefulset(name: str = "llama", nodes: int = 4, gpus: int = 8) -> dict:
     }
 
 
+def hide_not_ready(docs: list) -> list:
+    """The "job" base with a Service that hides not-ready pods while a c10d rendezvous needs pod 0's name
+    before the pods are Ready (pod 0 resolves it to decide that it hosts the store): KG102, a warning, the
+    only finding."""
+    docs[0]["spec"].pop("publishNotReadyAddresses")
+    args = docs[1]["spec"]["template"]["spec"]["containers"][0]["args"]
+    name = docs[1]["metadata"]["name"]
+    args[2:5] = ["--rdzv-backend=c10d", f"--rdzv-endpoint={name}-0.{name}:29500", f"--rdzv-id={name}"]
+    return docs
+
+
 def network_policy(name: str = "llama") -> dict:
     """The policy kgen render emits: ingress to the run's pods only from the run's pods."""
     sel = {"matchLabels": {"app.kubernetes.io/instance": name, "kgen.dev/role": "trainer"}}

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from click.testing import CliRunner
-from lint_helpers import BASES, FIXTURES, dump
+from lint_helpers import BASES, FIXTURES, dump, hide_not_ready
 
 from kgen.cli import cli
 
@@ -20,9 +20,8 @@ def run(args, input=None):
 
 @pytest.fixture
 def bad_file(tmp_path):
-    docs = BASES["job"]()
+    docs = hide_not_ready(BASES["job"]())
     docs[1]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = "512GB"
-    docs[0]["spec"].pop("publishNotReadyAddresses")
     path = tmp_path / "bad.yaml"
     path.write_text(dump(docs))
     return path
@@ -38,7 +37,7 @@ def test_text_format_is_exact(bad_file):
     assert code == 1 and err == ""
     assert out.splitlines() == [
         f"{bad_file}:9:1: KG102 warning: set publishNotReadyAddresses: true so llama-N.llama resolves before the "
-        "pods are Ready [spec]",
+        "pods are Ready (a c10d rendezvous: pod 0 resolves its own name to decide that it hosts the store) [spec]",
         f"{bad_file}:70:13: KG047 error: '512GB' is not a Kubernetes quantity (e.g. 512Gi, 500m, 8) "
         "[spec.template.spec.containers[0].resources.limits.memory]",
     ]
@@ -238,8 +237,7 @@ def test_empty_stdin_is_an_input_error_not_a_clean_pass():
 
 @pytest.fixture
 def warning_only_file(tmp_path):
-    docs = BASES["job"]()
-    docs[0]["spec"].pop("publishNotReadyAddresses")  # KG102, a warning
+    docs = hide_not_ready(BASES["job"]())  # KG102, a warning
     path = tmp_path / "warn.yaml"
     path.write_text(dump(docs))
     return path
@@ -375,7 +373,8 @@ def test_github_annotations(bad_file):
     assert code == 1
     assert out.splitlines() == [
         f"::warning file={bad_file},line=9,col=1,title=KG102::set publishNotReadyAddresses: true so llama-N.llama "
-        "resolves before the pods are Ready [spec]",
+        "resolves before the pods are Ready (a c10d rendezvous: pod 0 resolves its own name to decide that it hosts "
+        "the store) [spec]",
         f"::error file={bad_file},line=70,col=13,title=KG047::'512GB' is not a Kubernetes quantity (e.g. 512Gi, "
         "500m, 8) [spec.template.spec.containers[0].resources.limits.memory]",
     ]

@@ -66,7 +66,11 @@ _BAD_POD = {
             {"name": "Trainer_1", "image": "ubuntu"},
             {"name": "fetch", "image": "your-registry/fetch:v1", "command": ["python", "fetch.py"]},
             {"name": "local", "image": "medical-training:latest", "imagePullPolicy": "Always", "command": ["x"]},
-            {"name": "local-2", "image": "medical-training:1.4", "command": ["x"]},  # IfNotPresent, on 2 pods
+            {
+                "name": "local-2",
+                "image": "medical-training:1.4",
+                "command": ["x", "--out=$OUT"],
+            },  # IfNotPresent, on 2 pods
             {"name": "metrics", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5"},
         ],
     },

@@ -187,6 +187,11 @@ CASES = [
         _script_job("set -e; " + OK_TORCHRUN + "; echo OK"),
     ),
     ("KG126", _script_job(OK_TORCHRUN + "; exit 0"), _script_job("exec " + OK_TORCHRUN)),
+    (  # in the background: a plain `wait` returns 0 whatever it exits with; `wait $pid` returns its status
+        "KG126",
+        _script_job(OK_TORCHRUN + " &\nwait"),
+        _script_job(OK_TORCHRUN + " &\npid=$!\nwait $pid"),
+    ),
     (  # a `[` without its `]` word is never true: the branch never runs
         "KG210",
         _script_job('if [ "$GPUS" == 8 ] || [ "$GPUS" == 4]; then export NCCL_ALGO=Ring; fi; exec ' + OK_TORCHRUN),
@@ -332,7 +337,34 @@ def _lws(network: dict) -> dict:
     }
 
 
+def _lws_torchrun(size: int, leader_rank: str) -> dict:
+    """A LeaderWorkerSet whose leader runs torchrun with a literal node rank and whose workers take theirs
+    from LWS_WORKER_INDEX: the leader template makes one pod per group, so its literal rank is its own."""
+
+    def pod(rank: str) -> dict:
+        argv = ["torchrun", f"--nnodes={size}", "--nproc-per-node=8", f"--node-rank={rank}"]
+        argv += ["--master-addr=$(LWS_LEADER_ADDRESS)", "--master-port=29500", "train.py"]
+        return {"spec": {"containers": [{"name": "t", "image": "ghcr.io/acme/train:1.4", "command": argv}]}}
+
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "llm", "namespace": "ml"},
+        "spec": {
+            "replicas": 2,
+            "leaderWorkerTemplate": {
+                "size": size,
+                "leaderTemplate": pod(leader_rank),
+                "workerTemplate": pod("1" if leader_rank == "$(LWS_WORKER_INDEX)" else "$(LWS_WORKER_INDEX)"),
+            },
+        },
+    }
+
+
 CASES += [
+    # a literal node rank in a template of one pod per world (an LWS leader) is that pod's; in a template of
+    # several pods (three workers of a group of four) it is the same in every one
+    ("KG119", [_lws_torchrun(4, "$(LWS_WORKER_INDEX)")], [_lws_torchrun(4, "0")]),
     ("KG132", [_volcano(1)], [_volcano(None)]),
     ("KG132", [_volcano(2)], [_volcano(4)]),
     ("KG133", [_trainjob("template")], [_trainjob("metadata")]),
@@ -673,11 +705,23 @@ def test_an_unknown_launcher_in_a_multi_pod_workload_gets_the_pod_rules():
     assert "KG110" in rule_ids(lint_docs(entrypoint))
 
 
-def test_a_single_gpu_pod_or_an_inference_statefulset_is_not_training():
+def _one_pod_job(gpus: int) -> list:
     one = _job_with(["python3", "predict.py"], None)
     one[1]["spec"]["completions"] = one[1]["spec"]["parallelism"] = 1
     one[1]["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] = {}
-    assert "KG110" not in rule_ids(lint_docs(one))
+    c = one[1]["spec"]["template"]["spec"]["containers"][0]
+    c["resources"]["requests"]["nvidia.com/gpu"] = c["resources"]["limits"]["nvidia.com/gpu"] = gpus
+    return one
+
+
+def test_a_one_pod_job_with_several_gpus_gets_the_pod_rules():
+    # one process driving 4 GPUs (DataParallel, DataLoader workers) or a launcher lint cannot see: /dev/shm
+    ids = rule_ids(lint_docs(_one_pod_job(4)))
+    assert "KG110" in ids and not {"KG104", "KG105", "KG119"} & ids  # no world to wire
+
+
+def test_a_single_gpu_pod_or_an_inference_statefulset_is_not_training():
+    assert not {"KG110", "KG138"} & rule_ids(lint_docs(_one_pod_job(1)))
     sts = BASES["sts"]()
     c = sts[1]["spec"]["template"]["spec"]["containers"][0]
     c["command"], c["args"] = ["vllm", "serve", "m"], []

@@ -6,7 +6,7 @@ Cases mutate realistic, valid manifests (conftest.BASES); each base alone lints 
 from __future__ import annotations
 
 import pytest
-from lint_helpers import BASES, all_of, delete_at, lint_docs, rule_ids, set_at
+from lint_helpers import BASES, all_of, delete_at, hide_not_ready, lint_docs, rule_ids, set_at
 
 from kgen.findings import Severity
 from kgen.lint.registry import load_rules
@@ -22,6 +22,26 @@ def _append(path, value):
     return mutate
 
 
+def _peers_by_ip(master: bool, service: bool = True):
+    """A Job without a subdomain whose pods read their own IP (a status.podIP fieldRef) and run a script lint
+    cannot see (it publishes the address elsewhere); ``master``: the manifest also names a master host;
+    without ``service`` no Service selects the pods."""
+
+    def mutate(docs):
+        if not service:
+            docs[0]["spec"]["selector"] = {"app": "inference"}
+        c = docs[1]["spec"]["template"]["spec"]["containers"][0]
+        del docs[1]["spec"]["template"]["spec"]["subdomain"]
+        c["command"], c["args"] = ["/bin/bash", "/app/entrypoint.sh"], []
+        c["env"] = [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "WORLD_SIZE", "value": "4"},
+        ] + ([{"name": "MASTER_ADDR", "value": "llama-0.llama"}] if master else [])
+
+    return mutate
+
+
+_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 J = (1,)  # the Job / StatefulSet document in the "job" / "sts" bases
 POD = (1, "spec", "template", "spec")
 C0 = POD + ("containers", 0)
@@ -223,8 +243,18 @@ FAILING = [
     ("KG090", "pdb", set_at((0, "spec", "maxUnavailable"), 1), "1.37"),
     ("KG090", "pdb", set_at((0, "spec", "minAvailable"), "150%"), "1.37"),
     ("KG100", "job", set_at(POD + ("subdomain",), "other"), "1.37"),
+    ("KG100", "job", _peers_by_ip(master=True, service=False), "1.37"),
     ("KG101", "job", set_at(SVC + ("spec", "clusterIP"), "10.0.0.9"), "1.37"),
-    ("KG102", "job", delete_at(SVC + ("spec", "publishNotReadyAddresses")), "1.37"),
+    ("KG102", "job", hide_not_ready, "1.37"),  # c10d: pod 0 resolves its own name to host the store
+    (  # a readiness probe: the names appear only once it passes
+        "KG102",
+        "job",
+        all_of(
+            delete_at(SVC + ("spec", "publishNotReadyAddresses")),
+            set_at(C0 + ("readinessProbe",), {"tcpSocket": {"port": 29500}}),
+        ),
+        "1.37",
+    ),
     (
         "KG140",
         "job",
@@ -236,6 +266,7 @@ FAILING = [
     ),
     ("KG103", "job", set_at(SVC + ("spec", "selector", "role"), "master"), "1.37"),
     ("KG104", "job", delete_at(POD + ("subdomain",)), "1.37"),
+    ("KG104", "job", _peers_by_ip(master=True), "1.37"),  # the pod's IP, but a DNS name as the master
     ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=llama.ml.svc.cluster.local"), "1.37"),
     ("KG105", "job", _append(ENV, {"name": "MASTER_ADDR", "value": "llama"}), "1.37"),
     ("KG106", "job", set_at(C0 + ("args", 0), "--nnodes=2"), "1.37"),
@@ -254,6 +285,7 @@ FAILING = [
         "1.37",
     ),
     ("KG109", "job", _append(ENV, {"name": "LOCAL_RANK", "value": "0"}), "1.37"),
+    ("KG109", "job", _append(ENV, {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": _INDEX}}}), "1.37"),
     ("KG110", "job", set_at(POD + ("volumes", 0, "emptyDir"), {}), "1.37"),
     (
         "KG111",
@@ -276,7 +308,27 @@ FAILING = [
         set_at(C0 + ("command",), ["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=llama-0.llama:29400"]),
         "1.37",
     ),
-    ("KG113", "sts", delete_at(J + ("spec", "podManagementPolicy")), "1.37"),
+    (  # a readiness probe holds pod 0 back from Ready, and with it pod 1's creation
+        "KG113",
+        "sts",
+        all_of(
+            delete_at(J + ("spec", "podManagementPolicy")),
+            set_at(C0 + ("readinessProbe",), {"httpGet": {"path": "/healthz", "port": 8080}}),
+        ),
+        "1.37",
+    ),
+    ("KG213", "sts", delete_at(J + ("spec", "podManagementPolicy")), "1.37"),
+    ("KG215", "job", set_at(C0 + ("args", 3), "--master-addr=$MASTER_HOST"), "1.37"),  # exec form: no shell
+    ("KG215", "job", set_at(C0 + ("args", 5), "${DATA_DIR}/train.py"), "1.37"),
+    (  # the work, then an endless loop: the Job never completes
+        "KG214",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c", "torchrun train.py\nwhile true; do sleep 3600; done"]),
+            delete_at(C0 + ("args",)),
+        ),
+        "1.37",
+    ),
     ("KG114", "job", _append(ENV, {"name": "RANK_OF_NODE", "value": "$(JOB_COMPLETION_INDEX)"}), "1.37"),
     ("KG115", "job", delete_at(J + ("spec", "completionMode")), "1.37"),
     ("KG116", "job", set_at(J + ("spec", "parallelism"), 2), "1.37"),
@@ -371,6 +423,21 @@ FAILING = [
     ),
     ("KG105", "job", set_at(C0 + ("args", 3), "--master-addr=$(HOSTNAME)"), "1.37"),
     ("KG114", "job", set_at(C0 + ("args", 3), "--master-addr=$(MASTER_ADDR)"), "1.37"),  # no such env var
+    (  # a shell variable written $(VAR): Kubernetes leaves it, and the shell runs MASTER_HOST as a command
+        "KG114",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c"]),
+            set_at(
+                C0 + ("args",),
+                [
+                    "MASTER_HOST=llama-0.llama\nexec torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$(NODE_RANK) "
+                    "--master-addr=$(MASTER_HOST) train.py"
+                ],
+            ),
+        ),
+        "1.37",
+    ),
     ("KG124", "job", set_at(SVC + ("metadata", "namespace"), "default"), "1.37"),
     # the same object twice among the inputs
     (
@@ -490,6 +557,57 @@ FAILING = [
 
 # (rule, base, mutation, version) -- near-misses that must NOT report `rule`
 PASSING = [
+    # Kubernetes' own $(VAR), its $$ escape, and a shell's -c script that expands $VAR itself
+    (
+        "KG215",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["/usr/bin/env", "bash", "-lc", 'exec torchrun --node-rank="$NODE_RANK" x.py']),
+            delete_at(C0 + ("args",)),
+        ),
+        "1.37",
+    ),
+    ("KG215", "job", set_at(C0 + ("args", 2), "--node-rank=$(NODE_RANK)"), "1.37"),
+    ("KG215", "job", set_at(C0 + ("args", 6), "--price=$$5"), "1.37"),
+    (
+        "KG215",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c", 'exec torchrun --node-rank="$NODE_RANK" train.py']),
+            delete_at(C0 + ("args",)),
+        ),
+        "1.37",
+    ),
+    # a retry loop that breaks when the training succeeds: the pod ends
+    (
+        "KG214",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c", "while true; do torchrun train.py && break; sleep 60; done"]),
+            delete_at(C0 + ("args",)),
+        ),
+        "1.37",
+    ),
+    # RANK from the pod's index beside a static torchrun without --node-rank: the node rank KG119 asks for
+    (
+        "KG109",
+        "job",
+        all_of(
+            _append(ENV, {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": _INDEX}}}),
+            delete_at(C0 + ("args", 2)),
+        ),
+        "1.37",
+    ),
+    # OrderedReady without a probe: the pods start one after another (KG213, info), nothing deadlocks
+    ("KG113", "sts", delete_at(J + ("spec", "podManagementPolicy")), "1.37"),
+    # Parallel with a probe: every pod is created at once
+    ("KG113", "sts", set_at(C0 + ("readinessProbe",), {"httpGet": {"path": "/healthz", "port": 8080}}), "1.37"),
+    # a static rendezvous (--master-addr) and no probe: the name resolves a moment after the pods start, and
+    # torchrun's store client retries it until then
+    ("KG102", "job", delete_at(SVC + ("spec", "publishNotReadyAddresses")), "1.37"),
+    # the pods read their own IP and nothing names a master host: they find each other by IP, not DNS
+    ("KG104", "job", _peers_by_ip(master=False), "1.37"),
+    ("KG100", "job", _peers_by_ip(master=False, service=False), "1.37"),
     # the namespace the workload is pinned to: the name resolves wherever it is applied
     ("KG212", "job", set_at(C0 + ("args", 3), "--master-addr=llama-0.llama.ml.svc.cluster.local"), "1.37"),
     (  # no namespace anywhere: the short name resolves in the pods' own namespace
@@ -715,6 +833,30 @@ PASSING = [
         "1.37",
     ),  # the shell's command substitution
     (
+        "KG114",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["bash", "-c"]),
+            set_at(
+                C0 + ("args",),
+                [
+                    "exec torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$(NODE_RANK) "
+                    "--master-addr=llama-0.llama train.py"
+                ],
+            ),
+        ),
+        "1.37",
+    ),  # an env var of the container: Kubernetes expands it before the shell runs
+    (
+        "KG114",
+        "job",
+        all_of(
+            set_at(C0 + ("command",), ["/usr/bin/env", "bash", "-c", "exec torchrun --rdzv-id=$(hostname) x.py"]),
+            delete_at(C0 + ("args",)),
+        ),
+        "1.37",
+    ),  # a shell through env: $(hostname) is its command substitution
+    (
         "KG027",
         "cm",
         _append((), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "llama-config"}}),
@@ -870,8 +1012,7 @@ def test_every_registered_rule_has_a_failing_case():
 
 
 def test_error_findings_set_exit_code_and_warnings_do_not():
-    docs = BASES["job"]()
-    delete_at(SVC + ("spec", "publishNotReadyAddresses"))(docs)  # KG102 is a warning
+    docs = hide_not_ready(BASES["job"]())  # KG102 is a warning
     result = lint_docs(docs)
     assert [f.severity for f in result.findings] == [Severity.WARNING]
     assert result.exit_code == 0

@@ -80,7 +80,7 @@ def test_seed003_statefulset_guide_defects():
     assert found["KG105"][0].message.startswith("MASTER_ADDR=train-rdzv names the Service")
     assert "train-llm-0.train-rdzv" in found["KG105"][0].message
     assert "--node-rank" in found["KG112"][0].message
-    assert {"KG102", "KG113", "KG129"} <= set(found)
+    assert {"KG102", "KG213", "KG129"} <= set(found)  # OrderedReady, no probe: pods start one by one (info)
     assert found["KG138"][0].severity.value == "info"  # a 1-GPU pod without /dev/shm: a condition, not a defect
 
 

@@ -81,6 +81,9 @@ ABORT_GRACE=3.0
 SIGNAL_GRACE=20.0
 PROGRESS_EVERY=10.0
 BACKOFF_FIRST,BACKOFF_MAX=0.05,1.0
+
+REFUSED_RATE=2000.0
+LOOKUP_RATE=200.0
 HANDSHAKE_TIMEOUT=5.0
 FAIL_VERDICT_WAIT=2.0
 STOP_GRACE=10.0
@@ -1469,11 +1472,11 @@ def handshake(cfg,sock,first):
  return session,session.open(line),rest
 
 
-def open_session(cfg,first,timeout,host=None):
+def open_session(cfg,first,timeout,host=None,addrs=None):
 
 
 
- addrs=resolve(host or cfg.master_addr,cfg.liveness_port)
+ addrs=addrs or resolve(host or cfg.master_addr,cfg.liveness_port)
  last:Exception=OSError('no address')
  for addr in addrs:
   family=socket.AF_INET6 if len(addr)==4 else socket.AF_INET
@@ -1493,10 +1496,12 @@ def open_session(cfg,first,timeout,host=None):
  raise last
 
 
-def connect_once(cfg,hello,timeout):
+def connect_once(
+ cfg,hello,timeout,addrs=None
+):
 
 
- sock,session,answer,rest=open_session(cfg,hello,timeout)
+ sock,session,answer,rest=open_session(cfg,hello,timeout,addrs=addrs)
  if answer['t']==MSG_WELCOME:
   return sock,session,rest
  sock.close()
@@ -1722,7 +1727,24 @@ def stop_unconnected(cfg):
  return stopped_by_user(host)
 
 
+def refused_poll(nnodes):
+
+
+
+ return min(BACKOFF_MAX,max(0.05,(nnodes-1)/REFUSED_RATE))
+
+
+def lookup_poll(nnodes):
+
+
+
+ return min(BACKOFF_MAX,max(0.25,(nnodes-1)/LOOKUP_RATE))
+
+
 def wait_for_master(cfg,sigs,last=-1):
+
+
+
 
 
 
@@ -1750,6 +1772,7 @@ def wait_for_master(cfg,sigs,last=-1):
  denied_since:float|None=None
  denied_reason=''
  target=f'{cfg.master_addr}:{cfg.liveness_port}'
+ refused:tuple[list,float]|None=None
  log(f'waiting for node 0 at {target} (liveness port; bound {bound_name}={bound:g}s)')
  while True:
   if sigs.pending:
@@ -1762,8 +1785,14 @@ def wait_for_master(cfg,sigs,last=-1):
   attempts+=1
   now=time.monotonic()
   denied=False
+  addrs:list|None=None
+  resolved_at=now
+  if refused is not None and now-refused[1]<BACKOFF_MAX:
+   addrs,resolved_at=refused
+  refused,unresolved=None,False
   try:
-   sock,session,rest=connect_once(cfg,hello,timeout=max(0.2,min(5.0,deadline-now)))
+   addrs=addrs or resolve(cfg.master_addr,cfg.liveness_port)
+   sock,session,rest=connect_once(cfg,hello,timeout=max(0.2,min(5.0,deadline-now)),addrs=addrs)
    log(f'node 0 reachable after {time.monotonic() - start:.1f}s ({attempts} attempt(s))')
    conn=Conn(sock)
    conn.session,conn.limit=session,LINE_MAX
@@ -1771,6 +1800,7 @@ def wait_for_master(cfg,sigs,last=-1):
    return conn
   except socket.gaierror as exc:
    state=f'DNS: {cfg.master_addr!r} does not resolve ({exc.strerror or exc})'
+   unresolved=True
   except Denied as exc:
 
 
@@ -1791,6 +1821,8 @@ def wait_for_master(cfg,sigs,last=-1):
   except(OSError,ValueError)as exc:
    reason=getattr(exc,'strerror',None)or str(exc)or type(exc).__name__
    state=f'port: {target} resolved but not accepting ({reason})'
+   if isinstance(exc,ConnectionRefusedError)and addrs:
+    refused=(addrs,resolved_at)
   if not denied:
    denied_since=None
   now=time.monotonic()
@@ -1803,7 +1835,11 @@ def wait_for_master(cfg,sigs,last=-1):
   if now>=next_progress:
    log(f'still waiting for node 0 ({now - start:.0f}s of {bound:g}s): {state}')
    next_progress=now+PROGRESS_EVERY
-  delay=min(backoff,BACKOFF_MAX)*random.uniform(0.5,1.0)
+  if refused:
+   delay=refused_poll(cfg.nnodes)
+  else:
+   delay=lookup_poll(cfg.nnodes)if unresolved else min(backoff,BACKOFF_MAX)
+  delay*=random.uniform(0.5,1.0)
   backoff*=2
   sigs.sleep(min(delay,max(0.0,deadline-now)))
  if state.startswith('DNS'):

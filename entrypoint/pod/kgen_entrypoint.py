@@ -46,6 +46,7 @@ by the GPU check of --diagnose. How it works and what was measured: docs/entrypo
 from __future__ import annotations
 
 
+import contextlib
 import errno
 import hmac
 import json
@@ -61,6 +62,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -779,10 +781,18 @@ class Child:
 
 
 
- def __init__(self,argv,env=None,log_dir='',base_rank=0):
+ def __init__(
+  self,
+  argv,
+  env=None,
+  log_dir='',
+  base_rank=0,
+  proc=None,
+ ):
+
   pipe=subprocess.PIPE if log_dir else None
   _prctl()
-  self.proc=subprocess.Popen(
+  self.proc=proc or subprocess.Popen(
    argv,start_new_session=True,env=env,stdout=pipe,stderr=pipe,preexec_fn=_torchrun_dies_with_us
   )
   self.pid=self.proc.pid
@@ -2687,6 +2697,137 @@ def check_command(command,env=None):
 
 
 
+
+
+
+
+
+
+
+
+
+
+
+STANDBY_PROGRAM="""import json, os, sys
+import torch.distributed.run as run
+path = os.fdopen(int(sys.argv[1])).readline().strip()
+if not path:
+    sys.exit(0)
+with open(path) as fh:
+    spec = json.load(fh)
+os.unlink(path)
+if spec["wait"]:
+    import socket, time
+    host, port, bound, every = spec["wait"]
+    end = time.monotonic() + bound
+    try:
+        addrs = [a[4] for a in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    except OSError:
+        addrs = []
+    while addrs and time.monotonic() < end:
+        try:
+            socket.create_connection(addrs[0][:2], 1).close()
+            break
+        except OSError:
+            addrs = addrs[1:] + addrs[:1]
+            time.sleep(every)
+os.environ.clear()
+os.environ.update(spec["env"])
+sys.argv = [run.__file__, *spec["argv"]]
+run.main()
+"""
+
+
+class Standby:
+
+
+ def __init__(self):
+  self.proc:subprocess.Popen|None=None
+  self.fd=-1
+  self.since=0.0
+
+ def ready(self):
+
+  if self.proc is not None and self.proc.poll()is None:
+   return
+  self.discard()
+  rfd,wfd=os.pipe()
+  try:
+   _prctl()
+   self.proc=subprocess.Popen(
+    [sys.executable,'-c',STANDBY_PROGRAM,str(rfd)],
+    start_new_session=True,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    pass_fds=(rfd,),
+    preexec_fn=_torchrun_dies_with_us,
+   )
+  except OSError as exc:
+   log(f'note: no standby agent ({exc}): the next torchrun starts when the group has formed')
+   os.close(wfd)
+   self.proc=None
+   return
+  finally:
+   os.close(rfd)
+  self.fd,self.since=wfd,time.monotonic()
+
+ def take(self,argv,env,log_dir,base_rank,wait):
+
+
+
+  proc=self.proc
+  if proc is None or proc.poll()is not None or not log_dir:
+   self.discard()
+   return None
+  path=''
+  try:
+   fd,path=tempfile.mkstemp(prefix='kgen-agent-',suffix='.json')
+   with os.fdopen(fd,'w')as fh:
+    json.dump({'argv':argv[3:],'env':env,'wait':wait},fh)
+   os.write(self.fd,path.encode()+b'\n')
+  except OSError as exc:
+   log(f'note: the standby agent not used ({exc}): torchrun starts anew')
+   if path:
+    with contextlib.suppress(OSError):
+     os.unlink(path)
+   self.discard()
+   return None
+  os.close(self.fd)
+  self.proc,self.fd=None,-1
+  log(f'torchrun is the standby agent started {time.monotonic() - self.since:.1f}s ago (torch imported since)')
+  return Child(argv,env,log_dir,base_rank,proc)
+
+ def discard(self):
+
+  proc,self.proc=self.proc,None
+  if self.fd>=0:
+   os.close(self.fd)
+   self.fd=-1
+  if proc is not None and proc.poll()is None:
+   try:
+    os.killpg(proc.pid,signal.SIGKILL)
+   except OSError:
+    pass
+   proc.wait()
+  if proc is not None:
+   for pipe in(proc.stdout,proc.stderr):
+    if pipe is not None:
+     pipe.close()
+
+
+STANDBY=Standby()
+
+
+
+
+
+
+
+
+
+
+
+
 def start_torchrun(cfg,command,gen):
  try:
   import tempfile
@@ -2700,6 +2841,10 @@ def start_torchrun(cfg,command,gen):
  env=dict(os.environ,KGEN_RESTART_COUNT=restarts,KGEN_RDZV_ID=f'{cfg.rdzv_id}-g{gen}')
  env.update(HANG.worker_env(env))
  log(f'generation {gen}: starting: '+' '.join(argv[1:]))
+ wait=None if cfg.is_master else(cfg.master_addr,cfg.master_port,cfg.rdzv_timeout,refused_poll(cfg.nnodes))
+ standby=STANDBY.take(argv,env,log_dir,cfg.node_rank*cfg.nproc,wait)
+ if standby is not None:
+  return standby
  try:
   return Child(argv,env,log_dir,cfg.node_rank*cfg.nproc)
  except OSError as exc:
@@ -2759,6 +2904,7 @@ def end_local(cfg,sigs,child,stop):
 def hold_if_statefulset(cfg,sigs,what='run succeeded'):
 
 
+ STANDBY.discard()
  if cfg.kind!='statefulset':
   return
  log(f'{what}; holding idle so restartPolicy Always does not retrain; kgen stop NAME to remove')
@@ -2935,6 +3081,7 @@ def run_hub(cfg,command,sigs,sel):
     log(f'{what}: {reason}; stopping torch and re-forming (generation {hub.gen + 1})')
     hub.abort(reason)
     child.kill_tree(ABORT_GRACE)
+    STANDBY.ready()
     break
    if code==EXIT_RUN_FAILED and fault=='lost':
     reason=f'{why}: {reason}'
@@ -3031,6 +3178,7 @@ def run_spoke(cfg,command,sigs,sel):
     reason=f'node 0 lost: {reason}'
    log(f're-forming: {reason}; stopping torch (generation {gen})')
    child.kill_tree(ABORT_GRACE)
+   STANDBY.ready()
    last=gen
    break
 
@@ -3054,6 +3202,8 @@ def run(cfg,command):
   raise
  except Exception as exc:
   stop=internal_stop(exc)
+ finally:
+  STANDBY.discard()
  HANG.cleanup()
  raise stop
 

@@ -14,6 +14,8 @@ import time
 import pytest
 from test_entrypoint_fast import ep
 
+pytestmark = pytest.mark.torch
+
 
 def gone(pid: int) -> bool:
     try:

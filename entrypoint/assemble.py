@@ -63,6 +63,7 @@ PARTS = (
     ("hub", True),
     ("spoke", True),
     ("command", True),
+    ("standby", True),
     ("torchrun", True),
     ("smoke", True),
     ("diagnose", True),

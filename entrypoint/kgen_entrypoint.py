@@ -46,6 +46,7 @@ by the GPU check of --diagnose. How it works and what was measured: docs/entrypo
 from __future__ import annotations
 
 # ==== entrypoint/assemble.py: the standard library imports of every part ====
+import contextlib
 import errno
 import hmac
 import json
@@ -61,6 +62,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -81,6 +83,9 @@ ABORT_GRACE = 3.0  # fail-stop: SIGTERM to the local tree, then SIGKILL after th
 SIGNAL_GRACE = 20.0  # SIGTERM/SIGINT received: torchrun gets this long before SIGKILL (k8s: 30 s)
 PROGRESS_EVERY = 10.0  # a progress line while waiting for node 0
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0  # master wait: exponential backoff with jitter
+# Waiting for node 0 that is not there yet (its pod starting): the whole group's attempts per second, at most
+REFUSED_RATE = 2000.0  # its address resolves, its port refuses: connections to that address (no name lookup)
+LOOKUP_RATE = 200.0  # its name does not resolve: name lookups (never slower than the backoff, BACKOFF_MAX)
 HANDSHAKE_TIMEOUT = 5.0  # node 0 must answer a hello within this; a member must say hello within this
 FAIL_VERDICT_WAIT = 2.0  # a torchrun failed: node 0 waits this long for a lost node to explain it
 STOP_GRACE = 10.0  # stopped by user: SIGTERM to the local tree, SIGKILL after this (a script may checkpoint)
@@ -776,10 +781,18 @@ class Child:
     its output and its workers' (torchrun --redirects 3 into `log_dir`) go through a Pump: whole lines only,
     a worker's after "[rank R] " (docs/entrypoint.md#logs)."""
 
-    def __init__(self, argv: list[str], env: dict | None = None, log_dir: str = "", base_rank: int = 0) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict | None = None,
+        log_dir: str = "",
+        base_rank: int = 0,
+        proc: subprocess.Popen | None = None,
+    ) -> None:
+        """`proc`: torchrun already running (the standby agent, entrypoint/parts/standby.py), else started here."""
         pipe = subprocess.PIPE if log_dir else None
         _prctl()  # looked up here: the child only calls it
-        self.proc = subprocess.Popen(
+        self.proc = proc or subprocess.Popen(
             argv, start_new_session=True, env=env, stdout=pipe, stderr=pipe, preexec_fn=_torchrun_dies_with_us
         )
         self.pid = self.proc.pid
@@ -1469,11 +1482,11 @@ def handshake(cfg: Config, sock: socket.socket, first: dict) -> tuple[Session, d
     return session, session.open(line), rest
 
 
-def open_session(cfg: Config, first: dict, timeout: float, host: str | None = None):
-    """One attempt: resolve node 0 (or `host`), connect, prove membership, send `first`.
+def open_session(cfg: Config, first: dict, timeout: float, host: str | None = None, addrs: list | None = None):
+    """One attempt: resolve node 0 (or `host`; `addrs`: resolved already), connect, prove membership, send `first`.
 
     Returns (socket, session, answer, rest). Raises socket.gaierror, OSError, ProtocolError, Denied."""
-    addrs = resolve(host or cfg.master_addr, cfg.liveness_port)
+    addrs = addrs or resolve(host or cfg.master_addr, cfg.liveness_port)
     last: Exception = OSError("no address")
     for addr in addrs:
         family = socket.AF_INET6 if len(addr) == 4 else socket.AF_INET
@@ -1493,10 +1506,12 @@ def open_session(cfg: Config, first: dict, timeout: float, host: str | None = No
     raise last
 
 
-def connect_once(cfg: Config, hello: dict, timeout: float) -> tuple[socket.socket, Session, bytes]:
-    """One attempt to join: open a session with a hello. Raises socket.gaierror / OSError /
-    ProtocolError / Denied / Rejected."""
-    sock, session, answer, rest = open_session(cfg, hello, timeout)
+def connect_once(
+    cfg: Config, hello: dict, timeout: float, addrs: list | None = None
+) -> tuple[socket.socket, Session, bytes]:
+    """One attempt to join: open a session with a hello (`addrs`: node 0's, resolved already). Raises
+    socket.gaierror / OSError / ProtocolError / Denied / Rejected."""
+    sock, session, answer, rest = open_session(cfg, hello, timeout, addrs=addrs)
     if answer["t"] == MSG_WELCOME:
         return sock, session, rest
     sock.close()
@@ -1545,7 +1560,7 @@ class Signals:
 """Re-formation: the protocol's messages, the verdict (decide), --stop and the wait for node 0."""
 
 
-# ==== entrypoint/parts/reform.py:49 ====
+# ==== entrypoint/parts/reform.py:52 ====
 # --------------------------------------------------------------------------------------------
 # Re-formation protocol (docs/entrypoint.md, "Re-formation")
 #
@@ -1722,11 +1737,28 @@ def stop_unconnected(cfg: Config) -> Stop:
     return stopped_by_user(host)
 
 
+def refused_poll(nnodes: int) -> float:
+    """Seconds between two connection attempts of a node while node 0's address resolves but its port refuses
+    (node 0's pod is there, its entrypoint not yet listening): every 0.05 s, slower in large groups so that
+    node 0 sees at most REFUSED_RATE attempts a second from all of them, never less often than BACKOFF_MAX."""
+    return min(BACKOFF_MAX, max(0.05, (nnodes - 1) / REFUSED_RATE))
+
+
+def lookup_poll(nnodes: int) -> float:
+    """Seconds between two attempts of a node while node 0's name does not resolve (no pod 0, or not yet an
+    address): every 0.25 s in small groups, at most LOOKUP_RATE lookups a second from all of them, and never
+    less often than the backoff's BACKOFF_MAX."""
+    return min(BACKOFF_MAX, max(0.25, (nnodes - 1) / LOOKUP_RATE))
+
+
 def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
     """Active, bounded wait for node 0's entrypoint (DNS, TCP, the membership proof, hello/welcome).
 
-    `last` is the generation this node trained in (-1: never). Every attempt resolves the name
-    again (a replacement node 0 comes back with a new IP)."""
+    `last` is the generation this node trained in (-1: never). The name is resolved again at least every
+    BACKOFF_MAX (a replacement node 0 comes back with a new IP). While node 0 is not there yet the attempts do
+    not back off: while the name does not resolve, one every lookup_poll() seconds; while the address it gives
+    refuses the connection (node 0's pod is starting), one to that address every refused_poll() seconds,
+    without a lookup each time. So a node joins within a fraction of a second of node 0 listening."""
     hello = {
         "t": MSG_HELLO,
         "v": PROTOCOL,
@@ -1750,6 +1782,7 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
     denied_since: float | None = None  # the first of the denials since the last other answer
     denied_reason = ""
     target = f"{cfg.master_addr}:{cfg.liveness_port}"
+    refused: tuple[list, float] | None = None  # (node 0's addresses, when resolved) while they refuse
     log(f"waiting for node 0 at {target} (liveness port; bound {bound_name}={bound:g}s)")
     while True:
         if sigs.pending:
@@ -1762,8 +1795,14 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
         attempts += 1
         now = time.monotonic()
         denied = False
+        addrs: list | None = None
+        resolved_at = now
+        if refused is not None and now - refused[1] < BACKOFF_MAX:
+            addrs, resolved_at = refused
+        refused, unresolved = None, False
         try:
-            sock, session, rest = connect_once(cfg, hello, timeout=max(0.2, min(5.0, deadline - now)))
+            addrs = addrs or resolve(cfg.master_addr, cfg.liveness_port)
+            sock, session, rest = connect_once(cfg, hello, timeout=max(0.2, min(5.0, deadline - now)), addrs=addrs)
             log(f"node 0 reachable after {time.monotonic() - start:.1f}s ({attempts} attempt(s))")
             conn = Conn(sock)
             conn.session, conn.limit = session, LINE_MAX
@@ -1771,6 +1810,7 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
             return conn
         except socket.gaierror as exc:
             state = f"DNS: {cfg.master_addr!r} does not resolve ({exc.strerror or exc})"
+            unresolved = True
         except Denied as exc:
             # unauthenticated: whatever answers at node 0's address before node 0 proved itself (a start
             # window, node 0 being replaced, another process on its host) can say it; not yet this run's node 0
@@ -1791,6 +1831,8 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             state = f"port: {target} resolved but not accepting ({reason})"
+            if isinstance(exc, ConnectionRefusedError) and addrs:
+                refused = (addrs, resolved_at)
         if not denied:
             denied_since = None
         now = time.monotonic()
@@ -1803,7 +1845,11 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
         if now >= next_progress:
             log(f"still waiting for node 0 ({now - start:.0f}s of {bound:g}s): {state}")
             next_progress = now + PROGRESS_EVERY
-        delay = min(backoff, BACKOFF_MAX) * random.uniform(0.5, 1.0)
+        if refused:
+            delay = refused_poll(cfg.nnodes)
+        else:
+            delay = lookup_poll(cfg.nnodes) if unresolved else min(backoff, BACKOFF_MAX)
+        delay *= random.uniform(0.5, 1.0)
         backoff *= 2
         sigs.sleep(min(delay, max(0.0, deadline - now)))
     if state.startswith("DNS"):
@@ -2641,11 +2687,142 @@ def check_command(command: list[str], env: dict | None = None) -> None:
         )
 
 
+# ==== entrypoint/parts/standby.py:1 ====
+"""The standby agent: a survivor's next torchrun, its torch imported while the group waits for a replacement."""
+
+
+# ==== entrypoint/parts/standby.py:17 ====
+# --------------------------------------------------------------------------------------------
+# The standby agent (docs/entrypoint.md, "Re-formation")
+#
+# A node that stopped its torch to re-form waits (seconds: the replacement pod's back-off, scheduling and
+# start) and then starts a new torchrun, whose first seconds are the agent importing torch. So, between
+# generations, the node starts that interpreter ahead: it imports torchrun's module and blocks on a pipe. On
+# `start` the entrypoint writes the generation's torchrun arguments and environment to a private file and its
+# path to the pipe; the standby takes them as its own (sys.argv, os.environ) and runs torchrun's main, the
+# same code `python -m torch.distributed.run` runs. Nothing of torch.distributed happens before `start`: no
+# store, no rendezvous, no worker. An empty line or the pipe's end (discarded, or the entrypoint is gone) ends
+# it; when it is not there or has exited by `start`, torchrun starts as before.
+# On every node but 0, the standby first waits until node 0's rendezvous port accepts a connection (a TCP
+# connect, closed at once: node 0's torchrun may still be importing torch when node 0 was the one replaced):
+# torch's store client retries with a growing back-off, which, started seconds early, would join seconds late.
+# --------------------------------------------------------------------------------------------
+
+STANDBY_PROGRAM = """import json, os, sys
+import torch.distributed.run as run
+path = os.fdopen(int(sys.argv[1])).readline().strip()
+if not path:
+    sys.exit(0)
+with open(path) as fh:
+    spec = json.load(fh)
+os.unlink(path)
+if spec["wait"]:
+    import socket, time
+    host, port, bound, every = spec["wait"]
+    end = time.monotonic() + bound
+    try:
+        addrs = [a[4] for a in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    except OSError:
+        addrs = []
+    while addrs and time.monotonic() < end:
+        try:
+            socket.create_connection(addrs[0][:2], 1).close()
+            break
+        except OSError:
+            addrs = addrs[1:] + addrs[:1]
+            time.sleep(every)
+os.environ.clear()
+os.environ.update(spec["env"])
+sys.argv = [run.__file__, *spec["argv"]]
+run.main()
+"""
+
+
+class Standby:
+    """At most one standby agent on this node: started between generations, taken by the next one's `start`."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.fd = -1  # the pipe's writing end
+        self.since = 0.0
+
+    def ready(self) -> None:
+        """Start the standby unless one is there (this node stopped its torch and waits to re-form)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self.discard()
+        rfd, wfd = os.pipe()
+        try:
+            _prctl()  # looked up here: the child only calls it
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", STANDBY_PROGRAM, str(rfd)],
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(rfd,),
+                preexec_fn=_torchrun_dies_with_us,
+            )
+        except OSError as exc:
+            log(f"note: no standby agent ({exc}): the next torchrun starts when the group has formed")
+            os.close(wfd)
+            self.proc = None
+            return
+        finally:
+            os.close(rfd)
+        self.fd, self.since = wfd, time.monotonic()
+
+    def take(self, argv: list[str], env: dict, log_dir: str, base_rank: int, wait: tuple | None) -> Child | None:
+        """The generation's torchrun as the standby (None: there is none, or it has exited: start one). `wait`:
+        (node 0's address, its rendezvous port, for how long at most, how often) to try before torchrun starts
+        (every node but 0)."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None or not log_dir:
+            self.discard()
+            return None
+        path = ""
+        try:
+            fd, path = tempfile.mkstemp(prefix="kgen-agent-", suffix=".json")  # this user's alone (0600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"argv": argv[3:], "env": env, "wait": wait}, fh)  # argv[:3]: python -m torch.distributed.run
+            os.write(self.fd, path.encode() + b"\n")  # far below PIPE_BUF: never blocks
+        except OSError as exc:
+            log(f"note: the standby agent not used ({exc}): torchrun starts anew")
+            if path:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            self.discard()
+            return None
+        os.close(self.fd)
+        self.proc, self.fd = None, -1
+        log(f"torchrun is the standby agent started {time.monotonic() - self.since:.1f}s ago (torch imported since)")
+        return Child(argv, env, log_dir, base_rank, proc)
+
+    def discard(self) -> None:
+        """End the standby (the run ends, or the node holds idle)."""
+        proc, self.proc = self.proc, None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+        if proc is not None:
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+
+
+STANDBY = Standby()
+
+
 # ==== entrypoint/parts/torchrun.py:1 ====
 """torchrun: one generation's run, and the node's run loop (the command it runs: entrypoint/parts/command.py)."""
 
 
-# ==== entrypoint/parts/torchrun.py:55 ====
+# ==== entrypoint/parts/torchrun.py:57 ====
 # --------------------------------------------------------------------------------------------
 # torchrun
 # --------------------------------------------------------------------------------------------
@@ -2664,6 +2841,10 @@ def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
     env = dict(os.environ, KGEN_RESTART_COUNT=restarts, KGEN_RDZV_ID=f"{cfg.rdzv_id}-g{gen}")
     env.update(HANG.worker_env(env))  # stacks on a signal, progress files (hang watchdog section)
     log(f"generation {gen}: starting: " + " ".join(argv[1:]))
+    wait = None if cfg.is_master else (cfg.master_addr, cfg.master_port, cfg.rdzv_timeout, refused_poll(cfg.nnodes))
+    standby = STANDBY.take(argv, env, log_dir, cfg.node_rank * cfg.nproc, wait)  # type: ignore[operator]
+    if standby is not None:
+        return standby
     try:
         return Child(argv, env, log_dir, cfg.node_rank * cfg.nproc)  # type: ignore[operator]
     except OSError as exc:
@@ -2723,6 +2904,7 @@ def end_local(cfg: Config, sigs: Signals, child: Child | None, stop: Stop) -> St
 def hold_if_statefulset(cfg: Config, sigs: Signals, what: str = "run succeeded") -> None:
     """StatefulSet pods restart on any exit (restartPolicy Always): after a successful or stopped
     run, idle until the pod is deleted (SIGTERM)."""
+    STANDBY.discard()
     if cfg.kind != "statefulset":
         return
     log(f"{what}; holding idle so restartPolicy Always does not retrain; kgen stop NAME to remove")
@@ -2899,6 +3081,7 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                 log(f"{what}: {reason}; stopping torch and re-forming (generation {hub.gen + 1})")
                 hub.abort(reason)  # type: ignore[arg-type]
                 child.kill_tree(ABORT_GRACE)
+                STANDBY.ready()  # the next generation's agent imports torch while the group waits
                 break
             if code == EXIT_RUN_FAILED and fault == "lost":
                 reason = f"{why}: {reason}"
@@ -2995,6 +3178,7 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
                 reason = f"node 0 lost: {reason}"
             log(f"re-forming: {reason}; stopping torch (generation {gen})")
             child.kill_tree(ABORT_GRACE)
+            STANDBY.ready()  # the next generation's agent imports torch while the group waits
             last = gen
             break
 
@@ -3018,6 +3202,8 @@ def run(cfg: Config, command: list[str]) -> int:
         raise
     except Exception as exc:  # noqa: BLE001 - kgen's own fault: said so, never "the script failed"
         stop = internal_stop(exc)
+    finally:
+        STANDBY.discard()  # not taken: the run ended between generations
     HANG.cleanup()  # hang watchdog section
     raise stop
 

@@ -338,11 +338,11 @@ def handshake(cfg: Config, sock: socket.socket, first: dict) -> tuple[Session, d
     return session, session.open(line), rest
 
 
-def open_session(cfg: Config, first: dict, timeout: float, host: str | None = None):
-    """One attempt: resolve node 0 (or `host`), connect, prove membership, send `first`.
+def open_session(cfg: Config, first: dict, timeout: float, host: str | None = None, addrs: list | None = None):
+    """One attempt: resolve node 0 (or `host`; `addrs`: resolved already), connect, prove membership, send `first`.
 
     Returns (socket, session, answer, rest). Raises socket.gaierror, OSError, ProtocolError, Denied."""
-    addrs = resolve(host or cfg.master_addr, cfg.liveness_port)
+    addrs = addrs or resolve(host or cfg.master_addr, cfg.liveness_port)
     last: Exception = OSError("no address")
     for addr in addrs:
         family = socket.AF_INET6 if len(addr) == 4 else socket.AF_INET
@@ -362,10 +362,12 @@ def open_session(cfg: Config, first: dict, timeout: float, host: str | None = No
     raise last
 
 
-def connect_once(cfg: Config, hello: dict, timeout: float) -> tuple[socket.socket, Session, bytes]:
-    """One attempt to join: open a session with a hello. Raises socket.gaierror / OSError /
-    ProtocolError / Denied / Rejected."""
-    sock, session, answer, rest = open_session(cfg, hello, timeout)
+def connect_once(
+    cfg: Config, hello: dict, timeout: float, addrs: list | None = None
+) -> tuple[socket.socket, Session, bytes]:
+    """One attempt to join: open a session with a hello (`addrs`: node 0's, resolved already). Raises
+    socket.gaierror / OSError / ProtocolError / Denied / Rejected."""
+    sock, session, answer, rest = open_session(cfg, hello, timeout, addrs=addrs)
     if answer["t"] == MSG_WELCOME:
         return sock, session, rest
     sock.close()

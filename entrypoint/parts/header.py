@@ -66,6 +66,9 @@ ABORT_GRACE = 3.0  # fail-stop: SIGTERM to the local tree, then SIGKILL after th
 SIGNAL_GRACE = 20.0  # SIGTERM/SIGINT received: torchrun gets this long before SIGKILL (k8s: 30 s)
 PROGRESS_EVERY = 10.0  # a progress line while waiting for node 0
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0  # master wait: exponential backoff with jitter
+# Waiting for node 0 that is not there yet (its pod starting): the whole group's attempts per second, at most
+REFUSED_RATE = 2000.0  # its address resolves, its port refuses: connections to that address (no name lookup)
+LOOKUP_RATE = 200.0  # its name does not resolve: name lookups (never slower than the backoff, BACKOFF_MAX)
 HANDSHAKE_TIMEOUT = 5.0  # node 0 must answer a hello within this; a member must say hello within this
 FAIL_VERDICT_WAIT = 2.0  # a torchrun failed: node 0 waits this long for a lost node to explain it
 STOP_GRACE = 10.0  # stopped by user: SIGTERM to the local tree, SIGKILL after this (a script may checkpoint)

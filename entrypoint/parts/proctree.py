@@ -146,10 +146,18 @@ class Child:
     its output and its workers' (torchrun --redirects 3 into `log_dir`) go through a Pump: whole lines only,
     a worker's after "[rank R] " (docs/entrypoint.md#logs)."""
 
-    def __init__(self, argv: list[str], env: dict | None = None, log_dir: str = "", base_rank: int = 0) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict | None = None,
+        log_dir: str = "",
+        base_rank: int = 0,
+        proc: subprocess.Popen | None = None,
+    ) -> None:
+        """`proc`: torchrun already running (the standby agent, entrypoint/parts/standby.py), else started here."""
         pipe = subprocess.PIPE if log_dir else None
         _prctl()  # looked up here: the child only calls it
-        self.proc = subprocess.Popen(
+        self.proc = proc or subprocess.Popen(
             argv, start_new_session=True, env=env, stdout=pipe, stderr=pipe, preexec_fn=_torchrun_dies_with_us
         )
         self.pid = self.proc.pid

@@ -20,6 +20,7 @@ from .channel import (
     Signals,
     connect_once,
     open_session,
+    resolve,
 )
 from .config import Config
 from .header import (
@@ -33,8 +34,10 @@ from .header import (
     EXIT_RUN_FAILED,
     EXIT_STOPPED,
     LINE_MAX,
+    LOOKUP_RATE,
     PROGRESS_EVERY,
     PROTOCOL,
+    REFUSED_RATE,
     STOP_BUDGET,
     STRANGER_LOG_BURST,
     STRANGER_LOG_WINDOW,
@@ -222,11 +225,28 @@ def stop_unconnected(cfg: Config) -> Stop:
     return stopped_by_user(host)
 
 
+def refused_poll(nnodes: int) -> float:
+    """Seconds between two connection attempts of a node while node 0's address resolves but its port refuses
+    (node 0's pod is there, its entrypoint not yet listening): every 0.05 s, slower in large groups so that
+    node 0 sees at most REFUSED_RATE attempts a second from all of them, never less often than BACKOFF_MAX."""
+    return min(BACKOFF_MAX, max(0.05, (nnodes - 1) / REFUSED_RATE))
+
+
+def lookup_poll(nnodes: int) -> float:
+    """Seconds between two attempts of a node while node 0's name does not resolve (no pod 0, or not yet an
+    address): every 0.25 s in small groups, at most LOOKUP_RATE lookups a second from all of them, and never
+    less often than the backoff's BACKOFF_MAX."""
+    return min(BACKOFF_MAX, max(0.25, (nnodes - 1) / LOOKUP_RATE))
+
+
 def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
     """Active, bounded wait for node 0's entrypoint (DNS, TCP, the membership proof, hello/welcome).
 
-    `last` is the generation this node trained in (-1: never). Every attempt resolves the name
-    again (a replacement node 0 comes back with a new IP)."""
+    `last` is the generation this node trained in (-1: never). The name is resolved again at least every
+    BACKOFF_MAX (a replacement node 0 comes back with a new IP). While node 0 is not there yet the attempts do
+    not back off: while the name does not resolve, one every lookup_poll() seconds; while the address it gives
+    refuses the connection (node 0's pod is starting), one to that address every refused_poll() seconds,
+    without a lookup each time. So a node joins within a fraction of a second of node 0 listening."""
     hello = {
         "t": MSG_HELLO,
         "v": PROTOCOL,
@@ -250,6 +270,7 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
     denied_since: float | None = None  # the first of the denials since the last other answer
     denied_reason = ""
     target = f"{cfg.master_addr}:{cfg.liveness_port}"
+    refused: tuple[list, float] | None = None  # (node 0's addresses, when resolved) while they refuse
     log(f"waiting for node 0 at {target} (liveness port; bound {bound_name}={bound:g}s)")
     while True:
         if sigs.pending:
@@ -262,8 +283,14 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
         attempts += 1
         now = time.monotonic()
         denied = False
+        addrs: list | None = None
+        resolved_at = now
+        if refused is not None and now - refused[1] < BACKOFF_MAX:
+            addrs, resolved_at = refused
+        refused, unresolved = None, False
         try:
-            sock, session, rest = connect_once(cfg, hello, timeout=max(0.2, min(5.0, deadline - now)))
+            addrs = addrs or resolve(cfg.master_addr, cfg.liveness_port)
+            sock, session, rest = connect_once(cfg, hello, timeout=max(0.2, min(5.0, deadline - now)), addrs=addrs)
             log(f"node 0 reachable after {time.monotonic() - start:.1f}s ({attempts} attempt(s))")
             conn = Conn(sock)
             conn.session, conn.limit = session, LINE_MAX
@@ -271,6 +298,7 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
             return conn
         except socket.gaierror as exc:
             state = f"DNS: {cfg.master_addr!r} does not resolve ({exc.strerror or exc})"
+            unresolved = True
         except Denied as exc:
             # unauthenticated: whatever answers at node 0's address before node 0 proved itself (a start
             # window, node 0 being replaced, another process on its host) can say it; not yet this run's node 0
@@ -291,6 +319,8 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             state = f"port: {target} resolved but not accepting ({reason})"
+            if isinstance(exc, ConnectionRefusedError) and addrs:
+                refused = (addrs, resolved_at)
         if not denied:
             denied_since = None
         now = time.monotonic()
@@ -303,7 +333,11 @@ def wait_for_master(cfg: Config, sigs: Signals, last: int = -1) -> Conn:
         if now >= next_progress:
             log(f"still waiting for node 0 ({now - start:.0f}s of {bound:g}s): {state}")
             next_progress = now + PROGRESS_EVERY
-        delay = min(backoff, BACKOFF_MAX) * random.uniform(0.5, 1.0)
+        if refused:
+            delay = refused_poll(cfg.nnodes)
+        else:
+            delay = lookup_poll(cfg.nnodes) if unresolved else min(backoff, BACKOFF_MAX)
+        delay *= random.uniform(0.5, 1.0)
         backoff *= 2
         sigs.sleep(min(delay, max(0.0, deadline - now)))
     if state.startswith("DNS"):

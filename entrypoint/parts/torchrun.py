@@ -45,12 +45,14 @@ from .reform import (
     REFORM,
     check_torch,
     decide,
+    refused_poll,
     stopped_by_user,
     tell_node0_stop,
     wait_for_master,
     wrong_secret,
 )
 from .spoke import Spoke
+from .standby import STANDBY
 
 # --------------------------------------------------------------------------------------------
 # torchrun
@@ -70,6 +72,10 @@ def start_torchrun(cfg: Config, command: list[str], gen: int) -> Child:
     env = dict(os.environ, KGEN_RESTART_COUNT=restarts, KGEN_RDZV_ID=f"{cfg.rdzv_id}-g{gen}")
     env.update(HANG.worker_env(env))  # stacks on a signal, progress files (hang watchdog section)
     log(f"generation {gen}: starting: " + " ".join(argv[1:]))
+    wait = None if cfg.is_master else (cfg.master_addr, cfg.master_port, cfg.rdzv_timeout, refused_poll(cfg.nnodes))
+    standby = STANDBY.take(argv, env, log_dir, cfg.node_rank * cfg.nproc, wait)  # type: ignore[operator]
+    if standby is not None:
+        return standby
     try:
         return Child(argv, env, log_dir, cfg.node_rank * cfg.nproc)  # type: ignore[operator]
     except OSError as exc:
@@ -129,6 +135,7 @@ def end_local(cfg: Config, sigs: Signals, child: Child | None, stop: Stop) -> St
 def hold_if_statefulset(cfg: Config, sigs: Signals, what: str = "run succeeded") -> None:
     """StatefulSet pods restart on any exit (restartPolicy Always): after a successful or stopped
     run, idle until the pod is deleted (SIGTERM)."""
+    STANDBY.discard()
     if cfg.kind != "statefulset":
         return
     log(f"{what}; holding idle so restartPolicy Always does not retrain; kgen stop NAME to remove")
@@ -305,6 +312,7 @@ def run_hub(cfg: Config, command: list[str], sigs: Signals, sel: selectors.BaseS
                 log(f"{what}: {reason}; stopping torch and re-forming (generation {hub.gen + 1})")
                 hub.abort(reason)  # type: ignore[arg-type]
                 child.kill_tree(ABORT_GRACE)
+                STANDBY.ready()  # the next generation's agent imports torch while the group waits
                 break
             if code == EXIT_RUN_FAILED and fault == "lost":
                 reason = f"{why}: {reason}"
@@ -401,6 +409,7 @@ def run_spoke(cfg: Config, command: list[str], sigs: Signals, sel: selectors.Bas
                 reason = f"node 0 lost: {reason}"
             log(f"re-forming: {reason}; stopping torch (generation {gen})")
             child.kill_tree(ABORT_GRACE)
+            STANDBY.ready()  # the next generation's agent imports torch while the group waits
             last = gen
             break
 
@@ -424,6 +433,8 @@ def run(cfg: Config, command: list[str]) -> int:
         raise
     except Exception as exc:  # noqa: BLE001 - kgen's own fault: said so, never "the script failed"
         stop = internal_stop(exc)
+    finally:
+        STANDBY.discard()  # not taken: the run ended between generations
     HANG.cleanup()  # hang watchdog section
     raise stop
 

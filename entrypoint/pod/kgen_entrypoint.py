@@ -46,6 +46,7 @@ by the GPU check of --diagnose. How it works and what was measured: docs/entrypo
 from __future__ import annotations
 
 
+import contextlib
 import errno
 import hmac
 import json
@@ -61,6 +62,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -81,6 +83,9 @@ ABORT_GRACE=3.0
 SIGNAL_GRACE=20.0
 PROGRESS_EVERY=10.0
 BACKOFF_FIRST,BACKOFF_MAX=0.05,1.0
+
+REFUSED_RATE=2000.0
+LOOKUP_RATE=200.0
 HANDSHAKE_TIMEOUT=5.0
 FAIL_VERDICT_WAIT=2.0
 STOP_GRACE=10.0
@@ -776,10 +781,18 @@ class Child:
 
 
 
- def __init__(self,argv,env=None,log_dir='',base_rank=0):
+ def __init__(
+  self,
+  argv,
+  env=None,
+  log_dir='',
+  base_rank=0,
+  proc=None,
+ ):
+
   pipe=subprocess.PIPE if log_dir else None
   _prctl()
-  self.proc=subprocess.Popen(
+  self.proc=proc or subprocess.Popen(
    argv,start_new_session=True,env=env,stdout=pipe,stderr=pipe,preexec_fn=_torchrun_dies_with_us
   )
   self.pid=self.proc.pid
@@ -1469,11 +1482,11 @@ def handshake(cfg,sock,first):
  return session,session.open(line),rest
 
 
-def open_session(cfg,first,timeout,host=None):
+def open_session(cfg,first,timeout,host=None,addrs=None):
 
 
 
- addrs=resolve(host or cfg.master_addr,cfg.liveness_port)
+ addrs=addrs or resolve(host or cfg.master_addr,cfg.liveness_port)
  last:Exception=OSError('no address')
  for addr in addrs:
   family=socket.AF_INET6 if len(addr)==4 else socket.AF_INET
@@ -1493,10 +1506,12 @@ def open_session(cfg,first,timeout,host=None):
  raise last
 
 
-def connect_once(cfg,hello,timeout):
+def connect_once(
+ cfg,hello,timeout,addrs=None
+):
 
 
- sock,session,answer,rest=open_session(cfg,hello,timeout)
+ sock,session,answer,rest=open_session(cfg,hello,timeout,addrs=addrs)
  if answer['t']==MSG_WELCOME:
   return sock,session,rest
  sock.close()
@@ -1722,7 +1737,24 @@ def stop_unconnected(cfg):
  return stopped_by_user(host)
 
 
+def refused_poll(nnodes):
+
+
+
+ return min(BACKOFF_MAX,max(0.05,(nnodes-1)/REFUSED_RATE))
+
+
+def lookup_poll(nnodes):
+
+
+
+ return min(BACKOFF_MAX,max(0.25,(nnodes-1)/LOOKUP_RATE))
+
+
 def wait_for_master(cfg,sigs,last=-1):
+
+
+
 
 
 
@@ -1750,6 +1782,7 @@ def wait_for_master(cfg,sigs,last=-1):
  denied_since:float|None=None
  denied_reason=''
  target=f'{cfg.master_addr}:{cfg.liveness_port}'
+ refused:tuple[list,float]|None=None
  log(f'waiting for node 0 at {target} (liveness port; bound {bound_name}={bound:g}s)')
  while True:
   if sigs.pending:
@@ -1762,8 +1795,14 @@ def wait_for_master(cfg,sigs,last=-1):
   attempts+=1
   now=time.monotonic()
   denied=False
+  addrs:list|None=None
+  resolved_at=now
+  if refused is not None and now-refused[1]<BACKOFF_MAX:
+   addrs,resolved_at=refused
+  refused,unresolved=None,False
   try:
-   sock,session,rest=connect_once(cfg,hello,timeout=max(0.2,min(5.0,deadline-now)))
+   addrs=addrs or resolve(cfg.master_addr,cfg.liveness_port)
+   sock,session,rest=connect_once(cfg,hello,timeout=max(0.2,min(5.0,deadline-now)),addrs=addrs)
    log(f'node 0 reachable after {time.monotonic() - start:.1f}s ({attempts} attempt(s))')
    conn=Conn(sock)
    conn.session,conn.limit=session,LINE_MAX
@@ -1771,6 +1810,7 @@ def wait_for_master(cfg,sigs,last=-1):
    return conn
   except socket.gaierror as exc:
    state=f'DNS: {cfg.master_addr!r} does not resolve ({exc.strerror or exc})'
+   unresolved=True
   except Denied as exc:
 
 
@@ -1791,6 +1831,8 @@ def wait_for_master(cfg,sigs,last=-1):
   except(OSError,ValueError)as exc:
    reason=getattr(exc,'strerror',None)or str(exc)or type(exc).__name__
    state=f'port: {target} resolved but not accepting ({reason})'
+   if isinstance(exc,ConnectionRefusedError)and addrs:
+    refused=(addrs,resolved_at)
   if not denied:
    denied_since=None
   now=time.monotonic()
@@ -1803,7 +1845,11 @@ def wait_for_master(cfg,sigs,last=-1):
   if now>=next_progress:
    log(f'still waiting for node 0 ({now - start:.0f}s of {bound:g}s): {state}')
    next_progress=now+PROGRESS_EVERY
-  delay=min(backoff,BACKOFF_MAX)*random.uniform(0.5,1.0)
+  if refused:
+   delay=refused_poll(cfg.nnodes)
+  else:
+   delay=lookup_poll(cfg.nnodes)if unresolved else min(backoff,BACKOFF_MAX)
+  delay*=random.uniform(0.5,1.0)
   backoff*=2
   sigs.sleep(min(delay,max(0.0,deadline-now)))
  if state.startswith('DNS'):
@@ -2651,6 +2697,137 @@ def check_command(command,env=None):
 
 
 
+
+
+
+
+
+
+
+
+
+
+
+STANDBY_PROGRAM="""import json, os, sys
+import torch.distributed.run as run
+path = os.fdopen(int(sys.argv[1])).readline().strip()
+if not path:
+    sys.exit(0)
+with open(path) as fh:
+    spec = json.load(fh)
+os.unlink(path)
+if spec["wait"]:
+    import socket, time
+    host, port, bound, every = spec["wait"]
+    end = time.monotonic() + bound
+    try:
+        addrs = [a[4] for a in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    except OSError:
+        addrs = []
+    while addrs and time.monotonic() < end:
+        try:
+            socket.create_connection(addrs[0][:2], 1).close()
+            break
+        except OSError:
+            addrs = addrs[1:] + addrs[:1]
+            time.sleep(every)
+os.environ.clear()
+os.environ.update(spec["env"])
+sys.argv = [run.__file__, *spec["argv"]]
+run.main()
+"""
+
+
+class Standby:
+
+
+ def __init__(self):
+  self.proc:subprocess.Popen|None=None
+  self.fd=-1
+  self.since=0.0
+
+ def ready(self):
+
+  if self.proc is not None and self.proc.poll()is None:
+   return
+  self.discard()
+  rfd,wfd=os.pipe()
+  try:
+   _prctl()
+   self.proc=subprocess.Popen(
+    [sys.executable,'-c',STANDBY_PROGRAM,str(rfd)],
+    start_new_session=True,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    pass_fds=(rfd,),
+    preexec_fn=_torchrun_dies_with_us,
+   )
+  except OSError as exc:
+   log(f'note: no standby agent ({exc}): the next torchrun starts when the group has formed')
+   os.close(wfd)
+   self.proc=None
+   return
+  finally:
+   os.close(rfd)
+  self.fd,self.since=wfd,time.monotonic()
+
+ def take(self,argv,env,log_dir,base_rank,wait):
+
+
+
+  proc=self.proc
+  if proc is None or proc.poll()is not None or not log_dir:
+   self.discard()
+   return None
+  path=''
+  try:
+   fd,path=tempfile.mkstemp(prefix='kgen-agent-',suffix='.json')
+   with os.fdopen(fd,'w')as fh:
+    json.dump({'argv':argv[3:],'env':env,'wait':wait},fh)
+   os.write(self.fd,path.encode()+b'\n')
+  except OSError as exc:
+   log(f'note: the standby agent not used ({exc}): torchrun starts anew')
+   if path:
+    with contextlib.suppress(OSError):
+     os.unlink(path)
+   self.discard()
+   return None
+  os.close(self.fd)
+  self.proc,self.fd=None,-1
+  log(f'torchrun is the standby agent started {time.monotonic() - self.since:.1f}s ago (torch imported since)')
+  return Child(argv,env,log_dir,base_rank,proc)
+
+ def discard(self):
+
+  proc,self.proc=self.proc,None
+  if self.fd>=0:
+   os.close(self.fd)
+   self.fd=-1
+  if proc is not None and proc.poll()is None:
+   try:
+    os.killpg(proc.pid,signal.SIGKILL)
+   except OSError:
+    pass
+   proc.wait()
+  if proc is not None:
+   for pipe in(proc.stdout,proc.stderr):
+    if pipe is not None:
+     pipe.close()
+
+
+STANDBY=Standby()
+
+
+
+
+
+
+
+
+
+
+
+
 def start_torchrun(cfg,command,gen):
  try:
   import tempfile
@@ -2664,6 +2841,10 @@ def start_torchrun(cfg,command,gen):
  env=dict(os.environ,KGEN_RESTART_COUNT=restarts,KGEN_RDZV_ID=f'{cfg.rdzv_id}-g{gen}')
  env.update(HANG.worker_env(env))
  log(f'generation {gen}: starting: '+' '.join(argv[1:]))
+ wait=None if cfg.is_master else(cfg.master_addr,cfg.master_port,cfg.rdzv_timeout,refused_poll(cfg.nnodes))
+ standby=STANDBY.take(argv,env,log_dir,cfg.node_rank*cfg.nproc,wait)
+ if standby is not None:
+  return standby
  try:
   return Child(argv,env,log_dir,cfg.node_rank*cfg.nproc)
  except OSError as exc:
@@ -2723,6 +2904,7 @@ def end_local(cfg,sigs,child,stop):
 def hold_if_statefulset(cfg,sigs,what='run succeeded'):
 
 
+ STANDBY.discard()
  if cfg.kind!='statefulset':
   return
  log(f'{what}; holding idle so restartPolicy Always does not retrain; kgen stop NAME to remove')
@@ -2899,6 +3081,7 @@ def run_hub(cfg,command,sigs,sel):
     log(f'{what}: {reason}; stopping torch and re-forming (generation {hub.gen + 1})')
     hub.abort(reason)
     child.kill_tree(ABORT_GRACE)
+    STANDBY.ready()
     break
    if code==EXIT_RUN_FAILED and fault=='lost':
     reason=f'{why}: {reason}'
@@ -2995,6 +3178,7 @@ def run_spoke(cfg,command,sigs,sel):
     reason=f'node 0 lost: {reason}'
    log(f're-forming: {reason}; stopping torch (generation {gen})')
    child.kill_tree(ABORT_GRACE)
+   STANDBY.ready()
    last=gen
    break
 
@@ -3018,6 +3202,8 @@ def run(cfg,command):
   raise
  except Exception as exc:
   stop=internal_stop(exc)
+ finally:
+  STANDBY.discard()
  HANG.cleanup()
  raise stop
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -273,6 +274,16 @@ def test_master_port_closed_exits_3_with_diagnosis():
     assert "resolved but not accepting" in res.stderr
     assert "nothing answered on the liveness port" in res.stderr
     assert 2.5 < elapsed < BUSY_BOUND  # waited the 3 s bound, not the 600 s default
+    attempts = int(re.search(r"after (\d+) attempts", res.stderr).group(1))
+    assert attempts > 15, res.stderr  # a refusing port is tried every 0.025-0.05 s, not with the 1 s backoff
+
+
+@pytest.mark.parametrize(
+    "nnodes, refused, lookup", [(2, 0.05, 0.25), (3, 0.05, 0.25), (101, 0.05, 0.5), (1001, 0.5, 1.0), (4001, 1.0, 1.0)]
+)
+def test_waiting_for_node0_that_is_not_there_yet_polls_at_a_group_wide_rate(nnodes, refused, lookup):
+    assert ep.refused_poll(nnodes) == pytest.approx(refused)  # at most 2,000 connections/s at node 0 (or 1 s)
+    assert ep.lookup_poll(nnodes) == pytest.approx(lookup)  # at most 200 lookups/s, never slower than 1 s
 
 
 def test_master_wait_prints_progress_about_every_10s():

@@ -86,6 +86,8 @@ def fault_and_reform(cluster, tmp_path, name, fault, victim, nodes=3, steps=30):
     t1 = wait_training(c, 1, 60, nodes)
     report(f"{fault} node {victim}", nodes, t0, t1)
     assert t1 is not None and t1 - t0 < BOUND, c.logs()
+    for i, pod in enumerate(c.pods):  # a survivor's next torchrun is its standby agent; the replacement's is new
+        assert ("torchrun is the standby agent" in pod.log()) == (i != victim), pod.log()[-3000:]
     finish_and_check(c, ckpt, steps, nodes)
     return c
 

@@ -8,7 +8,7 @@ kubectl writes that annotation as Go's encoding/json does (compact, map keys sor
 `\\u003c`, `\\u003e`, `\\u0026`, U+2028/U+2029 escaped, a newline at the end): `last_applied` does the same.
 The budget is 128 KiB (half the cap) for the largest
 configuration (64x8, every kind, a long command and environment, every optional object); the entrypoint ships
-zipped in the ConfigMap's binaryData (entrypoint/assemble.py), ~57 KiB of base64 for ~130 KiB of pod parts, so
+zipped in the ConfigMap's binaryData (entrypoint/assemble.py), ~58 KiB of base64 for ~132 KiB of pod parts, so
 the largest object is about half the budget. The test fails loudly, with the sizes, when the entrypoint outgrows it.
 """
 

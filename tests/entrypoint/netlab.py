@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 
 LIFETIME = 900  # seconds a namespace's holder lives at most, whatever happens to the test
 
@@ -27,7 +28,24 @@ def supported() -> str | None:
 
 
 def _holder() -> subprocess.Popen:
-    return subprocess.Popen(["unshare", "--net", "--", "sleep", str(LIFETIME)], start_new_session=True)
+    """A process in a network namespace of its own, returned only once it is in it: `unshare` makes the namespace
+    after it has started, and an `nsenter -t PID -n` before that enters the machine's own network (found once: a
+    bridge made in the host's namespace)."""
+    p = subprocess.Popen(["unshare", "--net", "--", "sleep", str(LIFETIME)], start_new_session=True)
+    mine = os.readlink("/proc/self/ns/net")
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if os.readlink(f"/proc/{p.pid}/ns/net") != mine:
+                return p
+        except OSError:
+            pass
+        if p.poll() is not None or time.monotonic() > deadline:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            raise RuntimeError("unshare --net made no network namespace within 10 s")
+        time.sleep(0.005)
 
 
 class NetLab:
@@ -46,6 +64,8 @@ class NetLab:
 
     @staticmethod
     def sh(holder: subprocess.Popen, script: str) -> None:
+        if os.readlink(f"/proc/{holder.pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+            raise RuntimeError(f"holder {holder.pid} is in this machine's own network namespace: refusing {script!r}")
         env = dict(os.environ, PATH=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
         subprocess.run(["nsenter", "-t", str(holder.pid), "-n", "sh", "-ec", script], check=True, env=env, timeout=20)
 

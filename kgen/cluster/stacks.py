@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from kgen.cluster.errors import ClusterError, NotFound
 from kgen.cluster.kube_records import CONTAINER, current_pods, expected_ranks, pod_nproc
 from kgen.runs.safetext import printable
-from kgen.runs.stacks import NodeStacks, StacksReport, parse_answer
+from kgen.runs.stacks import NodeStacks, StacksReport, last_answer
 
 STACKS_VERB = "--stacks"
 MAX_PARALLEL = 16  # execs at once (each holds one WebSocket through the API server)
@@ -56,11 +56,7 @@ def node_stacks(cluster, rank: int, pod: Mapping, timeout: float) -> NodeStacks:
         res = cluster.exec(name, command, container=CONTAINER, timeout=timeout)
     except ClusterError as exc:
         return NodeStacks(rank, name, note=printable(f"no answer: {exc}"))
-    answer = None
-    for line in reversed(res.out.splitlines()):
-        if line.startswith("{"):
-            answer = parse_answer(line)
-            break
+    answer = last_answer(res.out)
     if answer is None:
         last = [ln for ln in res.err.splitlines() if ln.strip()]
         if res.code is None:

@@ -201,3 +201,11 @@ def hang_lines(record: Mapping) -> list[str]:
         if isinstance(g, dict) and isinstance(g.get("ranks"), list):
             out.append(f"  {group_line(g)}")
     return out
+
+
+def last_answer(out: str) -> dict | None:
+    """A node's answer in what its ``--stacks`` printed: the last line that is a JSON object (None: none is)."""
+    for line in reversed(out.splitlines()):
+        if line.startswith("{"):
+            return parse_answer(line)
+    return None

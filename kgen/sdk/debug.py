@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kgen.runs.stacks import NodeStacks, StacksReport, parse_answer
+from kgen.runs.stacks import NodeStacks, StacksReport, last_answer
 from kgen.sdk.runs import RunRef, locate
 
 STACKS_TIMEOUT = 20.0  # one node's answer (its ranks dump within 2 s; --local: interpreter start on a busy host)
@@ -55,12 +55,7 @@ def _bare_metal(rec, timeout: float) -> StacksReport:
         if not node.dir:
             return NodeStacks(node.rank, node.host, note="never started (no run directory)")
         res = transport.call(node.host, ["--run-dir", node.dir, "--stacks"], timeout=bound)
-        answer = None
-        if res.ok:
-            for line in reversed(res.out.decode("utf-8", "replace").splitlines()):
-                if line.startswith("{"):
-                    answer = parse_answer(line)
-                    break
+        answer = last_answer(res.out.decode("utf-8", "replace")) if res.ok else None
         if answer is None:
             last = [ln for ln in res.err.splitlines() if ln.strip()]
             why = res.unreachable or (last[-1].strip() if last else f"exit {res.rc}")

@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoint"))
 from podharness import CKPTLOOP, free_port_pair  # noqa: E402
 
 
-def submit(ns: str, name: str, nodes: int, command: list[str], *extra: str, kind: str = "job") -> str:
+def submit(ns: str, name: str, nodes: int, command: list[str], *extra: str, kind: str = "job", gpus: int = 0) -> str:
     port = free_port_pair()
     args = [
-        "submit", "-n", ns, "--name", name, "--kind", kind, "--nodes", str(nodes), "--gpus", "0",
+        "submit", "-n", ns, "--name", name, "--kind", kind, "--nodes", str(nodes), "--gpus", str(gpus),
         "--cpu", "1", "--memory", "1Gi", "--set", "nprocPerNode=1", "--set", f"port={port}",
         "--set", f"livenessPort={port + 1}", "--set", "gloo.socketIfname=lo",
         "--set", "timeouts.heartbeat=5", "--set", "timeouts.masterWait=60", *extra, "--", *command,

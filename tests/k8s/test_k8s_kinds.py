@@ -115,28 +115,19 @@ def test_queued_job_waits_suspended_until_kueue_admits_it(k8s, ns, addon, tmp_pa
 def test_a_run_past_the_gpu_quota_waits_and_status_says_how_many_gpus_more(k8s, ns, addon, tmp_path):
     """A ClusterQueue of 8 GPUs: run qa (2 nodes x 4 GPUs) is admitted, run qb (the same) stays suspended and `kgen
     status` quotes Kueue's reason (8 GPUs more needed); stopping qa releases the quota and Kueue admits qb."""
-    from reformk8s import free_port_pair
-
     addon("kueue")
     kueue_queues(k8s, ns, gpu=True)
     local_queue(k8s, ns)
     script = tmp_path / "idle.py"
     script.write_text("import time\nprint('KGEN_QUOTA_UP', flush=True)\ntime.sleep(600)\n")
 
-    def submit_gpus(name: str) -> None:
-        port = free_port_pair()
-        res = kgen("submit", "-n", ns, "--name", name, "--nodes", "2", "--gpus", "4", "--set", "nprocPerNode=1",
-                   "--cpu", "1", "--memory", "1Gi", "--set", "shmSize=256Mi", "--set", f"port={port}",
-                   "--set", f"livenessPort={port + 1}", "--set", "gloo.socketIfname=lo", "--queue", "lq", "--",
-                   str(script))  # fmt: skip
-        assert res.returncode == 0, res.stderr
-
     def unsuspended(name: str) -> bool:
         return get(k8s, f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")["spec"].get("suspend") is False
 
-    submit_gpus("qa")
+    on_gpus = ("--set", "shmSize=256Mi", "--queue", "lq")
+    submit(ns, "qa", 2, [str(script)], *on_gpus, gpus=4)
     wait(lambda: unsuspended("qa"), 120, "Kueue admitted qa")
-    submit_gpus("qb")
+    submit(ns, "qb", 2, [str(script)], *on_gpus, gpus=4)
     st = wait(lambda: (r := kgen("status", "qb", "-n", ns)) and "quota" in r.stdout and r, 60, "Kueue's reason")
     print("\n" + st.stdout)
     headline = next(ln for ln in st.stdout.splitlines() if ln.startswith("Pending"))
@@ -159,8 +150,6 @@ def test_topology_required_keeps_the_group_in_one_block_or_waits_with_kueues_rea
     """Kueue's topology-aware scheduling on `--set topology.required=LEVEL`: nodes 0-1 form block b1 and 2-3 block
     b2 (8 GPUs each); a run of 2 nodes x 8 GPUs lands in one block; a run of 3 nodes x 8 GPUs fits in no block and
     waits suspended, `kgen status` quoting Kueue's reason."""
-    from reformk8s import free_port_pair
-
     addon("kueue")
     base = "/apis/kueue.x-k8s.io/v1beta2"
     level = "kgen.test/block"
@@ -187,20 +176,13 @@ def test_topology_required_keeps_the_group_in_one_block_or_waits_with_kueues_rea
         script = tmp_path / "idle.py"
         script.write_text("import time\nprint('KGEN_TAS_UP', flush=True)\ntime.sleep(600)\n")
 
-        def submit_block(name: str, nodes: int) -> None:
-            port = free_port_pair()
-            res = kgen("submit", "-n", ns, "--name", name, "--nodes", str(nodes), "--gpus", "8", "--set",
-                       "nprocPerNode=1", "--cpu", "1", "--memory", "1Gi", "--set", "shmSize=256Mi", "--set",
-                       f"port={port}", "--set", f"livenessPort={port + 1}", "--set", "gloo.socketIfname=lo",
-                       "--queue", "lq", "--set", f"topology.required={level}", "--", str(script))  # fmt: skip
-            assert res.returncode == 0, res.stderr
-
-        submit_block("two", 2)
+        in_block = ("--set", "shmSize=256Mi", "--queue", "lq", "--set", f"topology.required={level}")
+        submit(ns, "two", 2, [str(script)], *in_block, gpus=8)
         pods = wait(lambda: len(p := k8s.kubelet.history(ns, "two-")) == 2 and p, 120, "run two's pods bound")
         hosts = sorted(p.obj["spec"]["nodeName"] for p in pods)
         print(f"\nrun two (2 x 8 GPUs, one block required): pods on {hosts}")
         assert hosts in (["node-0", "node-1"], ["node-2", "node-3"]), hosts
-        submit_block("three", 3)
+        submit(ns, "three", 3, [str(script)], *in_block, gpus=8)
         st = wait(lambda: (r := kgen("status", "three", "-n", ns)) and "Kueue: " in r.stdout and r, 60, "a reason")
         headline = next(ln for ln in st.stdout.splitlines() if ln.startswith("Pending"))
         print(headline)
